@@ -1,0 +1,324 @@
+"""The `AsyncRLJob` model: the single source of truth for a Dressage job.
+
+The CRD schema in `crds/` is generated from these classes, the operator validates custom
+resources with them, and `dressage run` executes them locally. Field docstrings become the CRD's
+field descriptions, so they are written for the user of a manifest.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from dressage.api.base import ApiModel
+
+API_GROUP = "dressage.io"
+API_VERSION = "v1alpha1"
+KIND = "AsyncRLJob"
+PLURAL = "asyncrljobs"
+
+
+class RolloutMode(StrEnum):
+    """How rollout and training are scheduled against each other."""
+
+    SYNC = "sync"
+    FULLY_ASYNC = "fully_async"
+    PARTIAL_ASYNC = "partial_async"
+
+
+class ObjectMeta(ApiModel):
+    """The subset of Kubernetes object metadata a job manifest carries."""
+
+    model_config = ApiModel.model_config | {"extra": "allow"}
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Job name; a DNS-1123 label because child objects are named after it."""
+    namespace: str | None = None
+    """Namespace of the job (cluster only)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels copied onto every child object."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations of the job object."""
+
+
+class ModelSpec(ApiModel):
+    """The policy model to train and serve."""
+
+    source: str = Field(min_length=1)
+    """Where the initial weights come from: a Hugging Face model id or a path readable by the
+    trainer and the engines, or `builtin:tiny` for the small model the project builds offline."""
+    tokenizer: str | None = None
+    """Tokenizer source when it differs from `source`."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    """Parameter dtype on the engines and for training (CPU runs always use float32)."""
+
+
+class TaskSpec(ApiModel):
+    """The environment and the verifiable reward."""
+
+    name: str = Field(default="arithmetic", min_length=1)
+    """Task name from the task registry (for example `arithmetic`, `textworld`, `blackbox`)."""
+    agent: Literal["whitebox", "blackbox"] = "whitebox"
+    """Whitebox agents run our environment loop; blackbox agents are external programs that
+    only speak the OpenAI chat API to the proxy."""
+    agent_command: list[str] | None = None
+    """Command line of a blackbox agent program (required when `agent` is `blackbox`)."""
+    max_turns: int = Field(default=1, ge=1)
+    """Maximum turns per trajectory for multi-turn tasks."""
+    dataset_size: int = Field(default=4096, ge=1)
+    """Number of prompts the task generator yields per epoch."""
+    seed: int = 0
+    """Seed of the task generator."""
+
+
+class ResourceRequirements(ApiModel):
+    """Kubernetes container resources (requests and limits)."""
+
+    requests: dict[str, str] = Field(default_factory=dict)
+    """Resource requests, e.g. `{"cpu": "8", "memory": "64Gi"}`."""
+    limits: dict[str, str] = Field(default_factory=dict)
+    """Resource limits, e.g. `{"nvidia.com/gpu": "8"}`."""
+
+
+class EnvVar(ApiModel):
+    """A plain environment variable."""
+
+    name: str = Field(min_length=1)
+    """Variable name."""
+    value: str = ""
+    """Variable value."""
+
+
+class PodTemplateOverrides(ApiModel):
+    """Pod-level settings merged into the pods the operator creates for one role."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the pods must match."""
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """Kubernetes tolerations, passed through unchanged."""
+    affinity: dict[str, Any] | None = None
+    """Kubernetes affinity, passed through unchanged."""
+    priority_class_name: str | None = None
+    """Priority class of the pods."""
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    """Names of image pull secrets."""
+    env: list[EnvVar] = Field(default_factory=list)
+    """Extra environment variables for the main container."""
+    volumes: list[dict[str, Any]] = Field(default_factory=list)
+    """Extra volumes, passed through unchanged."""
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
+    """Extra volume mounts of the main container."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra pod labels."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra pod annotations."""
+
+
+class TrainerSpec(ApiModel):
+    """The trainer gang: data-parallel torch.distributed workers."""
+
+    nodes: int = Field(default=1, ge=1)
+    """Number of trainer pods (one torchrun node each)."""
+    gpus_per_node: int = Field(default=1, ge=0)
+    """GPUs per trainer pod; 0 trains on CPU with the gloo backend."""
+    image: str | None = None
+    """Trainer image; defaults to the runtime image of the operator's release."""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    """Container resources; the GPU limit is added from `gpusPerNode`."""
+    template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
+    """Pod overrides for the trainer pods."""
+
+
+class InferenceSpec(ApiModel):
+    """Inference engines: SGLang servers on a cluster, the embedded engine locally."""
+
+    replicas: int = Field(default=1, ge=1)
+    """Number of engine servers."""
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    """GPUs per engine (SGLang `--tp-size`)."""
+    image: str | None = None
+    """SGLang image; defaults to the SGLang image of the operator's release."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Extra SGLang server arguments, appended verbatim."""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    """Container resources; the GPU limit is added from `tensorParallelSize`."""
+    template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
+    """Pod overrides for the engine pods."""
+
+
+class ProxySpec(ApiModel):
+    """The rollout proxy between agents and engines."""
+
+    replicas: int = Field(default=1, ge=1)
+    """Number of proxy pods behind the proxy Service."""
+    image: str | None = None
+    """Proxy image; defaults to the runtime image of the operator's release."""
+    partial_rollout: bool = False
+    """Resume generations interrupted by a weight update from their partial output
+    (`--dressage-partial-rollout`)."""
+    record_token_versions: bool = True
+    """Record the weight version of every generated token (`--record-token-versions`)."""
+    mask_nonlast_version_tokens: bool = False
+    """Train only the tokens of a sample's last real output version
+    (`--mask-nonlast-version-tokens`)."""
+    max_concurrency: int = Field(default=256, ge=1)
+    """Concurrent generations the proxy admits before answering 429."""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    """Container resources of a proxy pod."""
+    template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
+    """Pod overrides for the proxy pods."""
+
+
+class StalenessSpec(ApiModel):
+    """The two staleness controls of the reference design."""
+
+    keep_versions: int = Field(default=0, ge=0)
+    """Batch-level control (`dressage_staleness_keep_versions`): at most this many most recent
+    observed weight versions may be present in a trainer batch; 0 disables the control."""
+    max_partial_rollout_preempts: int | None = Field(default=None, ge=0)
+    """Partial-rollout control (`--max-partial-rollout-preempts`): the most version switches
+    one trajectory may span; with 2 a trajectory spans at most 3 versions. Unset: unlimited."""
+
+
+class RolloutSpec(ApiModel):
+    """How trajectories are collected."""
+
+    mode: RolloutMode = RolloutMode.FULLY_ASYNC
+    """`sync` alternates rollout and training; `fully_async` overlaps them;
+    `partial_async` also resumes generations interrupted by weight updates."""
+    max_retries: int = Field(default=3, ge=0)
+    """Prompt-group retries after a failed group (`DRESSAGE_ROLLOUT_MAX_RETRIES`); the group
+    is dropped once they are exhausted."""
+    group_size: int = Field(default=8, ge=1)
+    """Trajectories per prompt (the GRPO group)."""
+    batch_size: int = Field(default=8, ge=1)
+    """Prompt groups per trainer step."""
+    concurrency: int = Field(default=32, ge=1)
+    """Prompt groups in flight at once in the background worker."""
+    max_new_tokens: int = Field(default=32, ge=1)
+    """Generation budget per turn."""
+    temperature: float = Field(default=1.0, ge=0.0)
+    """Sampling temperature."""
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    """Nucleus sampling threshold."""
+
+
+class TrainingSpec(ApiModel):
+    """Optimisation settings of the GRPO trainer."""
+
+    steps: int = Field(default=100, ge=1)
+    """Optimizer steps of the run; each publishes a new weight version."""
+    learning_rate: float = Field(default=1e-5, gt=0.0)
+    """AdamW learning rate."""
+    clip_epsilon: float = Field(default=0.2, gt=0.0)
+    """PPO-style clipping of the importance ratio against the rollout logprobs."""
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    """AdamW weight decay."""
+    max_grad_norm: float = Field(default=1.0, gt=0.0)
+    """Gradient clipping norm."""
+    checkpoint_every: int = Field(default=1, ge=1)
+    """Write a resumable checkpoint every this many steps."""
+    seed: int = 0
+    """Seed of the trainer and samplers."""
+
+
+class StorageSpec(ApiModel):
+    """Shared storage for checkpoints and weight sync between trainer and engines."""
+
+    persistent_volume_claim: str | None = None
+    """Name of an existing ReadWriteMany PVC; unset uses an emptyDir (single-node only)."""
+    mount_path: str = "/dressage"
+    """Where the storage is mounted in every pod."""
+    size: str = "100Gi"
+    """Informational size used by the chart when it provisions storage."""
+
+
+class FailurePolicy(ApiModel):
+    """What the operator does when pods fail."""
+
+    max_restarts: int = Field(default=3, ge=0)
+    """Trainer gang restarts before the job fails. Engine and proxy failures replace only the
+    failed pods and do not count."""
+
+
+class LocalSpec(ApiModel):
+    """Settings used only by `dressage run` on a single machine."""
+
+    workdir: str = "runs"
+    """Directory for checkpoints, logs and the run report (a subdirectory per job)."""
+    metrics_port: int = Field(default=9400, ge=0, le=65535)
+    """Port of the run's Prometheus `/metrics` endpoint; 0 picks a free port."""
+    engine_threads: int = Field(default=1, ge=1)
+    """torch threads per embedded engine process."""
+
+
+class AsyncRLJobSpec(ApiModel):
+    """Desired state of an asynchronous RL job."""
+
+    model: ModelSpec
+    """The policy model."""
+    task: TaskSpec = Field(default_factory=TaskSpec)
+    """Environment, agent and reward."""
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    """The trainer gang."""
+    inference: InferenceSpec = Field(default_factory=InferenceSpec)
+    """The inference engines."""
+    proxy: ProxySpec = Field(default_factory=ProxySpec)
+    """The rollout proxy."""
+    staleness: StalenessSpec = Field(default_factory=StalenessSpec)
+    """Staleness controls."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """Rollout collection."""
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    """Optimisation."""
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    """Checkpoint and weight-sync storage."""
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
+    """Restart policy."""
+    local: LocalSpec = Field(default_factory=LocalSpec)
+    """Local-run settings (ignored by the operator)."""
+    suspend: bool = False
+    """Suspend the job: its pods are deleted, the job and its progress are kept."""
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    """Delete the job this many seconds after it succeeded or failed."""
+    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    """Fail the job when it has been running longer than this."""
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> AsyncRLJobSpec:
+        if self.task.agent == "blackbox" and not self.task.agent_command:
+            raise ValueError("task.agentCommand is required when task.agent is 'blackbox'")
+        if (
+            self.staleness.max_partial_rollout_preempts is not None
+            and self.rollout.mode is not RolloutMode.PARTIAL_ASYNC
+            and not self.proxy.partial_rollout
+        ):
+            raise ValueError(
+                "staleness.maxPartialRolloutPreempts needs partial rollout: set "
+                "rollout.mode to 'partial_async' or proxy.partialRollout to true"
+            )
+        return self
+
+    @property
+    def partial_rollout(self) -> bool:
+        """Whether generations resume across weight updates (mode or explicit proxy flag)."""
+        return self.rollout.mode is RolloutMode.PARTIAL_ASYNC or self.proxy.partial_rollout
+
+
+class AsyncRLJob(ApiModel):
+    """An `AsyncRLJob` custom resource (apiVersion, kind, metadata, spec)."""
+
+    model_config = ApiModel.model_config | {"extra": "ignore"}
+
+    api_version: Literal["dressage.io/v1alpha1"] = Field(
+        default="dressage.io/v1alpha1", alias="apiVersion"
+    )
+    """Always `dressage.io/v1alpha1`."""
+    kind: Literal["AsyncRLJob"] = "AsyncRLJob"
+    """Always `AsyncRLJob`."""
+    metadata: ObjectMeta
+    """Object metadata."""
+    spec: AsyncRLJobSpec
+    """Desired state."""

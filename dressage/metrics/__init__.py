@@ -1,0 +1,70 @@
+"""Prometheus metric names exported by Dressage.
+
+This module is the one list of names: the runtime, the proxy and the operator export them, the
+Grafana dashboard and the alert rules query them, and a test keeps those in step. Prometheus
+names cannot contain `/`, so the reference's `staleness/version_span_mean` is exported as
+`dressage_staleness_version_span_mean`; counters end in `_total`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- Job runtime (trainer + collector), exported by `dressage run` and the trainer pods.
+STALENESS_VERSION_SPAN_MEAN: Final = "dressage_staleness_version_span_mean"
+STALENESS_VERSION_SPAN_MAX: Final = "dressage_staleness_version_span_max"
+STALENESS_VERSION_SPAN_MIN: Final = "dressage_staleness_version_span_min"
+TRAIN_ROLLOUT_LOGPROB_ABS_DIFF: Final = "dressage_train_rollout_logprob_abs_diff"
+REWARD_MEAN: Final = "dressage_reward_mean"
+TRAIN_STEP: Final = "dressage_train_step"
+WEIGHT_VERSION: Final = "dressage_weight_version"
+"""Gauge: ordinal of the latest published weight version (its label is in `_info`)."""
+WEIGHT_VERSION_INFO: Final = "dressage_weight_version_info"
+ENTROPY: Final = "dressage_entropy"
+CLIP_FRACTION: Final = "dressage_clip_fraction"
+DROPPED_GROUPS: Final = "dressage_dropped_groups_total"
+"""Counter labelled by `reason` (for example `stale_version`, `retries_exhausted`)."""
+STALENESS_FAILURES: Final = "dressage_staleness_failures_total"
+ROLLOUT_RETRIES: Final = "dressage_rollout_retries_total"
+ROLLOUT_GROUPS_COMPLETED: Final = "dressage_rollout_groups_completed_total"
+TRAINED_SAMPLES: Final = "dressage_trained_samples_total"
+
+# --- Proxy.
+PROXY_REQUESTS: Final = "dressage_proxy_requests_total"
+"""Counter labelled by `endpoint` and `code`."""
+PROXY_REQUEST_DURATION: Final = "dressage_proxy_request_duration_seconds"
+PROXY_PREEMPTS: Final = "dressage_proxy_preempts_total"
+PROXY_REFUSALS: Final = "dressage_proxy_refusals_total"
+"""Counter labelled by `reason` (for example `partial_rollout_staleness_exceeded`)."""
+PROXY_ACTIVE_SESSIONS: Final = "dressage_proxy_active_sessions"
+PROXY_VERSION_SPAN: Final = "dressage_proxy_version_span"
+"""Histogram of finished segments' version spans."""
+PROXY_ENGINE_HEALTHY: Final = "dressage_proxy_engine_healthy"
+"""Gauge labelled by `engine`: 1 when the engine answers its health check."""
+
+# --- Operator, per job (labels `namespace`, `job`).
+JOB_STALENESS_VERSION_SPAN_MEAN: Final = "dressage_job_staleness_version_span_mean"
+JOB_STALENESS_VERSION_SPAN_MAX: Final = "dressage_job_staleness_version_span_max"
+JOB_STALENESS_VERSION_SPAN_MIN: Final = "dressage_job_staleness_version_span_min"
+JOB_DROPPED_GROUPS: Final = "dressage_job_dropped_groups_total"
+JOB_STALENESS_FAILURES: Final = "dressage_job_staleness_failures_total"
+JOB_TRAIN_STEP: Final = "dressage_job_train_step"
+JOB_WEIGHT_VERSION: Final = "dressage_job_weight_version"
+JOB_PHASE: Final = "dressage_job_phase"
+"""Gauge labelled by `phase`: 1 for the job's current phase, 0 otherwise."""
+JOB_RESTARTS: Final = "dressage_job_restarts_total"
+
+# --- Operator health.
+OPERATOR_RECONCILE: Final = "dressage_operator_reconcile_total"
+"""Counter labelled by `result` (`ok`, `error`, `retry`)."""
+OPERATOR_RECONCILE_ERRORS: Final = "dressage_operator_reconcile_errors_total"
+OPERATOR_RECONCILE_DURATION: Final = "dressage_operator_reconcile_duration_seconds"
+
+
+def all_names() -> frozenset[str]:
+    """Every metric name this module declares."""
+    return frozenset(
+        value
+        for key, value in globals().items()
+        if key.isupper() and isinstance(value, str) and value.startswith("dressage_")
+    )
