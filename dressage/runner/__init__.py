@@ -1,0 +1,1 @@
+"""The local runner: `dressage run JOB.yaml` executes an AsyncRLJob on one machine."""
