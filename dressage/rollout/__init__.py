@@ -1,0 +1,1 @@
+"""Rollout: samples and their versions, staleness control, and the collectors."""

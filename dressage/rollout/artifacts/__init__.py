@@ -1,0 +1,1 @@
+"""Artifacts produced by rollout: training samples and their version metadata."""

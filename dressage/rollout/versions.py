@@ -1,0 +1,51 @@
+"""Weight-version labels: which ones are real, and spans counted in observation order.
+
+A weight version is an opaque label issued by the trainer each time it publishes weights.
+Labels are compared as strings (`3` and `"3"` are the same version) and ordered only by when
+they are first observed, never by sorting. A version is *real* unless it is missing, empty,
+`unknown` or `-1`; non-real versions carry no information and are ignored by every count here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+Version = str | int | None
+"""A version label as it arrives from engines, samples or manifests."""
+
+NON_REAL_LABELS = frozenset({"", "unknown", "-1", "none", "null"})
+
+
+def normalize_version(version: object) -> str | None:
+    """The canonical label of `version`, or None when it is not a real version."""
+    if version is None or isinstance(version, bool):
+        return None
+    label = str(version).strip()
+    if label.lower() in NON_REAL_LABELS:
+        return None
+    return label
+
+
+def is_real_version(version: object) -> bool:
+    """Whether `version` identifies a weight version (not missing, empty, unknown or -1)."""
+    return normalize_version(version) is not None
+
+
+def distinct_real_versions(versions: Iterable[object]) -> list[str]:
+    """Real versions in order of first appearance, each once."""
+    seen: dict[str, None] = {}
+    for version in versions:
+        label = normalize_version(version)
+        if label is not None:
+            seen.setdefault(label, None)
+    return list(seen)
+
+
+def version_span(versions: Iterable[object]) -> int:
+    """How many distinct real versions `versions` covers (0 when none is real)."""
+    return len(distinct_real_versions(versions))
+
+
+def version_switches(versions: Iterable[object]) -> int:
+    """Version switches implied by a span: `max(0, version_span - 1)`."""
+    return max(0, version_span(versions) - 1)
