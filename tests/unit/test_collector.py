@@ -1,0 +1,258 @@
+"""The async collector's worker and batch sink, driven by an in-process rollout function.
+
+The rollout function stands in for the agent layer (proxy + engines); integration tests run the
+collectors against real processes. Here it hands out samples stamped with whatever version the
+test has "published", so staleness behaviour can be pinned exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from dressage.rollout.artifacts.samples import Sample
+from dressage.rollout.collector import (
+    RETRIES_EXHAUSTED,
+    SHUTDOWN,
+    AsyncRolloutCollector,
+    CollectorClosed,
+)
+from dressage.rollout.fully_async_rollout import FullyAsyncRolloutCollector
+from dressage.rollout.groups import GroupFailed, PromptItem
+from dressage.rollout.partial_async_rollout import (
+    PARTIAL_ROLLOUT_STALENESS_EXCEEDED,
+    PartialAsyncRolloutCollector,
+)
+from dressage.rollout.staleness import StalenessConfig
+
+GROUP_SIZE = 3
+
+
+def prompts(n: int | None = None) -> Iterator[PromptItem]:
+    counter = itertools.count() if n is None else iter(range(n))
+    return (PromptItem(index=i, prompt_id=f"p{i}") for i in counter)
+
+
+def samples_for(prompt: PromptItem, version: str) -> list[Sample]:
+    return [
+        Sample.build(
+            prompt_tokens=[1, 2],
+            response_tokens=[3],
+            response_versions=[version],
+            rollout_log_probs=[-0.1],
+            reward=float(j),
+            group_id=prompt.prompt_id,
+            parent_traj_id=f"{prompt.prompt_id}-{j}",
+        )
+        for j in range(GROUP_SIZE)
+    ]
+
+
+class Engines:
+    """The published version, and a gate the test opens to let rollouts finish."""
+
+    def __init__(self) -> None:
+        self.version = "v0"
+        self.started: list[int] = []
+
+    async def rollout(self, prompt: PromptItem, attempt: int) -> Sequence[Sample]:
+        self.started.append(prompt.index)
+        await asyncio.sleep(0)
+        return samples_for(prompt, self.version)
+
+
+def collector(
+    engines: Engines,
+    *,
+    keep: int = 0,
+    n: int | None = None,
+    batch: int = 2,
+    concurrency: int = 2,
+    retries: int = 2,
+    cls: type[AsyncRolloutCollector] = FullyAsyncRolloutCollector,
+) -> AsyncRolloutCollector:
+    return cls(
+        prompts(n),
+        engines.rollout,
+        batch_size=batch,
+        concurrency=concurrency,
+        max_retries=retries,
+        staleness=StalenessConfig(keep),
+    )
+
+
+async def test_batches_hold_whole_groups() -> None:
+    engines = Engines()
+    async with collector(engines, batch=3) as c:
+        batch = await c.next_batch()
+    assert len(batch.groups) == 3
+    assert all(len(g.samples) == GROUP_SIZE for g in batch.groups)
+    assert {s.group_id for g in batch.groups for s in g.samples} == {
+        g.prompt.prompt_id for g in batch.groups
+    }
+    assert batch.stats["staleness/version_span_mean"] == 1.0
+
+
+class Script:
+    """A rollout whose groups finish only when the test releases them, with a given version."""
+
+    def __init__(self) -> None:
+        self._release: dict[int, asyncio.Future[str]] = {}
+        self.started = asyncio.Condition()
+
+    def _future(self, index: int) -> asyncio.Future[str]:
+        if index not in self._release:
+            self._release[index] = asyncio.get_running_loop().create_future()
+        return self._release[index]
+
+    async def rollout(self, prompt: PromptItem, attempt: int) -> Sequence[Sample]:
+        async with self.started:
+            self._future(prompt.index)
+            self.started.notify_all()
+        version = await self._future(prompt.index)
+        return samples_for(prompt, version)
+
+    async def wait_started(self, count: int) -> None:
+        async with self.started:
+            await self.started.wait_for(lambda: len(self._release) >= count)
+
+    def release(self, version: str, *indices: int) -> None:
+        for index in indices:
+            self._future(index).set_result(version)
+
+
+async def test_stale_groups_are_dropped_whole_and_counted() -> None:
+    """Groups finishing under a version outside the window never reach the trainer."""
+    script = Script()
+    c = FullyAsyncRolloutCollector(
+        prompts(),
+        script.rollout,
+        batch_size=2,
+        concurrency=6,
+        max_retries=0,
+        staleness=StalenessConfig(keep_versions=1),
+    )
+    async with c:
+        await script.wait_started(6)
+        script.release("v0", 2, 3)
+        first = await c.next_batch()
+        script.release("v1", 4, 5)  # the trainer published v1
+        second = await c.next_batch()
+        script.release("v0", 0, 1)  # long v0 rollouts finish late: stale
+        await script.wait_started(8)
+        script.release("v1", 6, 7)
+        third = await c.next_batch()
+    assert [g.prompt.index for g in first.groups] == [2, 3]
+    assert [g.prompt.index for g in second.groups] == [4, 5]
+    assert [g.prompt.index for g in third.groups] == [6, 7]
+    assert c.stats.dropped["stale_version"] == 2
+    assert c.stats.groups_trained == 6
+
+
+async def test_window_advance_removes_pending_groups() -> None:
+    script = Script()
+    c = FullyAsyncRolloutCollector(
+        prompts(),
+        script.rollout,
+        batch_size=3,
+        concurrency=4,
+        max_retries=0,
+        staleness=StalenessConfig(keep_versions=1),
+    )
+    async with c:
+        await script.wait_started(4)
+        script.release("v0", 0, 1)  # two v0 groups wait in the candidate batch
+        script.release("v1", 2)  # a v1 group advances the window past v0
+        script.release("v1", 3)
+        await script.wait_started(5)
+        script.release("v1", 4)
+        batch = await c.next_batch()
+    assert [g.prompt.index for g in batch.groups] == [2, 3, 4]
+    assert c.stats.dropped["window_advanced"] == 2
+
+
+async def test_failed_group_is_retried_then_dropped() -> None:
+    attempts: dict[int, list[int]] = {}
+
+    async def rollout(prompt: PromptItem, attempt: int) -> Sequence[Sample]:
+        attempts.setdefault(prompt.index, []).append(attempt)
+        if prompt.index == 0:
+            raise GroupFailed(PARTIAL_ROLLOUT_STALENESS_EXCEEDED, "502", staleness=True)
+        return samples_for(prompt, "v0")
+
+    c = PartialAsyncRolloutCollector(
+        prompts(3),
+        rollout,
+        batch_size=2,
+        concurrency=1,
+        max_retries=2,
+        staleness=StalenessConfig(2),
+    )
+    async with c:
+        batch = await c.next_batch()
+        with pytest.raises(CollectorClosed):
+            await c.next_batch()
+    assert attempts[0] == [0, 1, 2]
+    assert [g.prompt.index for g in batch.groups] == [1, 2]
+    assert c.stats.retries == 2
+    assert c.stats.failures[PARTIAL_ROLLOUT_STALENESS_EXCEEDED] == 3
+    assert c.stats.staleness_failures == 3
+    assert c.stats.dropped[RETRIES_EXHAUSTED] == 1
+    assert isinstance(c, PartialAsyncRolloutCollector)
+    assert c.staleness_failure_rate == 1.0
+
+
+async def test_unexpected_errors_fail_the_group_not_the_worker() -> None:
+    async def rollout(prompt: PromptItem, attempt: int) -> Sequence[Sample]:
+        if prompt.index == 1 and attempt == 0:
+            raise ConnectionError("engine went away")
+        return samples_for(prompt, "v0")
+
+    c = FullyAsyncRolloutCollector(
+        prompts(2), rollout, batch_size=2, concurrency=2, max_retries=1, staleness=StalenessConfig()
+    )
+    async with c:
+        batch = await c.next_batch()
+    assert sorted(g.prompt.index for g in batch.groups) == [0, 1]
+    assert c.stats.failures["rollout_error"] == 1
+
+
+async def test_worker_keeps_generating_while_the_trainer_trains() -> None:
+    """Rollout overlaps training: groups complete without anyone asking for a batch."""
+    engines = Engines()
+    async with collector(engines, batch=2, concurrency=2) as c:
+        await c.next_batch()
+        # "Training" now: no next_batch call. The worker goes on completing groups until the
+        # bounded completed queue is full, then blocks instead of running away.
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert c.stats.groups_completed == 2 + 2 + 2  # consumed + queue bound + blocked in put
+        assert c.in_flight == 2
+
+
+async def test_shutdown_accounts_for_every_started_group() -> None:
+    engines = Engines()
+    c = collector(engines, batch=2, concurrency=3)
+    async with c:
+        await c.next_batch()
+        for _ in range(20):
+            await asyncio.sleep(0)
+    stats = c.stats
+    assert stats.groups_started == stats.groups_trained + sum(stats.dropped.values())
+    assert stats.dropped[SHUTDOWN] == stats.groups_started - stats.groups_trained
+    with pytest.raises(CollectorClosed):
+        await c.next_batch()
+
+
+async def test_exhausted_data_ends_collection() -> None:
+    engines = Engines()
+    async with collector(engines, n=3, batch=2) as c:
+        await c.next_batch()
+        with pytest.raises(CollectorClosed):
+            await c.next_batch()
+        with pytest.raises(CollectorClosed):
+            await c.next_batch()
+    assert c.stats.dropped[SHUTDOWN] == 1
