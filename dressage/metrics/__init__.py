@@ -53,6 +53,8 @@ JOB_WEIGHT_VERSION: Final = "dressage_job_weight_version"
 JOB_PHASE: Final = "dressage_job_phase"
 """Gauge labelled by `phase`: 1 for the job's current phase, 0 otherwise."""
 JOB_RESTARTS: Final = "dressage_job_restarts_total"
+JOB_MAX_VERSION_SPAN_LIMIT: Final = "dressage_job_staleness_max_version_span"
+"""Gauge: the job's version span limit, `maxPartialRolloutPreempts + 1`; absent when unset."""
 
 # --- Operator health.
 OPERATOR_RECONCILE: Final = "dressage_operator_reconcile_total"

@@ -1,0 +1,409 @@
+"""Build the Grafana dashboard of the Helm chart from the metric names in `dressage.metrics`.
+
+The dashboard JSON (`charts/dressage-operator/dashboards/dressage.json`) is generated, not
+hand-edited: every query is written here with the metric-name constants, so a renamed metric
+cannot silently leave a panel empty. `tests/chart/test_dashboard.py` regenerates it and fails on
+a difference. Run `python scripts/build_dashboard.py` after changing a panel.
+
+Label conventions the queries rely on:
+- job pods (trainer, engines, proxy) are scraped by the chart's PodMonitor, which adds
+  `job_name` (from the pod label `dressage.io/job-name`) and `component`; Prometheus adds
+  `namespace` and `pod`;
+- the operator exports per-job series labelled `namespace` and `job` (kept by the
+  ServiceMonitor's honorLabels) and its own `dressage_operator_*` health series.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dressage import metrics as m  # noqa: E402
+
+OUTPUT = ROOT / "charts" / "dressage-operator" / "dashboards" / "dressage.json"
+UID = "dressage-overview"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+RATE = "$__rate_interval"
+
+# Selectors: job pods (PodMonitor labels) and the operator's per-job series.
+POD = 'namespace=~"$namespace", job_name=~"$job"'
+JOB = 'namespace=~"$namespace", job=~"$job"'
+
+Target = tuple[str, str]
+"""A query and its legend."""
+
+
+def _rate(name: str, selector: str, by: str) -> str:
+    return f"sum by ({by}) (rate({name}{{{selector}}}[{RATE}]))"
+
+
+def _quantile(q: float, histogram: str, selector: str, by: str) -> str:
+    return (
+        f"histogram_quantile({q}, sum by ({by}, le) "
+        f"(rate({histogram}_bucket{{{selector}}}[{RATE}])))"
+    )
+
+
+class _Layout:
+    """Places panels left to right, row by row, on Grafana's 24-column grid."""
+
+    def __init__(self) -> None:
+        self.panels: list[dict[str, Any]] = []
+        self._next_id = 1
+        self._x = 0
+        self._y = 0
+        self._row_height = 0
+
+    def _id(self) -> int:
+        panel_id = self._next_id
+        self._next_id += 1
+        return panel_id
+
+    def row(self, title: str) -> None:
+        self._newline()
+        self.panels.append(
+            {
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": self._y},
+                "id": self._id(),
+                "panels": [],
+                "title": title,
+                "type": "row",
+            }
+        )
+        self._y += 1
+
+    def _newline(self) -> None:
+        self._y += self._row_height
+        self._x = 0
+        self._row_height = 0
+
+    def _place(self, width: int, height: int) -> dict[str, int]:
+        if self._x + width > 24:
+            self._newline()
+        pos = {"h": height, "w": width, "x": self._x, "y": self._y}
+        self._x += width
+        self._row_height = max(self._row_height, height)
+        return pos
+
+    def timeseries(
+        self,
+        title: str,
+        description: str,
+        targets: list[Target],
+        unit: str = "short",
+        width: int = 12,
+        height: int = 8,
+        decimals: int | None = None,
+    ) -> None:
+        defaults: dict[str, Any] = {
+            "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0, "spanNulls": False},
+            "unit": unit,
+        }
+        if decimals is not None:
+            defaults["decimals"] = decimals
+        self.panels.append(
+            {
+                "datasource": DATASOURCE,
+                "description": description,
+                "fieldConfig": {"defaults": defaults, "overrides": []},
+                "gridPos": self._place(width, height),
+                "id": self._id(),
+                "options": {
+                    "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                    "tooltip": {"mode": "multi", "sort": "desc"},
+                },
+                "targets": [
+                    {
+                        "datasource": DATASOURCE,
+                        "expr": expr,
+                        "legendFormat": legend,
+                        "range": True,
+                        "refId": chr(ord("A") + i),
+                    }
+                    for i, (expr, legend) in enumerate(targets)
+                ],
+                "title": title,
+                "type": "timeseries",
+            }
+        )
+
+
+def _variable(name: str, label: str, query: str) -> dict[str, Any]:
+    return {
+        "allValue": ".*",
+        "current": {},
+        "datasource": DATASOURCE,
+        "definition": query,
+        "hide": 0,
+        "includeAll": True,
+        "label": label,
+        "multi": True,
+        "name": name,
+        "options": [],
+        "query": {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor"},
+        "refresh": 2,
+        "regex": "",
+        "sort": 1,
+        "type": "query",
+    }
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as a JSON-ready dict."""
+    d = _Layout()
+
+    d.row("Staleness")
+    d.timeseries(
+        "Version span per job (mean / max / min)",
+        "staleness/version_span_mean, _max and _min of the trajectories in the latest trainer "
+        "batch: how many weight versions one trajectory spans.",
+        [
+            (f"max by (job_name) ({m.STALENESS_VERSION_SPAN_MEAN}{{{POD}}})", "{{job_name}} mean"),
+            (f"max by (job_name) ({m.STALENESS_VERSION_SPAN_MAX}{{{POD}}})", "{{job_name}} max"),
+            (f"min by (job_name) ({m.STALENESS_VERSION_SPAN_MIN}{{{POD}}})", "{{job_name}} min"),
+        ],
+        decimals=2,
+    )
+    d.timeseries(
+        "Max version span vs limit (operator)",
+        "The operator's per-job max version span against the job's limit "
+        "(maxPartialRolloutPreempts + 1; absent when the partial-rollout control is off).",
+        [
+            (f"max by (job) ({m.JOB_STALENESS_VERSION_SPAN_MAX}{{{JOB}}})", "{{job}} max span"),
+            (f"max by (job) ({m.JOB_MAX_VERSION_SPAN_LIMIT}{{{JOB}}})", "{{job}} limit"),
+        ],
+    )
+    d.timeseries(
+        "Dropped groups / s by reason",
+        "GRPO groups dropped whole by the staleness filter or after exhausting retries.",
+        [(_rate(m.DROPPED_GROUPS, POD, "job_name, reason"), "{{job_name}} {{reason}}")],
+        unit="ops",
+        width=8,
+    )
+    d.timeseries(
+        "Staleness failures / s",
+        "Rollouts failed by the staleness controls (partial rollouts refused with HTTP 502 "
+        "partial_rollout_staleness_exceeded), by job.",
+        [(_rate(m.STALENESS_FAILURES, POD, "job_name"), "{{job_name}}")],
+        unit="ops",
+        width=8,
+    )
+    d.timeseries(
+        "Rollout retries / s",
+        "Prompt-group retries after a failed group (bounded by rollout.maxRetries).",
+        [(_rate(m.ROLLOUT_RETRIES, POD, "job_name"), "{{job_name}}")],
+        unit="ops",
+        width=8,
+    )
+    d.timeseries(
+        "Proxy refusals / s by reason",
+        "Requests the proxy refused, e.g. partial_rollout_staleness_exceeded.",
+        [(_rate(m.PROXY_REFUSALS, POD, "job_name, reason"), "{{job_name}} {{reason}}")],
+        unit="ops",
+    )
+    d.timeseries(
+        "Segment version span (p50 / p99)",
+        "Version spans of the segments the proxy finished.",
+        [
+            (_quantile(0.5, m.PROXY_VERSION_SPAN, POD, "job_name"), "{{job_name}} p50"),
+            (_quantile(0.99, m.PROXY_VERSION_SPAN, POD, "job_name"), "{{job_name}} p99"),
+        ],
+    )
+
+    d.row("Training")
+    d.timeseries(
+        "Reward (mean)",
+        "Mean reward of the trained batch.",
+        [(f"avg by (job_name) ({m.REWARD_MEAN}{{{POD}}})", "{{job_name}}")],
+        decimals=3,
+    )
+    d.timeseries(
+        "train_rollout_logprob_abs_diff",
+        "Mean |trainer logprob - rollout logprob| of trained tokens: the train-inference gap "
+        "that staleness control keeps small.",
+        [(f"avg by (job_name) ({m.TRAIN_ROLLOUT_LOGPROB_ABS_DIFF}{{{POD}}})", "{{job_name}}")],
+        decimals=4,
+    )
+    d.timeseries(
+        "Weight version and train step",
+        "Ordinal of the latest published weight version and the trainer's step.",
+        [
+            (f"max by (job_name) ({m.WEIGHT_VERSION}{{{POD}}})", "{{job_name}} weight version"),
+            (f"max by (job_name) ({m.TRAIN_STEP}{{{POD}}})", "{{job_name}} train step"),
+        ],
+        decimals=0,
+    )
+    d.timeseries(
+        "Completed groups and trained samples / s",
+        "Rollout throughput against what reaches the trainer.",
+        [
+            (_rate(m.ROLLOUT_GROUPS_COMPLETED, POD, "job_name"), "{{job_name}} groups completed"),
+            (_rate(m.TRAINED_SAMPLES, POD, "job_name"), "{{job_name}} samples trained"),
+        ],
+        unit="ops",
+    )
+
+    d.row("Proxy and engines")
+    d.timeseries(
+        "Proxy latency (p50 / p99)",
+        "Request duration at the proxy, by job.",
+        [
+            (
+                _quantile(0.5, m.PROXY_REQUEST_DURATION, POD, "job_name"),
+                "{{job_name}} p50",
+            ),
+            (
+                _quantile(0.99, m.PROXY_REQUEST_DURATION, POD, "job_name"),
+                "{{job_name}} p99",
+            ),
+        ],
+        unit="s",
+        width=8,
+    )
+    d.timeseries(
+        "Proxy requests / s by code",
+        "Requests through the proxy by HTTP status code.",
+        [(_rate(m.PROXY_REQUESTS, POD, "job_name, code"), "{{job_name}} {{code}}")],
+        unit="reqps",
+        width=8,
+    )
+    d.timeseries(
+        "Active sessions and preempts / s",
+        "Open trajectory sessions and generations preempted by a weight update.",
+        [
+            (f"sum by (job_name) ({m.PROXY_ACTIVE_SESSIONS}{{{POD}}})", "{{job_name}} sessions"),
+            (_rate(m.PROXY_PREEMPTS, POD, "job_name"), "{{job_name}} preempts/s"),
+        ],
+        width=8,
+    )
+    d.timeseries(
+        "Engine health",
+        "1 when an engine answers the proxy's health check, 0 otherwise.",
+        [
+            (
+                f"min by (job_name, engine) ({m.PROXY_ENGINE_HEALTHY}{{{POD}}})",
+                "{{job_name}} {{engine}}",
+            )
+        ],
+        width=24,
+        decimals=0,
+    )
+
+    d.row("Operator")
+    d.timeseries(
+        "Job phase",
+        "The phase of each AsyncRLJob (1 while in that phase).",
+        [(f"max by (job, phase) ({m.JOB_PHASE}{{{JOB}}}) == 1", "{{job}} {{phase}}")],
+        decimals=0,
+        width=8,
+    )
+    d.timeseries(
+        "Job restarts (increase)",
+        "Trainer gang restarts per job over the rate interval.",
+        [
+            (
+                f"sum by (job) (increase({m.JOB_RESTARTS}{{{JOB}}}[{RATE}]))",
+                "{{job}}",
+            )
+        ],
+        width=8,
+    )
+    d.timeseries(
+        "Reconciles / s by result",
+        "Operator reconcile outcomes (ok, error, retry).",
+        [
+            (
+                f"sum by (result) (rate({m.OPERATOR_RECONCILE}[{RATE}]))",
+                "{{result}}",
+            ),
+            (
+                f"sum(rate({m.OPERATOR_RECONCILE_ERRORS}[{RATE}]))",
+                "errors",
+            ),
+        ],
+        unit="ops",
+        width=8,
+    )
+    d.timeseries(
+        "Reconcile duration (p50 / p99)",
+        "Time the operator spends per reconcile.",
+        [
+            (
+                f"histogram_quantile(0.5, sum by (le) "
+                f"(rate({m.OPERATOR_RECONCILE_DURATION}_bucket[{RATE}])))",
+                "p50",
+            ),
+            (
+                f"histogram_quantile(0.99, sum by (le) "
+                f"(rate({m.OPERATOR_RECONCILE_DURATION}_bucket[{RATE}])))",
+                "p99",
+            ),
+        ],
+        unit="s",
+        width=24,
+    )
+
+    return {
+        "annotations": {"list": []},
+        "description": "Dressage async RL jobs: staleness control, training progress, proxy "
+        "and engines, operator health.",
+        "editable": True,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "links": [],
+        "panels": d.panels,
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "tags": ["dressage", "rl"],
+        "templating": {
+            "list": [
+                {
+                    "current": {},
+                    "hide": 0,
+                    "includeAll": False,
+                    "label": "Data source",
+                    "multi": False,
+                    "name": "datasource",
+                    "options": [],
+                    "query": "prometheus",
+                    "refresh": 1,
+                    "regex": "",
+                    "type": "datasource",
+                },
+                _variable("namespace", "Namespace", f"label_values({m.TRAIN_STEP}, namespace)"),
+                _variable(
+                    "job",
+                    "Job",
+                    f'label_values({m.TRAIN_STEP}{{namespace=~"$namespace"}}, job_name)',
+                ),
+            ]
+        },
+        "time": {"from": "now-6h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "title": "Dressage",
+        "uid": UID,
+        "version": 1,
+    }
+
+
+def render() -> str:
+    """The dashboard file's exact text."""
+    return json.dumps(build(), indent=2, sort_keys=True) + "\n"
+
+
+def main() -> int:
+    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    OUTPUT.write_text(render())
+    print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,508 @@
+"""The Helm chart rendered by the real helm binary: lint, template, Kubernetes schemas, content.
+
+Every rendered object of a built-in kind passes `kubernetes_validate` in strict mode (unknown
+fields refused). ServiceMonitor, PodMonitor and PrometheusRule are custom resources of the
+Prometheus Operator whose schemas kubernetes-validate does not ship; they are checked
+structurally here (apiVersion, kind, the fields the Prometheus Operator requires), and the
+PrometheusRule's rules by promtool in test_alert_rules.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.chart.tools import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    by_kind,
+    helm_template,
+    one,
+    render,
+    require_tool,
+    run_tool,
+)
+
+K8S_VERSION = "1.33.0"
+MONITORING = "monitoring.coreos.com/v1"
+PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+KUBE_PROMETHEUS = {"release": "kube-prometheus-stack"}
+
+# Named values combinations: each is linted, rendered and validated.
+COMBINATIONS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "monitoring": {
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "additionalLabels": KUBE_PROMETHEUS},
+            "podMonitor": {"enabled": True, "additionalLabels": KUBE_PROMETHEUS},
+        },
+        "grafanaDashboard": {"enabled": True, "namespace": "monitoring", "folder": "Dressage"},
+        "prometheusRule": {
+            "enabled": True,
+            "additionalLabels": KUBE_PROMETHEUS,
+            "additionalAlertLabels": {"team": "rl"},
+        },
+    },
+    "single-namespace": {
+        "singleNamespace": True,
+        "watchNamespace": "team-a",
+        "metrics": {"podMonitor": {"enabled": True}},
+    },
+    "bring-your-own-rbac": {
+        "rbac": {"create": False},
+        "serviceAccount": {"create": False, "name": "dressage-sa"},
+        "metrics": {"service": {"enabled": False}},
+    },
+    "overrides": {
+        "fullnameOverride": "rl-operator",
+        "image": {"repository": "registry.example.com/dressage-operator", "tag": "1.2.3"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "jobImages": {"sglang": {"repository": "registry.example.com/sglang", "tag": "0.5"}},
+        "nodeSelector": {"node-role": "system"},
+        "tolerations": [{"key": "system", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}
+                    ]
+                }
+            }
+        },
+        "extraArgs": ["--verbose"],
+        "extraEnv": [{"name": "EXTRA", "value": "1"}],
+        "priorityClassName": "system-cluster-critical",
+        "resources": {"requests": {"cpu": "200m", "memory": "512Mi"}},
+        "serviceAccount": {"annotations": {"iam.example.com/role": "dressage"}},
+        "rbac": {"extraRules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]},
+        "grafanaDashboard": {
+            "enabled": True,
+            "sidecarLabel": "grafana.example.com/dashboard",
+            "sidecarLabelValue": "dressage",
+        },
+    },
+}
+
+
+def _values_file(tmp_path: Path, values: dict[str, Any]) -> Path:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+def test_helm_lint_strict_passes(name: str, tmp_path: Path) -> None:
+    helm = require_tool("helm")
+    values = _values_file(tmp_path, COMBINATIONS[name])
+    result = run_tool([helm, "lint", "--strict", str(CHART), "-f", str(values)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def _validate_structurally(obj: dict[str, Any]) -> None:
+    """What the Prometheus Operator requires of its custom resources."""
+    assert obj["apiVersion"] == MONITORING
+    assert obj["metadata"]["name"]
+    spec = obj["spec"]
+    if obj["kind"] == "ServiceMonitor":
+        assert spec["selector"]["matchLabels"]
+        assert all(e["port"] for e in spec["endpoints"])
+    elif obj["kind"] == "PodMonitor":
+        assert spec["selector"]["matchLabels"]
+        assert all(e["port"] for e in spec["podMetricsEndpoints"])
+    else:
+        for group in spec["groups"]:
+            assert group["name"]
+            for rule in group["rules"]:
+                assert rule["alert"]
+                assert rule["expr"].strip()
+
+
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+def test_every_rendered_object_is_valid(name: str, tmp_path: Path) -> None:
+    objects = render(COMBINATIONS[name], tmp_path, include_crds=True)
+    assert objects
+    for obj in objects:
+        if obj["kind"] in PROMETHEUS_OPERATOR_KINDS:
+            _validate_structurally(obj)
+        else:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def _pod_specs(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    specs = [
+        (d["metadata"]["name"], d["spec"]["template"]["spec"])
+        for d in by_kind(objects, "Deployment")
+    ]
+    specs += [(p["metadata"]["name"], p["spec"]) for p in by_kind(objects, "Pod")]
+    return specs
+
+
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    """Where a pod spec breaks the restricted Pod Security Standard (Kubernetes 1.33 rules)."""
+    problems: list[str] = []
+    pod_sc = pod.get("securityContext", {})
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(flag):
+            problems.append(f"{flag} is set")
+    for volume in pod.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUME_TYPES:
+            problems.append(f"volume {volume['name']} uses {sorted(kinds)}")
+    containers = pod.get("containers", []) + pod.get("initContainers", [])
+    for c in containers:
+        sc = c.get("securityContext", {})
+        where = f"container {c['name']}"
+        if sc.get("privileged"):
+            problems.append(f"{where} is privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{where} does not set allowPrivilegeEscalation: false")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            problems.append(f"{where} does not drop ALL capabilities")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            problems.append(f"{where} adds capabilities {caps['add']}")
+        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
+            problems.append(f"{where} may run as root (runAsNonRoot unset)")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            problems.append(f"{where} runs as UID 0")
+        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {}))
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{where} has no RuntimeDefault/Localhost seccomp profile")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            problems.append(f"{where} uses a hostPort")
+    return problems
+
+
+def test_restricted_violations_detects_a_root_privileged_pod() -> None:
+    pod = {
+        "hostNetwork": True,
+        "volumes": [{"name": "h", "hostPath": {"path": "/"}}],
+        "containers": [{"name": "c", "securityContext": {"privileged": True, "runAsUser": 0}}],
+    }
+    problems = restricted_violations(pod)
+    assert any("hostNetwork" in p for p in problems)
+    assert any("hostPath" in p for p in problems)
+    assert any("privileged" in p for p in problems)
+    assert any("UID 0" in p for p in problems)
+    assert any("seccomp" in p for p in problems)
+
+
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+def test_operator_and_test_pods_meet_the_restricted_pod_security_standard(
+    name: str, tmp_path: Path
+) -> None:
+    specs = _pod_specs(render(COMBINATIONS[name], tmp_path))
+    assert specs
+    for pod_name, spec in specs:
+        assert restricted_violations(spec) == [], pod_name
+
+
+def test_default_deployment_runs_one_non_root_operator_watching_all_namespaces() -> None:
+    objects = render()
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == 65532
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/dressage/dressage-operator:0.1.0"
+    assert container["command"] == ["dressage-operator"]
+    assert container["args"] == [
+        "run",
+        "--all-namespaces",
+        "--metrics-port=8080",
+        "--liveness-port=8081",
+    ]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "metrics": 8080,
+        "healthz": 8081,
+    }
+    probe = container["livenessProbe"]["httpGet"]
+    assert (probe["path"], probe["port"]) == ("/healthz", "healthz")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DRESSAGE_OPERATOR_RUNTIME_IMAGE"] == "ghcr.io/dressage/dressage-runtime:0.1.0"
+    assert env["DRESSAGE_OPERATOR_SGLANG_IMAGE"] == "ghcr.io/dressage/dressage-sglang:0.1.0"
+
+
+def _rules(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs."""
+    table: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                table.setdefault((group, resource), set()).update(rule["verbs"])
+    return table
+
+
+# The operator's rules as the chart grants them: (apiGroup, resource) -> verbs.
+CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions"), ("", "namespaces")}
+EXPECTED_OPERATOR_RULES = {
+    ("dressage.io", "asyncrljobs"): {"get", "list", "watch", "patch", "delete"},
+    ("dressage.io", "asyncrljobs/status"): {"get", "patch"},
+    ("dressage.io", "asyncrljobs/finalizers"): {"update"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "services"): {"get", "create", "patch", "delete"},
+    ("", "configmaps"): {"get", "create", "patch", "delete"},
+    ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "events"): {"create"},
+    ("events.k8s.io", "events"): {"create"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("", "namespaces"): {"get", "list", "watch"},
+}
+# What the chart grants beyond operator/dressage_operator/rbac.py, and why (see rbac.yaml).
+CHART_ONLY_RULES = {("dressage.io", "asyncrljobs/finalizers")}
+
+
+def _operator_role(objects: list[dict[str, Any]], name: str = RELEASE) -> dict[str, Any]:
+    return next(r for r in by_kind(objects, "ClusterRole") if r["metadata"]["name"] == name)
+
+
+def test_cluster_rbac_is_least_privilege() -> None:
+    objects = render()
+    operator_role = _operator_role(objects)
+    assert _rules(operator_role) == EXPECTED_OPERATOR_RULES
+    for rule in operator_role["rules"]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == RELEASE
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}
+    ]
+    assert by_kind(objects, "Role") == []
+
+
+def test_cluster_rbac_matches_the_operators_rule_list() -> None:
+    """The chart grants exactly what operator/dressage_operator/rbac.py lists (plus the
+    documented finalizers rule)."""
+    rbac = pytest.importorskip(
+        "dressage_operator.rbac",
+        reason="operator/dressage_operator/rbac.py not present yet; EXPECTED_OPERATOR_RULES "
+        "stands in for it",
+    )
+    wanted = _rules({"rules": rbac.CLUSTER_RULES})
+    granted = _rules(_operator_role(render()))
+    assert {k: v for k, v in granted.items() if k not in CHART_ONLY_RULES} == wanted
+
+
+def test_single_namespace_mode_has_no_cluster_wide_operator_permission(tmp_path: Path) -> None:
+    objects = render(COMBINATIONS["single-namespace"], tmp_path)
+    role = one(objects, "Role")
+    assert role["metadata"]["namespace"] == "team-a"
+    assert _rules(role) == {
+        key: verbs for key, verbs in EXPECTED_OPERATOR_RULES.items() if key not in CLUSTER_SCOPED
+    }
+    binding = one(objects, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "team-a"
+    assert binding["subjects"][0]["namespace"] == NAMESPACE
+    assert by_kind(objects, "ClusterRoleBinding") == []
+    # Only the aggregated user roles remain cluster-scoped, and they grant no operator rights.
+    cluster_roles = {r["metadata"]["name"] for r in by_kind(objects, "ClusterRole")}
+    assert cluster_roles == {f"{RELEASE}-asyncrljob-editor", f"{RELEASE}-asyncrljob-viewer"}
+    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args
+    assert "--all-namespaces" not in args
+    pod_monitor = one(objects, "PodMonitor")
+    assert pod_monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+
+
+def test_editor_and_viewer_roles_aggregate_into_the_builtin_roles() -> None:
+    roles = {r["metadata"]["name"]: r for r in by_kind(render(), "ClusterRole")}
+    editor = roles[f"{RELEASE}-asyncrljob-editor"]
+    viewer = roles[f"{RELEASE}-asyncrljob-viewer"]
+    assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert _rules(editor)[("dressage.io", "asyncrljobs")] >= {"create", "delete", "patch"}
+    assert _rules(editor)[("dressage.io", "asyncrljobs/status")] == {"get"}
+    for verbs in _rules(viewer).values():
+        assert verbs == {"get", "list", "watch"}
+
+
+def test_monitoring_objects_are_absent_by_default() -> None:
+    kinds = {obj["kind"] for obj in render()}
+    assert not kinds & PROMETHEUS_OPERATOR_KINDS
+    assert "ConfigMap" not in kinds
+    # The metrics Service and the helm test pod are on by default.
+    assert {"Service", "Pod"} <= kinds
+
+
+def test_monitoring_combination_renders_monitors_for_kube_prometheus_stack(
+    tmp_path: Path,
+) -> None:
+    objects = render(COMBINATIONS["monitoring"], tmp_path)
+    service = one(objects, "Service")
+    service_monitor = one(objects, "ServiceMonitor")
+    assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= (
+        service["metadata"]["labels"].items()
+    )
+    (endpoint,) = service_monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    assert endpoint["honorLabels"] is True
+
+    pod_monitor = one(objects, "PodMonitor")
+    assert pod_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert pod_monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "dressage"}
+    assert pod_monitor["spec"]["namespaceSelector"] == {"any": True}
+    (pod_endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
+    assert pod_endpoint["port"] == "metrics"
+    relabel = {r["targetLabel"]: r["sourceLabels"] for r in pod_endpoint["relabelings"]}
+    assert relabel["job_name"] == ["__meta_kubernetes_pod_label_dressage_io_job_name"]
+    assert relabel["component"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_component"]
+
+    rule = one(objects, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    for group in rule["spec"]["groups"]:
+        for alert in group["rules"]:
+            assert alert["labels"]["team"] == "rl"
+
+
+def test_the_operator_service_selects_only_the_operator_pod() -> None:
+    objects = render()
+    service = one(objects, "Service")
+    deployment = one(objects, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    test_pod = one(objects, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    # The operator's ReplicaSet would adopt a test pod matching its selector.
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= test_pod["metadata"]["labels"].items()
+    assert not service["spec"]["selector"].items() <= test_pod["metadata"]["labels"].items()
+    command = test_pod["spec"]["containers"][0]["command"]
+    assert command[-1] == f"http://{RELEASE}-metrics.{NAMESPACE}.svc:8080/metrics"
+
+
+def test_dashboard_configmap_has_the_sidecar_label_and_the_dashboard(tmp_path: Path) -> None:
+    configmap = one(render({"grafanaDashboard": {"enabled": True}}, tmp_path), "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["namespace"] == NAMESPACE
+    assert configmap["data"]["dressage.json"] == (
+        CHART / "dashboards" / "dressage.json"
+    ).read_text().rstrip("\n")
+
+
+def test_dashboard_sidecar_label_namespace_and_folder_are_configurable(tmp_path: Path) -> None:
+    objects = render(COMBINATIONS["overrides"], tmp_path)
+    configmap = one(objects, "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana.example.com/dashboard"] == "dressage"
+    assert "grafana_dashboard" not in configmap["metadata"]["labels"]
+    monitoring = one(render(COMBINATIONS["monitoring"], tmp_path), "ConfigMap")
+    assert monitoring["metadata"]["namespace"] == "monitoring"
+    assert monitoring["metadata"]["annotations"] == {"grafana_folder": "Dressage"}
+
+
+def test_overrides_reach_the_deployment(tmp_path: Path) -> None:
+    objects = render(COMBINATIONS["overrides"], tmp_path)
+    deployment = one(objects, "Deployment")
+    assert deployment["metadata"]["name"] == "rl-operator"
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.example.com/dressage-operator:1.2.3"
+    assert container["args"][-1] == "--verbose"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"node-role": "system"}
+    assert pod["tolerations"][0]["key"] == "system"
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DRESSAGE_OPERATOR_SGLANG_IMAGE"] == "registry.example.com/sglang:0.5"
+    assert env["EXTRA"] == "1"
+    role_rules = _rules(_operator_role(objects, "rl-operator"))
+    assert role_rules[("", "secrets")] == {"get"}
+
+
+def test_without_rbac_and_service_account_the_named_account_is_used(tmp_path: Path) -> None:
+    objects = render(COMBINATIONS["bring-your-own-rbac"], tmp_path)
+    kinds = {obj["kind"] for obj in objects}
+    assert not kinds & {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Service"}
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "dressage-sa"
+
+
+BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
+    "unknown top-level key": ({"imagePullSecret": [{"name": "x"}]}, "imagePullSecret"),
+    "pull policy": ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    "two replicas": ({"replicaCount": 2}, "/replicaCount"),
+    "numeric sidecar value": (
+        {"grafanaDashboard": {"sidecarLabelValue": 1}},
+        "/grafanaDashboard/sidecarLabelValue",
+    ),
+    "port out of range": ({"metrics": {"port": 70000}}, "/metrics/port"),
+    "interval without unit": (
+        {"metrics": {"serviceMonitor": {"interval": "30"}}},
+        "/metrics/serviceMonitor/interval",
+    ),
+    "bad namespace": ({"watchNamespace": "Team_A", "singleNamespace": True}, "/watchNamespace"),
+    "negative threshold": (
+        {"prometheusRule": {"alerts": {"droppedGroupsHigh": {"threshold": -1}}}},
+        "/prometheusRule/alerts/droppedGroupsHigh/threshold",
+    ),
+    "alert duration": (
+        {"prometheusRule": {"alerts": {"jobFailed": {"for": "soon"}}}},
+        "/prometheusRule/alerts/jobFailed/for",
+    ),
+    "secret as a string": ({"imagePullSecrets": ["regcred"]}, "/imagePullSecrets/0"),
+    "string flag": ({"singleNamespace": "yes"}, "/singleNamespace"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_schema_refuses_bad_values_naming_the_field(case: str, tmp_path: Path) -> None:
+    values, field = BAD_VALUES[case]
+    result = helm_template(values, tmp_path)
+    assert result.returncode != 0
+    assert "don't meet the specifications of the schema" in result.stderr
+    assert field in result.stderr, result.stderr
+
+
+CROSS_FIELD: dict[str, tuple[dict[str, Any], str]] = {
+    "same ports": ({"livenessPort": 8080}, "metrics.port and livenessPort must differ"),
+    "watch namespace without single-namespace mode": (
+        {"watchNamespace": "team-a"},
+        "watchNamespace is set but singleNamespace is false",
+    ),
+    "service monitor without service": (
+        {"metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}}},
+        "metrics.serviceMonitor.enabled needs metrics.service.enabled",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CROSS_FIELD))
+def test_cross_field_mistakes_fail_with_a_message(case: str, tmp_path: Path) -> None:
+    values, message = CROSS_FIELD[case]
+    result = helm_template(values, tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_operator_command_line_is_accepted_by_the_operator() -> None:
+    """The Deployment's arguments parse with the operator's own argument parser."""
+    main = pytest.importorskip(
+        "dressage_operator.main",
+        reason="operator/dressage_operator/main.py not present yet; the chart assumes "
+        "`dressage-operator run [--namespace NS | --all-namespaces] --metrics-port P "
+        "--liveness-port P`",
+    )
+    container = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["dressage-operator"]
+    main.build_parser().parse_args(container["args"])

@@ -1,0 +1,76 @@
+"""The Dockerfiles in images/: hadolint-clean, pinned bases, OCI labels, non-root operator
+without torch. (No Docker engine here: the images are linted and inspected, not built.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.chart.tools import ROOT, require_tool, run_tool
+
+IMAGES = ROOT / "images"
+DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
+OCI_LABELS = ("title", "description", "source", "licenses", "version", "revision")
+# An exact version tag: digits and dots, optionally with a suffix (e.g. -cu126), never latest.
+PINNED_TAG = re.compile(r"^[\w./-]+:v?\d+\.\d+\.\d+[\w.-]*$")
+
+
+def test_every_image_has_a_dockerfile() -> None:
+    assert {p.parent.name for p in DOCKERFILES} == {"operator", "runtime", "sglang"}
+    assert (ROOT / ".dockerignore").is_file()
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_hadolint_passes(dockerfile: Path) -> None:
+    hadolint = require_tool("hadolint")
+    result = run_tool([hadolint, str(dockerfile)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_reports_a_bad_dockerfile(tmp_path: Path) -> None:
+    hadolint = require_tool("hadolint")
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM ubuntu\nRUN apt-get update && apt-get install curl\n")
+    result = run_tool([hadolint, str(bad)])
+    assert result.returncode != 0
+    assert "DL3006" in result.stdout  # untagged base image
+
+
+def _base_images(text: str) -> list[str]:
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.MULTILINE))
+    bases = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
+    return [args.get(b.strip("${}"), b) for b in bases]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_bases_are_pinned_and_labels_present(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    for base in _base_images(text):
+        assert PINNED_TAG.match(base), f"{dockerfile}: base {base} is not an exact version tag"
+    for label in OCI_LABELS:
+        assert f"org.opencontainers.image.{label}=" in text, label
+
+
+def test_operator_image_is_non_root_and_has_no_torch() -> None:
+    text = (IMAGES / "operator" / "Dockerfile").read_text()
+    assert re.search(r"^USER 65532:65532$", text, re.MULTILINE)
+    assert '"dressage[operator]==' in text
+    assert "[train]" not in text
+    # The build fails if torch ends up installed.
+    assert "find_spec('torch') is not None" in text
+
+
+def test_runtime_image_uses_cuda_torch_and_installs_the_train_extra() -> None:
+    text = (IMAGES / "runtime" / "Dockerfile").read_text()
+    (base,) = set(_base_images(text))
+    assert base.startswith("pytorch/pytorch:")
+    assert "-cuda" in base
+    assert '"dressage[train]==' in text
+    assert re.search(r"^USER 1000:1000$", text, re.MULTILINE)
+
+
+def test_sglang_image_extends_the_pinned_upstream_image() -> None:
+    (base,) = set(_base_images((IMAGES / "sglang" / "Dockerfile").read_text()))
+    assert base.startswith("lmsysorg/sglang:v")
