@@ -37,19 +37,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "engine_urls":
             parser.add_argument(
                 flag,
+                dest=name,
                 action="append",
                 metavar="URL[,URL...]",
                 help=help_text + " Repeatable, or a comma-separated list.",
             )
         elif info.annotation is bool:
-            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+            parser.add_argument(flag, dest=name, action="store_true", default=None, help=help_text)
         else:
             kind: Any = str
             if "int" in str(info.annotation):
                 kind = int
             elif "float" in str(info.annotation):
                 kind = float
-            parser.add_argument(flag, type=kind, default=None, help=help_text)
+            parser.add_argument(flag, dest=name, type=kind, default=None, help=help_text)
 
 
 def build_config(args: argparse.Namespace) -> ProxyConfig:
