@@ -194,3 +194,21 @@ async def test_client_surfaces_400_as_engine_request_error(engine: EngineProcess
         with pytest.raises(EngineRequestError, match="nonexistent"):
             await client.update_weights_from_disk("/nonexistent", "v9")
         assert await client.get_weight_version() == "v0"
+
+
+async def test_stop_string_is_matched_and_trimmed(engine: EngineProcess) -> None:
+    prompt = prompt_for(8)
+    async with EngineClient(engine.base_url) as client:
+        full = await client.generate(greedy(prompt, 30))
+        stop = full.text[6:8]
+        cut = full.text.index(stop)
+        req = greedy(prompt, 30)
+        req.sampling_params = SamplingParams(max_new_tokens=30, temperature=0.0, stop=[stop])
+        out = await client.generate(req)
+    assert out.meta_info.finish_reason is not None
+    assert out.meta_info.finish_reason.model_dump(exclude_none=True) == {
+        "type": "stop",
+        "matched": stop,
+    }
+    assert out.text == full.text[:cut]
+    assert out.output_ids == full.output_ids[: len(out.output_ids)]

@@ -205,3 +205,21 @@ async def test_same_engine_seed_and_request_order_reproduce(cache_dir: Path) -> 
                 runs.append([(await client.generate(r)).output_ids for r in reqs])
     assert runs[0] == runs[1]
     assert len({tuple(ids) for ids in runs[0]}) == 3  # unseeded requests differ
+
+
+async def test_pause_retract_recomputes_the_cache_and_continues_exactly(
+    fresh_engine: EngineProcess, weights: ModelWeights
+) -> None:
+    prompt = prompt_for(9)
+    total = 300
+    async with EngineClient(fresh_engine.base_url) as client:
+        task, reached = await stream_until(client, greedy(prompt, total), 5)
+        await asyncio.wait_for(reached.wait(), 60)
+        await client.pause_generation("retract")
+        with pytest.raises(TimeoutError):  # held mid-generation, without its KV cache
+            await asyncio.wait_for(asyncio.shield(task), 0.3)
+        await client.continue_generation()
+        out = await asyncio.wait_for(task, 60)
+    # Same weights before and after: recomputing the KV cache must not change the tokens.
+    assert out.output_ids == greedy_reference(weights, prompt, total)
+    assert out.token_versions() == ["v0"] * total
