@@ -4,6 +4,12 @@ Prints `engine listening on http://HOST:PORT` once the socket accepts connection
 `--port 0`, the port the OS chose) and `engine ready on http://HOST:PORT` once weights are
 loaded; `/health` answers 503 in between. With `--start-unloaded` the engine waits for its first
 `/update_weights_from_disk` before it is ready.
+
+`--min-step-interval-ms N` emulates a slower accelerator: two decode steps never start less
+than N ms apart, so each request gains at most one token per N ms. It bounds generation speed
+from above regardless of machine load, which makes tests and demos that act on a generation
+while it runs (abort, pause, weight updates, killing the engine) deterministic: N ms x
+`max_new_tokens` is a lower bound on how long the generation lasts.
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve without weights (503) until the first /update_weights_from_disk",
     )
+    serve.add_argument(
+        "--min-step-interval-ms",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="start decode steps at least N ms apart, emulating a slower accelerator for "
+        "tests and demos (default 0: no pacing)",
+    )
     serve.add_argument("--log-level", default="warning")
 
 
@@ -56,6 +70,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_batch_size < 1 or args.threads < 1:
         print("--max-batch-size and --threads must be at least 1", file=sys.stderr)
         return 2
+    if not args.min_step_interval_ms >= 0:  # also refuses nan
+        print("--min-step-interval-ms must be >= 0", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     try:
         path = resolve_model_source(args.model, args.cache_dir)
@@ -69,6 +86,7 @@ def serve(args: argparse.Namespace) -> int:
                 max_batch_size=args.max_batch_size,
                 context_length=args.context_length,
                 start_unloaded=args.start_unloaded,
+                min_step_interval_ms=args.min_step_interval_ms,
             )
         )
     except (ValueError, OSError) as exc:

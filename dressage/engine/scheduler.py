@@ -15,6 +15,11 @@ carries the new version. Each request records its tokens' versions as spans.
 Per-request seeded generators make sampling independent of batch composition: for a given
 engine seed and request order (or per-request `sampling_seed`) the tokens are reproducible.
 
+With a minimum step interval (`StepPacer`) two steps never start less than that interval apart,
+so no request gains more than one token per interval: it emulates a slower accelerator and
+bounds generation speed from above, whatever the machine. Commands are still applied while a
+step waits for its turn, so an abort, pause or weight swap never waits out the interval.
+
 Unlike SGLang, whose weight update waits for in-flight requests unless generation is paused,
 a swap here lands at the next token boundary even while requests run; callers that want the
 same behaviour on both pause first (`in_place`) and continue after the update.
@@ -74,6 +79,28 @@ class Request:
         return len(self.prompt_ids) + len(self.output_ids)
 
 
+class StepPacer:
+    """Spaces scheduler steps at least `interval_s` apart (0: no pacing).
+
+    Pure bookkeeping over an injected clock reading: `wait_s(now)` is how long the next step
+    must still wait, `started(now)` records that a step began.
+    """
+
+    def __init__(self, interval_s: float) -> None:
+        if interval_s < 0:
+            raise ValueError(f"min step interval must be >= 0, got {interval_s}")
+        self.interval_s = interval_s
+        self._last_start: float | None = None
+
+    def wait_s(self, now: float) -> float:
+        if self.interval_s == 0 or self._last_start is None:
+            return 0.0
+        return max(0.0, self._last_start + self.interval_s - now)
+
+    def started(self, now: float) -> None:
+        self._last_start = now
+
+
 @dataclasses.dataclass
 class _Command:
     kind: str
@@ -93,6 +120,8 @@ class Scheduler:
         max_batch_size: int,
         context_length: int,
         weight_version: str,
+        min_step_interval_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.shape = shape
         self.tokenizer = tokenizer
@@ -109,6 +138,8 @@ class Scheduler:
         self._paused = False
         self._stopping = False
         self._arrivals = 0
+        self._pacer = StepPacer(min_step_interval_s)
+        self._clock = clock
         self._commands: queue.Queue[_Command] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
         # Thread-safe snapshots for the HTTP side.
@@ -164,10 +195,17 @@ class Scheduler:
     def _loop(self) -> None:
         try:
             while not self._stopping:
-                idle = not self._running and not (self._waiting and self._can_admit())
+                idle = not self._has_work()
                 self._drain_commands(block=idle)
-                if self._stopping or self._paused or self._weights is None:
+                if self._stopping or not self._has_work():
                     continue
+                wait_s = self._pacer.wait_s(self._clock())
+                if wait_s > 0:
+                    # Wait for the step's turn on the command queue: whatever arrives meanwhile
+                    # (abort, pause, swap) is applied now, then the loop looks again.
+                    self._drain_commands(block=True, timeout_s=wait_s)
+                    continue
+                self._pacer.started(self._clock())
                 admitted = self._admit()
                 self._decode_step(exclude=admitted)
         except Exception:
@@ -187,9 +225,17 @@ class Scheduler:
     def _can_admit(self) -> bool:
         return not self._paused and self._weights is not None and bool(self._free_slots)
 
-    def _drain_commands(self, *, block: bool) -> None:
+    def _has_work(self) -> bool:
+        """Whether a step would produce a token now (a running or admissible request)."""
+        if self._paused or self._weights is None:
+            return False
+        return bool(self._running) or (bool(self._waiting) and bool(self._free_slots))
+
+    def _drain_commands(self, *, block: bool, timeout_s: float = 0.5) -> None:
         try:
-            command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
+            command = (
+                self._commands.get(timeout=timeout_s) if block else self._commands.get_nowait()
+            )
         except queue.Empty:
             return
         while True:

@@ -55,6 +55,8 @@ class EngineConfig:
     context_length: int | None = None
     start_unloaded: bool = False
     """Serve without weights until the first /update_weights_from_disk."""
+    min_step_interval_ms: float = 0.0
+    """Never start two scheduler steps less than this apart (0: as fast as the CPU allows)."""
 
 
 class BadRequest(Exception):
@@ -93,6 +95,7 @@ class EngineServer:
             max_batch_size=config.max_batch_size,
             context_length=self.context_length,
             weight_version=config.weight_version,
+            min_step_interval_s=config.min_step_interval_ms / 1000,
         )
         self.fatal_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None

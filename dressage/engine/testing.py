@@ -48,6 +48,7 @@ def engine_command(
     max_batch_size: int = 32,
     threads: int = 1,
     start_unloaded: bool = False,
+    min_step_interval_ms: float = 0.0,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The argv of `dressage engine serve` on a free loopback port."""
@@ -59,6 +60,8 @@ def engine_command(
         cmd += ["--cache-dir", str(cache_dir)]
     if start_unloaded:
         cmd.append("--start-unloaded")
+    if min_step_interval_ms:
+        cmd += ["--min-step-interval-ms", str(min_step_interval_ms)]
     return cmd + list(extra_args)
 
 
@@ -72,10 +75,16 @@ def start_engine(
     max_batch_size: int = 32,
     threads: int = 1,
     start_unloaded: bool = False,
+    min_step_interval_ms: float = 0.0,
     extra_args: Sequence[str] = (),
     startup_timeout_s: float = 120.0,
 ) -> Iterator[EngineProcess]:
-    """Run an engine process for the duration of the `with` block; yield its base URL."""
+    """Run an engine process for the duration of the `with` block; yield its base URL.
+
+    `min_step_interval_ms` paces decoding (`--min-step-interval-ms`): a test that acts on a
+    generation while it runs gets a lower bound of `min_step_interval_ms * max_new_tokens` on
+    how long the generation lasts, however loaded the machine is.
+    """
     cmd = engine_command(
         model=model,
         cache_dir=cache_dir,
@@ -84,6 +93,7 @@ def start_engine(
         max_batch_size=max_batch_size,
         threads=threads,
         start_unloaded=start_unloaded,
+        min_step_interval_ms=min_step_interval_ms,
         extra_args=extra_args,
     )
     env = dict(os.environ)
