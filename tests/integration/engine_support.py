@@ -14,6 +14,10 @@ from dressage.model import BUILTIN_TINY, resolve_model_source
 
 LONG = 1500
 """Output tokens of a generation that is still running when a test acts on it."""
+PACE_MS = 2.0
+"""`min_step_interval_ms` of an engine whose tests act on a running generation: each token
+takes at least this long, so a LONG generation lasts at least 3 s however fast or loaded the
+machine is, far longer than the few loopback HTTP calls a test makes before it acts."""
 
 
 def make_uniform_checkpoint(cache_dir: Path) -> Path:

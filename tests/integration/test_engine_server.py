@@ -24,6 +24,7 @@ from dressage.engine.testing import EngineProcess, start_engine
 from dressage.model import BUILTIN_TINY, resolve_model_source
 from tests.integration.engine_support import (
     LONG,
+    PACE_MS,
     greedy,
     greedy_reference,
     prompt_for,
@@ -48,8 +49,11 @@ def weights(cache_dir: Path) -> ModelWeights:
 
 @pytest.fixture(scope="module")
 def engine(cache_dir: Path) -> Iterator[EngineProcess]:
-    """One engine for the whole module: these tests do not change its weights or pause it."""
-    with start_engine(cache_dir=cache_dir, weight_version="v0") as process:
+    """One engine for the whole module: these tests do not change its weights or pause it.
+    Paced so that a LONG generation is still running when the abort test aborts it."""
+    with start_engine(
+        cache_dir=cache_dir, weight_version="v0", min_step_interval_ms=PACE_MS
+    ) as process:
         yield process
 
 
@@ -134,7 +138,7 @@ async def test_abort_mid_generation_returns_the_partial_tokens(
     prompt = prompt_for(4)
     async with EngineClient(engine.base_url) as client:
         # The non-streaming request is admitted first; once the streaming one has produced
-        # tokens, both are mid-generation.
+        # tokens, both are mid-generation, and pacing keeps them so for seconds (PACE_MS).
         blocking = asyncio.create_task(client.generate(greedy(prompt, LONG, rid="victim")))
         watched, reached = await stream_until(client, greedy(prompt, LONG, rid="watched"), 5)
         await asyncio.wait_for(reached.wait(), 60)

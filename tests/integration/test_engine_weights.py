@@ -33,6 +33,11 @@ from tests.integration.engine_support import (
 pytestmark = pytest.mark.integration
 torch.set_num_threads(1)
 
+PACE_MS = 5.0
+"""Decode pacing of `fresh_engine`: every test here acts on a generation while it runs (weight
+update, pause), so each token takes at least 5 ms; a test's generation of N tokens therefore
+lasts at least N * 5 ms however loaded the machine is, which the token counts below rely on."""
+
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -53,7 +58,9 @@ def uniform_checkpoint(cache_dir: Path) -> Path:
 
 @pytest.fixture
 def fresh_engine(cache_dir: Path) -> Iterator[EngineProcess]:
-    with start_engine(cache_dir=cache_dir, weight_version="v0") as process:
+    with start_engine(
+        cache_dir=cache_dir, weight_version="v0", min_step_interval_ms=PACE_MS
+    ) as process:
         yield process
 
 
@@ -62,6 +69,7 @@ async def test_weight_update_mid_generation_splits_versions_at_the_swap(
 ) -> None:
     prompt = prompt_for(5)
     vocab = weights.shape.vocab_size
+    # LONG tokens take >= 7.5 s: the update and 20 more tokens land well before the end.
     async with EngineClient(fresh_engine.base_url) as client:
         updated = asyncio.Event()
         after_update: list[GenerateResponse] = []
@@ -111,7 +119,9 @@ async def test_pause_in_place_holds_tokens_until_continue(
     fresh_engine: EngineProcess, weights: ModelWeights, uniform_checkpoint: Path
 ) -> None:
     prompt = prompt_for(6)
-    total = 60
+    # The tokens after the 5th take >= 2 s (PACE_MS), so the pause lands mid-generation; the
+    # test pays that time once, when the generation finishes after continue.
+    total = 400
     async with EngineClient(fresh_engine.base_url) as client:
         counts: list[int] = []
         reached = asyncio.Event()
@@ -159,6 +169,7 @@ async def test_pause_abort_aborts_in_flight_and_holds_new_requests(
     fresh_engine: EngineProcess,
 ) -> None:
     async with EngineClient(fresh_engine.base_url) as client:
+        # LONG tokens take >= 7.5 s (PACE_MS): the pause aborts the generation mid-way.
         task, reached = await stream_until(client, greedy(prompt_for(7), LONG), 3)
         await asyncio.wait_for(reached.wait(), 60)
         await client.pause_generation("abort")
@@ -211,7 +222,8 @@ async def test_pause_retract_recomputes_the_cache_and_continues_exactly(
     fresh_engine: EngineProcess, weights: ModelWeights
 ) -> None:
     prompt = prompt_for(9)
-    total = 300
+    # >= 2 s after the 5th token (PACE_MS): the retract lands mid-generation.
+    total = 400
     async with EngineClient(fresh_engine.base_url) as client:
         task, reached = await stream_until(client, greedy(prompt, total), 5)
         await asyncio.wait_for(reached.wait(), 60)
