@@ -5,24 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from dressage.engine.testing import EngineProcess, start_engine
 from dressage.model.tiny import resolve_model_source
-
-
-@contextmanager
-def engine_process(**kwargs: Any) -> Iterator[EngineProcess]:
-    """`start_engine`, closing the process's output pipe afterwards (no ResourceWarning)."""
-    with start_engine(**kwargs) as engine:
-        yield engine
-    if engine.process.stdout is not None:
-        engine.process.stdout.close()
 
 
 def tiny_checkpoint(cache_dir: Path) -> Path:

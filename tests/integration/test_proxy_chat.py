@@ -15,18 +15,17 @@ import httpx
 import openai
 import pytest
 
-from dressage.engine.testing import EngineProcess
+from dressage.engine.testing import EngineProcess, start_engine
 from dressage.proxy.chat import load_chat_tokenizer
 from dressage.proxy.records import record_to_sample
 from dressage.proxy.testing import ProxyProcess, start_proxy
-from tests.integration.proxy_support import engine_process
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
-    with engine_process(cache_dir=tmp_path_factory.mktemp("cache"), weight_version="v0") as e:
+    with start_engine(cache_dir=tmp_path_factory.mktemp("cache"), weight_version="v0") as e:
         yield e
 
 

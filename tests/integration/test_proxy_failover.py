@@ -11,14 +11,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dressage.engine.testing import EngineProcess
+from dressage.engine.testing import EngineProcess, start_engine
 from dressage.proxy.testing import start_proxy
-from tests.integration.proxy_support import engine_process, metric_value, session_busy, wait_for
+from tests.integration.proxy_support import metric_value, session_busy, wait_for
 
 pytestmark = pytest.mark.integration
 
 PROMPT = [1, 5, 12, 23]
 LONG = {"max_new_tokens": 1500, "ignore_eos": True}
+PACE_MS = 2.0
+"""Decode pacing of the engines: a LONG generation lasts at least 3 s, so it is still running
+when the test kills its engine, however loaded the machine is (the survivor then generates it
+again, which is what the retry test pays for that guarantee)."""
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +32,10 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def two_engines(cache_dir: Path) -> Iterator[tuple[EngineProcess, EngineProcess]]:
-    with engine_process(cache_dir=cache_dir) as a, engine_process(cache_dir=cache_dir) as b:
+    with (
+        start_engine(cache_dir=cache_dir, min_step_interval_ms=PACE_MS) as a,
+        start_engine(cache_dir=cache_dir, min_step_interval_ms=PACE_MS) as b,
+    ):
         yield a, b
 
 
@@ -42,7 +49,10 @@ async def _generate_and_kill(
         )
     )
     await wait_for(lambda: session_busy(client, session_id), what="generation in flight")
-    await asyncio.wait({task}, timeout=0.2)  # the engine is generating now
+    # Busy means the proxy has picked an engine; give the request a moment to reach it so that
+    # the kill lands mid-request (nothing observable says the engine has it). The assertions
+    # do not depend on it, and pacing guarantees the generation cannot end meanwhile.
+    await asyncio.wait({task}, timeout=0.2)
     assert not task.done(), "the generation should still be running"
     victim = (await client.get(f"/sessions/{session_id}")).json()["engine_url"]
     engines[victim].process.send_signal(signal.SIGKILL)
@@ -72,7 +82,10 @@ async def test_engine_killed_before_answering_is_retried_on_another(
 
 
 async def test_last_engine_killed_mid_request_is_a_clear_502(cache_dir: Path) -> None:
-    with engine_process(cache_dir=cache_dir) as engine, start_proxy([engine.base_url]) as proxy:
+    with (
+        start_engine(cache_dir=cache_dir, min_step_interval_ms=PACE_MS) as engine,
+        start_proxy([engine.base_url]) as proxy,
+    ):
         async with httpx.AsyncClient(base_url=proxy.base_url, timeout=60) as client:
             response, victim = await _generate_and_kill(client, {engine.base_url: engine}, "kill-2")
             assert response.status_code == 502, response.text

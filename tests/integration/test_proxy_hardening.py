@@ -10,20 +10,25 @@ from typing import Any
 import httpx
 import pytest
 
-from dressage.engine.testing import EngineProcess
+from dressage.engine.testing import EngineProcess, start_engine
 from dressage.proxy.testing import ProxyProcess, start_proxy
-from tests.integration.proxy_support import engine_process, session_busy, wait_for
+from tests.integration.proxy_support import session_busy, wait_for
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 PROMPT = [1, 5, 12, 23]
+PACE_MS = 2.0
+"""Decode pacing of the engine: a generation of N tokens lasts at least N * 2 ms, so the 800-token
+generations of the concurrency test are still running (>= 1.6 s) when the test sends the
+requests that must find them in flight, however loaded the machine is."""
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
-    with engine_process(cache_dir=tmp_path_factory.mktemp("cache")) as engine:
+    cache_dir = tmp_path_factory.mktemp("cache")
+    with start_engine(cache_dir=cache_dir, min_step_interval_ms=PACE_MS) as engine:
         yield engine
 
 

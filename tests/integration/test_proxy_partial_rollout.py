@@ -16,12 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from dressage.engine.testing import EngineProcess
+from dressage.engine.testing import EngineProcess, start_engine
 from dressage.proxy.records import record_to_sample
 from dressage.proxy.testing import ProxyProcess, start_proxy
 from dressage.rollout.versions import distinct_real_versions
 from tests.integration.proxy_support import (
-    engine_process,
     engine_version,
     metric_value,
     new_label,
@@ -34,7 +33,14 @@ from tests.integration.proxy_support import (
 pytestmark = pytest.mark.integration
 
 PROMPT = [1, 5, 12, 23, 40, 41, 42]
-LONG = {"max_new_tokens": 1200, "ignore_eos": True, "temperature": 1.0}
+PACE_MS = 4.0
+"""Decode pacing of the engine: every token takes at least 4 ms, so a generation of N tokens
+lasts at least N * 4 ms however fast or loaded the machine is. Each test sizes its generation
+to outlast its rounds of weight updates by seconds (see `_interrupt_until_done`)."""
+
+
+def _long(max_new_tokens: int) -> dict[str, Any]:
+    return {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +50,9 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(cache_dir: Path) -> Iterator[EngineProcess]:
-    with engine_process(cache_dir=cache_dir, weight_version="v0") as engine:
+    with start_engine(
+        cache_dir=cache_dir, weight_version="v0", min_step_interval_ms=PACE_MS
+    ) as engine:
         yield engine
 
 
@@ -86,11 +94,16 @@ async def _interrupt_until_done(
     *,
     max_rounds: int,
 ) -> list[str]:
-    """Weight updates while the generation runs (each after it made progress); new labels."""
+    """Up to `max_rounds` weight updates while the generation runs, each after it made
+    progress; stops when the generation ends (refused, say). Returns the new labels."""
     await wait_for(lambda: session_busy(client, session_id), what="generation in flight")
     labels = []
     for _ in range(max_rounds):
-        # Let the engine generate some tokens under the current version before the next update.
+        # Each version should give the trajectory at least one token before the next update,
+        # and nothing observable says it did: the proxy sees a piece's tokens only when the
+        # piece ends. So the round waits 0.3 s, ample for the resubmit and a token. It cannot
+        # let the generation finish early either: with PACE_MS pacing a round yields at most
+        # ~0.3 s / 4 ms = 75 tokens, and each test's max_new_tokens exceeds its rounds' total.
         await asyncio.wait({task}, timeout=0.3)
         if task.done():
             break
@@ -113,17 +126,19 @@ async def test_interrupted_generation_resumes_with_per_token_versions(
 ) -> None:
     first = await engine_version(engine.base_url)
     async with httpx.AsyncClient(base_url=partial_proxy.base_url, timeout=120) as client:
-        task = _generate(client, "resume-1", LONG)
+        params = _long(800)  # >= 3.2 s: outlasts two rounds
+        task = _generate(client, "resume-1", params)
         labels = await _interrupt_until_done(
             client, engine, cache_dir, "resume-1", task, max_rounds=2
         )
+        assert len(labels) == 2
         response = await task
         assert response.status_code == 200, response.text
         body = response.json()
         meta, extra = body["meta_info"], body["dressage"]
         # The budget survives the interruptions: prompt + generated tokens were resubmitted
         # with the remaining max_new_tokens.
-        assert meta["completion_tokens"] == len(body["output_ids"]) == LONG["max_new_tokens"]
+        assert meta["completion_tokens"] == len(body["output_ids"]) == params["max_new_tokens"]
         assert meta["finish_reason"]["type"] == "length"
         assert len(meta["output_token_logprobs"]) == len(body["output_ids"])
         versions = extra["versions"]
@@ -156,7 +171,8 @@ async def test_fourth_version_gets_502_with_every_detail(
     engine: EngineProcess, limited_proxy: ProxyProcess, cache_dir: Path
 ) -> None:
     async with httpx.AsyncClient(base_url=limited_proxy.base_url, timeout=120) as client:
-        task = _generate(client, "limit-1", LONG)
+        # >= 8 s: outlasts even all 12 rounds (at most ~900 tokens); refused after 3 updates.
+        task = _generate(client, "limit-1", _long(2000))
         await _interrupt_until_done(client, engine, cache_dir, "limit-1", task, max_rounds=12)
         response = await task
         assert response.status_code == 502, response.text
@@ -215,16 +231,16 @@ async def test_without_partial_rollout_an_interrupted_turn_is_generated_again(
     engine: EngineProcess, plain_proxy: ProxyProcess, cache_dir: Path
 ) -> None:
     async with httpx.AsyncClient(base_url=plain_proxy.base_url, timeout=120) as client:
-        params = {"max_new_tokens": 600, "ignore_eos": True}
+        params = {"max_new_tokens": 500, "ignore_eos": True}  # >= 2 s: outlasts one round
         task = _generate(client, "plain-2", params)
         labels = await _interrupt_until_done(
             client, engine, cache_dir, "plain-2", task, max_rounds=1
         )
+        assert len(labels) == 1
         response = await task
         assert response.status_code == 200, response.text
         body = response.json()
         assert len(body["output_ids"]) == params["max_new_tokens"]
         # Discarded partial output: the whole turn comes from one version, the new one.
-        if labels:
-            assert distinct_real_versions(body["dressage"]["versions"]) == [labels[-1]]
-            assert body["dressage"]["preempts"] == 1
+        assert distinct_real_versions(body["dressage"]["versions"]) == labels
+        assert body["dressage"]["preempts"] == 1
