@@ -1,0 +1,40 @@
+"""The engine contract: Dressage talks to inference engines only through SGLang's HTTP API.
+
+`client.EngineClient` speaks that API (shapes in `protocol`); SGLang servers serve it on a
+cluster and the embedded CPU engine (`dressage engine serve`, modules `model`, `sampling`,
+`scheduler`, `server`) serves the same subset locally. This package's top level imports no torch.
+"""
+
+from dressage.engine.client import EngineClient
+from dressage.engine.errors import (
+    EngineError,
+    EngineRequestError,
+    EngineServerError,
+    EngineUnavailable,
+)
+from dressage.engine.protocol import (
+    FinishReason,
+    GenerateRequest,
+    GenerateResponse,
+    MetaInfo,
+    ModelInfo,
+    SamplingParams,
+    UpdateWeightsResult,
+    WeightVersionSpan,
+)
+
+__all__ = [
+    "EngineClient",
+    "EngineError",
+    "EngineRequestError",
+    "EngineServerError",
+    "EngineUnavailable",
+    "FinishReason",
+    "GenerateRequest",
+    "GenerateResponse",
+    "MetaInfo",
+    "ModelInfo",
+    "SamplingParams",
+    "UpdateWeightsResult",
+    "WeightVersionSpan",
+]

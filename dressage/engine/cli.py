@@ -1,0 +1,132 @@
+"""`dressage engine serve`: run the embedded CPU engine (SGLang's HTTP API subset).
+
+Prints `engine listening on http://HOST:PORT` once the socket accepts connections (with
+`--port 0`, the port the OS chose) and `engine ready on http://HOST:PORT` once weights are
+loaded; `/health` answers 503 in between. With `--start-unloaded` the engine waits for its first
+`/update_weights_from_disk` before it is ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="engine_command", required=True, metavar="ACTION")
+    serve = sub.add_parser("serve", help="serve the SGLang HTTP API subset on CPU")
+    serve.add_argument("--model", default="builtin:tiny", help="checkpoint dir or builtin:tiny")
+    serve.add_argument("--cache-dir", type=Path, default=None, help="where builtin models go")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=30000, help="0 picks a free port")
+    serve.add_argument("--seed", type=int, default=0, help="engine sampling seed")
+    serve.add_argument("--weight-version", default="default", help="label of the initial weights")
+    serve.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    serve.add_argument(
+        "--max-batch-size", type=int, default=32, help="running requests per decode step"
+    )
+    serve.add_argument(
+        "--context-length", type=int, default=None, help="max prompt + output tokens"
+    )
+    serve.add_argument(
+        "--start-unloaded",
+        action="store_true",
+        help="serve without weights (503) until the first /update_weights_from_disk",
+    )
+    serve.add_argument("--log-level", default="warning")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.engine_command == "serve":
+        return serve(args)
+    raise AssertionError(args.engine_command)  # argparse enforces the choices
+
+
+def serve(args: argparse.Namespace) -> int:
+    import torch
+
+    from dressage.engine.server import EngineConfig, EngineServer
+    from dressage.model import resolve_model_source
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    if args.max_batch_size < 1 or args.threads < 1:
+        print("--max-batch-size and --threads must be at least 1", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    try:
+        path = resolve_model_source(args.model, args.cache_dir)
+        server = EngineServer(
+            EngineConfig(
+                model_source=args.model,
+                model_path=path,
+                cache_dir=args.cache_dir,
+                seed=args.seed,
+                weight_version=args.weight_version,
+                max_batch_size=args.max_batch_size,
+                context_length=args.context_length,
+                start_unloaded=args.start_unloaded,
+            )
+        )
+    except (ValueError, OSError) as exc:
+        print(f"cannot serve --model {args.model}: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(server, args.host, args.port, args.log_level))
+
+
+async def _serve(server: object, host: str, port: int, log_level: str) -> int:
+    import uvicorn
+
+    from dressage.engine.server import EngineServer
+
+    assert isinstance(server, EngineServer)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    bound_port = sock.getsockname()[1]
+    url = (
+        f"http://[{host}]:{bound_port}"
+        if family == socket.AF_INET6
+        else f"http://{host}:{bound_port}"
+    )
+    config = uvicorn.Config(
+        server.app,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=3,
+    )
+    started = asyncio.Event()
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            started.set()
+
+    uv = _Server(config)
+
+    def fatal() -> None:
+        uv.should_exit = True
+
+    server.on_fatal = fatal
+
+    async def announce() -> None:
+        await started.wait()
+        print(f"engine listening on {url}", flush=True)
+        await server.wait_loaded()
+        print(f"engine ready on {url}", flush=True)
+
+    announcer = asyncio.create_task(announce())
+    try:
+        await uv.serve(sockets=[sock])
+    finally:
+        announcer.cancel()
+    if server.fatal_error:
+        print(server.fatal_error, file=sys.stderr)
+        return 1
+    return 0

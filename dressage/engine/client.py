@@ -1,0 +1,257 @@
+"""Async client for the SGLang HTTP API subset Dressage uses (shapes in `protocol`).
+
+The same client talks to SGLang servers on a cluster and to the embedded engine locally.
+
+Timeouts. Control calls (health, versions, pause, abort, weight updates) use `timeout`
+(default: 5 s to connect, 60 s for the rest; a weight update reads a checkpoint). Generation uses
+`generate_timeout` (default: 5 s to connect, no read limit per chunk beyond 600 s), because a
+long generation legitimately keeps the connection silent until it finishes; callers that need a
+tighter bound wrap the call in `asyncio.timeout`.
+
+Retries. Only where repeating cannot do harm: any call whose connection attempt failed (the
+server never saw the request) and idempotent GETs that hit a transport error are retried
+`retries` times with exponential backoff (0.1 s, 0.2 s, ...). A POST that reached the server is
+never repeated: a second /generate would sample a different answer, a second weight update or
+abort could land on other requests. After the retries, transport errors surface as
+`EngineUnavailable`; HTTP errors map to `EngineRequestError` (4xx), `EngineUnavailable` (503),
+`EngineServerError` (other 5xx).
+
+An injected `httpx.AsyncClient` (the proxy shares one across engines) is used as is and never
+closed by this class; otherwise the client owns one and `aclose()` closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from dressage.engine.errors import (
+    EngineError,
+    EngineRequestError,
+    EngineServerError,
+    EngineUnavailable,
+)
+from dressage.engine.protocol import (
+    AbortRequest,
+    GenerateRequest,
+    GenerateResponse,
+    ModelInfo,
+    PauseGenerationRequest,
+    UpdateWeightsFromDiskRequest,
+    UpdateWeightsResult,
+    error_message,
+)
+
+DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+DEFAULT_GENERATE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+_CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+class EngineClient:
+    """Typed async client of one engine at `base_url` (e.g. `http://127.0.0.1:30000`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        generate_timeout: httpx.Timeout | float = DEFAULT_GENERATE_TIMEOUT,
+        retries: int = 2,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self._generate_timeout = (
+            generate_timeout
+            if isinstance(generate_timeout, httpx.Timeout)
+            else httpx.Timeout(generate_timeout)
+        )
+        self._retries = max(0, retries)
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient()
+
+    async def __aenter__(self) -> EngineClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    # --- generation
+
+    async def generate(self, req: GenerateRequest) -> GenerateResponse:
+        """`POST /generate` (non-streaming): the finished response."""
+        body = req.to_json()
+        body.pop("stream", None)
+        response = await self._send(
+            "POST", "/generate", json_body=body, request_timeout=self._generate_timeout
+        )
+        return GenerateResponse.model_validate(self._json(response))
+
+    async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[GenerateResponse]:
+        """`POST /generate` with `stream: true`: cumulative snapshots, the last one finished."""
+        body = req.to_json() | {"stream": True}
+        url = self.base_url + "/generate"
+        try:
+            async with self._client.stream(
+                "POST", url, json=body, timeout=self._generate_timeout
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise self._status_error(url, response)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[len("data:") :].strip()
+                    if payload == "[DONE]":
+                        return
+                    data = json.loads(payload)
+                    if isinstance(data, dict) and "error" in data:
+                        raise EngineRequestError(error_message(payload), url=url)
+                    yield GenerateResponse.model_validate(data)
+        except httpx.TransportError as exc:
+            raise EngineUnavailable(f"{type(exc).__name__}: {exc}", url=url) from exc
+
+    # --- weights and versions
+
+    async def update_weights_from_disk(
+        self,
+        model_path: str,
+        weight_version: str | None,
+        *,
+        abort_all_requests: bool = False,
+        flush_cache: bool = True,
+    ) -> UpdateWeightsResult:
+        """Load new weights from `model_path` and label them `weight_version`.
+
+        Raises `EngineRequestError` when the engine reports `success: false`.
+        """
+        req = UpdateWeightsFromDiskRequest(
+            model_path=model_path,
+            weight_version=weight_version,
+            abort_all_requests=abort_all_requests,
+            flush_cache=flush_cache,
+        )
+        response = await self._send(
+            "POST", "/update_weights_from_disk", json_body=req.model_dump(exclude_unset=True)
+        )
+        result = UpdateWeightsResult.model_validate(self._json(response))
+        if not result.success:
+            raise EngineRequestError(result.message, url=self.base_url, status_code=200)
+        return result
+
+    async def get_weight_version(self) -> str | None:
+        data = self._json(await self._send("GET", "/get_weight_version"))
+        version = data.get("weight_version") if isinstance(data, dict) else None
+        return None if version is None else str(version)
+
+    async def get_model_info(self) -> ModelInfo:
+        return ModelInfo.model_validate(self._json(await self._send("GET", "/get_model_info")))
+
+    # --- control
+
+    async def pause_generation(self, mode: str = "abort") -> None:
+        """Pause: `abort` (abort in-flight requests), `in_place` or `retract` (hold them)."""
+        body = PauseGenerationRequest.model_validate({"mode": mode}).model_dump()
+        await self._send("POST", "/pause_generation", json_body=body)
+
+    async def continue_generation(self) -> None:
+        await self._send("POST", "/continue_generation", json_body={})
+
+    async def abort_request(self, rid: str | None = None, abort_all: bool = False) -> None:
+        """Abort one request by rid, or all; an unknown rid is not an error (as in SGLang)."""
+        body = AbortRequest(rid=rid, abort_all=abort_all).model_dump(exclude_none=True)
+        await self._send("POST", "/abort_request", json_body=body)
+
+    # --- health
+
+    async def health(self) -> bool:
+        """True when `/health` answers 200; False when not ready or unreachable."""
+        return await self._probe("/health")
+
+    async def health_generate(self) -> bool:
+        """True when `/health_generate` (a one-token generation) answers 200."""
+        return await self._probe("/health_generate")
+
+    async def wait_until_ready(self, deadline_s: float, *, interval_s: float = 0.1) -> None:
+        """Poll `/health` until it answers 200; `EngineUnavailable` after `deadline_s` seconds."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline_s
+        while True:
+            if await self._probe("/health", retries=0):
+                return
+            if loop.time() >= end:
+                raise EngineUnavailable(
+                    f"engine not ready after {deadline_s:.1f}s", url=self.base_url + "/health"
+                )
+            await asyncio.sleep(interval_s)
+
+    # --- transport
+
+    async def _probe(self, path: str, *, retries: int | None = None) -> bool:
+        try:
+            await self._send("GET", path, retries=retries)
+        except EngineError:
+            return False
+        return True
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: dict[str, Any] | None = None,
+        request_timeout: httpx.Timeout | None = None,
+        retries: int | None = None,
+    ) -> httpx.Response:
+        url = self.base_url + path
+        attempts = 1 + (self._retries if retries is None else retries)
+        for attempt in range(attempts):
+            try:
+                response = await self._client.request(
+                    method, url, json=json_body, timeout=request_timeout or self._timeout
+                )
+            except httpx.TransportError as exc:
+                retryable = isinstance(exc, _CONNECT_ERRORS) or method == "GET"
+                if not retryable or attempt == attempts - 1:
+                    raise EngineUnavailable(f"{type(exc).__name__}: {exc}", url=url) from exc
+                await asyncio.sleep(0.1 * 2**attempt)
+                continue
+            if response.status_code >= 400:
+                raise self._status_error(url, response)
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _status_error(url: str, response: httpx.Response) -> EngineError:
+        code = response.status_code
+        message = error_message(response.content) if response.content else response.reason_phrase
+        if code == 503:
+            return EngineUnavailable(message, url=url, status_code=code)
+        if code < 500:
+            return EngineRequestError(message, url=url, status_code=code)
+        return EngineServerError(message, url=url, status_code=code)
+
+    @staticmethod
+    def _json(response: httpx.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise EngineServerError(
+                f"response is not JSON: {response.text[:200]!r}",
+                url=str(response.request.url),
+                status_code=response.status_code,
+            ) from exc

@@ -1,0 +1,325 @@
+"""Typed shapes of the SGLang HTTP API subset that Dressage uses.
+
+Matched against SGLang's `python/sglang/srt/managers/io_struct.py`,
+`python/sglang/srt/entrypoints/http_server.py`, `python/sglang/srt/sampling/sampling_params.py`
+and `python/sglang/srt/utils/weight_versions.py` on the `main` branch after v0.5.x (the
+`GenerateReqInput` / `UpdateWeightFromDiskReqInput` / `PauseGenerationReqInput` / `AbortReq`
+dataclasses and `meta_info` as built by the TokenizerManager). Field names and defaults are
+SGLang's; a field SGLang has but Dressage does not use is left out of the request models, and
+unknown fields in requests are refused (the embedded engine answers 400 naming the field) rather
+than silently ignored. Response models allow extra fields, so newer SGLang servers still parse.
+
+Endpoints (all JSON):
+
+- `POST /generate` `GenerateRequest` -> `GenerateResponse`; with `stream: true` a server-sent
+  event stream of `data: {GenerateResponse}` lines (each a cumulative snapshot: text, all
+  output_ids and logprobs so far) ended by `data: [DONE]`.
+- `POST /update_weights_from_disk` `UpdateWeightsFromDiskRequest` -> `UpdateWeightsResult`
+  (HTTP 400 with `success: false` when the load fails).
+- `POST /pause_generation` `PauseGenerationRequest`, `POST /continue_generation` ->
+  `{"message": ..., "status": "ok"}`.
+- `POST /abort_request` `AbortRequest` -> empty 200.
+- `GET /get_weight_version` -> `{"weight_version": ...}`; `GET /get_model_info` -> `ModelInfo`.
+- `GET /health`, `GET /health_generate` -> 200 when ready, 503 otherwise (empty bodies).
+- Errors: HTTP 400 with `{"error": {"message": "..."}}` (SGLang's `_create_error_response`);
+  the message names the offending field. Some SGLang validation errors use the flat OpenAI
+  shape `{"object": "error", "message": ..., "code": 400}`; `error_message` reads both.
+
+Finish reasons are SGLang's `to_json()` shapes: `{"type": "stop", "matched": <token id or
+string>}`, `{"type": "length", "length": n}`, `{"type": "abort", "message": ...}`.
+`output_token_logprobs` is a list of `[logprob, token_id, text_or_null]` (text only when
+`return_text_in_logprobs`).
+
+Weight versions. `meta_info.weight_version` is the version label of the weights that produced
+the response (SGLang: the server's version when the response was built).
+`meta_info.weight_versions` is a list of spans `{"version": v, "start": s, "end": e}` over output
+token indices `[s, e)`, in order, covering every output token: the tokens of one response that
+came from different weight versions (a weight update landed mid-generation). SGLang `main`
+emits the same field with the same shape (`WeightVersionSpan`); older SGLang releases send only
+`weight_version`, so `GenerateResponse.token_versions()` falls back to that label for every token.
+
+No torch here: the proxy imports this module and its image has no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+UNKNOWN_VERSION = "unknown"
+"""Version label reported for tokens whose version the server did not send."""
+
+
+class RequestModel(BaseModel):
+    """A request body: unknown fields are an error naming the field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResponseModel(BaseModel):
+    """A response body: extra fields from newer servers are kept, not refused."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class SamplingParams(RequestModel):
+    """SGLang's `sampling_params` (names, defaults and ranges as in its `SamplingParams.verify`).
+
+    The embedded engine implements max_new_tokens, min_new_tokens, temperature, top_p, top_k,
+    min_p, stop, stop_token_ids, ignore_eos, skip_special_tokens, no_stop_trim and sampling_seed;
+    it accepts the penalties, `n`, `logit_bias` and the grammar fields only at their neutral
+    values and answers 400 otherwise.
+    """
+
+    max_new_tokens: int | None = Field(default=128, ge=0)
+    """Maximum number of output tokens (None: until eos or the context length)."""
+    min_new_tokens: int = Field(default=0, ge=0)
+    """Stop tokens are masked until this many tokens were generated."""
+    temperature: float = Field(default=1.0, ge=0.0)
+    """0 means greedy decoding."""
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = -1
+    """-1 disables top-k."""
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    """Stop strings; the matched string is trimmed from `text` unless `no_stop_trim`."""
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    no_stop_trim: bool = False
+    sampling_seed: int | None = None
+    """Per-request seed; with the engine seed it fixes the sampled tokens."""
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
+    n: int = Field(default=1, ge=1)
+    logit_bias: dict[str, float] | None = None
+    regex: str | None = None
+    json_schema: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
+    custom_params: dict[str, Any] | None = None
+    stream_interval: int | None = Field(default=None, ge=1)
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_range(cls, value: int) -> int:
+        if value < 1 and value != -1:
+            raise ValueError(f"top_k must be -1 (disable) or at least 1, got {value}.")
+        return value
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> SamplingParams:
+        if self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
+            raise ValueError(
+                f"min_new_tokens must be in [0, max_new_tokens({self.max_new_tokens})], "
+                f"got {self.min_new_tokens}."
+            )
+        return self
+
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class GenerateRequest(RequestModel):
+    """SGLang's `GenerateReqInput` for one prompt (Dressage never sends batches)."""
+
+    text: str | None = None
+    """The prompt as text (tokenized by the server); give this or `input_ids`."""
+    input_ids: list[int] | None = None
+    """The prompt as token ids."""
+    sampling_params: SamplingParams = Field(default_factory=SamplingParams)
+    return_logprob: bool = False
+    """Return `meta_info.output_token_logprobs`."""
+    logprob_start_len: int = -1
+    """SGLang's prompt-logprob start; Dressage uses only -1 (output tokens only)."""
+    top_logprobs_num: int = Field(default=0, ge=0)
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+    rid: str | None = None
+    """Request id, used by `/abort_request`; the server makes one up when absent."""
+    log_metrics: bool = True
+
+    @field_validator("input_ids", mode="before")
+    @classmethod
+    def _single_prompt(cls, value: Any) -> Any:
+        if isinstance(value, list) and value and isinstance(value[0], list):
+            raise ValueError("batched input_ids (a list of lists) are not supported; send one")
+        return value
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> GenerateRequest:
+        if self.text is None and self.input_ids is None:
+            raise ValueError("Either text or input_ids should be provided.")
+        if self.text is not None and self.input_ids is not None:
+            raise ValueError("Provide either text or input_ids, not both.")
+        if self.input_ids is not None and not self.input_ids:
+            raise ValueError("input_ids cannot be empty.")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """The request body: only fields the caller set (SGLang fills its own defaults)."""
+        body = self.model_dump(exclude_unset=True)
+        body["sampling_params"] = self.sampling_params.model_dump(exclude_unset=True)
+        return body
+
+
+class FinishReason(ResponseModel):
+    """Why a generation ended (SGLang's `FINISH_*` `to_json()`)."""
+
+    type: Literal["stop", "length", "abort"]
+    matched: int | str | list[int] | None = None
+    """The stop token id or stop string that ended a `stop`."""
+    length: int | None = None
+    """The output length of a `length` finish."""
+    message: str | None = None
+    """Why an `abort` happened."""
+    status_code: int | None = None
+    err_type: str | None = None
+
+
+class WeightVersionSpan(ResponseModel):
+    """Output tokens `[start, end)` of a response were produced by weights `version`."""
+
+    version: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+
+class MetaInfo(ResponseModel):
+    """`meta_info` of a generate response."""
+
+    id: str
+    finish_reason: FinishReason | None = None
+    """None only in intermediate stream snapshots."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    weight_version: str | None = None
+    weight_versions: list[WeightVersionSpan] | None = None
+    output_token_logprobs: list[tuple[float, int, str | None]] | None = None
+    e2e_latency: float | None = None
+
+
+class GenerateResponse(ResponseModel):
+    """A generate response (or one stream snapshot)."""
+
+    text: str = ""
+    output_ids: list[int] = Field(default_factory=list)
+    meta_info: MetaInfo
+
+    @property
+    def finished(self) -> bool:
+        return self.meta_info.finish_reason is not None
+
+    @property
+    def aborted(self) -> bool:
+        reason = self.meta_info.finish_reason
+        return reason is not None and reason.type == "abort"
+
+    def output_logprobs(self) -> list[float]:
+        """Logprob of each output token (empty when logprobs were not requested)."""
+        return [entry[0] for entry in self.meta_info.output_token_logprobs or []]
+
+    def token_versions(self) -> list[str]:
+        """The weight version of each output token.
+
+        Uses the `weight_versions` spans when the server sent them (they must cover the output
+        tokens exactly, in order), else `weight_version` for every token, else `"unknown"`.
+        """
+        n = len(self.output_ids)
+        spans = self.meta_info.weight_versions
+        if not spans:
+            return [self.meta_info.weight_version or UNKNOWN_VERSION] * n
+        versions: list[str] = []
+        for span in spans:
+            if span.start != len(versions) or span.end < span.start:
+                raise ValueError(
+                    f"meta_info.weight_versions span {span.model_dump()} does not continue at "
+                    f"token {len(versions)}"
+                )
+            versions.extend([span.version] * (span.end - span.start))
+        if len(versions) != n:
+            raise ValueError(
+                f"meta_info.weight_versions cover {len(versions)} tokens, output has {n}"
+            )
+        return versions
+
+
+class UpdateWeightsFromDiskRequest(RequestModel):
+    """SGLang's `UpdateWeightFromDiskReqInput`."""
+
+    model_path: str = Field(min_length=1)
+    """Checkpoint directory with the new weights (same architecture)."""
+    load_format: str | None = None
+    abort_all_requests: bool = False
+    """Abort in-flight requests (partial output, finish type abort) before swapping."""
+    weight_version: str | None = None
+    """The new version label; every token generated after the swap carries it."""
+    is_async: bool = False
+    torch_empty_cache: bool = False
+    keep_pause: bool = False
+    """Stay paused after the update (when the engine was paused)."""
+    recapture_cuda_graph: bool = False
+    token_step: int = 0
+    flush_cache: bool = True
+
+
+class UpdateWeightsResult(ResponseModel):
+    success: bool
+    message: str = ""
+    num_paused_requests: int | None = 0
+
+
+class PauseGenerationRequest(RequestModel):
+    """SGLang's `PauseGenerationReqInput`.
+
+    `abort`: abort every in-flight request (partial output, finish type abort) and hold new ones.
+    `in_place`: hold running requests where they are (no new tokens) until continue.
+    `retract`: like in_place, but the running requests give up their KV cache and recompute it
+    on continue.
+    """
+
+    mode: Literal["abort", "retract", "in_place"] = "abort"
+
+
+class AbortRequest(RequestModel):
+    """SGLang's `AbortReq` as sent to `/abort_request`."""
+
+    rid: str | None = None
+    abort_all: bool = False
+
+
+class ModelInfo(ResponseModel):
+    """`/get_model_info`."""
+
+    model_path: str
+    tokenizer_path: str | None = None
+    is_generation: bool = True
+    preferred_sampling_params: str | None = None
+    weight_version: str | None = None
+    model_type: str | None = None
+    architectures: list[str] | None = None
+
+
+def error_message(body: bytes | str) -> str:
+    """The error text of an SGLang error body (nested `error.message` or flat `message`)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        text = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+        return text.strip() or "(empty body)"
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+        if isinstance(data.get("detail"), str):
+            return str(data["detail"])
+    return json.dumps(data)

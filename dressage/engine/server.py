@@ -1,0 +1,389 @@
+"""The embedded engine's HTTP API: the SGLang subset in `protocol`, served by starlette.
+
+Handlers only validate, hand work to the scheduler thread and wait for its answer, so the event
+loop is never blocked by a forward pass or a checkpoint read. Every invalid request gets an HTTP
+400 in SGLang's shape, `{"error": {"message": "<field>: <problem>"}}`, naming the field; no
+request body can crash the server. Until the first weights are loaded, `/health`,
+`/health_generate` and `/generate` answer 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from tokenizers import Tokenizer
+
+from dressage.engine.model import ModelShape, load_weights
+from dressage.engine.protocol import (
+    AbortRequest,
+    GenerateRequest,
+    PauseGenerationRequest,
+    SamplingParams,
+    UpdateWeightsFromDiskRequest,
+)
+from dressage.engine.scheduler import Request, Scheduler
+from dressage.model import resolve_model_source
+
+log = logging.getLogger(__name__)
+
+HEALTH_GENERATE_TIMEOUT_S = 20.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    model_source: str
+    """What the user passed (`builtin:tiny` or a path); reported by /get_model_info."""
+    model_path: Path
+    """The checkpoint directory it resolved to."""
+    cache_dir: Path | None = None
+    seed: int = 0
+    weight_version: str = "default"
+    max_batch_size: int = 32
+    context_length: int | None = None
+    start_unloaded: bool = False
+    """Serve without weights until the first /update_weights_from_disk."""
+
+
+class BadRequest(Exception):
+    """A request the engine refuses; the message names the field."""
+
+
+def error_response(message: str, status_code: int = 400) -> JSONResponse:
+    return JSONResponse({"error": {"message": message}}, status_code=status_code)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """`field.path: problem` for each error, e.g. `sampling_params.top_p: Input should be ...`."""
+    parts = []
+    for error in exc.errors()[:3]:
+        path = ""
+        for item in error["loc"]:
+            path += f"[{item}]" if isinstance(item, int) else (f".{item}" if path else str(item))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{path}: {message}" if path else message)
+    return "; ".join(parts)
+
+
+class EngineServer:
+    """One embedded engine: the scheduler, the tokenizer and the HTTP app around them."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.shape = ModelShape.from_checkpoint(config.model_path)
+        self.tokenizer = Tokenizer.from_file(str(config.model_path / "tokenizer.json"))
+        limit = self.shape.max_position_embeddings
+        self.context_length = min(config.context_length or limit, limit)
+        self.scheduler = Scheduler(
+            shape=self.shape,
+            tokenizer=self.tokenizer,
+            seed=config.seed,
+            max_batch_size=config.max_batch_size,
+            context_length=self.context_length,
+            weight_version=config.weight_version,
+        )
+        self.fatal_error: str | None = None
+        self.on_fatal: Callable[[], None] | None = None
+        self._loaded = asyncio.Event()
+        self._update_lock = asyncio.Lock()
+        self._active_rids: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self.app = Starlette(
+            routes=[
+                Route("/generate", self.generate, methods=["POST", "PUT"]),
+                Route("/update_weights_from_disk", self.update_weights_from_disk, methods=["POST"]),
+                Route("/pause_generation", self.pause_generation, methods=["POST"]),
+                Route("/continue_generation", self.continue_generation, methods=["POST"]),
+                Route("/abort_request", self.abort_request, methods=["POST"]),
+                Route("/get_weight_version", self.get_weight_version, methods=["GET"]),
+                Route("/get_model_info", self.get_model_info, methods=["GET"]),
+                Route("/health", self.health, methods=["GET"]),
+                Route("/health_generate", self.health_generate, methods=["GET"]),
+            ],
+            lifespan=self._lifespan,
+            exception_handlers={Exception: self._internal_error},
+        )
+
+    async def wait_loaded(self) -> None:
+        await self._loaded.wait()
+
+    # --- lifecycle
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.scheduler.start()
+        if not self.config.start_unloaded:
+            task = asyncio.create_task(self._initial_load())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        try:
+            yield
+        finally:
+            for task in list(self._background):
+                task.cancel()
+            await asyncio.to_thread(self.scheduler.stop)
+
+    async def _initial_load(self) -> None:
+        try:
+            weights = await asyncio.to_thread(load_weights, self.config.model_path, self.shape)
+        except Exception as exc:
+            self.fatal_error = f"loading {self.config.model_path} failed: {exc}"
+            log.error("%s", self.fatal_error)
+            if self.on_fatal is not None:
+                self.on_fatal()
+            return
+        future = self.scheduler.swap_weights(weights, None, abort_all=False)
+        await asyncio.wrap_future(future)
+        self._loaded.set()
+
+    def _ready(self) -> bool:
+        return self.scheduler.loaded and self.scheduler.alive
+
+    async def _internal_error(self, request: HttpRequest, exc: Exception) -> Response:
+        log.exception("error handling %s", request.url.path, exc_info=exc)
+        return error_response(f"internal error: {type(exc).__name__}: {exc}", 500)
+
+    # --- helpers
+
+    @staticmethod
+    async def _body(request: HttpRequest, *, optional: bool = False) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw.strip() and optional:
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise BadRequest("request body must be a JSON object")
+        return data
+
+    def _prompt_ids(self, req: GenerateRequest) -> list[int]:
+        if req.input_ids is not None:
+            ids = req.input_ids
+            field = "input_ids"
+        else:
+            ids = self.tokenizer.encode(req.text or "", add_special_tokens=False).ids
+            field = "text"
+            if not ids:
+                raise BadRequest("text: the prompt is empty")
+        vocab = self.shape.vocab_size
+        for i, token in enumerate(ids):
+            if not 0 <= token < vocab:
+                raise BadRequest(f"input_ids[{i}]: token id {token} is outside [0, {vocab})")
+        if len(ids) >= self.context_length:
+            raise BadRequest(
+                f"{field}: the prompt has {len(ids)} tokens; the context length is "
+                f"{self.context_length}"
+            )
+        return list(ids)
+
+    def _check_supported(self, req: GenerateRequest) -> None:
+        sp: SamplingParams = req.sampling_params
+        unsupported = [
+            ("sampling_params.n", sp.n != 1, "only n=1 is supported"),
+            ("sampling_params.frequency_penalty", sp.frequency_penalty != 0.0, "must be 0"),
+            ("sampling_params.presence_penalty", sp.presence_penalty != 0.0, "must be 0"),
+            ("sampling_params.repetition_penalty", sp.repetition_penalty != 1.0, "must be 1"),
+            ("sampling_params.logit_bias", bool(sp.logit_bias), "is not supported"),
+            ("sampling_params.regex", sp.regex is not None, "is not supported"),
+            ("sampling_params.json_schema", sp.json_schema is not None, "is not supported"),
+            ("sampling_params.ebnf", sp.ebnf is not None, "is not supported"),
+            ("sampling_params.structural_tag", sp.structural_tag is not None, "not supported"),
+            ("top_logprobs_num", req.top_logprobs_num != 0, "must be 0"),
+            ("logprob_start_len", req.logprob_start_len != -1, "only -1 is supported"),
+        ]
+        for field, bad, why in unsupported:
+            if bad:
+                raise BadRequest(f"{field}: {why} by the embedded engine")
+        vocab = self.shape.vocab_size
+        for i, token in enumerate(sp.stop_token_ids or []):
+            if not 0 <= token < vocab:
+                raise BadRequest(
+                    f"sampling_params.stop_token_ids[{i}]: token id {token} is outside [0, {vocab})"
+                )
+
+    # --- endpoints
+
+    async def generate(self, request: HttpRequest) -> Response:
+        try:
+            req = GenerateRequest.model_validate(await self._body(request))
+            self._check_supported(req)
+            prompt_ids = self._prompt_ids(req)
+        except ValidationError as exc:
+            return error_response(describe_validation_error(exc))
+        except BadRequest as exc:
+            return error_response(str(exc))
+        if not self._ready():
+            return error_response("the engine is not ready: weights are not loaded", 503)
+        rid = req.rid or uuid.uuid4().hex
+        if rid in self._active_rids:
+            return error_response(f"rid: {rid!r} is already used by an in-flight request")
+
+        loop = asyncio.get_running_loop()
+        results: asyncio.Queue[tuple[dict[str, Any], bool]] = asyncio.Queue()
+
+        def emit(snapshot: dict[str, Any], final: bool) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+                loop.call_soon_threadsafe(results.put_nowait, (snapshot, final))
+
+        self._active_rids.add(rid)
+        self.scheduler.submit(
+            Request(
+                rid=rid,
+                prompt_ids=prompt_ids,
+                params=req.sampling_params,
+                emit=emit,
+                return_logprob=req.return_logprob,
+                return_text_in_logprobs=req.return_text_in_logprobs,
+                stream=req.stream,
+            )
+        )
+        if req.stream:
+            return StreamingResponse(self._stream(rid, results), media_type="text/event-stream")
+        watcher = asyncio.create_task(self._abort_on_disconnect(request, rid))
+        try:
+            while True:
+                snapshot, final = await results.get()
+                if final:
+                    return JSONResponse(snapshot)
+        finally:
+            watcher.cancel()
+            self._active_rids.discard(rid)
+
+    async def _stream(
+        self, rid: str, results: asyncio.Queue[tuple[dict[str, Any], bool]]
+    ) -> AsyncIterator[bytes]:
+        final = False
+        try:
+            while not final:
+                snapshot, final = await results.get()
+                yield b"data: " + json.dumps(snapshot).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not final:  # the client went away mid-stream
+                self.scheduler.abort(rid)
+            self._active_rids.discard(rid)
+
+    async def _abort_on_disconnect(self, request: HttpRequest, rid: str) -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                self.scheduler.abort(rid)
+                return
+
+    async def update_weights_from_disk(self, request: HttpRequest) -> Response:
+        try:
+            req = UpdateWeightsFromDiskRequest.model_validate(await self._body(request))
+        except ValidationError as exc:
+            return error_response(describe_validation_error(exc))
+        except BadRequest as exc:
+            return error_response(str(exc))
+        async with self._update_lock:
+            try:
+                path = resolve_model_source(req.model_path, self.config.cache_dir)
+                shape = ModelShape.from_checkpoint(path)
+                if not shape.same_architecture(self.shape):
+                    raise ValueError(
+                        f"model_path: {path} has a different architecture than the served model"
+                    )
+                weights = await asyncio.to_thread(load_weights, path, self.shape)
+            except (ValueError, OSError) as exc:
+                message = f"Failed to update weights: {exc}"
+                return JSONResponse(
+                    {"success": False, "message": message, "num_paused_requests": 0},
+                    status_code=400,
+                )
+            future = self.scheduler.swap_weights(
+                weights, req.weight_version, abort_all=req.abort_all_requests
+            )
+            await asyncio.wrap_future(future)
+        self._loaded.set()
+        message = "Succeeded to update model weights."
+        if req.weight_version is not None:
+            message += f" Weight version updated to {req.weight_version}."
+        return JSONResponse({"success": True, "message": message, "num_paused_requests": 0})
+
+    async def pause_generation(self, request: HttpRequest) -> Response:
+        try:
+            req = PauseGenerationRequest.model_validate(await self._body(request, optional=True))
+        except ValidationError as exc:
+            return error_response(describe_validation_error(exc))
+        except BadRequest as exc:
+            return error_response(str(exc))
+        await asyncio.wrap_future(self.scheduler.pause(req.mode))
+        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
+
+    async def continue_generation(self, request: HttpRequest) -> Response:
+        await asyncio.wrap_future(self.scheduler.resume())
+        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
+
+    async def abort_request(self, request: HttpRequest) -> Response:
+        try:
+            req = AbortRequest.model_validate(await self._body(request, optional=True))
+        except ValidationError as exc:
+            return error_response(describe_validation_error(exc))
+        except BadRequest as exc:
+            return error_response(str(exc))
+        if req.rid or req.abort_all:
+            self.scheduler.abort(req.rid or None, req.abort_all)
+        return Response(status_code=200)
+
+    async def get_weight_version(self, request: HttpRequest) -> Response:
+        return JSONResponse({"weight_version": self.scheduler.weight_version})
+
+    async def get_model_info(self, request: HttpRequest) -> Response:
+        return JSONResponse(
+            {
+                "model_path": self.config.model_source,
+                "tokenizer_path": str(self.config.model_path),
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": self.scheduler.weight_version,
+                "model_type": "qwen2" if self.shape.architecture.startswith("Qwen2") else "llama",
+                "architectures": [self.shape.architecture],
+            }
+        )
+
+    async def health(self, request: HttpRequest) -> Response:
+        return Response(status_code=200 if self._ready() else 503)
+
+    async def health_generate(self, request: HttpRequest) -> Response:
+        """200 when a one-token generation succeeds. A paused engine is healthy (it will
+        generate once continued) and answers 200 without generating."""
+        if not self._ready():
+            return Response(status_code=503)
+        if self.scheduler.paused:
+            return Response(status_code=200)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def emit(snapshot: dict[str, Any], final: bool) -> None:
+            if final:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(
+                        lambda: None if done.done() else done.set_result(None)
+                    )
+
+        rid = f"HEALTH_CHECK_{uuid.uuid4().hex}"
+        bos = self.shape.bos_token_id if self.shape.bos_token_id is not None else 0
+        params = SamplingParams(max_new_tokens=1, temperature=0.0, sampling_seed=0)
+        self.scheduler.submit(Request(rid=rid, prompt_ids=[bos], params=params, emit=emit))
+        try:
+            await asyncio.wait_for(done, HEALTH_GENERATE_TIMEOUT_S)
+        except TimeoutError:
+            self.scheduler.abort(rid)
+            return Response(status_code=503)
+        return Response(status_code=200)

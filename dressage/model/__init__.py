@@ -1,0 +1,24 @@
+"""The project's own tiny model, built offline (no download): a standard Hugging Face Llama
+checkpoint with a character-level tokenizer and a chat template.
+
+Importing this package does not import torch; building a model does.
+"""
+
+from dressage.model.tiny import (
+    BUILTIN_TINY,
+    TinyModelConfig,
+    build_tiny_model,
+    default_cache_dir,
+    resolve_model_source,
+)
+from dressage.model.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS
+
+__all__ = [
+    "BUILTIN_TINY",
+    "CHAT_TEMPLATE",
+    "SPECIAL_TOKENS",
+    "TinyModelConfig",
+    "build_tiny_model",
+    "default_cache_dir",
+    "resolve_model_source",
+]
