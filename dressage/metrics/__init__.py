@@ -41,6 +41,11 @@ PROXY_VERSION_SPAN: Final = "dressage_proxy_version_span"
 """Histogram of finished segments' version spans."""
 PROXY_ENGINE_HEALTHY: Final = "dressage_proxy_engine_healthy"
 """Gauge labelled by `engine`: 1 when the engine answers its health check."""
+PROXY_ENGINE_RETRIES: Final = "dressage_proxy_engine_retries_total"
+"""Counter: generations resent to another engine after theirs failed before answering."""
+PROXY_EXPIRED_SESSIONS: Final = "dressage_proxy_expired_sessions_total"
+PROXY_INFLIGHT: Final = "dressage_proxy_inflight_requests"
+"""Gauge: generations in flight through the proxy."""
 
 # --- Operator, per job (labels `namespace`, `job`).
 JOB_STALENESS_VERSION_SPAN_MEAN: Final = "dressage_job_staleness_version_span_mean"

@@ -1,0 +1,98 @@
+"""`ProxyConfig`: every setting of the proxy, typed and documented.
+
+The CLI flags of `dressage proxy` derive from this model (see `dressage.proxy.cli`), and
+`from_job` derives defaults from an `AsyncRLJob`, so a job manifest and the command line
+configure the same fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dressage.api.job import AsyncRLJob
+
+
+class ProxyConfig(BaseModel):
+    """Settings of one proxy process."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    engine_urls: list[str] = Field(min_length=1)
+    """Base URLs of the inference engines (SGLang servers or embedded engines)."""
+    host: str = "127.0.0.1"
+    """Address to listen on."""
+    port: int = Field(default=8000, ge=0, le=65535)
+    """Port to listen on; 0 picks a free port."""
+    partial_rollout: bool = False
+    """Resume generations interrupted by a weight update from their partial output under the
+    new weights (`--dressage-partial-rollout`)."""
+    record_token_versions: bool = False
+    """Record the weight version of every generated token in the segment records."""
+    max_partial_rollout_preempts: int | None = Field(default=None, ge=0)
+    """Most version switches one partial-rollout trajectory may span (N allows N+1 versions);
+    beyond it the proxy answers 502 `partial_rollout_staleness_exceeded`. Unset: no limit."""
+    mask_nonlast_version_tokens: bool = False
+    """Segment records ask for loss only on tokens of the last real output version."""
+    max_concurrency: int = Field(default=256, ge=1)
+    """Generations admitted at once; beyond it requests get 429 `too_many_requests`."""
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Largest request body accepted; larger ones get 413 `request_too_large`."""
+    session_ttl_s: float = Field(default=3600.0, gt=0)
+    """Sessions idle this long are dropped, and finished segments not read this long after
+    their session was finalized are dropped too."""
+    auth_token: str | None = None
+    """Bearer token required on every endpoint but `/health` and `/metrics` (also read from
+    the `DRESSAGE_PROXY_TOKEN` environment variable)."""
+    model: str | None = None
+    """Model path or `builtin:tiny`: its `tokenizer.json` and chat template serve
+    `/v1/chat/completions`. Without it only the token-level `/generate` is available."""
+    model_name: str | None = None
+    """Model id listed by `/v1/models`; defaults to `model`."""
+    engine_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest wait for one engine answer before 504 `engine_timeout`."""
+    health_interval_s: float = Field(default=5.0, gt=0)
+    """Seconds between engine health checks."""
+    pause_timeout_s: float = Field(default=900.0, gt=0)
+    """Longest time a generation waits for `/continue_generation` before 503
+    `pause_timeout`."""
+
+    @field_validator("engine_urls")
+    @classmethod
+    def _strip_urls(cls, urls: list[str]) -> list[str]:
+        out = []
+        for url in urls:
+            url = url.strip().rstrip("/")
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"engine URL {url!r} must start with http:// or https://")
+            out.append(url)
+        if len(set(out)) != len(out):
+            raise ValueError("engine URLs must be distinct")
+        return out
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> ProxyConfig:
+        if self.max_partial_rollout_preempts is not None and not self.partial_rollout:
+            raise ValueError(
+                "max_partial_rollout_preempts (--max-partial-rollout-preempts) needs partial "
+                "rollout (--dressage-partial-rollout)"
+            )
+        return self
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model_name or self.model or "dressage"
+
+
+def defaults_from_job(job: AsyncRLJob) -> dict[str, Any]:
+    """ProxyConfig fields implied by a job manifest (engine URLs are not part of a job)."""
+    spec = job.spec
+    return {
+        "partial_rollout": spec.partial_rollout,
+        "record_token_versions": spec.proxy.record_token_versions,
+        "mask_nonlast_version_tokens": spec.proxy.mask_nonlast_version_tokens,
+        "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
+        "max_concurrency": spec.proxy.max_concurrency,
+        "model": spec.model.tokenizer or spec.model.source,
+    }

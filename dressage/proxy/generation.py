@@ -1,0 +1,357 @@
+"""Generations against the engines: routing, retries, pauses and partial-rollout resumes.
+
+One `Generation` is one model turn. It is sent to an engine as SGLang's `/generate` with
+logprobs; when a weight-update pause (`PauseGate`) aborts it on the engine:
+
+- with partial rollout, it waits for `continue`, then resubmits the prompt plus the tokens
+  generated so far with the remaining token budget; each piece's tokens keep the versions the
+  engine reported for them (`meta_info.weight_versions`, else `meta_info.weight_version`);
+- without partial rollout, the partial output is discarded and the turn is generated again
+  from its prompt after `continue`, so a turn never mixes versions.
+
+Either way the interruption counts as a preempt. Engine failures: a request that never reached
+its engine (connection refused) or whose engine died before any token of this turn came back is
+sent to another healthy engine; an engine dying after part of the turn was received answers
+502 `engine_failed`; an engine silent beyond the timeout answers 504 `engine_timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from dressage.proxy import errors
+from dressage.proxy.errors import ProxyError, invalid
+from dressage.proxy.routing import EnginePool
+from dressage.proxy.sessions import Session
+
+dumps = orjson.dumps
+loads = orjson.loads
+
+DEFAULT_MAX_NEW_TOKENS = 128
+"""SGLang's default `max_new_tokens`, used to size the remaining budget of a resume."""
+_JSON_HEADERS = {"content-type": "application/json"}
+
+
+class PauseGate:
+    """The proxy's view of weight-update pauses: closed between pause and continue.
+
+    `epoch` counts pauses; a generation that comes back aborted while the gate is closed or
+    after the epoch moved was preempted by a pause (not aborted for another reason).
+    """
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.epoch = 0
+        self._open = asyncio.Event()
+        self._open.set()
+
+    def pause(self) -> None:
+        self.paused = True
+        self.epoch += 1
+        self._open.clear()
+
+    def resume(self) -> None:
+        self.paused = False
+        self._open.set()
+
+    async def wait_open(self, timeout_s: float) -> None:
+        if self._open.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._open.wait(), timeout_s)
+        except TimeoutError:
+            raise ProxyError(
+                503,
+                errors.PAUSE_TIMEOUT,
+                f"generation paused for a weight update for more than {timeout_s:.0f}s without "
+                "/continue_generation",
+                headers={"Retry-After": "5"},
+            ) from None
+
+
+@dataclass
+class Piece:
+    """One engine answer, parsed."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    versions: list[str | None]
+    finish_reason: dict[str, Any]
+    text: str
+    weight_version: str | None
+    cached_tokens: int
+    raw_logprobs: list[Any]
+
+
+def parse_piece(data: object, url: str) -> Piece:
+    """Parse an SGLang generate response; `ProxyError` 502 when it is not one."""
+
+    def bad(message: str) -> ProxyError:
+        return ProxyError(
+            502, errors.ENGINE_ERROR, f"engine {url} sent an invalid generate response: {message}"
+        )
+
+    if not isinstance(data, dict):
+        raise bad("not a JSON object")
+    meta = data.get("meta_info")
+    output_ids = data.get("output_ids")
+    if not isinstance(meta, dict) or not isinstance(output_ids, list):
+        raise bad("missing meta_info or output_ids")
+    n = len(output_ids)
+    raw_logprobs = meta.get("output_token_logprobs") or []
+    if len(raw_logprobs) != n:
+        raise bad(f"{len(raw_logprobs)} output_token_logprobs for {n} output tokens")
+    logprobs = [float(entry[0]) if entry[0] is not None else 0.0 for entry in raw_logprobs]
+    weight_version = meta.get("weight_version")
+    weight_version = None if weight_version is None else str(weight_version)
+    spans = meta.get("weight_versions")
+    versions: list[str | None]
+    if spans:
+        versions = []
+        for span in spans:
+            try:
+                start, end, version = int(span["start"]), int(span["end"]), span["version"]
+            except (KeyError, TypeError, ValueError):
+                raise bad(f"weight_versions span {span!r}") from None
+            if start != len(versions) or end < start:
+                raise bad(f"weight_versions span {span!r} does not continue at {len(versions)}")
+            versions.extend([None if version is None else str(version)] * (end - start))
+        if len(versions) != n:
+            raise bad(f"weight_versions cover {len(versions)} tokens, output has {n}")
+    else:
+        versions = [weight_version] * n
+    finish = meta.get("finish_reason")
+    if not isinstance(finish, dict):
+        finish = {"type": "stop"} if finish is None else {"type": str(finish)}
+    return Piece(
+        output_ids=output_ids,
+        logprobs=logprobs,
+        versions=versions,
+        finish_reason=finish,
+        text=str(data.get("text") or ""),
+        weight_version=weight_version,
+        cached_tokens=int(meta.get("cached_tokens") or 0),
+        raw_logprobs=raw_logprobs,
+    )
+
+
+@dataclass
+class Generation:
+    """One model turn, possibly assembled from several pieces."""
+
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[str | None] = field(default_factory=list)
+    raw_logprobs: list[Any] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    finish_reason: dict[str, Any] = field(default_factory=lambda: {"type": "stop"})
+    weight_version: str | None = None
+    preempts: int = 0
+    pieces: int = 0
+    cached_tokens: int = 0
+    engine_url: str | None = None
+
+    def add(self, piece: Piece) -> None:
+        if not self.pieces:
+            self.cached_tokens = piece.cached_tokens
+        self.pieces += 1
+        self.output_ids += piece.output_ids
+        self.logprobs += piece.logprobs
+        self.versions += piece.versions
+        self.raw_logprobs += piece.raw_logprobs
+        self.texts.append(piece.text)
+        self.finish_reason = piece.finish_reason
+        self.weight_version = piece.weight_version
+
+    def version_spans(self) -> list[dict[str, Any]]:
+        """`meta_info.weight_versions` of the whole turn."""
+        spans: list[dict[str, Any]] = []
+        for i, version in enumerate(self.versions):
+            if spans and spans[-1]["version"] == version:
+                spans[-1]["end"] = i + 1
+            else:
+                spans.append({"version": version, "start": i, "end": i + 1})
+        return spans
+
+
+VersionCheck = Callable[[list[str | None]], None]
+
+
+class Generator:
+    """Runs generations for sessions against the engine pool."""
+
+    def __init__(
+        self,
+        *,
+        client: httpx.AsyncClient,
+        pool: EnginePool,
+        gate: PauseGate,
+        partial_rollout: bool,
+        engine_timeout_s: float,
+        pause_timeout_s: float,
+        on_preempt: Callable[[], None],
+        on_retry: Callable[[], None],
+    ) -> None:
+        self.client = client
+        self.pool = pool
+        self.gate = gate
+        self.partial_rollout = partial_rollout
+        self.timeout = httpx.Timeout(engine_timeout_s, connect=5.0)
+        self.pause_timeout_s = pause_timeout_s
+        self.on_preempt = on_preempt
+        self.on_retry = on_retry
+
+    async def run(
+        self,
+        session: Session,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        check_versions: VersionCheck,
+    ) -> Generation:
+        """Generate one turn; `check_versions` sees the turn's versions after every piece
+        (partial rollout) or once at the end, and raises to refuse the trajectory."""
+        max_new = sampling_params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+        min_new = sampling_params.get("min_new_tokens")
+        gen = Generation()
+        while True:
+            await self.gate.wait_open(self.pause_timeout_s)
+            epoch = self.gate.epoch
+            params = sampling_params
+            done = len(gen.output_ids)
+            if done:
+                params = dict(sampling_params)
+                if isinstance(max_new, int):
+                    params["max_new_tokens"] = max_new - done
+                if isinstance(min_new, int):
+                    params["min_new_tokens"] = max(0, min_new - done)
+            body = {
+                "input_ids": input_ids + gen.output_ids if done else input_ids,
+                "sampling_params": params,
+                "return_logprob": True,
+            }
+            url, data = await self._call(session, body, received=done)
+            piece = parse_piece(data, url)
+            gen.engine_url = url
+            preempted = piece.finish_reason.get("type") == "abort" and (
+                self.gate.paused or self.gate.epoch != epoch
+            )
+            if preempted:
+                self.on_preempt()
+            if preempted and not self.partial_rollout:
+                gen = Generation(preempts=gen.preempts + 1)
+                continue
+            gen.add(piece)
+            if self.partial_rollout:
+                check_versions(gen.versions)
+            if not preempted:
+                break
+            gen.preempts += 1
+            if isinstance(max_new, int) and len(gen.output_ids) >= max_new:
+                gen.finish_reason = {"type": "length", "length": len(gen.output_ids)}
+                break
+        if not self.partial_rollout:
+            check_versions(gen.versions)
+        return gen
+
+    async def _call(
+        self, session: Session, body: dict[str, Any], *, received: int
+    ) -> tuple[str, Any]:
+        """POST /generate to the session's engine, moving to another one when it is down."""
+        content = dumps(body)
+        tried: set[str] = set()
+        failures: dict[str, str] = {}
+        while True:
+            try:
+                engine = self.pool.pick(session.engine_url, exclude=frozenset(tried))
+            except ProxyError as exc:
+                if not failures:
+                    raise
+                raise ProxyError(
+                    502,
+                    errors.ENGINE_FAILED,
+                    "inference engine failed during the generation and no other engine could "
+                    f"take it over: {'; '.join(f'{u}: {e}' for u, e in failures.items())}",
+                    detail={"engines": failures, "received_tokens": received},
+                ) from exc
+            session.engine_url = engine.url
+            engine.inflight += 1
+            try:
+                response = await self.client.post(
+                    engine.url + "/generate",
+                    content=content,
+                    headers=_JSON_HEADERS,
+                    timeout=self.timeout,
+                )
+            except httpx.TimeoutException as exc:
+                if isinstance(exc, httpx.ConnectTimeout):
+                    failures[engine.url] = self._down(engine.url, exc)
+                    tried.add(engine.url)
+                    continue
+                raise ProxyError(
+                    504,
+                    errors.ENGINE_TIMEOUT,
+                    f"engine {engine.url} sent no answer within {self.timeout.read}s",
+                    detail={"engine": engine.url},
+                ) from exc
+            except httpx.TransportError as exc:
+                failures[engine.url] = self._down(engine.url, exc)
+                tried.add(engine.url)
+                if isinstance(exc, httpx.ConnectError) or received == 0:
+                    self.on_retry()
+                    continue
+                raise ProxyError(
+                    502,
+                    errors.ENGINE_FAILED,
+                    f"engine {engine.url} failed in the middle of a generation "
+                    f"({received} tokens already received): {failures[engine.url]}",
+                    detail={"engines": failures, "received_tokens": received},
+                ) from exc
+            finally:
+                engine.inflight -= 1
+            status = response.status_code
+            if status == 503 and received == 0:
+                failures[engine.url] = self._down(engine.url, f"HTTP 503: {response.text[:200]}")
+                tried.add(engine.url)
+                self.on_retry()
+                continue
+            if 400 <= status < 500:
+                raise invalid(f"engine {engine.url} refused the request: {_message(response)}")
+            if status >= 400:
+                raise ProxyError(
+                    502,
+                    errors.ENGINE_ERROR,
+                    f"engine {engine.url} answered HTTP {status}: {_message(response)}",
+                    detail={"engine": engine.url, "status": status},
+                )
+            try:
+                return engine.url, loads(response.content)
+            except ValueError:
+                raise ProxyError(
+                    502, errors.ENGINE_ERROR, f"engine {engine.url} answered non-JSON"
+                ) from None
+
+    def _down(self, url: str, exc: object) -> str:
+        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else str(exc)
+        self.pool.mark_down(url, reason)
+        return reason
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        data = loads(response.content)
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        for key in ("message", "detail"):
+            if isinstance(data.get(key), str):
+                return str(data[key])
+    return response.text[:500]

@@ -1,0 +1,83 @@
+"""The proxy's Prometheus metrics, in a registry of its own (one per app, no globals).
+
+Names come from `dressage.metrics`, the project's single list of metric names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from dressage import metrics as names
+
+_LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0,
+)  # fmt: skip
+_SPAN_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 16)
+
+
+class ProxyMetrics:
+    """Requests and latency, preempts, refusals by reason, sessions, version spans, engines."""
+
+    def __init__(self, active_sessions: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            names.PROXY_REQUESTS.removesuffix("_total"),
+            "Requests answered, by endpoint and HTTP status code.",
+            ["endpoint", "code"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            names.PROXY_REQUEST_DURATION,
+            "Request latency in seconds, by endpoint.",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.preempts = Counter(
+            names.PROXY_PREEMPTS.removesuffix("_total"),
+            "Generations interrupted by a weight-update pause.",
+            registry=r,
+        )
+        self.refusals = Counter(
+            names.PROXY_REFUSALS.removesuffix("_total"),
+            "Trajectories refused, by reason (partial_rollout_staleness_exceeded, "
+            "version_changed_without_partial_rollout).",
+            ["reason"],
+            registry=r,
+        )
+        self.active_sessions = Gauge(
+            names.PROXY_ACTIVE_SESSIONS, "Sessions currently open.", registry=r
+        )
+        self.active_sessions.set_function(active_sessions)
+        self.version_span = Histogram(
+            names.PROXY_VERSION_SPAN,
+            "Version span of finished segments (distinct real versions of their responses).",
+            buckets=_SPAN_BUCKETS,
+            registry=r,
+        )
+        self.engine_healthy = Gauge(
+            names.PROXY_ENGINE_HEALTHY,
+            "1 when the engine answers its health check.",
+            ["engine"],
+            registry=r,
+        )
+        self.engine_retries = Counter(
+            names.PROXY_ENGINE_RETRIES.removesuffix("_total"),
+            "Generations sent to another engine because theirs failed before answering.",
+            registry=r,
+        )
+        self.expired_sessions = Counter(
+            names.PROXY_EXPIRED_SESSIONS.removesuffix("_total"),
+            "Sessions dropped after being idle longer than the session TTL.",
+            registry=r,
+        )
+        self.inflight = Gauge(
+            names.PROXY_INFLIGHT, "Generations in flight through the proxy.", registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
