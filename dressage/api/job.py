@@ -275,6 +275,11 @@ class LocalSpec(ApiModel):
     """Port of the run's Prometheus `/metrics` endpoint; 0 picks a free port."""
     engine_threads: int = Field(default=1, ge=1)
     """torch threads per embedded engine process."""
+    trainer_threads: int = Field(default=1, ge=1)
+    """torch threads of the trainer (it runs inside the `dressage run` process)."""
+    cache_dir: str | None = None
+    """Where built models and warm starts are cached; unset uses `$DRESSAGE_CACHE_DIR` or
+    `~/.cache/dressage`."""
 
 
 class AsyncRLJobSpec(ApiModel):

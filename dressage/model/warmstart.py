@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from dressage.api.job import TaskSpec, WarmStartSpec
+from dressage.api.job import AsyncRLJobSpec, TaskSpec, WarmStartSpec
 from dressage.tasks import Task, get_task
 from dressage.tasks.codec import PromptCodec
 
@@ -177,3 +177,21 @@ def warm_start(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return WarmStartResult(target, reward, step, False)
+
+
+def initial_model_dir(
+    spec: AsyncRLJobSpec, cache_dir: Path, *, log: Callable[[str], None] = print
+) -> Path:
+    """The checkpoint RL starts from: `spec.model.source`, warm-started when the job asks."""
+    from dressage.model import resolve_model_source
+
+    base = resolve_model_source(spec.model.source, cache_dir)
+    if spec.model.warm_start is None:
+        return base
+    result = warm_start(base, spec.task, spec.model.warm_start, cache_dir, log=log)
+    how = "cached" if result.cached else "trained"
+    log(
+        f"warm start ({how}): {result.steps} supervised steps, expected reward "
+        f"{result.expected_reward:.3f} -> {result.model_dir}"
+    )
+    return result.model_dir

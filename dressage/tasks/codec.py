@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dressage.tasks.base import Prompt
+from dressage.tasks.base import Prompt, Task
 
 
 class PromptCodec:
@@ -57,3 +57,17 @@ class PromptCodec:
                 break
             out.append(int(i))
         return str(self.tokenizer.decode(out, skip_special_tokens=True))
+
+
+class TaskPrompts:
+    """A task's prompts as token ids and its reward on generated ids (the collector's source)."""
+
+    def __init__(self, task: Task, codec: PromptCodec) -> None:
+        self.task = task
+        self.codec = codec
+
+    def prompt_ids(self, index: int) -> list[int]:
+        return self.codec.encode_prompt(self.task.prompt(index))
+
+    def reward(self, index: int, output_ids: Sequence[int]) -> float:
+        return self.task.reward(self.task.prompt(index), self.codec.decode_completion(output_ids))
