@@ -62,6 +62,8 @@ class RunMetrics:
             ["reason"],
             registry=self.registry,
         )
+        # Export the drop counter at 0 before the first drop, so dashboards see the series.
+        self.dropped.labels(reason="retries_exhausted")
         self.staleness_failures = Counter(
             names.STALENESS_FAILURES.removesuffix("_total"),
             "Rollouts refused by a staleness control",
