@@ -275,6 +275,8 @@ class LocalSpec(ApiModel):
     """Port of the run's Prometheus `/metrics` endpoint; 0 picks a free port."""
     engine_threads: int = Field(default=1, ge=1)
     """torch threads per embedded engine process."""
+    engine_max_batch_size: int = Field(default=128, ge=1)
+    """Requests an embedded engine decodes together (`--max-batch-size`)."""
     trainer_threads: int = Field(default=1, ge=1)
     """torch threads of the trainer (it runs inside the `dressage run` process)."""
     cache_dir: str | None = None

@@ -242,7 +242,8 @@ class SyncCollector:
         outcome = _Outcome(group=None)
         for attempt in range(self.max_retries + 1):
             try:
-                outcome.group = await self._group(index, attempt)
+                async with self._slots:  # spec.rollout.concurrency: groups in flight
+                    outcome.group = await self._group(index, attempt)
                 return outcome
             except RolloutError as exc:
                 outcome.failures += 1
@@ -280,10 +281,9 @@ class SyncCollector:
     async def _trajectory(
         self, index: int, prompt_ids: list[int], session_id: str, group_id: str, seed: int
     ) -> None:
-        async with self._slots:
-            output = await self.client.generate(
-                prompt_ids, self.sampling, session_id=session_id, instance_id=group_id, seed=seed
-            )
+        output = await self.client.generate(
+            prompt_ids, self.sampling, session_id=session_id, instance_id=group_id, seed=seed
+        )
         await self.client.finalize(session_id, self.source.reward(index, output))
 
     def _seed(self, index: int, attempt: int, member: int) -> int:

@@ -135,6 +135,7 @@ class LocalRun:
                 "--weight-version", session.state.version,
                 "--seed", str(spec.training.seed + i),
                 "--threads", str(spec.local.engine_threads),
+                "--max-batch-size", str(spec.local.engine_max_batch_size),
                 "--cache-dir", str(cache_dir),
             )  # fmt: skip
             child = ChildProcess(
