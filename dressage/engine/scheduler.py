@@ -37,7 +37,7 @@ from tokenizers import Tokenizer
 
 from dressage.engine.model import Decoder, KVCache, ModelShape, ModelWeights
 from dressage.engine.protocol import SamplingParams
-from dressage.engine.sampling import SamplingSpec, request_seed, sample
+from dressage.engine.sampling import GREEDY_EPS, SamplingSpec, request_seed, sample
 
 log = logging.getLogger(__name__)
 
@@ -301,18 +301,38 @@ class Scheduler:
             tokens=[r.output_ids[-1] for r in order],
             positions=[r.length - 1 for r in order],
         )
+        # Greedy rows need no generator: pick them all at once (same math as `sample`).
+        plain_greedy = [
+            row
+            for row, r in enumerate(order)
+            if r.params.temperature < GREEDY_EPS and len(r.output_ids) >= r.params.min_new_tokens
+        ]
+        picked: dict[int, tuple[int, float]] = {}
+        if plain_greedy:
+            logprobs = torch.log_softmax(logits[plain_greedy].float(), dim=-1)
+            best = torch.argmax(logprobs, dim=-1)
+            chosen = logprobs.gather(1, best.unsqueeze(1))[:, 0]
+            for row, token, logprob in zip(
+                plain_greedy, best.tolist(), chosen.tolist(), strict=True
+            ):
+                picked[row] = (int(token), float(logprob))
         for row, request in enumerate(order):
-            self._take_token(request, logits[row])
+            self._take_token(request, logits[row], picked.get(row))
 
-    def _take_token(self, request: Request, logits: torch.Tensor) -> None:
+    def _take_token(
+        self, request: Request, logits: torch.Tensor, picked: tuple[int, float] | None = None
+    ) -> None:
         params = request.params
         stop_ids = self._stop_ids(request)
-        if len(request.output_ids) < params.min_new_tokens and stop_ids:
-            logits = logits.clone()
-            logits[list(stop_ids)] = float("-inf")
-        spec = SamplingSpec(params.temperature, params.top_p, params.top_k, params.min_p)
-        assert request.generator is not None
-        token, logprob = sample(logits, spec, request.generator)
+        if picked is not None:
+            token, logprob = picked
+        else:
+            if len(request.output_ids) < params.min_new_tokens and stop_ids:
+                logits = logits.clone()
+                logits[list(stop_ids)] = float("-inf")
+            spec = SamplingSpec(params.temperature, params.top_p, params.top_k, params.min_p)
+            assert request.generator is not None
+            token, logprob = sample(logits, spec, request.generator)
         index = len(request.output_ids)
         request.output_ids.append(token)
         request.logprobs.append(logprob)

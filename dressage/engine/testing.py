@@ -137,3 +137,5 @@ def start_engine(
                 process.kill()
                 process.wait(timeout=15)
         reader.join(timeout=5)
+        if process.stdout is not None:
+            process.stdout.close()

@@ -1,0 +1,65 @@
+"""The embedded engine's decoder matches `transformers` and is consistent with itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dressage.engine.model import Decoder, KVCache, full_logits, load_weights
+from dressage.model import build_tiny_model
+
+torch.set_num_threads(1)
+
+PROMPT = [5, 9, 80, 9, 88, 2, 103, 6, 40, 41, 42, 43]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def test_logits_match_transformers(checkpoint: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    with torch.no_grad():
+        reference = model(torch.tensor([PROMPT])).logits[0]
+    ours = full_logits(load_weights(checkpoint), PROMPT)
+    torch.testing.assert_close(ours, reference, atol=1e-4, rtol=0)
+
+
+def test_incremental_and_batched_decode_match_full_forward(checkpoint: Path) -> None:
+    weights = load_weights(checkpoint)
+    reference = full_logits(weights, PROMPT)
+    decoder = Decoder(weights.shape, 64)
+    cache = KVCache(weights.shape, 4, 64)
+    # Slot 3 holds the prompt's first 4 tokens, slot 1 its first 7: different lengths, one batch.
+    last3 = decoder.prefill(weights, cache, 3, PROMPT[:4])[-1]
+    last1 = decoder.prefill(weights, cache, 1, PROMPT[:7])[-1]
+    torch.testing.assert_close(last3, reference[3], atol=1e-4, rtol=0)
+    torch.testing.assert_close(last1, reference[6], atol=1e-4, rtol=0)
+    for step in range(5):
+        p3, p1 = 4 + step, 7 + step
+        logits = decoder.decode(weights, cache, [3, 1], [PROMPT[p3], PROMPT[p1]], [p3, p1])
+        torch.testing.assert_close(logits[0], reference[p3], atol=1e-4, rtol=0)
+        torch.testing.assert_close(logits[1], reference[p1], atol=1e-4, rtol=0)
+
+
+def test_missing_or_misshapen_tensor_is_named(checkpoint: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (bad / name).write_bytes((checkpoint / name).read_bytes())
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    tensors["model.norm.weight"] = torch.ones(3)
+    save_file(tensors, str(bad / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"model\.norm\.weight has shape \(3,\)"):
+        load_weights(bad)
+    del tensors["lm_head.weight"]
+    tensors["model.norm.weight"] = torch.ones(128)
+    save_file(tensors, str(bad / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"lm_head\.weight is missing"):
+        load_weights(bad)
