@@ -78,7 +78,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -148,7 +148,7 @@ class ProxyState:
     gate: PauseGate
     metrics: ProxyMetrics
     tokenizer: ChatTokenizer | None
-    client: httpx.AsyncClient | None = None
+    client: aiohttp.ClientSession | None = None
     generator: Generator | None = None
     inflight: int = 0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -178,11 +178,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(
-            max_connections=config.max_concurrency + 32,
-            max_keepalive_connections=config.max_concurrency + 32,
-        )
-        async with httpx.AsyncClient(limits=limits, timeout=config.engine_timeout_s) as client:
+        connector = aiohttp.TCPConnector(limit=config.max_concurrency + 32, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector) as client:
             state.client = client
             state.generator = Generator(
                 client=client,
@@ -264,10 +261,12 @@ async def _health_loop(state: ProxyState) -> None:
 
     async def probe(url: str) -> None:
         try:
-            response = await client.get(url + "/health", timeout=min(5.0, interval * 2))
-            ok = response.status_code == 200
-            reason = f"health check answered HTTP {response.status_code}"
-        except httpx.HTTPError as exc:
+            timeout = aiohttp.ClientTimeout(total=min(5.0, interval * 2))
+            async with client.get(url + "/health", timeout=timeout) as response:
+                await response.read()
+                ok = response.status == 200
+                reason = f"health check answered HTTP {response.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
             ok, reason = False, f"health check failed: {type(exc).__name__}: {exc}"
         if ok:
             state.pool.mark_up(url)
@@ -701,16 +700,18 @@ class _Handlers:
 
         async def send(url: str) -> str:
             try:
-                response = await client.post(
+                async with client.post(
                     url + path,
-                    content=dumps(body),
-                    timeout=30.0,
+                    data=dumps(body),
+                    timeout=aiohttp.ClientTimeout(total=30.0),
                     headers={"content-type": "application/json"},
-                )
-            except httpx.HTTPError as exc:
+                ) as response:
+                    raw = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 return f"{type(exc).__name__}: {exc}"
-            if response.status_code >= 400:
-                return f"HTTP {response.status_code}: {response.text[:200]}"
+            if status >= 400:
+                return f"HTTP {status}: {raw[:200].decode(errors='replace')}"
             return "ok"
 
         urls = [e.url for e in self.s.pool.engines]
