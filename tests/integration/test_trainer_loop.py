@@ -74,10 +74,6 @@ async def test_sync_loop_publishes_versions_that_the_next_batch_carries(tmp_path
         finally:
             await publisher.aclose()
             await proxy.aclose()
-    # The start_* helpers leave their children's stdout pipes open; close them here.
-    for child in (engine.process, px.process):
-        if child.stdout is not None:
-            child.stdout.close()
 
     assert [r.version for r in records] == ["v1", "v2"]
     assert [r.step for r in records] == [1, 2]
