@@ -151,7 +151,8 @@ def warm_start(
         step += 1
         if step % eval_every == 0 or step == settings.max_steps:
             reward = expected_reward(model, codec, eval_task, settings.eval_prompts, pad_id)
-            log(f"warm start: step {step} loss {loss.item():.3f} expected reward {reward:.3f}")
+            if step % (5 * eval_every) == 0 or step == settings.max_steps:
+                log(f"warm start: step {step} loss {loss.item():.3f} expected reward {reward:.3f}")
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".warmstart-", dir=target.parent))

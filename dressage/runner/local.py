@@ -72,6 +72,7 @@ class LocalRun:
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         torch.set_num_threads(spec.local.trainer_threads)
+        grpo.quiet_transformers()
         cache_dir = Path(spec.local.cache_dir) if spec.local.cache_dir else default_cache_dir()
 
         model_dir = await asyncio.to_thread(initial_model_dir, spec, cache_dir, log=self.out)

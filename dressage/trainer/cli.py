@@ -84,10 +84,12 @@ async def _train(
         init_distributed,
         shutdown_distributed,
     )
+    from dressage.trainer.grpo import quiet_transformers
     from dressage.trainer.publish import WeightPublisher
     from dressage.trainer.session import TrainerSession, trainer_config
 
     assert isinstance(job, AsyncRLJob)
+    quiet_transformers()
     spec = job.spec
     env = current_env()
     device = device_for(env, use_gpu=spec.trainer.gpus_per_node > 0)

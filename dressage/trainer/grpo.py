@@ -40,6 +40,13 @@ class TrainerConfig:
     mask_nonlast_version_tokens: bool = False
 
 
+def quiet_transformers() -> None:
+    """Turn off transformers' progress bars (one per checkpoint load and save) on stderr."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+
+
 def load_policy(model_dir: str | Path, device: torch.device) -> torch.nn.Module:
     """A Hugging Face causal LM from a checkpoint directory, float32, in train mode."""
     from transformers import AutoModelForCausalLM

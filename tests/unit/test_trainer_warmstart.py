@@ -22,7 +22,7 @@ def test_warm_start_trains_saves_and_reuses_its_cache(tmp_path: Path) -> None:
     assert not first.cached
     assert first.steps == 10  # the target is out of reach: it stops at max_steps
     assert 0.0 < first.expected_reward < 1.0
-    assert logs[-1].startswith("warm start: step 10")
+    assert logs[-1].startswith("warm start: step 10 ")
     for name in ("config.json", "model.safetensors", "tokenizer.json", "warmstart.json"):
         assert (first.model_dir / name).is_file()
 
