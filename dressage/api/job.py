@@ -43,6 +43,25 @@ class ObjectMeta(ApiModel):
     """Annotations of the job object."""
 
 
+class WarmStartSpec(ApiModel):
+    """A short supervised warm start on the task before RL (for models that cannot do the
+    task at all, such as `builtin:tiny`). The result is cached by a hash of its settings."""
+
+    target_reward: float = Field(default=0.2, gt=0.0, le=1.0)
+    """Stop once the expected reward of sampling at temperature 1 (the probability of the
+    exact answer, averaged over the task's first prompts) reaches this."""
+    max_steps: int = Field(default=400, ge=1)
+    """Upper bound on supervised steps."""
+    batch_size: int = Field(default=64, ge=1)
+    """Prompts per supervised step."""
+    learning_rate: float = Field(default=3e-3, gt=0.0)
+    """AdamW learning rate of the warm start."""
+    eval_prompts: int = Field(default=256, ge=1)
+    """Prompts the expected reward is measured on."""
+    seed: int = 0
+    """Seed of the warm start's prompt stream (drawn apart from the RL prompts)."""
+
+
 class ModelSpec(ApiModel):
     """The policy model to train and serve."""
 
@@ -53,6 +72,8 @@ class ModelSpec(ApiModel):
     """Tokenizer source when it differs from `source`."""
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
     """Parameter dtype on the engines and for training (CPU runs always use float32)."""
+    warm_start: WarmStartSpec | None = None
+    """Supervised warm start on the task before RL; unset starts RL from `source` as is."""
 
 
 class TaskSpec(ApiModel):
@@ -71,6 +92,8 @@ class TaskSpec(ApiModel):
     """Number of prompts the task generator yields per epoch."""
     seed: int = 0
     """Seed of the task generator."""
+    params: dict[str, int | float | str] = Field(default_factory=dict)
+    """Task-specific settings (for `arithmetic`: `maxOperand`, the largest operand)."""
 
 
 class ResourceRequirements(ApiModel):
@@ -252,6 +275,13 @@ class LocalSpec(ApiModel):
     """Port of the run's Prometheus `/metrics` endpoint; 0 picks a free port."""
     engine_threads: int = Field(default=1, ge=1)
     """torch threads per embedded engine process."""
+    engine_max_batch_size: int = Field(default=128, ge=1)
+    """Requests an embedded engine decodes together (`--max-batch-size`)."""
+    trainer_threads: int = Field(default=1, ge=1)
+    """torch threads of the trainer (it runs inside the `dressage run` process)."""
+    cache_dir: str | None = None
+    """Where built models and warm starts are cached; unset uses `$DRESSAGE_CACHE_DIR` or
+    `~/.cache/dressage`."""
 
 
 class AsyncRLJobSpec(ApiModel):

@@ -1,15 +1,40 @@
-"""`dressage run JOB.yaml`: run an AsyncRLJob locally."""
+"""`dressage run JOB.yaml [--steps N] [--workdir DIR] [--fresh] [--metrics-port P]`.
+
+Runs an AsyncRLJob locally: engines, proxy and trainer as local processes, progress on stdout,
+Prometheus `/metrics`, and a report in `<workdir>/<job>/`. Rerunning the same command resumes
+from the last checkpoint; `--fresh` starts over. Ctrl-C (or SIGTERM) stops every child process
+and still writes the report of the steps done.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dressage.api.loader import JobValidationError, load_job
+
+if TYPE_CHECKING:
+    from dressage.runner.local import LocalRun
+
+EXIT_INTERRUPTED = 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("manifest", help="AsyncRLJob YAML file")
+    parser.add_argument("--steps", type=int, default=None, help="override spec.training.steps")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="override spec.local.workdir (run dir parent)"
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="delete the job's run directory and start over"
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, default=None, help="override spec.local.metricsPort (0: free)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -18,11 +43,41 @@ def run(args: argparse.Namespace) -> int:
     except (JobValidationError, OSError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    spec = job.spec
-    print(
-        f"AsyncRLJob {job.metadata.name}: model={spec.model.source} task={spec.task.name} "
-        f"mode={spec.rollout.mode.value} keepVersions={spec.staleness.keep_versions} "
-        f"maxPartialRolloutPreempts={spec.staleness.max_partial_rollout_preempts}"
+    if args.steps is not None and args.steps < 1:
+        print("--steps must be at least 1", file=sys.stderr)
+        return 2
+    from dressage.runner.local import LocalRun, LocalRunOptions
+
+    options = LocalRunOptions(
+        manifest=Path(args.manifest),
+        workdir=args.workdir if args.workdir is not None else Path(job.spec.local.workdir),
+        steps=args.steps if args.steps is not None else job.spec.training.steps,
+        fresh=args.fresh,
+        metrics_port=args.metrics_port,
     )
-    print("the local trainer is not available yet; the job validated and nothing was run")
-    return 0
+    local = LocalRun(job, options, out=lambda line: print(line, flush=True))
+    return asyncio.run(_main(local))
+
+
+async def _main(local: LocalRun) -> int:
+    from dressage.runner.collectors import CollectorUnavailable
+    from dressage.runner.processes import ChildFailed
+
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await local.run()
+        return 0
+    except asyncio.CancelledError:
+        local.out("interrupted: stopping child processes")
+        return EXIT_INTERRUPTED
+    except (CollectorUnavailable, ChildFailed, ValueError) as exc:
+        print(f"dressage run: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        local.shutdown()

@@ -1,0 +1,198 @@
+"""Supervised warm start: teach a policy the task's answer format before RL.
+
+A randomly initialised model (such as `builtin:tiny`) never samples a correct answer, so GRPO
+would see only zero rewards and learn nothing. The warm start trains on `prompt -> answer<eos>`
+pairs from the task (drawn with a seed apart from the RL prompts) and stops as soon as the
+*expected reward at temperature 1* reaches `target_reward`: the probability of sampling the exact
+answer turn, averaged over the task's first `eval_prompts` RL prompts. The policy then starts
+RL with a low but nonzero success rate, and RL's effect stays visible.
+
+The result is a Hugging Face checkpoint directory (tokenizer files included), cached under
+`cache_dir/warmstart/<hash>` where the hash covers the base weights, the task and the settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dressage.api.job import AsyncRLJobSpec, TaskSpec, WarmStartSpec
+from dressage.tasks import Task, get_task
+from dressage.tasks.codec import PromptCodec
+
+WARM_START_SEED_OFFSET = 1_000_003
+"""Added to the task seed for the warm start's training prompts."""
+_COPIED_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+)
+
+
+@dataclass(frozen=True)
+class WarmStartResult:
+    """Where the warm-started checkpoint is and what it reached."""
+
+    model_dir: Path
+    expected_reward: float
+    steps: int
+    cached: bool
+
+
+def cache_key(base_dir: Path, task: TaskSpec, settings: WarmStartSpec) -> str:
+    """Hash of the base weights, the task and the warm-start settings."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        path = base_dir / name
+        if path.is_file():
+            digest.update(name.encode())
+            digest.update(path.read_bytes())
+    digest.update(task.model_dump_json().encode())
+    digest.update(settings.model_dump_json().encode())
+    return digest.hexdigest()[:16]
+
+
+def _pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([[*r] + [value] * (width - len(r)) for r in rows], dtype=torch.long)
+
+
+def answer_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[list[int]],
+    answers: Sequence[list[int]],
+    pad_id: int,
+) -> torch.Tensor:
+    """Sum of log-probabilities of each answer turn given its prompt: [N]."""
+    rows = [p + a for p, a in zip(prompts, answers, strict=True)]
+    ids = _pad(rows, pad_id)
+    attention = _pad([[1] * len(r) for r in rows], 0)
+    mask = _pad([[0] * len(p) + [1] * len(a) for p, a in zip(prompts, answers, strict=True)], 0)
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return (lp * mask[:, 1:]).sum(-1)
+
+
+def expected_reward(
+    model: torch.nn.Module, codec: PromptCodec, task: Task, count: int, pad_id: int
+) -> float:
+    """Mean probability of sampling the exact answer turn over prompts `0..count-1`."""
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for start in range(0, count, 128):
+            batch = [task.prompt(i) for i in range(start, min(count, start + 128))]
+            lp = answer_logprobs(
+                model,
+                [codec.encode_prompt(p) for p in batch],
+                [codec.encode_answer(p.answer) for p in batch],
+                pad_id,
+            )
+            total += float(lp.exp().sum())
+    model.train()
+    return total / count
+
+
+def warm_start(
+    base_dir: Path,
+    task_spec: TaskSpec,
+    settings: WarmStartSpec,
+    cache_dir: Path,
+    *,
+    log: Callable[[str], None] = print,
+) -> WarmStartResult:
+    """The warm-started checkpoint for `base_dir` on `task_spec`, built once and cached."""
+    from transformers import AutoModelForCausalLM
+
+    base_dir = Path(base_dir)
+    target = Path(cache_dir) / "warmstart" / cache_key(base_dir, task_spec, settings)
+    meta_path = target / "warmstart.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        return WarmStartResult(target, float(meta["expected_reward"]), int(meta["steps"]), True)
+
+    torch.manual_seed(settings.seed)
+    codec = PromptCodec.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    pad = model.config.pad_token_id
+    pad_id = int(pad) if isinstance(pad, int) else codec.eos_id
+    eval_task = get_task(task_spec)
+    train_spec = task_spec.model_copy(update={"seed": task_spec.seed + WARM_START_SEED_OFFSET})
+    train_task = get_task(train_spec)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
+    model.train()
+
+    started = time.monotonic()
+    reward = expected_reward(model, codec, eval_task, settings.eval_prompts, pad_id)
+    step = 0
+    eval_every = 5
+    while reward < settings.target_reward and step < settings.max_steps:
+        batch = [
+            train_task.prompt(step * settings.batch_size + i) for i in range(settings.batch_size)
+        ]
+        prompts = [codec.encode_prompt(p) for p in batch]
+        answers = [codec.encode_answer(p.answer) for p in batch]
+        n_tokens = sum(len(a) for a in answers)
+        loss = -answer_logprobs(model, prompts, answers, pad_id).sum() / n_tokens
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        if step % eval_every == 0 or step == settings.max_steps:
+            reward = expected_reward(model, codec, eval_task, settings.eval_prompts, pad_id)
+            if step % (5 * eval_every) == 0 or step == settings.max_steps:
+                log(f"warm start: step {step} loss {loss.item():.3f} expected reward {reward:.3f}")
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".warmstart-", dir=target.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        for name in _COPIED_FILES:
+            if (base_dir / name).is_file():
+                shutil.copy2(base_dir / name, tmp / name)
+        meta = {
+            "base": str(base_dir),
+            "expected_reward": reward,
+            "steps": step,
+            "seconds": round(time.monotonic() - started, 1),
+            "settings": settings.model_dump(mode="json"),
+            "task": task_spec.model_dump(mode="json"),
+        }
+        (tmp / "warmstart.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not meta_path.is_file():  # another process finished first: use its result
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return WarmStartResult(target, reward, step, False)
+
+
+def initial_model_dir(
+    spec: AsyncRLJobSpec, cache_dir: Path, *, log: Callable[[str], None] = print
+) -> Path:
+    """The checkpoint RL starts from: `spec.model.source`, warm-started when the job asks."""
+    from dressage.model import resolve_model_source
+
+    base = resolve_model_source(spec.model.source, cache_dir)
+    if spec.model.warm_start is None:
+        return base
+    result = warm_start(base, spec.task, spec.model.warm_start, cache_dir, log=log)
+    how = "cached" if result.cached else "trained"
+    log(
+        f"warm start ({how}): {result.steps} supervised steps, expected reward "
+        f"{result.expected_reward:.3f} -> {result.model_dir}"
+    )
+    return result.model_dir

@@ -1,0 +1,205 @@
+"""`dressage run`: execute an AsyncRLJob on one machine.
+
+Wiring, in order: the initial model (built and warm-started when the job asks, cached), the
+trainer session (resumed from `<workdir>/<job>/` when a checkpoint exists), engine processes
+serving the session's current weights and version, the proxy in front of them, the
+`/metrics` endpoint, the collector for `spec.rollout.mode`, then the training loop. The
+trainer runs in this process (world size 1). On the way out, whatever the reason, children
+are stopped and the run report is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dressage.api.job import AsyncRLJob
+from dressage.model import default_cache_dir
+from dressage.model.warmstart import initial_model_dir
+from dressage.rollout.artifacts.samples import VERSION_SPAN_MEAN
+from dressage.rollout.sync_rollout import ProxyRolloutClient
+from dressage.runner.collectors import check_mode, make_collector
+from dressage.runner.loop import StepRecord, sync_engines, train_loop
+from dressage.runner.metrics import RunMetrics
+from dressage.runner.processes import ChildProcess, python_module
+from dressage.runner.report import History, write_report
+from dressage.tasks import get_task
+from dressage.tasks.codec import PromptCodec, TaskPrompts
+from dressage.trainer import grpo
+from dressage.trainer.checkpoint import RunDir
+from dressage.trainer.publish import WeightPublisher
+from dressage.trainer.session import TrainerSession
+
+ENGINE_READY = "engine ready on "
+PROXY_READY = "proxy ready on "
+STARTUP_DEADLINE_S = 300.0
+
+
+@dataclass(frozen=True)
+class LocalRunOptions:
+    manifest: Path
+    workdir: Path
+    steps: int
+    fresh: bool = False
+    metrics_port: int | None = None
+
+
+class LocalRun:
+    """One `dressage run` invocation."""
+
+    def __init__(
+        self, job: AsyncRLJob, options: LocalRunOptions, out: Callable[[str], None] = print
+    ) -> None:
+        self.job = job
+        self.spec = job.spec
+        self.options = options
+        self.out = out
+        self.root = options.workdir / job.metadata.name
+        self.children: list[ChildProcess] = []
+        self.metrics = RunMetrics(job.metadata.name)
+        self.history = History(self.root)
+        self.rewards: list[float] = []
+
+    async def run(self) -> None:
+        spec = self.spec
+        check_mode(spec)
+        if self.options.fresh and self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        torch.set_num_threads(spec.local.trainer_threads)
+        grpo.quiet_transformers()
+        cache_dir = Path(spec.local.cache_dir) if spec.local.cache_dir else default_cache_dir()
+
+        model_dir = await asyncio.to_thread(initial_model_dir, spec, cache_dir, log=self.out)
+        session = await asyncio.to_thread(
+            TrainerSession.open, spec, model_dir=model_dir, run_dir=RunDir(self.root)
+        )
+        self.history.truncate(session.state.step)
+        self.rewards = [float(r["reward"]) for r in self.history.read() if "reward" in r]
+        if session.resumed:
+            self.out(
+                f"resuming at step {session.state.step + 1} from the checkpoint of step "
+                f"{session.state.step} (weight version {session.state.version})"
+            )
+        if session.state.step >= self.options.steps:
+            self.out(f"nothing to do: {session.state.step} of {self.options.steps} steps done")
+            return
+
+        engine_urls = await self._start_engines(session, cache_dir)
+        proxy_url = await self._start_proxy(engine_urls, model_dir)
+        port = self.options.metrics_port
+        bound = self.metrics.serve(spec.local.metrics_port if port is None else port)
+        self.out(f"metrics on http://127.0.0.1:{bound}/metrics")
+        self.metrics.set_version(session.state.version_index, session.state.version)
+        self.metrics.step.set(session.state.step)
+
+        proxy = ProxyRolloutClient(proxy_url)
+        source = TaskPrompts(get_task(spec.task), PromptCodec.from_pretrained(model_dir))
+        collector = make_collector(spec, source=source, proxy=proxy, run_tag=self.job.metadata.name)
+        collector.load_state_dict(session.state.collector)
+        publisher = WeightPublisher(engine_urls, proxy=proxy)
+        try:
+            await sync_engines(session, publisher)
+            self.out(
+                f"training {self.job.metadata.name}: steps {session.state.step + 1}.."
+                f"{self.options.steps}, {spec.rollout.batch_size} groups x "
+                f"{spec.rollout.group_size} samples per step, mode {spec.rollout.mode.value}"
+            )
+            await train_loop(
+                session,
+                steps=self.options.steps,
+                collector=collector,
+                publisher=publisher,
+                sink=lambda record: self._on_step(record, session),
+            )
+        finally:
+            await publisher.aclose()
+            await collector.aclose()
+
+    def _on_step(self, record: StepRecord, session: TrainerSession) -> None:
+        self.history.append(record.to_dict())
+        self.metrics.observe(record, session.state.version_index)
+        self.rewards.append(record.metrics.get(grpo.REWARD, 0.0))
+        self.out(progress_line(record, self.options.steps, self.rewards))
+
+    async def _start_engines(self, session: TrainerSession, cache_dir: Path) -> list[str]:
+        spec = self.spec
+        for i in range(spec.inference.replicas):
+            argv = python_module(
+                "engine", "serve", "--host", "127.0.0.1", "--port", "0",
+                "--model", str(session.weights_dir),
+                "--weight-version", session.state.version,
+                "--seed", str(spec.training.seed + i),
+                "--threads", str(spec.local.engine_threads),
+                "--max-batch-size", str(spec.local.engine_max_batch_size),
+                "--cache-dir", str(cache_dir),
+            )  # fmt: skip
+            child = ChildProcess(
+                f"engine-{i}", argv, log_path=self.root / "logs" / f"engine-{i}.log"
+            )
+            self.children.append(child)
+            child.start()
+        engines = [c for c in self.children if c.name.startswith("engine-")]
+        urls = await asyncio.gather(
+            *(c.wait_for(ENGINE_READY, STARTUP_DEADLINE_S) for c in engines)
+        )
+        self.out(f"engines ready: {', '.join(urls)} (weight version {session.state.version})")
+        return list(urls)
+
+    async def _start_proxy(self, engine_urls: list[str], model_dir: Path) -> str:
+        argv = python_module(
+            "proxy", "--config", str(self.options.manifest),
+            "--engine-urls", ",".join(engine_urls),
+            "--host", "127.0.0.1", "--port", "0",
+            "--model", str(model_dir),
+        )  # fmt: skip
+        child = ChildProcess("proxy", argv, log_path=self.root / "logs" / "proxy.log")
+        self.children.append(child)
+        child.start()
+        url = await child.wait_for(PROXY_READY, STARTUP_DEADLINE_S)
+        self.out(f"proxy ready: {url}")
+        return url
+
+    def shutdown(self) -> None:
+        """Stop children (proxy first, then engines), the metrics server; write the report."""
+        for child in reversed(self.children):
+            child.stop()
+        self.children.clear()
+        self.metrics.close()
+        if self.history.path.is_file():
+            path = write_report(
+                self.root,
+                {
+                    "name": self.job.metadata.name,
+                    "model": self.spec.model.source,
+                    "task": self.spec.task.name,
+                    "mode": self.spec.rollout.mode.value,
+                    "groupSize": self.spec.rollout.group_size,
+                    "batchSize": self.spec.rollout.batch_size,
+                    "learningRate": self.spec.training.learning_rate,
+                },
+            )
+            self.out(f"report: {path} (plots in {self.root})")
+
+
+def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:
+    """One line per step: step, reward (and its recent mean), version, drops, diff, span."""
+    m = record.metrics
+    recent = rewards[-10:]
+    drops = sum(record.dropped_groups.values())
+    span = m.get(VERSION_SPAN_MEAN)
+    seconds = record.rollout_seconds + record.train_seconds + record.publish_seconds
+    return (
+        f"step {record.step:>4}/{total}  reward {m.get(grpo.REWARD, 0.0):.3f} "
+        f"(last {len(recent)}: {sum(recent) / max(len(recent), 1):.3f})  "
+        f"version {record.version}  drops {drops}  "
+        f"logprob_diff {m.get(grpo.LOGPROB_ABS_DIFF, 0.0):.1e}  "
+        f"span {'-' if span is None else f'{span:.2f}'}  "
+        f"entropy {m.get(grpo.ENTROPY, 0.0):.3f}  clip {m.get(grpo.CLIP_FRACTION, 0.0):.3f}  "
+        f"{seconds:.1f}s"
+    )

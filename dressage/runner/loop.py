@@ -1,0 +1,114 @@
+"""The training loop: collect a batch, train on it, publish the new weights, record the step.
+
+The same loop runs in-process under `dressage run` (one trainer process) and in every pod of
+the trainer gang under `dressage train` (torchrun). Rank 0 owns the collector and the weight
+publisher; the other ranks receive rank 0's batch and train on their shard. Nothing here knows
+whether rollout is synchronous or asynchronous: that is the collector's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dressage.runner.collector import Collector, TrainBatch
+from dressage.trainer.distributed import broadcast_object
+from dressage.trainer.publish import WeightPublisher
+from dressage.trainer.session import TrainerSession
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step did, for progress lines, Prometheus and the run report."""
+
+    step: int
+    version: str
+    metrics: dict[str, float]
+    dropped_groups: dict[str, int] = field(default_factory=dict)
+    failed_groups: int = 0
+    retries: int = 0
+    staleness_failures: int = 0
+    rollout_seconds: float = 0.0
+    train_seconds: float = 0.0
+    publish_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "version": self.version,
+            **self.metrics,
+            "dropped_groups": dict(self.dropped_groups),
+            "failed_groups": self.failed_groups,
+            "retries": self.retries,
+            "staleness_failures": self.staleness_failures,
+            "rollout_seconds": round(self.rollout_seconds, 3),
+            "train_seconds": round(self.train_seconds, 3),
+            "publish_seconds": round(self.publish_seconds, 3),
+        }
+
+
+StepSink = Callable[[StepRecord], None]
+
+
+async def sync_engines(session: TrainerSession, publisher: WeightPublisher) -> bool:
+    """Publish the session's current weights where an engine serves another version.
+
+    Engines outlive a trainer restart on a cluster; after a resume they must serve the weights
+    of the checkpoint's version before rollout continues. Returns whether it published.
+    """
+    if session.state.version_index == 0:
+        return False
+    versions = await publisher.versions()
+    if all(v == session.state.version for v in versions):
+        return False
+    await publisher.publish(session.weights_dir, session.state.version)
+    return True
+
+
+async def train_loop(
+    session: TrainerSession,
+    *,
+    steps: int,
+    collector: Collector | None,
+    publisher: WeightPublisher | None,
+    sink: StepSink,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Run steps until `session.state.step == steps` (rank 0 must pass collector and publisher)."""
+    main = session.env.is_main
+    if main and (collector is None or publisher is None):
+        raise ValueError("rank 0 needs a collector and a weight publisher")
+    while session.state.step < steps:
+        started = clock()
+        batch: TrainBatch | None = None
+        if main:
+            assert collector is not None
+            batch = await collector.next_batch()
+        batch = broadcast_object(batch, session.env)
+        assert batch is not None
+        collected = clock()
+        metrics = await asyncio.to_thread(session.trainer.train_step, batch)
+        position = collector.state_dict() if collector is not None else {}
+        version, path = await asyncio.to_thread(session.commit_step, position)
+        trained = clock()
+        if main:
+            assert collector is not None
+            assert publisher is not None
+            await publisher.publish(path, version)
+            collector.on_weights_published(version)
+        sink(
+            StepRecord(
+                step=session.state.step,
+                version=version,
+                metrics=metrics,
+                dropped_groups=dict(batch.dropped_groups),
+                failed_groups=batch.failed_groups,
+                retries=batch.retries,
+                staleness_failures=batch.staleness_failures,
+                rollout_seconds=collected - started,
+                train_seconds=trained - collected,
+                publish_seconds=clock() - trained,
+            )
+        )

@@ -1,0 +1,121 @@
+"""Prometheus figures of a run, served on `/metrics` by `dressage run`.
+
+Names come from `dressage.metrics`; the batch statistics `staleness/version_span_mean|max|min`
+are exported as `dressage_staleness_version_span_mean|max|min`. Each run has its own registry
+(no process-wide globals), so tests can run several in one process.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from dressage import metrics as names
+from dressage.rollout.artifacts.samples import (
+    VERSION_SPAN_MAX,
+    VERSION_SPAN_MEAN,
+    VERSION_SPAN_MIN,
+)
+from dressage.runner.loop import StepRecord
+from dressage.trainer import grpo
+
+_GAUGES = {
+    VERSION_SPAN_MEAN: (names.STALENESS_VERSION_SPAN_MEAN, "Mean output version span of the batch"),
+    VERSION_SPAN_MAX: (names.STALENESS_VERSION_SPAN_MAX, "Largest output version span"),
+    VERSION_SPAN_MIN: (names.STALENESS_VERSION_SPAN_MIN, "Smallest output version span"),
+    grpo.LOGPROB_ABS_DIFF: (
+        names.TRAIN_ROLLOUT_LOGPROB_ABS_DIFF,
+        "Mean |train logprob - rollout logprob| over trained tokens",
+    ),
+    grpo.REWARD: (names.REWARD_MEAN, "Mean reward of the last batch"),
+    grpo.ENTROPY: (names.ENTROPY, "Mean policy entropy over trained tokens"),
+    grpo.CLIP_FRACTION: (names.CLIP_FRACTION, "Fraction of trained tokens with a clipped ratio"),
+}
+
+
+class RunMetrics:
+    """The run's Prometheus registry and its update from each `StepRecord`."""
+
+    def __init__(self, job: str) -> None:
+        self.registry = CollectorRegistry()
+        self.job = job
+        self._gauges = {
+            key: Gauge(name, doc, registry=self.registry) for key, (name, doc) in _GAUGES.items()
+        }
+        self.step = Gauge(names.TRAIN_STEP, "Completed optimizer steps", registry=self.registry)
+        self.version = Gauge(
+            names.WEIGHT_VERSION,
+            "Ordinal of the latest published weight version",
+            registry=self.registry,
+        )
+        self.version_info = Gauge(
+            names.WEIGHT_VERSION_INFO,
+            "1 for the label of the latest published weight version",
+            ["version"],
+            registry=self.registry,
+        )
+        self.dropped = Counter(
+            names.DROPPED_GROUPS.removesuffix("_total"),
+            "Prompt groups dropped, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        # Export the drop counter at 0 before the first drop, so dashboards see the series.
+        self.dropped.labels(reason="retries_exhausted")
+        self.staleness_failures = Counter(
+            names.STALENESS_FAILURES.removesuffix("_total"),
+            "Rollouts refused by a staleness control",
+            registry=self.registry,
+        )
+        self.retries = Counter(
+            names.ROLLOUT_RETRIES.removesuffix("_total"),
+            "Prompt-group retries",
+            registry=self.registry,
+        )
+        self.groups = Counter(
+            names.ROLLOUT_GROUPS_COMPLETED.removesuffix("_total"),
+            "Prompt groups completed and trained on",
+            registry=self.registry,
+        )
+        self.samples = Counter(
+            names.TRAINED_SAMPLES.removesuffix("_total"),
+            "Samples trained on",
+            registry=self.registry,
+        )
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def set_version(self, ordinal: int, label: str) -> None:
+        self.version.set(ordinal)
+        self.version_info.clear()
+        self.version_info.labels(version=label).set(1)
+
+    def observe(self, record: StepRecord, version_ordinal: int) -> None:
+        for key, gauge in self._gauges.items():
+            if key in record.metrics:
+                gauge.set(record.metrics[key])
+        self.step.set(record.step)
+        self.set_version(version_ordinal, record.version)
+        for reason, count in record.dropped_groups.items():
+            self.dropped.labels(reason=reason).inc(count)
+        self.staleness_failures.inc(record.staleness_failures)
+        self.retries.inc(record.retries)
+        self.groups.inc(record.metrics.get("groups", 0.0))
+        self.samples.inc(record.metrics.get("samples", 0.0))
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve `/metrics` on `port` (0 picks a free one); returns the bound port."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server, self._thread = server, thread
+        return int(server.server_port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None

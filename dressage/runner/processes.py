@@ -1,0 +1,146 @@
+"""Child processes of a local run: start, wait for a readiness line, stop cleanly.
+
+Each child runs in its own process group (so a terminal's Ctrl-C reaches only the runner, which
+then stops the children in order) with its output written to a log file and scanned for a
+readiness marker such as `engine ready on http://...`. `stop()` sends SIGTERM to the group,
+waits, and sends SIGKILL to whatever is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+import dressage
+
+PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
+
+
+class ChildFailed(RuntimeError):
+    """A child exited or stayed silent before printing its readiness line."""
+
+
+class ChildProcess:
+    """One child process whose output goes to `log_path`."""
+
+    def __init__(
+        self, name: str, argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = env
+        self.process: subprocess.Popen[str] | None = None
+        self.tail: deque[str] = deque(maxlen=40)
+        self._lines: list[str] = []
+        self._new_line = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ if self.env is None else self.env)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        env["PYTHONUNBUFFERED"] = "1"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            self.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        log = self.log_path.open("a", encoding="utf-8")
+        self._reader = threading.Thread(
+            target=self._drain, args=(self.process.stdout, log), name=f"{self.name}-output"
+        )
+        self._reader.daemon = True
+        self._reader.start()
+
+    def _drain(self, stream: IO[str] | None, log: IO[str]) -> None:
+        assert stream is not None
+        with log:
+            for line in stream:
+                log.write(line)
+                log.flush()
+                self.tail.append(line.rstrip("\n"))
+                self._lines.append(line.rstrip("\n"))
+                self._new_line.set()
+        self._new_line.set()
+
+    async def wait_for(self, marker: str, deadline_s: float) -> str:
+        """The rest of the first output line starting with `marker` (e.g. the URL)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline_s
+        seen = 0
+        while True:
+            while seen < len(self._lines):
+                line = self._lines[seen]
+                seen += 1
+                if line.startswith(marker):
+                    return line[len(marker) :].strip()
+            exited = self.process is None or self.process.poll() is not None
+            reader_done = self._reader is None or not self._reader.is_alive()
+            if exited and reader_done and seen >= len(self._lines):
+                raise ChildFailed(self._failure(f"exited before printing {marker!r}"))
+            if loop.time() >= end:
+                raise ChildFailed(self._failure(f"did not print {marker!r} in {deadline_s:.0f}s"))
+            await asyncio.sleep(0.05)
+
+    def _failure(self, what: str) -> str:
+        code = None if self.process is None else self.process.poll()
+        tail = "\n".join(f"  | {line}" for line in self.tail)
+        return f"{self.name} {what} (exit code {code}); log {self.log_path}:\n{tail}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM the child's process group, then SIGKILL after `grace_s`; its exit code."""
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            self._signal(process, signal.SIGTERM)
+            try:
+                process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(process, signal.SIGKILL)
+                process.wait(timeout=grace_s)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return process.returncode
+
+    @staticmethod
+    def _signal(process: subprocess.Popen[str], sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM the child when the runner dies, even by SIGKILL (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
+def python_module(*args: str) -> list[str]:
+    """argv running `python -m dressage ARGS` with this interpreter."""
+    return [sys.executable, "-m", "dressage", *args]

@@ -1,0 +1,136 @@
+"""Per-step history and the end-of-run report (JSON and PNG plots).
+
+`history.jsonl` in the run directory gets one line per completed step and survives restarts: a
+resumed run first truncates it to the checkpoint's step, so the report never shows a step
+twice. `write_report` turns it into `report.json` (summary + every step) and PNG plots.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+HISTORY = "history.jsonl"
+REPORT = "report.json"
+PLOTS = {
+    "reward.png": ("reward", "reward (mean per step)"),
+    "logprob_diff.png": (
+        "train_rollout_logprob_abs_diff",
+        "train_rollout_logprob_abs_diff",
+    ),
+    "entropy.png": ("entropy", "entropy (mean per trained token)"),
+    "version_span.png": ("staleness/version_span_mean", "staleness/version_span_mean"),
+}
+
+
+class History:
+    """Append-only per-step records in `<run>/history.jsonl`."""
+
+    def __init__(self, run_root: Path) -> None:
+        self.path = Path(run_root) / HISTORY
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.is_file():
+            return []
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def truncate(self, step: int) -> None:
+        """Keep only records of steps `<= step` (the checkpoint a run resumes from)."""
+        kept = [r for r in self.read() if int(r["step"]) <= step]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(dict(record)) + "\n")
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over up to `window` values."""
+    out: list[float] = []
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1) : i + 1]
+        out.append(fmean(chunk))
+    return out
+
+
+def summarize(steps: Sequence[Mapping[str, Any]], window: int = 10) -> dict[str, Any]:
+    """Headline figures: reward over the first and last `window` steps, drops, versions."""
+    rewards = [float(s["reward"]) for s in steps if "reward" in s]
+    drops: dict[str, int] = {}
+    for s in steps:
+        for reason, count in dict(s.get("dropped_groups", {})).items():
+            drops[reason] = drops.get(reason, 0) + int(count)
+    w = min(window, len(rewards)) or 1
+    return {
+        "steps": len(steps),
+        "first_version": steps[0]["version"] if steps else None,
+        "last_version": steps[-1]["version"] if steps else None,
+        "reward_first": fmean(rewards[:w]) if rewards else None,
+        "reward_last": fmean(rewards[-w:]) if rewards else None,
+        "reward_window": w,
+        "dropped_groups": drops,
+        "step_seconds_mean": fmean(
+            float(s.get("rollout_seconds", 0))
+            + float(s.get("train_seconds", 0))
+            + float(s.get("publish_seconds", 0))
+            for s in steps
+        )
+        if steps
+        else None,
+    }
+
+
+def write_report(
+    run_root: Path, job: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+) -> Path:
+    """Write `report.json` and the PNG plots from the history; return the report path."""
+    run_root = Path(run_root)
+    steps = History(run_root).read()
+    report = {
+        "job": dict(job),
+        "summary": summarize(steps),
+        **dict(extra or {}),
+        "steps": steps,
+        "plots": sorted(PLOTS),
+    }
+    path = run_root / REPORT
+    path.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    plot_history(run_root, steps)
+    return path
+
+
+def plot_history(run_root: Path, steps: Sequence[Mapping[str, Any]]) -> list[Path]:
+    """One PNG per figure in `PLOTS` (matplotlib's Agg backend, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[Path] = []
+    xs = [int(s["step"]) for s in steps]
+    for filename, (key, title) in PLOTS.items():
+        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+        points = [(x, float(s[key])) for x, s in zip(xs, steps, strict=True) if key in s]
+        if points:
+            px, py = zip(*points, strict=True)
+            ax.plot(px, py, marker=".", linewidth=0.8, alpha=0.6, label=key)
+            if len(py) >= 5:
+                ax.plot(px, moving_average(py, 10), linewidth=2.0, label="10-step mean")
+            ax.legend(loc="best", fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        out = run_root / filename
+        fig.savefig(out)
+        plt.close(fig)
+        written.append(out)
+    return written

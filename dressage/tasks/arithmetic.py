@@ -1,0 +1,66 @@
+"""Arithmetic: `"17+25="` -> `"42"`, rewarded 1 for the exact answer and 0 otherwise.
+
+Single-turn, offline and verifiable by a rule: the reward is exact match of the first number
+in the completion (leading spaces ignored, generation stops at end-of-sequence or any
+non-digit). Operands are drawn uniformly from `0..max_operand` by a generator seeded from the
+job's `spec.task.seed` and the prompt index, so the stream is reproducible and resumable.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from dressage.api.job import TaskSpec
+from dressage.tasks.base import Prompt, register_task
+
+DEFAULT_MAX_OPERAND = 49
+_LEADING_NUMBER = re.compile(r"\s*(\d+)")
+
+
+class ArithmeticTask:
+    """Addition of two non-negative integers."""
+
+    name = "arithmetic"
+
+    def __init__(
+        self, *, seed: int = 0, dataset_size: int = 4096, max_operand: int = DEFAULT_MAX_OPERAND
+    ):
+        if dataset_size < 1:
+            raise ValueError(f"dataset_size must be >= 1, got {dataset_size}")
+        if max_operand < 1:
+            raise ValueError(f"max_operand must be >= 1, got {max_operand}")
+        self.seed = seed
+        self.dataset_size = dataset_size
+        self.max_operand = max_operand
+
+    def operands(self, index: int) -> tuple[int, int]:
+        """The two operands of prompt `index` (cycles every `dataset_size` prompts)."""
+        rng = random.Random(f"arithmetic:{self.seed}:{index % self.dataset_size}")
+        return rng.randint(0, self.max_operand), rng.randint(0, self.max_operand)
+
+    def prompt(self, index: int) -> Prompt:
+        a, b = self.operands(index)
+        return Prompt(index=index, text=f"{a}+{b}=", answer=str(a + b))
+
+    def reward(self, prompt: Prompt, completion: str) -> float:
+        return 1.0 if extract_answer(completion) == prompt.answer else 0.0
+
+
+def extract_answer(completion: str) -> str | None:
+    """The leading number of `completion`, or None when it does not start with one."""
+    match = _LEADING_NUMBER.match(completion)
+    return match.group(1) if match else None
+
+
+def _from_spec(spec: TaskSpec) -> ArithmeticTask:
+    unknown = set(spec.params) - {"maxOperand"}
+    if unknown:
+        raise ValueError(f"spec.task.params: unknown arithmetic settings {sorted(unknown)}")
+    raw = spec.params.get("maxOperand", DEFAULT_MAX_OPERAND)
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise ValueError(f"spec.task.params.maxOperand must be an integer, got {raw!r}")
+    return ArithmeticTask(seed=spec.seed, dataset_size=spec.dataset_size, max_operand=raw)
+
+
+register_task(ArithmeticTask.name, _from_spec)

@@ -1,0 +1,114 @@
+"""From `TrainBatch` to padded tensors: token alignment, loss masks, advantages, sharding.
+
+A causal LM's logits at position t predict token t+1, so every per-token tensor here is on the
+*shifted* axis of length `L - 1` (L = longest sample): entry t describes token `tokens[t + 1]`.
+A sample's response is its last `response_length` tokens; only response tokens with loss mask 1
+are trained. Padding is on the right and never trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from dressage.rollout.artifacts.samples import Sample, mask_nonlast_version_tokens
+from dressage.runner.collector import TrainBatch
+from dressage.trainer.loss import group_advantages
+
+
+@dataclass(frozen=True)
+class ScoredSample:
+    """A sample with its GRPO advantage."""
+
+    sample: Sample
+    advantage: float
+
+
+@dataclass(frozen=True)
+class BatchTensors:
+    """Padded model inputs and per-token training tensors (shifted axis, see module doc)."""
+
+    input_ids: torch.Tensor
+    """[B, L] token ids, right-padded with `pad_id`."""
+    attention_mask: torch.Tensor
+    """[B, L] 1 for real tokens."""
+    targets: torch.Tensor
+    """[B, L-1] the token each position predicts (`input_ids[:, 1:]`)."""
+    loss_mask: torch.Tensor
+    """[B, L-1] float, 1 where the predicted token is a trained response token."""
+    rollout_logprobs: torch.Tensor
+    """[B, L-1] rollout logprob of the predicted token (0 where not trained)."""
+    advantages: torch.Tensor
+    """[B] advantage of each sequence."""
+
+
+def score_batch(batch: TrainBatch, *, mask_nonlast_version: bool = False) -> list[ScoredSample]:
+    """Group-normalised advantages for every sample, optionally masking non-last versions.
+
+    Advantages are computed per group over the whole group before any sharding, so every
+    data-parallel worker sees the same statistics.
+    """
+    advantages = group_advantages([g.rewards() for g in batch.groups])
+    scored: list[ScoredSample] = []
+    for group, group_adv in zip(batch.groups, advantages, strict=True):
+        for sample, adv in zip(group.samples, group_adv, strict=True):
+            s = mask_nonlast_version_tokens(sample) if mask_nonlast_version else sample
+            scored.append(ScoredSample(s, adv))
+    return scored
+
+
+def shard(scored: Sequence[ScoredSample], rank: int, world_size: int) -> list[ScoredSample]:
+    """This worker's share of the batch: every `world_size`-th sample starting at `rank`.
+
+    A worker left without samples gets a copy of the first one with an all-zero loss mask, so
+    it still joins the gradient all-reduce but contributes nothing.
+    """
+    if not scored:
+        raise ValueError("cannot shard an empty batch")
+    mine = list(scored[rank::world_size])
+    if not mine:
+        first = scored[0]
+        muted = replace(first.sample, loss_mask=(0,) * first.sample.response_length)
+        mine = [ScoredSample(muted, 0.0)]
+    return mine
+
+
+def trained_token_count(scored: Sequence[ScoredSample]) -> int:
+    """Trained tokens over `scored` (the token-level mean's denominator)."""
+    return sum(sum(s.sample.loss_mask) for s in scored)
+
+
+def to_tensors(scored: Sequence[ScoredSample], pad_id: int) -> BatchTensors:
+    """Pad and align `scored` into `BatchTensors`."""
+    if not scored:
+        raise ValueError("cannot build tensors from an empty batch")
+    length = max(len(s.sample.tokens) for s in scored)
+    if length < 2:
+        raise ValueError("every batch needs a sample of at least two tokens")
+    b = len(scored)
+    input_ids = torch.full((b, length), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, length), dtype=torch.long)
+    loss_mask = torch.zeros((b, length - 1), dtype=torch.float32)
+    rollout = torch.zeros((b, length - 1), dtype=torch.float32)
+    for i, item in enumerate(scored):
+        s = item.sample
+        n = len(s.tokens)
+        input_ids[i, :n] = torch.tensor(s.tokens, dtype=torch.long)
+        attention[i, :n] = 1
+        # Response token j sits at position prompt_length + j and is predicted at that - 1.
+        start = s.prompt_length - 1
+        if s.response_length and start < 0:
+            raise ValueError("a sample needs at least one prompt token before its response")
+        for j in range(s.response_length):
+            loss_mask[i, start + j] = float(s.loss_mask[j])
+            rollout[i, start + j] = s.rollout_log_probs[j] if s.loss_mask[j] else 0.0
+    return BatchTensors(
+        input_ids=input_ids,
+        attention_mask=attention,
+        targets=input_ids[:, 1:],
+        loss_mask=loss_mask,
+        rollout_logprobs=rollout,
+        advantages=torch.tensor([s.advantage for s in scored], dtype=torch.float32),
+    )

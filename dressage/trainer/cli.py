@@ -1,0 +1,152 @@
+"""`dressage train --config JOB.yaml`: the trainer gang's entry point (one process per rank).
+
+Launched by torchrun (or one process per pod) with the rendezvous environment the operator
+sets: `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK` or `NODE_RANK`:
+
+    torchrun --nnodes N --node_rank R --master_addr A --master_port P \\
+        -m dressage train --config /etc/dressage/job.yaml
+
+Rank 0 collects batches through the proxy (`--proxy-url` or `DRESSAGE_PROXY_URL`), publishes
+weights to the engines (`--engine-urls` or `DRESSAGE_ENGINE_URLS`, comma-separated), writes
+checkpoints under `--workdir` (default `<spec.storage.mountPath>/<job>`), and serves
+`/metrics` on `--metrics-port`. Every rank resumes from the same checkpoint. The engines and
+the proxy are not started here: on a cluster they are their own pods, and locally
+`dressage run` starts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from dressage.api.loader import JobValidationError, load_job
+
+ENGINE_URLS_ENV = "DRESSAGE_ENGINE_URLS"
+PROXY_URL_ENV = "DRESSAGE_PROXY_URL"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="JOB.yaml", help="AsyncRLJob manifest")
+    parser.add_argument("--engine-urls", default=None, help=f"comma-separated (${ENGINE_URLS_ENV})")
+    parser.add_argument("--proxy-url", default=None, help=f"rollout proxy URL (${PROXY_URL_ENV})")
+    parser.add_argument("--workdir", type=Path, default=None, help="run directory")
+    parser.add_argument("--steps", type=int, default=None, help="override spec.training.steps")
+    parser.add_argument("--metrics-port", type=int, default=9400, help="rank 0 /metrics port")
+    parser.add_argument(
+        "--mask-nonlast-version-tokens",
+        action="store_true",
+        default=None,
+        help="train only tokens of a sample's last weight version (default: the job's "
+        "spec.proxy.maskNonlastVersionTokens)",
+    )
+    parser.add_argument("--cache-dir", type=Path, default=None, help="model and warm-start cache")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        job = load_job(args.config)
+    except (JobValidationError, OSError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    engine_urls = [
+        u for u in (args.engine_urls or os.environ.get(ENGINE_URLS_ENV, "")).split(",") if u
+    ]
+    proxy_url = args.proxy_url or os.environ.get(PROXY_URL_ENV)
+    if not engine_urls or not proxy_url:
+        print(
+            f"dressage train needs --engine-urls (or ${ENGINE_URLS_ENV}) and --proxy-url "
+            f"(or ${PROXY_URL_ENV})",
+            file=sys.stderr,
+        )
+        return 2
+    return asyncio.run(_train(job, args, engine_urls, proxy_url))
+
+
+async def _train(
+    job: object, args: argparse.Namespace, engine_urls: list[str], proxy_url: str
+) -> int:
+    from dressage.api.job import AsyncRLJob
+    from dressage.model.warmstart import initial_model_dir
+    from dressage.rollout.sync_rollout import ProxyRolloutClient
+    from dressage.runner.collectors import make_collector
+    from dressage.runner.loop import StepRecord, sync_engines, train_loop
+    from dressage.runner.metrics import RunMetrics
+    from dressage.tasks import get_task
+    from dressage.tasks.codec import PromptCodec, TaskPrompts
+    from dressage.trainer.checkpoint import RunDir
+    from dressage.trainer.distributed import (
+        barrier,
+        current_env,
+        device_for,
+        init_distributed,
+        shutdown_distributed,
+    )
+    from dressage.trainer.grpo import quiet_transformers
+    from dressage.trainer.publish import WeightPublisher
+    from dressage.trainer.session import TrainerSession, trainer_config
+
+    assert isinstance(job, AsyncRLJob)
+    quiet_transformers()
+    spec = job.spec
+    env = current_env()
+    device = device_for(env, use_gpu=spec.trainer.gpus_per_node > 0)
+    init_distributed(env, device)
+    root = args.workdir or Path(spec.storage.mount_path) / job.metadata.name
+    # The cache must be shared by every rank: by default it sits on the job's storage.
+    cache_dir: Path = args.cache_dir or root / "cache"
+    config = trainer_config(spec)
+    if args.mask_nonlast_version_tokens is not None:
+        from dataclasses import replace
+
+        config = replace(config, mask_nonlast_version_tokens=args.mask_nonlast_version_tokens)
+    steps = args.steps or spec.training.steps
+    try:
+        # Rank 0 builds (and warm-starts) the initial model into the shared cache first.
+        if env.is_main:
+            model_dir = initial_model_dir(spec, cache_dir)
+        barrier(env)
+        if not env.is_main:
+            model_dir = initial_model_dir(spec, cache_dir, log=lambda _: None)
+        session = TrainerSession.open(
+            spec, model_dir=model_dir, run_dir=RunDir(root), env=env, device=device, config=config
+        )
+        if env.is_main:
+            state = session.state
+            print(
+                f"rank 0/{env.world_size}: step {state.step}, version {state.version}", flush=True
+            )
+        if not env.is_main:
+            await train_loop(
+                session, steps=steps, collector=None, publisher=None, sink=lambda _: None
+            )
+            return 0
+
+        metrics = RunMetrics(job.metadata.name)
+        port = metrics.serve(args.metrics_port, host="0.0.0.0")
+        print(f"metrics on :{port}/metrics", flush=True)
+        proxy = ProxyRolloutClient(proxy_url)
+        source = TaskPrompts(get_task(spec.task), PromptCodec.from_pretrained(model_dir))
+        collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
+        collector.load_state_dict(session.state.collector)
+        publisher = WeightPublisher(engine_urls, proxy=proxy)
+
+        def sink(record: StepRecord) -> None:
+            metrics.observe(record, session.state.version_index)
+            reward = record.metrics.get("reward", 0.0)
+            print(f"step {record.step} version {record.version} reward {reward:.3f}", flush=True)
+
+        try:
+            await sync_engines(session, publisher)
+            await train_loop(
+                session, steps=steps, collector=collector, publisher=publisher, sink=sink
+            )
+        finally:
+            await publisher.aclose()
+            await collector.aclose()
+            metrics.close()
+        return 0
+    finally:
+        shutdown_distributed()

@@ -1,0 +1,142 @@
+"""GRPO loss math on small hand-checked tensors: advantages, clipping, masks, logprob diff."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dressage.trainer.loss import (
+    LossInputs,
+    group_advantages,
+    grpo_loss,
+    masked_mean,
+    token_logprobs_and_entropy,
+)
+
+LOG = math.log
+
+
+def test_group_advantages_normalise_within_each_group() -> None:
+    adv = group_advantages([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 2.0]], eps=0.0)
+    assert adv[0] == pytest.approx([1.0, -1.0, -1.0, 1.0])
+    s = math.sqrt(2.0 / 3.0)  # population std of 0, 1, 2
+    assert adv[1] == pytest.approx([-1 / s, 0.0, 1 / s])
+
+
+def test_group_advantages_eps_shrinks_towards_zero() -> None:
+    (adv,) = group_advantages([[1.0, 0.0]], eps=0.5)
+    assert adv == pytest.approx([0.5 / 1.0, -0.5 / 1.0])  # std 0.5 + eps 0.5
+
+
+def test_group_with_equal_rewards_or_one_member_has_zero_advantage() -> None:
+    assert group_advantages([[1.0, 1.0, 1.0], [0.0, 0.0], [3.0], []]) == [
+        [0.0, 0.0, 0.0],
+        [0.0, 0.0],
+        [0.0],
+        [],
+    ]
+
+
+def _hand_checked_inputs() -> LossInputs:
+    # Row 0, advantage +1: token ratios 1 and 2 (the second is clipped to 1.2).
+    # Row 1, advantage -1: token ratio 0.5 (clipped to 0.8), then a masked padding token whose
+    # garbage rollout value would overflow exp() if it were not masked out.
+    logprobs = torch.tensor([[LOG(0.5), LOG(0.5)], [LOG(0.25), 0.0]], requires_grad=True)
+    rollout = torch.tensor([[LOG(0.5), LOG(0.25)], [LOG(0.5), -1000.0]])
+    return LossInputs(
+        logprobs=logprobs,
+        rollout_logprobs=rollout,
+        advantages=torch.tensor([1.0, -1.0]),
+        loss_mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]),
+        clip_epsilon=0.2,
+    )
+
+
+def test_clipped_surrogate_on_hand_checked_tensors() -> None:
+    out = grpo_loss(_hand_checked_inputs())
+    # per-token losses: -1 (ratio 1), -1.2 (2 clipped to 1.2), +0.8 (-min(-0.5, -0.8)).
+    assert out.loss.item() == pytest.approx((-1.0 - 1.2 + 0.8) / 3)
+    assert out.clip_fraction.item() == pytest.approx(2 / 3)
+    assert out.logprob_abs_diff.item() == pytest.approx(2 * LOG(2) / 3)
+    assert out.trained_tokens.item() == 3
+
+
+def test_gradient_flows_only_through_unclipped_trained_tokens() -> None:
+    inputs = _hand_checked_inputs()
+    grpo_loss(inputs).loss.backward()
+    grad = inputs.logprobs.grad
+    assert grad is not None
+    # d(-ratio * A / 3)/d logprob = -ratio * A / 3 for the unclipped token; 0 elsewhere.
+    expected = torch.tensor([[-1.0 / 3, 0.0], [0.0, 0.0]])
+    torch.testing.assert_close(grad, expected)
+    assert torch.isfinite(grad).all()
+
+
+def test_loss_denominator_uses_the_global_token_count() -> None:
+    inputs = _hand_checked_inputs()
+    local = grpo_loss(inputs).loss.item()
+    wider = LossInputs(**{**inputs.__dict__, "loss_denominator": 6.0})
+    assert grpo_loss(wider).loss.item() == pytest.approx(local * 3 / 6)
+
+
+def test_on_policy_batch_has_no_clipping_and_zero_logprob_diff() -> None:
+    lp = torch.tensor([[-0.3, -1.2, -2.0]])
+    out = grpo_loss(
+        LossInputs(
+            logprobs=lp,
+            rollout_logprobs=lp.clone(),
+            advantages=torch.tensor([2.0]),
+            loss_mask=torch.tensor([[0.0, 1.0, 1.0]]),
+        )
+    )
+    assert out.loss.item() == pytest.approx(-2.0)  # ratio 1 on both trained tokens
+    assert out.clip_fraction.item() == 0.0
+    assert out.logprob_abs_diff.item() == 0.0
+
+
+def test_empty_mask_gives_zero_loss_not_nan() -> None:
+    out = grpo_loss(
+        LossInputs(
+            logprobs=torch.zeros(1, 2),
+            rollout_logprobs=torch.zeros(1, 2),
+            advantages=torch.ones(1),
+            loss_mask=torch.zeros(1, 2),
+        )
+    )
+    assert out.loss.item() == 0.0
+    assert out.logprob_abs_diff.item() == 0.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("rollout_logprobs", torch.zeros(1, 3), "rollout_logprobs shape"),
+        ("loss_mask", torch.zeros(2, 2), "loss_mask shape"),
+        ("advantages", torch.zeros(2), "advantages must be"),
+        ("logprobs", torch.zeros(2), "logprobs must be"),
+    ],
+)
+def test_shape_errors_name_the_tensor(field: str, value: torch.Tensor, message: str) -> None:
+    base = {
+        "logprobs": torch.zeros(1, 2),
+        "rollout_logprobs": torch.zeros(1, 2),
+        "advantages": torch.zeros(1),
+        "loss_mask": torch.zeros(1, 2),
+    }
+    base[field] = value
+    with pytest.raises(ValueError, match=message):
+        grpo_loss(LossInputs(**base))
+
+
+def test_token_logprobs_and_entropy_of_uniform_and_peaked_logits() -> None:
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0]]])
+    logprobs, entropy = token_logprobs_and_entropy(logits, torch.tensor([[2, 0]]))
+    torch.testing.assert_close(logprobs, torch.tensor([[LOG(0.25), 0.0]]))
+    torch.testing.assert_close(entropy, torch.tensor([[LOG(4.0), 0.0]]))
+
+
+def test_masked_mean() -> None:
+    values = torch.tensor([[1.0, 2.0], [3.0, 100.0]])
+    assert masked_mean(values, torch.tensor([[1.0, 1.0], [1.0, 0.0]])).item() == 2.0

@@ -1,0 +1,84 @@
+"""Run history, report summary, progress line and collector selection by rollout mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dressage.api.job import AsyncRLJobSpec
+from dressage.runner.collectors import CollectorUnavailable, check_mode
+from dressage.runner.local import progress_line
+from dressage.runner.loop import StepRecord
+from dressage.runner.report import History, moving_average, summarize, write_report
+
+
+def _record(step: int, reward: float) -> StepRecord:
+    return StepRecord(
+        step=step,
+        version=f"v{step}",
+        metrics={
+            "reward": reward,
+            "train_rollout_logprob_abs_diff": 0.01,
+            "entropy": 0.5,
+            "clip_fraction": 0.0,
+            "staleness/version_span_mean": 1.0,
+        },
+        dropped_groups={"retries_exhausted": 1} if step == 2 else {},
+        rollout_seconds=1.0,
+        train_seconds=0.5,
+        publish_seconds=0.1,
+    )
+
+
+def test_history_truncates_to_the_resumed_checkpoint(tmp_path: Path) -> None:
+    history = History(tmp_path)
+    for step in range(1, 5):
+        history.append(_record(step, 0.1 * step).to_dict())
+    history.truncate(2)  # killed after step 4's history line but before its checkpoint
+    history.append(_record(3, 0.9).to_dict())
+    assert [r["step"] for r in history.read()] == [1, 2, 3]
+    assert history.read()[-1]["reward"] == 0.9
+
+
+def test_summary_and_report_files(tmp_path: Path) -> None:
+    history = History(tmp_path)
+    for step in range(1, 13):
+        history.append(_record(step, 0.0 if step <= 10 else 1.0).to_dict())
+    summary = summarize(history.read(), window=2)
+    assert summary["reward_first"] == 0.0
+    assert summary["reward_last"] == 1.0
+    assert summary["dropped_groups"] == {"retries_exhausted": 1}
+    assert summary["last_version"] == "v12"
+    assert summary["step_seconds_mean"] == pytest.approx(1.6)
+    path = write_report(tmp_path, {"name": "j"})
+    report = json.loads(path.read_text())
+    assert report["job"] == {"name": "j"}
+    assert len(report["steps"]) == 12
+    for plot in report["plots"]:
+        assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG")
+
+
+def test_moving_average_is_trailing() -> None:
+    assert moving_average([1.0, 3.0, 5.0], 2) == [1.0, 2.0, 4.0]
+
+
+def test_progress_line_shows_step_reward_version_drops_diff_span() -> None:
+    line = progress_line(_record(2, 0.25), 10, [0.5, 0.25])
+    assert line.startswith("step    2/10  reward 0.250 (last 2: 0.375)  version v2  drops 1")
+    assert "logprob_diff 1.0e-02" in line
+    assert "span 1.00" in line
+
+
+@pytest.mark.parametrize("mode", ["fully_async", "partial_async"])
+def test_async_modes_are_refused_with_a_clear_error(mode: str) -> None:
+    spec = AsyncRLJobSpec.model_validate({"model": {"source": "x"}, "rollout": {"mode": mode}})
+    with pytest.raises(CollectorUnavailable, match=f"spec.rollout.mode: '{mode}' is not available"):
+        check_mode(spec)
+
+
+def test_sync_mode_is_accepted() -> None:
+    check_mode(
+        AsyncRLJobSpec.model_validate({"model": {"source": "x"}, "rollout": {"mode": "sync"}})
+    )

@@ -1,0 +1,185 @@
+"""One GRPO step on a real (very small) Llama, checkpoints, resume and the rendezvous env."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dressage.api.job import AsyncRLJobSpec, ModelSpec, TrainingSpec
+from dressage.rollout.artifacts.samples import Sample
+from dressage.runner.collector import Group, TrainBatch
+from dressage.trainer.batch import ScoredSample, to_tensors
+from dressage.trainer.checkpoint import RunDir, TrainState, version_label
+from dressage.trainer.distributed import DistEnv, dist_env_from
+from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
+from dressage.trainer.loss import token_logprobs_and_entropy
+from dressage.trainer.session import TrainerSession
+from dressage.trainer.testing import small_model, synthetic_batch
+
+torch.set_num_threads(1)
+PROMPT = [5, 9, 10]
+GOOD, BAD = [20, 2], [21, 2]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return small_model(tmp_path_factory.mktemp("model"))
+
+
+def _response_logprob(model: torch.nn.Module, response: list[int]) -> float:
+    sample = Sample.build(
+        prompt_tokens=PROMPT,
+        response_tokens=response,
+        response_versions=["v0"] * len(response),
+        rollout_log_probs=[0.0] * len(response),
+    )
+    t = to_tensors([ScoredSample(sample, 0.0)], pad_id=0)
+    with torch.no_grad():
+        logits = model(input_ids=t.input_ids, attention_mask=t.attention_mask).logits[:, :-1]
+    lp, _ = token_logprobs_and_entropy(logits, t.targets)
+    return float((lp * t.loss_mask).sum())
+
+
+def _preference_batch(model: torch.nn.Module) -> TrainBatch:
+    samples = tuple(
+        Sample.build(
+            prompt_tokens=PROMPT,
+            response_tokens=response,
+            response_versions=["v0"] * len(response),
+            # On-policy: the rollout logprobs are the policy's own.
+            rollout_log_probs=[_response_logprob(model, response) / len(response)] * len(response),
+            reward=reward,
+            group_id="g",
+            parent_traj_id=f"t{i}",
+        )
+        for i, (response, reward) in enumerate([(GOOD, 1.0), (BAD, 0.0)])
+    )
+    return TrainBatch(groups=(Group("g", samples),))
+
+
+def test_grpo_steps_raise_the_rewarded_answer_and_lower_the_other(model_dir: Path) -> None:
+    model = load_policy(model_dir, torch.device("cpu"))
+    trainer = GRPOTrainer(model, TrainerConfig(learning_rate=1e-2))
+    good0, bad0 = _response_logprob(model, GOOD), _response_logprob(model, BAD)
+    for _ in range(3):
+        metrics = trainer.train_step(_preference_batch(model))
+    assert _response_logprob(model, GOOD) > good0 + 0.5
+    assert _response_logprob(model, BAD) < bad0 - 0.5
+    assert metrics["reward"] == 0.5
+    assert metrics["samples"] == 2.0
+    assert metrics["trained_tokens"] == 4.0
+    assert metrics["staleness/version_span_mean"] == 1.0
+    assert 0.0 <= metrics["clip_fraction"] <= 1.0
+    assert metrics["entropy"] > 0.0
+
+
+def test_logprob_diff_is_zero_on_policy_and_positive_off_policy(model_dir: Path) -> None:
+    model = load_policy(model_dir, torch.device("cpu"))
+    trainer = GRPOTrainer(model, TrainerConfig(learning_rate=1e-9))
+    # Per-token rollout logprobs equal to the policy's own: build them exactly.
+    sample = Sample.build(
+        prompt_tokens=PROMPT,
+        response_tokens=GOOD,
+        response_versions=["v0", "v0"],
+        rollout_log_probs=[0.0, 0.0],
+    )
+    t = to_tensors([ScoredSample(sample, 0.0)], pad_id=0)
+    with torch.no_grad():
+        logits = model(input_ids=t.input_ids, attention_mask=t.attention_mask).logits[:, :-1]
+    lp, _ = token_logprobs_and_entropy(logits, t.targets)
+    own = [float(x) for x in lp[0][t.loss_mask[0] > 0]]
+
+    def batch(shift: float) -> TrainBatch:
+        s = Sample.build(
+            prompt_tokens=PROMPT,
+            response_tokens=GOOD,
+            response_versions=["v0", "v0"],
+            rollout_log_probs=[x + shift for x in own],
+            reward=1.0,
+            group_id="g",
+            parent_traj_id="t",
+        )
+        return TrainBatch(groups=(Group("g", (s,)),))
+
+    assert trainer.train_step(batch(0.0))["train_rollout_logprob_abs_diff"] == pytest.approx(
+        0.0, abs=1e-5
+    )
+    assert trainer.train_step(batch(0.3))["train_rollout_logprob_abs_diff"] == pytest.approx(
+        0.3, abs=1e-3
+    )
+
+
+def _spec(**training: object) -> AsyncRLJobSpec:
+    return AsyncRLJobSpec(model=ModelSpec(source="unused"), training=TrainingSpec(**training))  # type: ignore[arg-type]
+
+
+def test_session_commit_writes_weights_then_checkpoint_and_resumes(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    run = RunDir(tmp_path / "run")
+    spec = _spec(learning_rate=1e-3)
+    session = TrainerSession.open(spec, model_dir=model_dir, run_dir=run)
+    assert not session.resumed
+    assert session.weights_dir == model_dir
+    for step in range(1, 4):
+        session.trainer.train_step(synthetic_batch(step))
+        version, path = session.commit_step({"next_prompt": 8 * step})
+        assert version == version_label(step)
+        assert (path / "model.safetensors").is_file()
+        assert (path / "tokenizer.json").is_file()
+    assert run.latest_step() == 3
+    # Old checkpoints and weights are pruned; the newest ones stay.
+    assert sorted(p.name for p in run.checkpoints_root.glob("step-*")) == [
+        "step-000002",
+        "step-000003",
+    ]
+    assert {"v2", "v3"} <= {p.name for p in run.weights_root.iterdir()}
+
+    resumed = TrainerSession.open(spec, model_dir=model_dir, run_dir=run)
+    assert resumed.resumed
+    assert resumed.state == TrainState(step=3, version_index=3, collector={"next_prompt": 24})
+    assert resumed.weights_dir == run.weights_dir("v3")
+    for name, tensor in session.trainer.module.state_dict().items():
+        torch.testing.assert_close(resumed.trainer.module.state_dict()[name], tensor)
+    # The optimizer state came back too: its step counter matches.
+    saved = session.trainer.optimizer.state_dict()["state"][0]["step"]
+    assert resumed.trainer.optimizer.state_dict()["state"][0]["step"] == saved
+
+
+def test_latest_pointer_names_only_complete_checkpoints(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    assert run.load_state() is None
+    # A half-written checkpoint directory (killed mid-write) is invisible.
+    (run.checkpoints_root / ".step-000001.tmp").mkdir(parents=True)
+    assert run.latest_step() is None
+
+
+def test_dist_env_from_torchrun_and_operator_variables() -> None:
+    assert dist_env_from({}) == DistEnv(rank=0, world_size=1, local_rank=0)
+    torchrun = {
+        "WORLD_SIZE": "4",
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "h",
+        "MASTER_PORT": "1",
+    }
+    assert dist_env_from(torchrun) == DistEnv(rank=3, world_size=4, local_rank=1)
+    per_node = {"WORLD_SIZE": "2", "NODE_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    env = dist_env_from(per_node)
+    assert env.rank == 1
+    assert not env.is_main
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"WORLD_SIZE": "x"}, "WORLD_SIZE must be an integer"),
+        ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "RANK=2"),
+        ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "1"}, "MASTER_ADDR is required"),
+    ],
+)
+def test_dist_env_errors_name_the_variable(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dist_env_from(environ)

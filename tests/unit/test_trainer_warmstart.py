@@ -1,0 +1,35 @@
+"""The supervised warm start: it trains, writes a loadable checkpoint, and is cached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from dressage.api.job import TaskSpec, WarmStartSpec
+from dressage.model.warmstart import cache_key, warm_start
+from dressage.trainer.testing import small_model
+
+torch.set_num_threads(1)
+
+
+def test_warm_start_trains_saves_and_reuses_its_cache(tmp_path: Path) -> None:
+    base = small_model(tmp_path / "base")
+    task = TaskSpec(params={"maxOperand": 3})
+    settings = WarmStartSpec(target_reward=1.0, max_steps=10, batch_size=8, eval_prompts=16)
+    logs: list[str] = []
+    first = warm_start(base, task, settings, tmp_path / "cache", log=logs.append)
+    assert not first.cached
+    assert first.steps == 10  # the target is out of reach: it stops at max_steps
+    assert 0.0 < first.expected_reward < 1.0
+    assert logs[-1].startswith("warm start: step 10 ")
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "warmstart.json"):
+        assert (first.model_dir / name).is_file()
+
+    again = warm_start(base, task, settings, tmp_path / "cache", log=logs.append)
+    assert again.cached
+    assert again.model_dir == first.model_dir
+    assert again.expected_reward == first.expected_reward
+
+    other = settings.model_copy(update={"max_steps": 11})
+    assert cache_key(base, task, other) != cache_key(base, task, settings)
