@@ -1,65 +1,96 @@
-"""Messages exchanged by collectors: prompt items, completed groups, trainer batches.
+"""Messages between rollout and training: prompt groups, trainer batches, the collector seam.
 
 A *prompt group* is one prompt rolled out `group_size` times (the GRPO group). Collectors pass
 whole groups around and never split them: GRPO normalises advantages within a group, so dropping
-part of one would bias the update.
+part of one would bias the update. A collector hands the trainer one `TrainBatch` per optimizer
+step; the synchronous and the asynchronous collectors implement the same `Collector` protocol,
+so the loop that wires collector, trainer and weight publisher never depends on how rollout is
+scheduled. This module is torch-free.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from dressage.rollout.artifacts.samples import Sample, version_span_stats
-
-
-@dataclass(frozen=True)
-class PromptItem:
-    """One entry of the data buffer: a prompt (task instance) to roll out as a group."""
-
-    index: int
-    """Position in the data stream; the checkpointed data position counts these."""
-    prompt_id: str
-    """Stable identity of the prompt instance (`X-Instance-Id` at the proxy)."""
-    payload: Any = None
-    """The task instance (question, environment seed, ...), opaque to collectors."""
+from dressage.rollout.artifacts.samples import Sample
 
 
 @dataclass(frozen=True)
 class Group:
-    """A completed prompt group: every sample of every trajectory of one prompt."""
+    """One GRPO group: the samples of the trajectories generated for one prompt.
 
-    prompt: PromptItem
+    Every sample carries its reward. A trajectory may have several samples (segments), which
+    share `parent_traj_id`; advantages are computed per group over the samples' rewards.
+    """
+
+    group_id: str
     samples: tuple[Sample, ...]
-    attempt: int = 0
-    """0 for the first try; n for the n-th retry of the whole prompt group."""
 
-    @property
     def rewards(self) -> list[float]:
-        return [s.reward if s.reward is not None else 0.0 for s in self.samples]
+        """Rewards of the samples (a sample without one counts 0)."""
+        return [0.0 if s.reward is None else float(s.reward) for s in self.samples]
 
 
 @dataclass(frozen=True)
 class TrainBatch:
-    """The groups of one trainer step, with the rollout statistics of those groups."""
+    """The groups of one optimizer step, with what the collector saw while assembling them."""
 
     groups: tuple[Group, ...]
-    stats: dict[str, float] = field(default_factory=dict)
+    dropped_groups: Mapping[str, int] = field(default_factory=dict)
+    """Groups dropped while collecting this batch, by reason (e.g. `stale_version`)."""
+    failed_groups: int = 0
+    """Groups whose rollout failed (each retry counts)."""
+    retries: int = 0
+    """Prompt-group retries performed."""
+    staleness_failures: int = 0
+    """Rollouts refused by a staleness control (e.g. `partial_rollout_staleness_exceeded`)."""
 
     @property
     def samples(self) -> list[Sample]:
         return [s for g in self.groups for s in g.samples]
 
-    @classmethod
-    def of(cls, groups: Sequence[Group]) -> TrainBatch:
-        batch = cls(groups=tuple(groups))
-        batch.stats.update(version_span_stats(batch.samples))
-        return batch
+    def rewards(self) -> list[float]:
+        return [r for g in self.groups for r in g.rewards()]
+
+
+def merge_drops(*drops: Mapping[str, int]) -> dict[str, int]:
+    """Sum drop counters by reason."""
+    total: Counter[str] = Counter()
+    for d in drops:
+        total.update(d)
+    return dict(total)
+
+
+class Collector(Protocol):
+    """Produces one `TrainBatch` per trainer step.
+
+    `state_dict()`/`load_state_dict()` carry the data position (which prompts were already
+    used) through checkpoints, so a resumed run neither repeats nor skips prompts.
+    `on_weights_published(version)` tells the collector a new weight version is live on the
+    engines (the synchronous collector only records it; async ones advance staleness windows).
+    """
+
+    async def next_batch(self) -> TrainBatch: ...
+
+    def on_weights_published(self, version: str) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def batch_groups(groups: Sequence[Group]) -> TrainBatch:
+    """A batch of `groups` with no drops or failures (convenience for tests and sync rollout)."""
+    return TrainBatch(groups=tuple(groups))
 
 
 class GroupFailed(Exception):
-    """A prompt group could not be completed; the collector retries it as a whole.
+    """A prompt group could not be completed; collectors retry it as a whole.
 
     `reason` is the stable name counted in metrics (for example the proxy's
     `partial_rollout_staleness_exceeded`); `staleness` marks failures caused by a staleness
@@ -72,5 +103,5 @@ class GroupFailed(Exception):
         self.staleness = staleness
 
 
-GroupRollout = Callable[[PromptItem, int], Awaitable[Sequence[Sample]]]
-"""Rolls out one prompt group: `(prompt, attempt) -> samples`, raising `GroupFailed`."""
+GroupRollout = Callable[[int, int], Awaitable[Group]]
+"""Rolls out one prompt group: `(prompt_index, attempt) -> Group`, raising `GroupFailed`."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -27,7 +27,7 @@ import httpx
 
 from dressage.proxy.records import record_to_sample
 from dressage.rollout.artifacts.samples import Sample
-from dressage.runner.collector import Group, TrainBatch
+from dressage.rollout.groups import Group, GroupFailed, TrainBatch
 
 DROP_RETRIES_EXHAUSTED: Final = "retries_exhausted"
 STALENESS_REFUSAL: Final = "partial_rollout_staleness_exceeded"
@@ -45,11 +45,15 @@ class PromptSource(Protocol):
         ...
 
 
-class RolloutError(Exception):
-    """One trajectory's rollout failed; `code` is the proxy's stable error name if any."""
+class RolloutError(GroupFailed):
+    """One trajectory's rollout failed; `code` is the proxy's stable error name if any.
+
+    It is a `GroupFailed`, so every collector retries the whole prompt group; the proxy's
+    `partial_rollout_staleness_exceeded` marks it as a staleness failure.
+    """
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
-        super().__init__(message)
+        super().__init__(code or "rollout_error", message, staleness=code == STALENESS_REFUSAL)
         self.status = status
         self.code = code
 
@@ -156,7 +160,7 @@ class _Outcome:
 
 
 class SyncCollector:
-    """Implements `dressage.runner.collector.Collector` for `rollout.mode: sync`."""
+    """Implements `dressage.rollout.groups.Collector` for `rollout.mode: sync`."""
 
     def __init__(
         self,
@@ -184,6 +188,14 @@ class SyncCollector:
         self.next_prompt = 0
         self.version: str | None = None
         self._slots = asyncio.Semaphore(concurrency)
+        self.rollout = SingleTurnRollout(
+            source=source,
+            client=client,
+            group_size=group_size,
+            sampling=sampling,
+            seed=seed,
+            run_tag=run_tag,
+        )
 
     # --- Collector protocol ------------------------------------------------------------
 
@@ -243,7 +255,7 @@ class SyncCollector:
         for attempt in range(self.max_retries + 1):
             try:
                 async with self._slots:  # spec.rollout.concurrency: groups in flight
-                    outcome.group = await self._group(index, attempt)
+                    outcome.group = await self.rollout(index, attempt)
                 return outcome
             except RolloutError as exc:
                 outcome.failures += 1
@@ -251,41 +263,86 @@ class SyncCollector:
                     outcome.staleness_failures += 1
         return outcome
 
-    async def _group(self, index: int, attempt: int) -> Group:
+
+TrajectoryFn = Callable[[str, int], Awaitable[None]]
+"""Runs one trajectory in proxy session `session_id` (member `i` of its group) and finalizes
+the session with its reward."""
+
+
+async def collect_group(
+    client: ProxyRolloutClient, group_id: str, group_size: int, trajectory: TrajectoryFn
+) -> Group:
+    """Run `group_size` trajectories of one prompt concurrently and read back their samples.
+
+    Each trajectory gets its own proxy session (`<group_id>-t<i>`) in instance `group_id`. If
+    any trajectory fails, the group is incomplete: its sessions are discarded, what finished is
+    drained, and the first error is raised, so the collector retries the whole prompt group.
+    """
+    sessions = [f"{group_id}-t{i}" for i in range(group_size)]
+    results = await asyncio.gather(
+        *(trajectory(sid, i) for i, sid in enumerate(sessions)), return_exceptions=True
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        await asyncio.gather(*(client.discard(s) for s in sessions))
+        await client.segments(group_id)
+        first = next((e for e in errors if isinstance(e, RolloutError)), errors[0])
+        if isinstance(first, asyncio.CancelledError):
+            raise first
+        if not isinstance(first, RolloutError):
+            raise RolloutError(f"group {group_id}: {type(first).__name__}: {first}") from first
+        raise first
+    samples = await client.segments(group_id)
+    if len({s.parent_traj_id for s in samples}) != group_size:
+        raise RolloutError(
+            f"group {group_id}: proxy returned segments of "
+            f"{len({s.parent_traj_id for s in samples})} trajectories, expected {group_size}"
+        )
+    return Group(group_id=group_id, samples=tuple(samples))
+
+
+def sample_seed(seed: int, index: int, attempt: int, member: int) -> int:
+    """A sampling seed distinct per sample and reproducible across restarts."""
+    return (seed * 1_000_003 + index * 1_009 + attempt * 101 + member) % (2**31 - 1)
+
+
+class SingleTurnRollout:
+    """One prompt group of a single-turn task: `(prompt index, attempt) -> Group`.
+
+    Every trajectory generates one answer through the proxy's `/generate`, is scored by the
+    task's reward, and is finalized with it; the group's samples are read back from the proxy.
+    Used by every collector (it satisfies `dressage.rollout.groups.GroupRollout`).
+    """
+
+    def __init__(
+        self,
+        *,
+        source: PromptSource,
+        client: ProxyRolloutClient,
+        group_size: int,
+        sampling: SamplingSettings,
+        seed: int = 0,
+        run_tag: str = "run",
+    ) -> None:
+        self.source = source
+        self.client = client
+        self.group_size = group_size
+        self.sampling = sampling
+        self.seed = seed
+        self.run_tag = run_tag
+
+    async def __call__(self, index: int, attempt: int) -> Group:
         group_id = f"{self.run_tag}-p{index}-a{attempt}"
         prompt_ids = self.source.prompt_ids(index)
-        sessions = [f"{group_id}-t{i}" for i in range(self.group_size)]
-        results = await asyncio.gather(
-            *(
-                self._trajectory(index, prompt_ids, sid, group_id, self._seed(index, attempt, i))
-                for i, sid in enumerate(sessions)
-            ),
-            return_exceptions=True,
-        )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            # The group is incomplete: forget its sessions and drain what finished.
-            await asyncio.gather(*(self.client.discard(s) for s in sessions))
-            await self.client.segments(group_id)
-            first = next((e for e in errors if isinstance(e, RolloutError)), errors[0])
-            raise first
-        samples = await self.client.segments(group_id)
-        if len({s.parent_traj_id for s in samples}) != self.group_size:
-            raise RolloutError(
-                f"group {group_id}: proxy returned segments of "
-                f"{len({s.parent_traj_id for s in samples})} trajectories, "
-                f"expected {self.group_size}"
+
+        async def trajectory(session_id: str, member: int) -> None:
+            output = await self.client.generate(
+                prompt_ids,
+                self.sampling,
+                session_id=session_id,
+                instance_id=group_id,
+                seed=sample_seed(self.seed, index, attempt, member),
             )
-        return Group(group_id=group_id, samples=tuple(samples))
+            await self.client.finalize(session_id, self.source.reward(index, output))
 
-    async def _trajectory(
-        self, index: int, prompt_ids: list[int], session_id: str, group_id: str, seed: int
-    ) -> None:
-        output = await self.client.generate(
-            prompt_ids, self.sampling, session_id=session_id, instance_id=group_id, seed=seed
-        )
-        await self.client.finalize(session_id, self.source.reward(index, output))
-
-    def _seed(self, index: int, attempt: int, member: int) -> int:
-        # Distinct per sample and reproducible across restarts (the data position is saved).
-        return (self.seed * 1_000_003 + index * 1_009 + attempt * 101 + member) % (2**31 - 1)
+        return await collect_group(self.client, group_id, self.group_size, trajectory)

@@ -60,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(local: LocalRun) -> int:
-    from dressage.runner.collectors import CollectorUnavailable
     from dressage.runner.processes import ChildFailed
 
     task = asyncio.current_task()
@@ -74,7 +73,7 @@ async def _main(local: LocalRun) -> int:
     except asyncio.CancelledError:
         local.out("interrupted: stopping child processes")
         return EXIT_INTERRUPTED
-    except (CollectorUnavailable, ChildFailed, ValueError) as exc:
+    except (ChildFailed, ValueError) as exc:
         print(f"dressage run: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:

@@ -1,53 +1,85 @@
 """Pick the collector for a job's `spec.rollout.mode`.
 
-`sync` is the synchronous collector. The async modes plug in here with the same `Collector`
-protocol; until they exist, asking for them is an error that says so, rather than a silent
-fallback that would run a different experiment than the manifest describes.
+All three modes roll out the same prompt groups through the proxy (`SingleTurnRollout`); they
+differ only in scheduling: `sync` collects a batch and waits for training, `fully_async` and
+`partial_async` keep a background worker generating while the trainer trains, with batch-level
+staleness control at the batch sink.
 """
 
 from __future__ import annotations
 
 from dressage.api.job import AsyncRLJobSpec, RolloutMode
+from dressage.rollout.fully_async_rollout import FullyAsyncRolloutCollector
+from dressage.rollout.groups import Collector, GroupRollout
+from dressage.rollout.partial_async_rollout import PartialAsyncRolloutCollector
+from dressage.rollout.staleness import StalenessConfig
 from dressage.rollout.sync_rollout import (
     PromptSource,
     ProxyRolloutClient,
     SamplingSettings,
+    SingleTurnRollout,
     SyncCollector,
 )
-from dressage.runner.collector import Collector
 
 
-class CollectorUnavailable(ValueError):
-    """The job asks for a rollout mode this build cannot run."""
+def sampling_of(spec: AsyncRLJobSpec) -> SamplingSettings:
+    return SamplingSettings(
+        max_new_tokens=spec.rollout.max_new_tokens,
+        temperature=spec.rollout.temperature,
+        top_p=spec.rollout.top_p,
+    )
 
 
-def check_mode(spec: AsyncRLJobSpec) -> None:
-    """Raise `CollectorUnavailable` for a mode without a collector (before starting anything)."""
-    if spec.rollout.mode is not RolloutMode.SYNC:
-        raise CollectorUnavailable(
-            f"spec.rollout.mode: {spec.rollout.mode.value!r} is not available yet in this "
-            "build; set rollout.mode to 'sync'"
-        )
+def weight_update_pause_mode(spec: AsyncRLJobSpec) -> str:
+    """How generation pauses around a weight update.
+
+    Synchronous rollout has nothing in flight during a publish (`in_place`). The async modes
+    abort in-flight generations at the proxy: with partial rollout they resume from their
+    partial output under the new weights, without it the turn is generated again, so a
+    trajectory never silently mixes versions.
+    """
+    return "in_place" if spec.rollout.mode is RolloutMode.SYNC else "abort"
+
+
+def async_collector(spec: AsyncRLJobSpec, rollout: GroupRollout) -> Collector:
+    """The async collector for `spec.rollout.mode` around any group rollout."""
+    cls = (
+        PartialAsyncRolloutCollector
+        if spec.rollout.mode is RolloutMode.PARTIAL_ASYNC
+        else FullyAsyncRolloutCollector
+    )
+    return cls(
+        rollout,
+        batch_size=spec.rollout.batch_size,
+        concurrency=spec.rollout.concurrency,
+        max_retries=spec.rollout.max_retries,
+        staleness=StalenessConfig(keep_versions=spec.staleness.keep_versions),
+    )
 
 
 def make_collector(
     spec: AsyncRLJobSpec, *, source: PromptSource, proxy: ProxyRolloutClient, run_tag: str
 ) -> Collector:
     """The collector for `spec.rollout.mode`, talking to the proxy."""
-    check_mode(spec)
     rollout = spec.rollout
-    return SyncCollector(
+    if rollout.mode is RolloutMode.SYNC:
+        return SyncCollector(
+            source=source,
+            client=proxy,
+            group_size=rollout.group_size,
+            batch_size=rollout.batch_size,
+            sampling=sampling_of(spec),
+            max_retries=rollout.max_retries,
+            concurrency=rollout.concurrency,
+            seed=spec.training.seed,
+            run_tag=run_tag,
+        )
+    group_rollout = SingleTurnRollout(
         source=source,
         client=proxy,
         group_size=rollout.group_size,
-        batch_size=rollout.batch_size,
-        sampling=SamplingSettings(
-            max_new_tokens=rollout.max_new_tokens,
-            temperature=rollout.temperature,
-            top_p=rollout.top_p,
-        ),
-        max_retries=rollout.max_retries,
-        concurrency=rollout.concurrency,
+        sampling=sampling_of(spec),
         seed=spec.training.seed,
         run_tag=run_tag,
     )
+    return async_collector(spec, group_rollout)

@@ -23,7 +23,7 @@ from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.rollout.artifacts.samples import VERSION_SPAN_MEAN
 from dressage.rollout.sync_rollout import ProxyRolloutClient
-from dressage.runner.collectors import check_mode, make_collector
+from dressage.runner.collectors import make_collector, weight_update_pause_mode
 from dressage.runner.loop import StepRecord, sync_engines, train_loop
 from dressage.runner.metrics import RunMetrics
 from dressage.runner.processes import ChildProcess, python_module
@@ -67,7 +67,6 @@ class LocalRun:
 
     async def run(self) -> None:
         spec = self.spec
-        check_mode(spec)
         if self.options.fresh and self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -102,7 +101,9 @@ class LocalRun:
         source = TaskPrompts(get_task(spec.task), PromptCodec.from_pretrained(model_dir))
         collector = make_collector(spec, source=source, proxy=proxy, run_tag=self.job.metadata.name)
         collector.load_state_dict(session.state.collector)
-        publisher = WeightPublisher(engine_urls, proxy=proxy)
+        publisher = WeightPublisher(
+            engine_urls, proxy=proxy, pause_mode=weight_update_pause_mode(spec)
+        )
         try:
             await sync_engines(session, publisher)
             self.out(

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dressage.runner.collector import Collector, TrainBatch
+from dressage.rollout.groups import Collector, TrainBatch
 from dressage.trainer.distributed import broadcast_object
 from dressage.trainer.publish import WeightPublisher
 from dressage.trainer.session import TrainerSession

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from dressage.rollout.artifacts.samples import Sample, mask_nonlast_version_tokens
-from dressage.runner.collector import TrainBatch
+from dressage.rollout.groups import TrainBatch
 from dressage.trainer.loss import group_advantages
 
 

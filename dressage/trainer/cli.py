@@ -71,7 +71,7 @@ async def _train(
     from dressage.api.job import AsyncRLJob
     from dressage.model.warmstart import initial_model_dir
     from dressage.rollout.sync_rollout import ProxyRolloutClient
-    from dressage.runner.collectors import make_collector
+    from dressage.runner.collectors import make_collector, weight_update_pause_mode
     from dressage.runner.loop import StepRecord, sync_engines, train_loop
     from dressage.runner.metrics import RunMetrics
     from dressage.tasks import get_task
@@ -131,7 +131,9 @@ async def _train(
         source = TaskPrompts(get_task(spec.task), PromptCodec.from_pretrained(model_dir))
         collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
         collector.load_state_dict(session.state.collector)
-        publisher = WeightPublisher(engine_urls, proxy=proxy)
+        publisher = WeightPublisher(
+            engine_urls, proxy=proxy, pause_mode=weight_update_pause_mode(spec)
+        )
 
         def sink(record: StepRecord) -> None:
             metrics.observe(record, session.state.version_index)

@@ -16,7 +16,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from dressage.rollout.artifacts.samples import version_span_stats
-from dressage.runner.collector import TrainBatch
+from dressage.rollout.groups import TrainBatch
 from dressage.trainer.batch import score_batch, shard, to_tensors, trained_token_count
 from dressage.trainer.distributed import DistEnv, all_reduce_sum
 from dressage.trainer.loss import LossInputs, grpo_loss, token_logprobs_and_entropy

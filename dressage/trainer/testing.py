@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dressage.model.tiny import TinyModelConfig, build_tiny_model
 from dressage.rollout.artifacts.samples import Sample
-from dressage.runner.collector import Group, TrainBatch
+from dressage.rollout.groups import Group, TrainBatch
 
 SMALL = TinyModelConfig(
     hidden_size=32,

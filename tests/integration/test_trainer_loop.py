@@ -12,8 +12,8 @@ from dressage.api.job import AsyncRLJobSpec
 from dressage.engine.client import EngineClient
 from dressage.engine.testing import start_engine
 from dressage.proxy.testing import start_proxy
+from dressage.rollout.groups import TrainBatch
 from dressage.rollout.sync_rollout import ProxyRolloutClient
-from dressage.runner.collector import TrainBatch
 from dressage.runner.collectors import make_collector
 from dressage.runner.loop import StepRecord, train_loop
 from dressage.tasks import get_task

@@ -8,8 +8,6 @@ test has "published", so staleness behaviour can be pinned exactly.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -21,7 +19,7 @@ from dressage.rollout.collector import (
     CollectorClosed,
 )
 from dressage.rollout.fully_async_rollout import FullyAsyncRolloutCollector
-from dressage.rollout.groups import GroupFailed, PromptItem
+from dressage.rollout.groups import Group, GroupFailed
 from dressage.rollout.partial_async_rollout import (
     PARTIAL_ROLLOUT_STALENESS_EXCEEDED,
     PartialAsyncRolloutCollector,
@@ -31,24 +29,24 @@ from dressage.rollout.staleness import StalenessConfig
 GROUP_SIZE = 3
 
 
-def prompts(n: int | None = None) -> Iterator[PromptItem]:
-    counter = itertools.count() if n is None else iter(range(n))
-    return (PromptItem(index=i, prompt_id=f"p{i}") for i in counter)
-
-
-def samples_for(prompt: PromptItem, version: str) -> list[Sample]:
-    return [
+def group_for(index: int, version: str) -> Group:
+    samples = [
         Sample.build(
             prompt_tokens=[1, 2],
             response_tokens=[3],
             response_versions=[version],
             rollout_log_probs=[-0.1],
             reward=float(j),
-            group_id=prompt.prompt_id,
-            parent_traj_id=f"{prompt.prompt_id}-{j}",
+            group_id=f"p{index}",
+            parent_traj_id=f"p{index}-{j}",
         )
         for j in range(GROUP_SIZE)
     ]
+    return Group(group_id=f"p{index}", samples=tuple(samples))
+
+
+def index_of(group: Group) -> int:
+    return int(group.group_id[1:])
 
 
 class Engines:
@@ -58,10 +56,10 @@ class Engines:
         self.version = "v0"
         self.started: list[int] = []
 
-    async def rollout(self, prompt: PromptItem, attempt: int) -> Sequence[Sample]:
-        self.started.append(prompt.index)
+    async def rollout(self, index: int, attempt: int) -> Group:
+        self.started.append(index)
         await asyncio.sleep(0)
-        return samples_for(prompt, self.version)
+        return group_for(index, self.version)
 
 
 def collector(
@@ -75,8 +73,8 @@ def collector(
     cls: type[AsyncRolloutCollector] = FullyAsyncRolloutCollector,
 ) -> AsyncRolloutCollector:
     return cls(
-        prompts(n),
         engines.rollout,
+        num_prompts=n,
         batch_size=batch,
         concurrency=concurrency,
         max_retries=retries,
@@ -90,10 +88,7 @@ async def test_batches_hold_whole_groups() -> None:
         batch = await c.next_batch()
     assert len(batch.groups) == 3
     assert all(len(g.samples) == GROUP_SIZE for g in batch.groups)
-    assert {s.group_id for g in batch.groups for s in g.samples} == {
-        g.prompt.prompt_id for g in batch.groups
-    }
-    assert batch.stats["staleness/version_span_mean"] == 1.0
+    assert all({s.group_id for s in g.samples} == {g.group_id} for g in batch.groups)
 
 
 class Script:
@@ -108,12 +103,12 @@ class Script:
             self._release[index] = asyncio.get_running_loop().create_future()
         return self._release[index]
 
-    async def rollout(self, prompt: PromptItem, attempt: int) -> Sequence[Sample]:
+    async def rollout(self, index: int, attempt: int) -> Group:
         async with self.started:
-            self._future(prompt.index)
+            self._future(index)
             self.started.notify_all()
-        version = await self._future(prompt.index)
-        return samples_for(prompt, version)
+        version = await self._future(index)
+        return group_for(index, version)
 
     async def wait_started(self, count: int) -> None:
         async with self.started:
@@ -128,7 +123,6 @@ async def test_stale_groups_are_dropped_whole_and_counted() -> None:
     """Groups finishing under a version outside the window never reach the trainer."""
     script = Script()
     c = FullyAsyncRolloutCollector(
-        prompts(),
         script.rollout,
         batch_size=2,
         concurrency=6,
@@ -145,9 +139,9 @@ async def test_stale_groups_are_dropped_whole_and_counted() -> None:
         await script.wait_started(8)
         script.release("v1", 6, 7)
         third = await c.next_batch()
-    assert [g.prompt.index for g in first.groups] == [2, 3]
-    assert [g.prompt.index for g in second.groups] == [4, 5]
-    assert [g.prompt.index for g in third.groups] == [6, 7]
+    assert [index_of(g) for g in first.groups] == [2, 3]
+    assert [index_of(g) for g in second.groups] == [4, 5]
+    assert [index_of(g) for g in third.groups] == [6, 7]
     assert c.stats.dropped["stale_version"] == 2
     assert c.stats.groups_trained == 6
 
@@ -155,7 +149,6 @@ async def test_stale_groups_are_dropped_whole_and_counted() -> None:
 async def test_window_advance_removes_pending_groups() -> None:
     script = Script()
     c = FullyAsyncRolloutCollector(
-        prompts(),
         script.rollout,
         batch_size=3,
         concurrency=4,
@@ -170,22 +163,22 @@ async def test_window_advance_removes_pending_groups() -> None:
         await script.wait_started(5)
         script.release("v1", 4)
         batch = await c.next_batch()
-    assert [g.prompt.index for g in batch.groups] == [2, 3, 4]
+    assert [index_of(g) for g in batch.groups] == [2, 3, 4]
     assert c.stats.dropped["window_advanced"] == 2
 
 
 async def test_failed_group_is_retried_then_dropped() -> None:
     attempts: dict[int, list[int]] = {}
 
-    async def rollout(prompt: PromptItem, attempt: int) -> Sequence[Sample]:
-        attempts.setdefault(prompt.index, []).append(attempt)
-        if prompt.index == 0:
+    async def rollout(index: int, attempt: int) -> Group:
+        attempts.setdefault(index, []).append(attempt)
+        if index == 0:
             raise GroupFailed(PARTIAL_ROLLOUT_STALENESS_EXCEEDED, "502", staleness=True)
-        return samples_for(prompt, "v0")
+        return group_for(index, "v0")
 
     c = PartialAsyncRolloutCollector(
-        prompts(3),
         rollout,
+        num_prompts=3,
         batch_size=2,
         concurrency=1,
         max_retries=2,
@@ -196,8 +189,10 @@ async def test_failed_group_is_retried_then_dropped() -> None:
         with pytest.raises(CollectorClosed):
             await c.next_batch()
     assert attempts[0] == [0, 1, 2]
-    assert [g.prompt.index for g in batch.groups] == [1, 2]
+    assert [index_of(g) for g in batch.groups] == [1, 2]
     assert c.stats.retries == 2
+    assert (batch.retries, batch.failed_groups, batch.staleness_failures) == (2, 3, 3)
+    assert batch.dropped_groups == {RETRIES_EXHAUSTED: 1}
     assert c.stats.failures[PARTIAL_ROLLOUT_STALENESS_EXCEEDED] == 3
     assert c.stats.staleness_failures == 3
     assert c.stats.dropped[RETRIES_EXHAUSTED] == 1
@@ -206,17 +201,22 @@ async def test_failed_group_is_retried_then_dropped() -> None:
 
 
 async def test_unexpected_errors_fail_the_group_not_the_worker() -> None:
-    async def rollout(prompt: PromptItem, attempt: int) -> Sequence[Sample]:
-        if prompt.index == 1 and attempt == 0:
+    async def rollout(index: int, attempt: int) -> Group:
+        if index == 1 and attempt == 0:
             raise ConnectionError("engine went away")
-        return samples_for(prompt, "v0")
+        return group_for(index, "v0")
 
     c = FullyAsyncRolloutCollector(
-        prompts(2), rollout, batch_size=2, concurrency=2, max_retries=1, staleness=StalenessConfig()
+        rollout,
+        num_prompts=2,
+        batch_size=2,
+        concurrency=2,
+        max_retries=1,
+        staleness=StalenessConfig(),
     )
     async with c:
         batch = await c.next_batch()
-    assert sorted(g.prompt.index for g in batch.groups) == [0, 1]
+    assert sorted(index_of(g) for g in batch.groups) == [0, 1]
     assert c.stats.failures["rollout_error"] == 1
 
 
@@ -256,3 +256,21 @@ async def test_exhausted_data_ends_collection() -> None:
         with pytest.raises(CollectorClosed):
             await c.next_batch()
     assert c.stats.dropped[SHUTDOWN] == 1
+
+
+async def test_data_position_resumes_without_repeating_prompts() -> None:
+    engines = Engines()
+    first = collector(engines, batch=2, concurrency=1)
+    async with first:
+        await first.next_batch()
+    state = first.state_dict()
+    assert state["next_prompt"] >= 2
+    second = collector(engines, batch=2, concurrency=1)
+    second.load_state_dict(state)
+    engines.started.clear()
+    async with second:
+        batch = await second.next_batch()
+    assert min(engines.started) == state["next_prompt"]
+    assert all(index_of(g) >= state["next_prompt"] for g in batch.groups)
+    with pytest.raises(ValueError, match="next_prompt"):
+        collector(engines).load_state_dict({"next_prompt": -1})

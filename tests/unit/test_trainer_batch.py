@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dressage.rollout.artifacts.samples import Sample
-from dressage.runner.collector import Group, TrainBatch
+from dressage.rollout.groups import Group, TrainBatch
 from dressage.trainer.batch import ScoredSample, score_batch, shard, to_tensors
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dressage.api.job import AsyncRLJobSpec
-from dressage.runner.collectors import CollectorUnavailable, check_mode
+from dressage.rollout.sync_rollout import ProxyRolloutClient
+from dressage.runner.collectors import make_collector, weight_update_pause_mode
 from dressage.runner.local import progress_line
 from dressage.runner.loop import StepRecord
 from dressage.runner.report import History, moving_average, summarize, write_report
@@ -71,14 +72,29 @@ def test_progress_line_shows_step_reward_version_drops_diff_span() -> None:
     assert "span 1.00" in line
 
 
-@pytest.mark.parametrize("mode", ["fully_async", "partial_async"])
-def test_async_modes_are_refused_with_a_clear_error(mode: str) -> None:
-    spec = AsyncRLJobSpec.model_validate({"model": {"source": "x"}, "rollout": {"mode": mode}})
-    with pytest.raises(CollectorUnavailable, match=f"spec.rollout.mode: '{mode}' is not available"):
-        check_mode(spec)
-
-
-def test_sync_mode_is_accepted() -> None:
-    check_mode(
-        AsyncRLJobSpec.model_validate({"model": {"source": "x"}, "rollout": {"mode": "sync"}})
+@pytest.mark.parametrize(
+    ("mode", "collector", "pause"),
+    [
+        ("sync", "SyncCollector", "in_place"),
+        ("fully_async", "FullyAsyncRolloutCollector", "abort"),
+        ("partial_async", "PartialAsyncRolloutCollector", "abort"),
+    ],
+)
+def test_each_mode_gets_its_collector_and_pause_mode(mode: str, collector: str, pause: str) -> None:
+    spec = AsyncRLJobSpec.model_validate(
+        {"model": {"source": "x"}, "rollout": {"mode": mode}, "staleness": {"keepVersions": 2}}
     )
+    proxy = ProxyRolloutClient("http://127.0.0.1:9")
+    made = make_collector(spec, source=_NoPrompts(), proxy=proxy, run_tag="t")
+    assert type(made).__name__ == collector
+    assert weight_update_pause_mode(spec) == pause
+    if mode != "sync":
+        assert made.filter.config.keep_versions == 2  # type: ignore[attr-defined]
+
+
+class _NoPrompts:
+    def prompt_ids(self, index: int) -> list[int]:
+        raise AssertionError("not called")
+
+    def reward(self, index: int, output_ids: object) -> float:
+        raise AssertionError("not called")

@@ -9,7 +9,7 @@ import torch
 
 from dressage.api.job import AsyncRLJobSpec, ModelSpec, TrainingSpec
 from dressage.rollout.artifacts.samples import Sample
-from dressage.runner.collector import Group, TrainBatch
+from dressage.rollout.groups import Group, TrainBatch
 from dressage.trainer.batch import ScoredSample, to_tensors
 from dressage.trainer.checkpoint import RunDir, TrainState, version_label
 from dressage.trainer.distributed import DistEnv, dist_env_from
