@@ -81,6 +81,8 @@ class DressageKube(kmock.KubernetesEmulator):
         )
 
     def _on_patch(self, request: rendering.Request) -> None:
+        if request.resource is None or request.name is None:
+            return
         key = (request.resource, request.namespace, request.name)
         meta = request.data.setdefault("metadata", {})
         if meta is None:
