@@ -95,7 +95,8 @@ class StalenessStatus(ApiModel):
     weight_version: str | None = None
     """Label of the latest published weight version."""
     last_scrape_time: str | None = None
-    """When these figures were read (RFC 3339)."""
+    """When these figures were read (RFC 3339); kept while they do not change, so the status
+    of an idle job is not rewritten at every scrape."""
 
 
 class AsyncRLJobStatus(ApiModel):

@@ -227,7 +227,12 @@ class _Decider:
         if scrape is None:
             return
         if scrape.staleness is not None:
-            self.st.staleness = scrape.staleness
+            previous = self.st.staleness
+            unchanged = scrape.staleness.model_copy(
+                update={"last_scrape_time": previous.last_scrape_time}
+            )
+            # Unchanged figures keep their timestamp: an idle job's status is not rewritten.
+            self.st.staleness = previous if unchanged == previous else scrape.staleness
             self.conds.set(ConditionType.METRICS_AVAILABLE, True, "Scraped", scrape.url)
         else:
             message = f"{scrape.url}: {scrape.error}"

@@ -124,6 +124,8 @@ def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure_settings(settings)
+    # One line per HTTP request to the API server or a scrape target is noise, not a log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     config = _config_override or OperatorConfig.from_env()
     metrics = OperatorMetrics()
     server = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import logging
 import os
 import threading
 import uuid
@@ -67,7 +68,32 @@ class DressageKube(kmock.KubernetesEmulator):
                 self._on_create(request)
             elif request.action == enums.action.UPDATE and request.name is not None:
                 self._on_patch(request)
+        elif request.action == enums.action.UPDATE and isinstance(request.data, list):
+            self._on_json_patch(request)
         return await super()._handle(request)
+
+    def _on_json_patch(self, request: rendering.Request) -> None:
+        """JSON patches: a failed `test` op is 422 (kopf's optimistic concurrency relies on
+        it to re-read and retry), and a successful patch bumps the resourceVersion."""
+        if request.resource is None or request.name is None:
+            return
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            return
+        current = self.objects[key].raw
+        for op in request.data:
+            if op.get("op") != "test":
+                continue
+            node: Any = current
+            for part in str(op["path"]).strip("/").split("/"):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node != op.get("value"):
+                raise kmock.KubernetesError(
+                    status=422, reason="Invalid", message=f"test of {op['path']} failed"
+                )
+        request.data.append(
+            {"op": "add", "path": "/metadata/resourceVersion", "value": str(next(self._versions))}
+        )
 
     def _on_create(self, request: rendering.Request) -> None:
         meta = request.data.setdefault("metadata", {})
@@ -114,6 +140,7 @@ class EmulatedCluster:
         self.http = httpx.Client(timeout=10)
 
     def start(self) -> EmulatedCluster:
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
         self._thread.start()
         ready: Future[str] = Future()
         self._done = asyncio.run_coroutine_threadsafe(self._serve(ready), self._loop)
@@ -214,13 +241,12 @@ def emulated_cluster(namespace: str = "default") -> Iterator[EmulatedCluster]:
         cluster.stop()
 
 
-def operator_env(
-    cluster: EmulatedCluster, kubeconfig: Path, **overrides: str
-) -> dict[str, str]:
-    """Environment for an operator run against the emulation (fast resync for tests)."""
+def operator_env(cluster: EmulatedCluster, kubeconfig: Path, **overrides: str) -> dict[str, str]:
+    """Environment for an operator run against the emulation. The resync is long on purpose:
+    tests then show that events, not periodic resyncs, drive the reconciles."""
     env = {
         "KUBECONFIG": str(cluster.write_kubeconfig(kubeconfig)),
-        "DRESSAGE_OPERATOR_RESYNC_SECONDS": "5",
+        "DRESSAGE_OPERATOR_RESYNC_SECONDS": "60",
         "DRESSAGE_OPERATOR_SCRAPE_SECONDS": "0.5",
         "DRESSAGE_OPERATOR_METRICS_PORT": "0",
     }
