@@ -22,7 +22,7 @@ from dressage_operator.testing import EmulatedCluster
 
 from dressage import metrics as names
 
-from .conftest import MetricsServer, Operator, free_port, wait_for
+from .conftest import MetricsServer, Operator, wait_for
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 K8S_VERSION = "1.33.0"
@@ -342,6 +342,7 @@ def test_operator_restart_converges_without_duplicates(
     assert _status(c, "again")["restarts"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("kubectl") is None,
     reason="kubectl is not on PATH (scripts/install-tools.sh puts it in .tools/bin)",
@@ -380,7 +381,3 @@ def test_kubectl_apply_of_each_example_is_picked_up(
         lambda: _status(c, name).get("observedGeneration") and _status(c, name), what="status"
     )
     assert status["phase"] == "Pending"
-
-
-def test_free_port_helper_gives_distinct_ports() -> None:
-    assert free_port() > 0
