@@ -44,6 +44,7 @@ from dressage_operator.staleness import ScrapeResult, scrape
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 FINALIZER = "dressage.io/finalizer"
 ERROR_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+SETTLE_SECONDS = 0.1
 
 _config_override: OperatorConfig | None = None
 
@@ -87,6 +88,8 @@ class JobState:
     handled_failures: frozenset[str] = frozenset()
     next_scrape: float = 0.0
     errors: int = 0
+    infrastructure_checked: tuple[int, float] = (-1, 0.0)
+    """(generation, monotonic time) of the last ConfigMap/Service drift check."""
 
 
 @dataclass
@@ -204,6 +207,8 @@ async def reconcile_loop(
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(state.wake.wait(), timeout=delay)
+            # Creating children sends a burst of events; one cycle answers the whole burst.
+            await asyncio.sleep(SETTLE_SECONDS)
     finally:
         runtime.jobs.pop(key, None)
         runtime.metrics.jobs.remove(namespace, name)
@@ -339,7 +344,18 @@ async def reconcile(
             reason=event.reason,
             message=event.message,
         )
+    # Config and Services change only with the spec: check them when it changed, after a
+    # retry, and on every resync (to undo manual drift), not on every pod event.
+    checked_generation, checked_at = state.infrastructure_checked
+    if (
+        plan.ensure_infrastructure
+        and checked_generation == generation
+        and loop_now - checked_at < config.resync_seconds
+    ):
+        plan.ensure_infrastructure = False
     retry = await _apply(kube, job, owner, config, plan, proxy, logger)
+    if plan.ensure_infrastructure:
+        state.infrastructure_checked = (-1, 0.0) if retry else (generation, loop_now)
     if plan.delete_job:
         await kube.delete(job_path)
         logger.info(f"deleted {namespace}/{name}: ttlSecondsAfterFinished passed")
@@ -415,11 +431,16 @@ async def _apply(
         await kube.delete(
             resource_path("apps/v1", "deployments", owner.namespace, naming.proxy(owner.name))
         )
-    for name in plan.delete_pods:
-        await kube.delete(resource_path("v1", "pods", owner.namespace, name))
-    for pod in plan.create_pods:
+    await asyncio.gather(
+        *(kube.delete(resource_path("v1", "pods", owner.namespace, n)) for n in plan.delete_pods)
+    )
+
+    async def create(pod: children.Obj) -> bool:
         try:
             await kube.create(pod)
         except Conflict:
-            retry = True  # the index lagged, or the old pod is still terminating
-    return retry
+            return True  # the index lagged, or the old pod is still terminating
+        return False
+
+    results = await asyncio.gather(*(create(pod) for pod in plan.create_pods))
+    return retry or any(results)
