@@ -314,7 +314,6 @@ def test_staleness_reaches_status_and_operator_metrics(
     assert f"{names.OPERATOR_RECONCILE_DURATION}_count" in text
 
 
-@pytest.mark.slow
 def test_operator_restart_converges_without_duplicates(
     cluster: EmulatedCluster, operator: Operator, tmp_path: Path
 ) -> None:
@@ -342,7 +341,6 @@ def test_operator_restart_converges_without_duplicates(
     assert _status(c, "again")["restarts"] == 0
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("kubectl") is None,
     reason="kubectl is not on PATH (scripts/install-tools.sh puts it in .tools/bin)",
