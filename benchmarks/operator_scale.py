@@ -1,0 +1,222 @@
+"""How fast the operator turns applied AsyncRLJobs into children, and what it costs in memory.
+
+For 1 and for 100 jobs: start the operator (`python -m dressage_operator`, a real process)
+against the kmock API emulation over loopback HTTP, create the jobs, and measure the time from
+each job's creation until all its children exist (ConfigMap, 3 Services, proxy Deployment,
+trainer and engine pods), the time until every job's children exist, and the operator's
+resident memory (idle and with the jobs). The emulation answers in-process, so the figures are
+the operator's own latency plus loopback HTTP, not a real API server's.
+
+    python benchmarks/operator_scale.py [--jobs 1 100] [--timeout 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
+
+from dressage_operator.testing import EmulatedCluster, emulated_cluster  # noqa: E402
+
+NAMESPACE = "bench"
+RESULT = ROOT / "benchmarks" / "results" / "operator_scale.json"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _job(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "dressage.io/v1alpha1",
+        "kind": "AsyncRLJob",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"source": "builtin:tiny"},
+            "trainer": {"nodes": 1, "gpusPerNode": 0},
+            "inference": {"replicas": 1},
+        },
+    }
+
+
+def _children_ready(c: EmulatedCluster) -> dict[str, int]:
+    """Per job: how many of its children exist, read from the emulator's memory (listing them
+    over HTTP every poll would load the emulator more than the operator does)."""
+    assert c.emulator is not None
+    for _attempt in range(10):
+        try:
+            objects = list(c.emulator.objects.items())
+            break
+        except RuntimeError:  # the emulator thread changed the dict while we copied it
+            time.sleep(0.01)
+    else:
+        return {}
+    counts: dict[str, int] = {}
+    for (resource, _ns, _name), obj in objects:
+        if obj.deleted or resource.plural not in CHILD_PLURALS:
+            continue
+        job = (obj.raw.get("metadata", {}).get("labels") or {}).get("dressage.io/job")
+        if job:
+            counts[job] = counts.get(job, 0) + 1
+    return counts
+
+
+CHILD_PLURALS = {"pods", "services", "configmaps", "deployments"}
+CHILDREN_PER_JOB = 7  # ConfigMap, 3 Services, Deployment, 1 trainer pod, 1 engine pod
+
+
+def run(n_jobs: int, timeout: float) -> dict[str, Any]:
+    with emulated_cluster(NAMESPACE) as c, tempfile.TemporaryDirectory() as tmp:
+        c.http.timeout = httpx.Timeout(120.0)
+        health = _free_port()
+        log = (Path(tmp) / "operator.log").open("w")
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(c.write_kubeconfig(Path(tmp) / "config")),
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'operator'}",
+        }
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dressage_operator",
+                "--namespace",
+                NAMESPACE,
+                "--metrics-port",
+                "0",
+                "--health-port",
+                str(health),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", health), timeout=1):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError("the operator did not start") from None
+                    time.sleep(0.1)
+            time.sleep(1.0)  # let kopf finish its initial listing
+            idle_rss = _rss_mib(proc.pid)
+            idle_cpu = _cpu_seconds(proc.pid)
+            own_cpu = time.process_time()
+            created: dict[str, float] = {}
+            done: dict[str, float] = {}
+            start = time.monotonic()
+            for i in range(n_jobs):
+                name = f"job-{i:03d}"
+                c.create(_job(name))
+                created[name] = time.monotonic()
+            create_seconds = time.monotonic() - start
+            deadline = start + timeout
+            while len(done) < n_jobs and time.monotonic() < deadline:
+                counts = _children_ready(c)
+                now = time.monotonic()
+                for name, count in counts.items():
+                    if count >= CHILDREN_PER_JOB and name not in done:
+                        done[name] = now
+                time.sleep(0.05)
+            all_done = max(done.values()) - start if len(done) == n_jobs else None
+            latencies = [done[n] - created[n] for n in done]
+            rss = _rss_mib(proc.pid)
+            operator_cpu = _cpu_seconds(proc.pid) - idle_cpu
+            emulator_cpu = time.process_time() - own_cpu
+        finally:
+            proc.terminate()
+            log.close()
+            if os.environ.get("OPERATOR_LOG"):
+                Path(os.environ["OPERATOR_LOG"]).write_text(
+                    (Path(tmp) / "operator.log").read_text()
+                )
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return {
+        "jobs": n_jobs,
+        "converged": len(done),
+        "seconds_to_create_jobs": round(create_seconds, 3),
+        "seconds_to_all_children": None if all_done is None else round(all_done, 3),
+        "per_job_latency_median_s": round(statistics.median(latencies), 3) if latencies else None,
+        "per_job_latency_max_s": round(max(latencies), 3) if latencies else None,
+        "operator_cpu_s": round(operator_cpu, 2),
+        "emulator_and_client_cpu_s": round(emulator_cpu, 2),
+        "operator_rss_idle_mib": round(idle_rss, 1),
+        "operator_rss_mib": round(rss, 1),
+        "rss_per_job_kib": round((rss - idle_rss) * 1024 / n_jobs, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 100])
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args()
+    results = [run(n, args.timeout) for n in args.jobs]
+    header = (
+        f"{'jobs':>5} {'create (s)':>11} {'all children (s)':>17} "
+        f"{'median (s)':>11} {'max (s)':>8} "
+        f"{'RSS idle (MiB)':>15} {'RSS (MiB)':>10} {'per job (KiB)':>14}"
+    )
+    print(header)
+    for r in results:
+        print(
+            f"{r['jobs']:>5} jobs: {r['converged']} converged; CPU seconds: operator "
+            f"{r['operator_cpu_s']}, emulator+client {r['emulator_and_client_cpu_s']}"
+        )
+    for r in results:
+        r = {k: "-" if v is None else v for k, v in r.items()}
+        print(
+            f"{r['jobs']:>5} {r['seconds_to_create_jobs']:>11} {r['seconds_to_all_children']:>17} "
+            f"{r['per_job_latency_median_s']:>11} {r['per_job_latency_max_s']:>8} "
+            f"{r['operator_rss_idle_mib']:>15} {r['operator_rss_mib']:>10} "
+            f"{r['rss_per_job_kib']:>14}"
+        )
+    if (
+        len(results) >= 2
+        and results[0]["seconds_to_all_children"]
+        and results[-1]["seconds_to_all_children"]
+    ):
+        ratio = results[-1]["seconds_to_all_children"] / results[0]["seconds_to_all_children"]
+        print(f"time ratio {results[-1]['jobs']} jobs / {results[0]['jobs']} job: {ratio:.1f}x")
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    RESULT.write_text(json.dumps({"results": results}, indent=2) + "\n")
+    print(f"wrote {RESULT.relative_to(ROOT)}")
+    return 0 if all(r["converged"] == r["jobs"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Generate the `asyncrljobs.dressage.io` CustomResourceDefinition from the job model.
+
+The CRD is never edited by hand: `python -m dressage_operator.crdgen` (or
+`scripts/gen-crds.sh`) writes `crds/dressage.io_asyncrljobs.yaml` from `AsyncRLJobSpec` and
+`AsyncRLJobStatus`, and a test regenerates it and fails on a diff.
+
+pydantic emits JSON Schema 2020-12; Kubernetes wants a *structural* OpenAPI v3 schema. The
+translation inlines every `$ref`, turns `anyOf [X, null]` into `X` with `nullable: true`, turns
+numeric `exclusiveMinimum: x` into `minimum: x` + `exclusiveMinimum: true`, drops titles and
+`additionalProperties: false` (the API server prunes unknown fields instead), marks free-form
+objects with `x-kubernetes-preserve-unknown-fields`, and gives optional sub-objects a `{}`
+default so that their own field defaults apply. Cross-field and immutability rules that JSON
+Schema cannot express are added as CEL `x-kubernetes-validations`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from dressage.api.job import API_GROUP, API_VERSION, KIND, PLURAL, AsyncRLJobSpec
+from dressage.api.status import AsyncRLJobStatus
+
+CRD_NAME = f"{PLURAL}.{API_GROUP}"
+CRD_FILE = f"{API_GROUP}_{PLURAL}.yaml"
+"""File name of the CRD under `crds/` (the chart copies it under the same name)."""
+SHORT_NAMES = ["arj"]
+CATEGORIES = ["dressage"]
+MAX_JOB_NAME_LENGTH = 48
+"""Child names append up to 15 characters (`-trainer-NNN`, `-engine-NNN`) to the job name and
+some of them are DNS labels (63 characters at most)."""
+
+Schema = dict[str, Any]
+
+# Rules on `spec` that involve several fields. Each mirrors a check of the pydantic model, so
+# the API server refuses what the operator would refuse anyway.
+SPEC_RULES: list[Schema] = [
+    {
+        "rule": (
+            "!has(self.staleness) || !has(self.staleness.maxPartialRolloutPreempts)"
+            " || (has(self.rollout) && has(self.rollout.mode)"
+            " && self.rollout.mode == 'partial_async')"
+            " || (has(self.proxy) && has(self.proxy.partialRollout)"
+            " && self.proxy.partialRollout)"
+        ),
+        "message": (
+            "staleness.maxPartialRolloutPreempts needs partial rollout: set rollout.mode to "
+            "'partial_async' or proxy.partialRollout to true"
+        ),
+        "fieldPath": ".staleness.maxPartialRolloutPreempts",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": (
+            "!has(self.task) || !has(self.task.agent) || self.task.agent != 'blackbox'"
+            " || (has(self.task.agentCommand) && size(self.task.agentCommand) > 0)"
+        ),
+        "message": "task.agentCommand is required when task.agent is 'blackbox'",
+        "fieldPath": ".task.agentCommand",
+        "reason": "FieldValueRequired",
+    },
+]
+
+# Transition rules: fields that cannot change once the job exists.
+MODEL_RULES: list[Schema] = [
+    {
+        "rule": "self.source == oldSelf.source",
+        "message": "model.source is immutable: the checkpoints of a job belong to one model",
+        "fieldPath": ".source",
+    },
+]
+STORAGE_RULES: list[Schema] = [
+    {
+        "rule": (
+            "has(self.persistentVolumeClaim) == has(oldSelf.persistentVolumeClaim)"
+            " && (!has(self.persistentVolumeClaim)"
+            " || self.persistentVolumeClaim == oldSelf.persistentVolumeClaim)"
+        ),
+        "message": "storage.persistentVolumeClaim is immutable: checkpoints live there",
+        "fieldPath": ".persistentVolumeClaim",
+    },
+]
+ROOT_RULES: list[Schema] = [
+    {
+        "rule": (
+            f"size(self.metadata.name) <= {MAX_JOB_NAME_LENGTH}"
+            " && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+        ),
+        "message": (
+            f"metadata.name must be a DNS-1035 label of at most {MAX_JOB_NAME_LENGTH} "
+            "characters: child Services and pod hostnames are named after it"
+        ),
+    },
+]
+
+PRINTER_COLUMNS: list[Schema] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.staleness.step"},
+    {
+        "name": "Weight Version",
+        "type": "string",
+        "jsonPath": ".status.staleness.weightVersion",
+    },
+    {
+        "name": "Span Max",
+        "type": "number",
+        "jsonPath": ".status.staleness.versionSpanMax",
+        "description": "Largest weight-version span of a recent trajectory",
+    },
+    {
+        "name": "Dropped",
+        "type": "integer",
+        "jsonPath": ".status.staleness.droppedGroups",
+        "description": "GRPO groups dropped by the staleness controls and retries",
+    },
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+_DROPPED_KEYS = ("title", "$defs")
+
+
+def _resolve(schema: Schema, defs: dict[str, Schema]) -> Schema:
+    """Inline one `$ref`, keeping the referencing site's own keys (description, default)."""
+    if "$ref" not in schema:
+        return schema
+    name = schema["$ref"].rsplit("/", 1)[-1]
+    merged = copy.deepcopy(defs[name])
+    merged.update({k: v for k, v in schema.items() if k != "$ref"})
+    return merged
+
+
+def to_structural(schema: Schema, defs: dict[str, Schema]) -> Schema:
+    """Translate one pydantic JSON Schema node into a structural OpenAPI v3 node."""
+    schema = _resolve(schema, defs)
+    if "anyOf" in schema:
+        branches = [b for b in schema["anyOf"] if b.get("type") != "null"]
+        if len(branches) != 1:
+            raise ValueError(f"cannot express anyOf {schema['anyOf']} structurally")
+        nullable = len(branches) < len(schema["anyOf"])
+        outer = {k: v for k, v in schema.items() if k != "anyOf"}
+        schema = _resolve(branches[0], defs) | outer
+        if nullable:
+            schema["nullable"] = True
+    out: Schema = {}
+    for key, value in schema.items():
+        if key in _DROPPED_KEYS:
+            continue
+        if key == "default" and value is None:
+            continue
+        if key == "additionalProperties":
+            if value is False:
+                continue
+            if value is True or value == {}:
+                out["x-kubernetes-preserve-unknown-fields"] = True
+                continue
+            out[key] = to_structural(value, defs)
+        elif key == "properties":
+            out[key] = {name: to_structural(prop, defs) for name, prop in value.items()}
+        elif key == "items":
+            out[key] = to_structural(value, defs)
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
+        elif key == "const":
+            out["enum"] = [value]
+        elif key == "description":
+            out[key] = " ".join(value.split())
+        else:
+            out[key] = copy.deepcopy(value)
+    free_form = "properties" not in out and "additionalProperties" not in out
+    if out.get("type") == "object" and free_form:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    # An optional sub-object defaults to {} so that its fields' own defaults are applied.
+    for name, prop in out.get("properties", {}).items():
+        if (
+            prop.get("type") == "object"
+            and "properties" in prop
+            and "default" not in prop
+            and not prop.get("required")
+            and name not in out.get("required", [])
+            and not prop.get("nullable")
+        ):
+            prop["default"] = {}
+    return out
+
+
+def _structural(model: type[Any]) -> Schema:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return to_structural(raw, raw.get("$defs", {}))
+
+
+def spec_schema() -> Schema:
+    """The structural schema of `.spec`, with its CEL rules."""
+    spec = _structural(AsyncRLJobSpec)
+    spec["x-kubernetes-validations"] = copy.deepcopy(SPEC_RULES)
+    spec["properties"]["model"]["x-kubernetes-validations"] = copy.deepcopy(MODEL_RULES)
+    spec["properties"]["storage"]["x-kubernetes-validations"] = copy.deepcopy(STORAGE_RULES)
+    return spec
+
+
+def status_schema() -> Schema:
+    """The structural schema of `.status` (written by the operator only)."""
+    status = _structural(AsyncRLJobStatus)
+    status["properties"]["conditions"].update(
+        {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+    )
+    status["properties"]["conditions"]["items"]["required"] = ["type", "status"]
+    return status
+
+
+def build_crd() -> Schema:
+    """The complete CustomResourceDefinition object."""
+    root: Schema = {
+        "type": "object",
+        "description": "An asynchronous RL job: trainer gang, SGLang engines and rollout proxy.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": status_schema(),
+        },
+        "x-kubernetes-validations": copy.deepcopy(ROOT_RULES),
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/part-of": "dressage"},
+        },
+        "spec": {
+            "group": API_GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+                }
+            ],
+        },
+    }
+
+
+HEADER = (
+    "# Generated from dressage/api (AsyncRLJobSpec, AsyncRLJobStatus) by\n"
+    "# `python -m dressage_operator.crdgen`. Do not edit: change the model and regenerate.\n"
+)
+
+
+def render_crd() -> str:
+    """The CRD as the YAML text stored in `crds/`."""
+    body = yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+    return HEADER + body

@@ -1,0 +1,126 @@
+"""The observed state of an `AsyncRLJob`: what the operator writes into `.status`.
+
+The CRD's status schema is generated from these classes, and the operator builds its status
+patches with them, so `kubectl get arj -o yaml` and the Python side agree on every name.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from dressage.api.base import ApiModel
+
+
+class JobPhase(StrEnum):
+    """Lifecycle phase of a job, shown in `kubectl get arj`."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the phase is terminal: nothing is reconciled any more but TTL."""
+        return self in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+class ConditionType(StrEnum):
+    """Condition types the operator maintains; each is present once with True/False."""
+
+    SPEC_VALID = "SpecValid"
+    """False when the spec fails validation; the message names the field."""
+    TRAINER_READY = "TrainerReady"
+    INFERENCE_READY = "InferenceReady"
+    PROXY_READY = "ProxyReady"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    """Whether the last scrape of the trainer's /metrics succeeded."""
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition."""
+
+    type: str
+    """Condition type (see `ConditionType`)."""
+    status: str = Field(pattern=r"^(True|False|Unknown)$")
+    """`True`, `False` or `Unknown`."""
+    reason: str = ""
+    """Machine-readable CamelCase reason of the last transition."""
+    message: str = ""
+    """Human-readable detail; for an invalid spec it names the field at fault."""
+    last_transition_time: str | None = None
+    """When `status` last changed (RFC 3339)."""
+    observed_generation: int | None = None
+    """The `.metadata.generation` this condition was computed for."""
+
+
+class RoleStatus(ApiModel):
+    """Pod counts of one role (trainer, inference or proxy)."""
+
+    desired: int = 0
+    """Pods the spec asks for."""
+    ready: int = 0
+    """Pods that are ready."""
+    failed: int = 0
+    """Pods seen failed since the job started (replaced or restarted)."""
+    restarts: int = 0
+    """Trainer: gang restarts. Inference and proxy: pods replaced after a failure."""
+
+
+class StalenessStatus(ApiModel):
+    """Staleness figures read from the job's own metrics (trainer rank 0)."""
+
+    version_span_mean: float | None = None
+    """Mean number of weight versions a recent trajectory spans
+    (`staleness/version_span_mean`)."""
+    version_span_max: float | None = None
+    """Largest version span of a recent trajectory (`staleness/version_span_max`)."""
+    version_span_min: float | None = None
+    """Smallest version span of a recent trajectory (`staleness/version_span_min`)."""
+    dropped_groups: int = 0
+    """GRPO groups dropped so far, all reasons together."""
+    dropped_groups_by_reason: dict[str, int] = Field(default_factory=dict)
+    """GRPO groups dropped so far, by reason (for example `stale_version`)."""
+    staleness_failures: int = 0
+    """Trajectories refused by the partial-rollout version-span limit."""
+    step: int | None = None
+    """The trainer's current optimizer step."""
+    weight_version: str | None = None
+    """Label of the latest published weight version."""
+    last_scrape_time: str | None = None
+    """When these figures were read (RFC 3339); kept while they do not change, so the status
+    of an idle job is not rewritten at every scrape."""
+
+
+class AsyncRLJobStatus(ApiModel):
+    """Observed state of an asynchronous RL job."""
+
+    phase: JobPhase = JobPhase.PENDING
+    """Lifecycle phase."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Conditions with reasons and messages."""
+    observed_generation: int | None = None
+    """The `.metadata.generation` the status reflects."""
+    trainer: RoleStatus = Field(default_factory=RoleStatus)
+    """Trainer gang pods."""
+    inference: RoleStatus = Field(default_factory=RoleStatus)
+    """Inference engine pods."""
+    proxy: RoleStatus = Field(default_factory=RoleStatus)
+    """Proxy pods."""
+    restarts: int = 0
+    """Trainer gang restarts so far (limited by `spec.failurePolicy.maxRestarts`)."""
+    staleness: StalenessStatus = Field(default_factory=StalenessStatus)
+    """Staleness figures from the job's metrics."""
+    start_time: str | None = None
+    """When the job's pods were first created (or the job was last resumed)."""
+    completion_time: str | None = None
+    """When the job succeeded or failed."""
+    message: str = ""
+    """One-line summary of the current phase."""

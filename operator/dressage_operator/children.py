@@ -1,0 +1,460 @@
+"""Pure builders of a job's child objects: `build_*(job, owner, config) -> dict`.
+
+No I/O here: the handlers apply what these functions return. Each child carries the job's
+labels, an owner reference to the job (so Kubernetes garbage-collects it with the job) and the
+hash of its desired content (so drift is one string comparison).
+
+Roles and how they are wired:
+- trainer: one Pod per node, `<job>-trainer-<i>`, reachable as
+  `<job>-trainer-<i>.<job>-trainer.<ns>.svc` through a headless Service; rank 0 is the
+  torch.distributed master and serves the job's `/metrics` on port 9400.
+- inference: one SGLang Pod per replica, `<job>-engine-<i>`, addressed individually through the
+  headless `<job>-engine` Service (the proxy balances across them and health-checks them; a
+  failed engine is replaced alone).
+- proxy: a Deployment `<job>-proxy` behind a ClusterIP Service `<job>-proxy`.
+- config: a ConfigMap `<job>-config` with the job manifest (`job.yaml`) the runtime loads with
+  `dressage.api.load_job`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from dressage.api.job import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    AsyncRLJob,
+    ObjectMeta,
+    PodTemplateOverrides,
+    ResourceRequirements,
+)
+from dressage_operator import naming
+from dressage_operator.config import OperatorConfig
+
+Obj = dict[str, Any]
+GPU_RESOURCE = "nvidia.com/gpu"
+INITIAL_WEIGHT_VERSION = "0"
+"""Weight version the engines report before the trainer publishes any."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Identity of the job object that owns the children."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> Obj:
+        return {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def spec_hash(obj: Obj) -> str:
+    """A short stable hash of a desired object's content (metadata annotations excluded)."""
+    content = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    content["labels"] = obj.get("metadata", {}).get("labels", {})
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+    return digest[:16]
+
+
+def _meta(job: AsyncRLJob, owner: Owner, name: str, role: str, **labels: str) -> Obj:
+    all_labels = {
+        **job.metadata.labels,
+        "app.kubernetes.io/name": "dressage",
+        "app.kubernetes.io/instance": owner.name,
+        "app.kubernetes.io/component": role,
+        "app.kubernetes.io/managed-by": naming.MANAGED_BY,
+        **naming.selector(owner.name, role),
+        **labels,
+    }
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": all_labels,
+        "ownerReferences": [owner.reference()],
+    }
+
+
+def _finish(obj: Obj) -> Obj:
+    obj["metadata"].setdefault("annotations", {})[naming.ANNOTATION_HASH] = spec_hash(obj)
+    return obj
+
+
+def _resources(res: ResourceRequirements, gpus: int) -> Obj:
+    requests = dict(res.requests)
+    limits = dict(res.limits)
+    if gpus > 0:
+        limits.setdefault(GPU_RESOURCE, str(gpus))
+        requests.setdefault(GPU_RESOURCE, limits[GPU_RESOURCE])
+    out: Obj = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _volumes(job: AsyncRLJob, owner: Owner) -> tuple[list[Obj], list[Obj]]:
+    storage = job.spec.storage
+    if storage.persistent_volume_claim:
+        storage_volume: Obj = {
+            "name": "storage",
+            "persistentVolumeClaim": {"claimName": storage.persistent_volume_claim},
+        }
+    else:
+        storage_volume = {"name": "storage", "emptyDir": {}}
+    volumes = [
+        {"name": "config", "configMap": {"name": naming.config_map(owner.name)}},
+        storage_volume,
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    mounts: list[Obj] = [
+        {"name": "config", "mountPath": naming.CONFIG_DIR, "readOnly": True},
+        {"name": "storage", "mountPath": storage.mount_path},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    return volumes, mounts
+
+
+def _env(pairs: dict[str, str], template: PodTemplateOverrides) -> list[Obj]:
+    env = [{"name": k, "value": v} for k, v in pairs.items()]
+    env += [{"name": e.name, "value": e.value} for e in template.env]
+    return env
+
+
+def _pod_spec(
+    job: AsyncRLJob,
+    owner: Owner,
+    template: PodTemplateOverrides,
+    container: Obj,
+    restart_policy: str,
+) -> Obj:
+    volumes, mounts = _volumes(job, owner)
+    container["volumeMounts"] = mounts + list(template.volume_mounts)
+    spec: Obj = {
+        "restartPolicy": restart_policy,
+        "containers": [container],
+        "volumes": volumes + list(template.volumes),
+        "enableServiceLinks": False,
+    }
+    if template.node_selector:
+        spec["nodeSelector"] = dict(template.node_selector)
+    if template.tolerations:
+        spec["tolerations"] = list(template.tolerations)
+    if template.affinity:
+        spec["affinity"] = dict(template.affinity)
+    if template.priority_class_name:
+        spec["priorityClassName"] = template.priority_class_name
+    if template.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in template.image_pull_secrets]
+    return spec
+
+
+def _template_meta(meta: Obj, template: PodTemplateOverrides) -> Obj:
+    meta["labels"] = {**template.labels, **meta["labels"]}
+    if template.annotations:
+        meta["annotations"] = dict(template.annotations)
+    return meta
+
+
+def runtime_manifest(job: AsyncRLJob, owner: Owner) -> str:
+    """The job manifest the runtime reads from `/etc/dressage/job.yaml`."""
+    clean = AsyncRLJob(
+        metadata=ObjectMeta(
+            name=owner.name, namespace=owner.namespace, labels=dict(job.metadata.labels)
+        ),
+        spec=job.spec,
+    )
+    return yaml.safe_dump(clean.to_wire(), sort_keys=False)
+
+
+def build_config_map(job: AsyncRLJob, owner: Owner) -> Obj:
+    return _finish(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(job, owner, naming.config_map(owner.name), naming.ROLE_CONFIG),
+            "data": {naming.CONFIG_KEY: runtime_manifest(job, owner)},
+        }
+    )
+
+
+def _headless_service(job: AsyncRLJob, owner: Owner, name: str, role: str, ports: list[Obj]) -> Obj:
+    return _finish(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(job, owner, name, role),
+            "spec": {
+                "clusterIP": "None",
+                # Rendezvous and engine discovery need DNS before the pods are ready.
+                "publishNotReadyAddresses": True,
+                "selector": naming.selector(owner.name, role),
+                "ports": ports,
+            },
+        }
+    )
+
+
+def build_trainer_service(job: AsyncRLJob, owner: Owner) -> Obj:
+    ports = [
+        {"name": "rendezvous", "port": naming.RENDEZVOUS_PORT, "targetPort": "rendezvous"},
+        {"name": "metrics", "port": naming.METRICS_PORT, "targetPort": "metrics"},
+    ]
+    return _headless_service(
+        job, owner, naming.trainer_service(owner.name), naming.ROLE_TRAINER, ports
+    )
+
+
+def build_engine_service(job: AsyncRLJob, owner: Owner) -> Obj:
+    ports = [{"name": "http", "port": naming.ENGINE_PORT, "targetPort": "http"}]
+    return _headless_service(
+        job, owner, naming.engine_service(owner.name), naming.ROLE_INFERENCE, ports
+    )
+
+
+def engine_urls(job: AsyncRLJob, owner: Owner) -> list[str]:
+    replicas = job.spec.inference.replicas
+    return [naming.engine_url(owner.name, owner.namespace, i) for i in range(replicas)]
+
+
+def trainer_command(job: AsyncRLJob) -> list[str]:
+    """The torchrun command line of one trainer node (env vars expanded by the kubelet)."""
+    return [
+        "torchrun",
+        "--nnodes=$(NNODES)",
+        "--nproc-per-node=$(NPROC_PER_NODE)",
+        "--node-rank=$(NODE_RANK)",
+        "--master-addr=$(MASTER_ADDR)",
+        "--master-port=$(MASTER_PORT)",
+        "-m",
+        "dressage",
+        "train",
+        "--config",
+        naming.CONFIG_PATH,
+    ]
+
+
+def trainer_env(job: AsyncRLJob, owner: Owner, index: int, gang: int) -> dict[str, str]:
+    """The rendezvous and wiring environment of trainer node `index`."""
+    spec = job.spec
+    nproc = max(spec.trainer.gpus_per_node, 1)
+    return {
+        "MASTER_ADDR": naming.trainer_host(owner.name, owner.namespace, 0),
+        "MASTER_PORT": str(naming.RENDEZVOUS_PORT),
+        "NNODES": str(spec.trainer.nodes),
+        "NPROC_PER_NODE": str(nproc),
+        "WORLD_SIZE": str(spec.trainer.nodes * nproc),
+        "NODE_RANK": str(index),
+        "DRESSAGE_ROLLOUT_MAX_RETRIES": str(spec.rollout.max_retries),
+        "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
+        "DRESSAGE_ENGINE_URLS": ",".join(engine_urls(job, owner)),
+        "DRESSAGE_PROXY_URL": naming.proxy_url(owner.name, owner.namespace),
+        "DRESSAGE_METRICS_PORT": str(naming.METRICS_PORT),
+        "DRESSAGE_CHECKPOINT_DIR": f"{spec.storage.mount_path}/checkpoints",
+        "DRESSAGE_WEIGHTS_DIR": f"{spec.storage.mount_path}/weights",
+        "DRESSAGE_GANG_RESTART": str(gang),
+    }
+
+
+def build_trainer_pods(
+    job: AsyncRLJob, owner: Owner, config: OperatorConfig, gang: int
+) -> list[Obj]:
+    """The trainer gang: one pod per node, created together, restarted together."""
+    trainer = job.spec.trainer
+    pods = []
+    for index in range(trainer.nodes):
+        name = naming.trainer_pod(owner.name, index)
+        container: Obj = {
+            "name": "trainer",
+            "image": trainer.image or config.runtime_image,
+            "command": trainer_command(job),
+            "env": _env(trainer_env(job, owner, index, gang), trainer.template),
+            "ports": [
+                {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},
+                {"name": "metrics", "containerPort": naming.METRICS_PORT},
+            ],
+            "resources": _resources(trainer.resources, trainer.gpus_per_node),
+        }
+        meta = _meta(
+            job,
+            owner,
+            name,
+            naming.ROLE_TRAINER,
+            **{naming.LABEL_INDEX: str(index), naming.LABEL_GANG: str(gang)},
+        )
+        spec = _pod_spec(job, owner, trainer.template, container, "Never")
+        spec["hostname"] = name
+        spec["subdomain"] = naming.trainer_service(owner.name)
+        pods.append(
+            _finish(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": _template_meta(meta, trainer.template),
+                    "spec": spec,
+                }
+            )
+        )
+    return pods
+
+
+def engine_command(job: AsyncRLJob) -> list[str]:
+    """The SGLang server command line; weights are updated over HTTP by the trainer
+    (`/update_weights_from_disk` from shared storage), each update stamping a new version."""
+    spec = job.spec
+    cmd = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        spec.model.source,
+        "--tp-size",
+        str(spec.inference.tensor_parallel_size),
+        "--dtype",
+        spec.model.dtype,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(naming.ENGINE_PORT),
+        "--weight-version",
+        INITIAL_WEIGHT_VERSION,
+        "--enable-metrics",
+    ]
+    if spec.model.tokenizer:
+        cmd += ["--tokenizer-path", spec.model.tokenizer]
+    return cmd + list(spec.inference.extra_args)
+
+
+def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, index: int) -> Obj:
+    """One SGLang engine; engines are independent and replaced one by one."""
+    inference = job.spec.inference
+    name = naming.engine_pod(owner.name, index)
+    container: Obj = {
+        "name": "sglang",
+        "image": inference.image or config.sglang_image,
+        "command": engine_command(job),
+        "env": _env({"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, inference.template),
+        "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
+        "resources": _resources(inference.resources, inference.tensor_parallel_size),
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 120,
+        },
+    }
+    meta = _meta(job, owner, name, naming.ROLE_INFERENCE, **{naming.LABEL_INDEX: str(index)})
+    spec = _pod_spec(job, owner, inference.template, container, "Always")
+    spec["hostname"] = name
+    spec["subdomain"] = naming.engine_service(owner.name)
+    return _finish(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": _template_meta(meta, inference.template),
+            "spec": spec,
+        }
+    )
+
+
+def build_engine_pods(job: AsyncRLJob, owner: Owner, config: OperatorConfig) -> list[Obj]:
+    return [build_engine_pod(job, owner, config, i) for i in range(job.spec.inference.replicas)]
+
+
+def proxy_command(job: AsyncRLJob, owner: Owner) -> list[str]:
+    """The proxy command line; staleness flags come from the job manifest it loads."""
+    return [
+        "python",
+        "-m",
+        "dressage",
+        "proxy",
+        "--config",
+        naming.CONFIG_PATH,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(naming.PROXY_PORT),
+        "--engine-urls",
+        ",".join(engine_urls(job, owner)),
+    ]
+
+
+def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig) -> Obj:
+    proxy = job.spec.proxy
+    name = naming.proxy(owner.name)
+    container: Obj = {
+        "name": "proxy",
+        "image": proxy.image or config.runtime_image,
+        "command": proxy_command(job, owner),
+        "env": _env(
+            {
+                "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
+                "DRESSAGE_ROLLOUT_MAX_RETRIES": str(job.spec.rollout.max_retries),
+            },
+            proxy.template,
+        ),
+        "ports": [{"name": "http", "containerPort": naming.PROXY_PORT}],
+        "resources": _resources(proxy.resources, 0),
+        "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
+    }
+    pod_meta = _template_meta(
+        {"labels": _meta(job, owner, name, naming.ROLE_PROXY)["labels"]}, proxy.template
+    )
+    return _finish(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _meta(job, owner, name, naming.ROLE_PROXY),
+            "spec": {
+                "replicas": proxy.replicas,
+                "selector": {"matchLabels": naming.selector(owner.name, naming.ROLE_PROXY)},
+                "template": {
+                    "metadata": pod_meta,
+                    "spec": _pod_spec(job, owner, proxy.template, container, "Always"),
+                },
+            },
+        }
+    )
+
+
+def build_proxy_service(job: AsyncRLJob, owner: Owner) -> Obj:
+    return _finish(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(job, owner, naming.proxy(owner.name), naming.ROLE_PROXY),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": naming.selector(owner.name, naming.ROLE_PROXY),
+                "ports": [{"name": "http", "port": naming.PROXY_PORT, "targetPort": "http"}],
+            },
+        }
+    )
+
+
+def build_infrastructure(job: AsyncRLJob, owner: Owner) -> list[Obj]:
+    """Children that live as long as the job: config and Services."""
+    return [
+        build_config_map(job, owner),
+        build_trainer_service(job, owner),
+        build_engine_service(job, owner),
+        build_proxy_service(job, owner),
+    ]

@@ -1,0 +1,51 @@
+"""Operator-wide settings: images, intervals and the scrape target, from flags or env."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/dressage/dressage-runtime:0.1.0"
+DEFAULT_SGLANG_IMAGE = "ghcr.io/dressage/dressage-sglang:0.1.0"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Settings that are the operator's, not the job's."""
+
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    """Image of trainer and proxy pods when the job names none."""
+    sglang_image: str = DEFAULT_SGLANG_IMAGE
+    """Image of engine pods when the job names none."""
+    resync_seconds: float = 30.0
+    """A job is reconciled at least this often even when nothing changes."""
+    scrape_seconds: float = 15.0
+    """How often a running job's metrics are read into its status."""
+    scrape_timeout_seconds: float = 3.0
+    scrape_url_template: str | None = None
+    """Overrides the scrape target; `{namespace}` and `{job}` are substituted. Unset: trainer
+    rank 0 through the headless Service (`naming.metrics_url`)."""
+    metrics_port: int = 8080
+    """Port of the operator's own Prometheus `/metrics`; 0 disables the server."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
+        """Read `DRESSAGE_OPERATOR_*` variables (the chart sets them)."""
+        e = dict(os.environ if env is None else env)
+        p = "DRESSAGE_OPERATOR_"
+        return cls(
+            runtime_image=e.get(p + "RUNTIME_IMAGE", DEFAULT_RUNTIME_IMAGE),
+            sglang_image=e.get(p + "SGLANG_IMAGE", DEFAULT_SGLANG_IMAGE),
+            resync_seconds=float(e.get(p + "RESYNC_SECONDS", "30")),
+            scrape_seconds=float(e.get(p + "SCRAPE_SECONDS", "15")),
+            scrape_timeout_seconds=float(e.get(p + "SCRAPE_TIMEOUT_SECONDS", "3")),
+            scrape_url_template=e.get(p + "SCRAPE_URL_TEMPLATE") or None,
+            metrics_port=int(e.get(p + "METRICS_PORT", "8080")),
+        )
+
+    def scrape_url(self, namespace: str, job: str) -> str:
+        from dressage_operator.naming import metrics_url
+
+        if self.scrape_url_template:
+            return self.scrape_url_template.format(namespace=namespace, job=job)
+        return metrics_url(job, namespace)

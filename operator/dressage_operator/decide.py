@@ -1,0 +1,370 @@
+"""The reconcile decision: observed state in, actions and the next status out (pure).
+
+`decide` is the whole lifecycle of a job in one function without I/O: given the job, what the
+operator observes of its pods and proxy, the previous status and the time, it returns which
+children to create or delete and what the status becomes. The handlers apply the result.
+
+Lifecycle:
+- Pending -> Running when every trainer pod of the current gang is ready.
+- A failed trainer pod fails the whole gang: its pods are deleted and recreated with the next
+  gang number (`status.restarts`), up to `spec.failurePolicy.maxRestarts`; then Failed.
+- A failed engine pod is deleted and recreated alone; the trainer is not touched.
+- Every trainer pod Succeeded -> Succeeded; engines and proxy are torn down.
+- `spec.suspend` deletes all pods and the proxy (Suspended); clearing it recreates them.
+- `activeDeadlineSeconds` past `status.startTime` -> Failed (DeadlineExceeded).
+- Finished jobs are deleted `ttlSecondsAfterFinished` after `status.completionTime`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from dressage.api.job import AsyncRLJob
+from dressage.api.status import (
+    AsyncRLJobStatus,
+    Condition,
+    ConditionType,
+    JobPhase,
+    RoleStatus,
+)
+from dressage_operator import children, naming
+from dressage_operator.children import Obj, Owner
+from dressage_operator.config import OperatorConfig
+from dressage_operator.observe import PodInfo
+from dressage_operator.staleness import ScrapeResult
+
+REASON_INVALID_SPEC = "InvalidSpec"
+WAIT_FOR_TERMINATION_SECONDS = 2.0
+"""Requeue delay while old pods with the names we need are still terminating."""
+
+
+def timestamp(now: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as Kubernetes writes it."""
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_timestamp(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything `decide` looks at besides the spec."""
+
+    generation: int
+    status: AsyncRLJobStatus
+    now: datetime
+    pods: tuple[PodInfo, ...] = ()
+    proxy_present: bool = False
+    proxy_ready: int = 0
+    handled_failures: frozenset[str] = frozenset()
+    """uids of failed engine pods already counted (the pod index may lag a deletion)."""
+    scrape: ScrapeResult | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """What to do this cycle."""
+
+    status: AsyncRLJobStatus
+    create_pods: list[Obj] = field(default_factory=list)
+    delete_pods: list[str] = field(default_factory=list)
+    ensure_infrastructure: bool = False
+    ensure_proxy: bool = False
+    delete_proxy: bool = False
+    delete_job: bool = False
+    requeue_after: float | None = None
+    events: list[Event] = field(default_factory=list)
+    handled_failures: frozenset[str] = frozenset()
+
+
+class _Conditions:
+    """Sets conditions, keeping `lastTransitionTime` when the status does not change."""
+
+    def __init__(self, status: AsyncRLJobStatus, now: datetime, generation: int) -> None:
+        self.status = status
+        self.now = timestamp(now)
+        self.generation = generation
+
+    def get(self, ctype: ConditionType) -> Condition | None:
+        return next((c for c in self.status.conditions if c.type == ctype.value), None)
+
+    def set(self, ctype: ConditionType, value: bool, reason: str, message: str = "") -> None:
+        text = "True" if value else "False"
+        old = self.get(ctype)
+        changed = old is None or old.status != text
+        new = Condition(
+            type=ctype.value,
+            status=text,
+            reason=reason,
+            message=message,
+            last_transition_time=self.now if changed or old is None else old.last_transition_time,
+            observed_generation=self.generation,
+        )
+        others = [c for c in self.status.conditions if c.type != ctype.value]
+        self.status.conditions = sorted([*others, new], key=lambda c: c.type)
+
+
+def invalid_spec_status(
+    previous: AsyncRLJobStatus, errors: list[tuple[str, str]], generation: int, now: datetime
+) -> AsyncRLJobStatus:
+    """The status of a job whose spec fails validation: Failed, and a SpecValid=False
+    condition whose message names each field at fault."""
+    status = previous.model_copy(deep=True)
+    message = "; ".join(f"{path}: {msg}" for path, msg in errors)
+    conds = _Conditions(status, now, generation)
+    conds.set(ConditionType.SPEC_VALID, False, REASON_INVALID_SPEC, message)
+    conds.set(ConditionType.FAILED, True, REASON_INVALID_SPEC, message)
+    status.phase = JobPhase.FAILED
+    status.observed_generation = generation
+    status.message = f"invalid spec: {message}"
+    return status
+
+
+def _role(desired: int, ready: int, previous: RoleStatus) -> RoleStatus:
+    return RoleStatus(
+        desired=desired, ready=ready, failed=previous.failed, restarts=previous.restarts
+    )
+
+
+class _Decider:
+    def __init__(
+        self, job: AsyncRLJob, owner: Owner, config: OperatorConfig, obs: Observed
+    ) -> None:
+        self.job = job
+        self.spec = job.spec
+        self.owner = owner
+        self.config = config
+        self.obs = obs
+        status = obs.status.model_copy(deep=True)
+        status.observed_generation = obs.generation
+        self.plan = Plan(status=status, handled_failures=obs.handled_failures)
+        self.st = status
+        self.conds = _Conditions(status, obs.now, obs.generation)
+        self.trainers = [p for p in obs.pods if p.role == naming.ROLE_TRAINER]
+        self.engines = [p for p in obs.pods if p.role == naming.ROLE_INFERENCE]
+
+    # --- helpers -------------------------------------------------------------------------
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.plan.events.append(Event(type_, reason, message))
+
+    def set_phase(self, phase: JobPhase, message: str) -> None:
+        if self.st.phase is not phase:
+            warn = phase in (JobPhase.FAILED, JobPhase.RESTARTING)
+            self.event("Warning" if warn else "Normal", phase.value, message)
+        self.st.phase = phase
+        self.st.message = message
+
+    def delete(self, pods: list[PodInfo]) -> None:
+        for pod in pods:
+            if not pod.terminating and pod.name not in self.plan.delete_pods:
+                self.plan.delete_pods.append(pod.name)
+
+    def teardown_serving(self) -> None:
+        self.delete(self.engines)
+        if self.obs.proxy_present:
+            self.plan.delete_proxy = True
+
+    def finish(self, succeeded: bool, reason: str, message: str) -> None:
+        self.st.completion_time = timestamp(self.obs.now)
+        ctype = ConditionType.SUCCEEDED if succeeded else ConditionType.FAILED
+        self.conds.set(ctype, True, reason, message)
+        self.set_phase(JobPhase.SUCCEEDED if succeeded else JobPhase.FAILED, message)
+        self.teardown_serving()
+        if not succeeded:
+            self.delete([p for p in self.trainers if not (p.failed or p.succeeded)])
+        self.schedule_ttl()
+
+    def schedule_ttl(self) -> None:
+        ttl = self.spec.ttl_seconds_after_finished
+        done = parse_timestamp(self.st.completion_time)
+        if ttl is None or done is None:
+            return
+        remaining = (done + timedelta(seconds=ttl) - self.obs.now).total_seconds()
+        if remaining <= 0:
+            self.plan.delete_job = True
+        else:
+            self.plan.requeue_after = remaining
+
+    def requeue(self, seconds: float) -> None:
+        current = self.plan.requeue_after
+        self.plan.requeue_after = seconds if current is None else min(current, seconds)
+
+    # --- the decision --------------------------------------------------------------------
+    def run(self) -> Plan:
+        self.conds.set(ConditionType.SPEC_VALID, True, "Valid", "")
+        self.apply_scrape()
+        failed = self.conds.get(ConditionType.FAILED)
+        if self.st.phase is JobPhase.FAILED and failed and failed.reason == REASON_INVALID_SPEC:
+            # The spec was fixed: start over.
+            self.conds.set(ConditionType.FAILED, False, "SpecCorrected", "")
+            self.st.completion_time = None
+            self.set_phase(JobPhase.PENDING, "spec corrected")
+        if self.st.phase.finished:
+            self.teardown_serving()
+            if self.st.phase is JobPhase.FAILED:
+                self.delete([p for p in self.trainers if not (p.failed or p.succeeded)])
+            self.schedule_ttl()
+        elif self.spec.suspend:
+            self.suspend()
+        else:
+            self.run_active()
+        self.count()
+        return self.plan
+
+    def apply_scrape(self) -> None:
+        scrape = self.obs.scrape
+        if scrape is None:
+            return
+        if scrape.staleness is not None:
+            previous = self.st.staleness
+            unchanged = scrape.staleness.model_copy(
+                update={"last_scrape_time": previous.last_scrape_time}
+            )
+            # Unchanged figures keep their timestamp: an idle job's status is not rewritten.
+            self.st.staleness = previous if unchanged == previous else scrape.staleness
+            self.conds.set(ConditionType.METRICS_AVAILABLE, True, "Scraped", scrape.url)
+        else:
+            message = f"{scrape.url}: {scrape.error}"
+            self.conds.set(ConditionType.METRICS_AVAILABLE, False, "ScrapeFailed", message)
+
+    def suspend(self) -> None:
+        self.delete(self.trainers)
+        self.teardown_serving()
+        self.st.start_time = None
+        self.conds.set(ConditionType.SUSPENDED, True, "JobSuspended", "spec.suspend is true")
+        self.set_phase(JobPhase.SUSPENDED, "suspended: pods deleted, job kept")
+
+    def run_active(self) -> None:
+        spec = self.spec
+        self.plan.ensure_infrastructure = True
+        suspended = self.conds.get(ConditionType.SUSPENDED)
+        if suspended and suspended.status == "True":
+            self.conds.set(ConditionType.SUSPENDED, False, "JobResumed", "spec.suspend is false")
+            self.set_phase(JobPhase.PENDING, "resumed")
+        elif suspended is None:
+            self.conds.set(ConditionType.SUSPENDED, False, "NotSuspended")
+
+        start = parse_timestamp(self.st.start_time)
+        deadline = spec.active_deadline_seconds
+        if deadline is not None and start is not None:
+            elapsed = (self.obs.now - start).total_seconds()
+            if elapsed >= deadline:
+                self.finish(
+                    False,
+                    "DeadlineExceeded",
+                    f"job ran {int(elapsed)}s, longer than spec.activeDeadlineSeconds={deadline}",
+                )
+                self.delete(self.trainers)
+                return
+            self.requeue(deadline - elapsed)
+
+        gang = self.st.restarts
+        current = {p.index: p for p in self.trainers if p.gang == gang}
+        self.delete([p for p in self.trainers if p.gang != gang])
+        failed = sorted((p for p in current.values() if p.failed), key=lambda p: p.index)
+        if failed:
+            self.trainer_failed(failed, list(current.values()))
+            return
+        nodes = spec.trainer.nodes
+        if all(i in current and current[i].succeeded for i in range(nodes)):
+            self.finish(True, "TrainerCompleted", f"all {nodes} trainer pods completed")
+            return
+
+        present = {p.name for p in self.trainers}
+        for pod in children.build_trainer_pods(self.job, self.owner, self.config, gang):
+            name = pod["metadata"]["name"]
+            if name not in present:
+                self.plan.create_pods.append(pod)
+            elif current.get(int(pod["metadata"]["labels"][naming.LABEL_INDEX])) is None:
+                self.requeue(WAIT_FOR_TERMINATION_SECONDS)  # an old gang's pod is going away
+        if self.st.start_time is None:
+            self.st.start_time = timestamp(self.obs.now)
+
+        self.reconcile_engines()
+        self.plan.ensure_proxy = True
+
+        ready = sum(1 for p in current.values() if p.ready)
+        if ready >= nodes:
+            self.set_phase(JobPhase.RUNNING, f"{nodes}/{nodes} trainer pods running")
+        elif self.st.phase is not JobPhase.RESTARTING:
+            self.set_phase(JobPhase.PENDING, f"{ready}/{nodes} trainer pods ready")
+
+    def trainer_failed(self, failed: list[PodInfo], current: list[PodInfo]) -> None:
+        limit = self.spec.failure_policy.max_restarts
+        first = failed[0]
+        why = f"trainer pod {first.name} failed" + (f": {first.reason}" if first.reason else "")
+        self.st.trainer.failed += len(failed)
+        if self.st.restarts < limit:
+            self.st.restarts += 1
+            self.st.trainer.restarts = self.st.restarts
+            self.delete(current)
+            self.set_phase(JobPhase.RESTARTING, f"{why}; gang restart {self.st.restarts}/{limit}")
+            self.reconcile_engines()
+            self.plan.ensure_proxy = True
+        else:
+            self.finish(
+                False,
+                "MaxRestartsExceeded",
+                f"{why}; spec.failurePolicy.maxRestarts={limit} gang restarts exhausted",
+            )
+
+    def reconcile_engines(self) -> None:
+        replicas = self.spec.inference.replicas
+        by_name = {p.name: p for p in self.engines}
+        handled = set(self.plan.handled_failures)
+        for pod in children.build_engine_pods(self.job, self.owner, self.config):
+            name = pod["metadata"]["name"]
+            seen = by_name.get(name)
+            if seen is None:
+                self.plan.create_pods.append(pod)
+            elif (seen.failed or seen.succeeded) and not seen.terminating:
+                if seen.uid not in handled:
+                    handled.add(seen.uid)
+                    self.st.inference.failed += 1
+                    self.st.inference.restarts += 1
+                    self.event(
+                        "Warning",
+                        "EngineReplaced",
+                        f"engine pod {name} {seen.phase.lower()}"
+                        + (f": {seen.reason}" if seen.reason else "")
+                        + "; replacing it alone",
+                    )
+                self.delete([seen])
+        self.delete([p for p in self.engines if p.index >= replicas])
+        self.plan.handled_failures = frozenset(handled)
+
+    def count(self) -> None:
+        spec = self.spec
+        gang = self.st.restarts
+        active = not self.st.phase.finished and self.st.phase is not JobPhase.SUSPENDED
+        trainer_ready = sum(1 for p in self.trainers if p.gang == gang and p.ready)
+        engine_ready = sum(1 for p in self.engines if p.ready and not p.terminating)
+        proxy_ready = self.obs.proxy_ready if self.obs.proxy_present else 0
+        st = self.st
+        st.trainer = _role(spec.trainer.nodes if active else 0, trainer_ready, st.trainer)
+        st.inference = _role(spec.inference.replicas if active else 0, engine_ready, st.inference)
+        st.proxy = _role(spec.proxy.replicas if active else 0, proxy_ready, st.proxy)
+        for ctype, role in (
+            (ConditionType.TRAINER_READY, st.trainer),
+            (ConditionType.INFERENCE_READY, st.inference),
+            (ConditionType.PROXY_READY, st.proxy),
+        ):
+            ok = active and role.ready >= role.desired
+            reason = "AllReady" if ok else ("NotActive" if not active else "Waiting")
+            self.conds.set(ctype, ok, reason, f"{role.ready}/{role.desired} ready")
+
+
+def decide(job: AsyncRLJob, owner: Owner, config: OperatorConfig, obs: Observed) -> Plan:
+    """Compute this cycle's actions and the job's next status."""
+    return _Decider(job, owner, config, obs).run()

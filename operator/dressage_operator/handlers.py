@@ -1,0 +1,446 @@
+"""kopf handlers: thin glue between Kubernetes events and `decide`.
+
+One daemon per `AsyncRLJob` runs the reconcile loop: read the job, look at its pods (an
+in-memory kopf index fed by the pod watch) and proxy, read its metrics when due, `decide`, write
+the status (once, only when it changed), then apply the plan. Pod, Deployment and job events
+only wake the loop, so each job has exactly one writer and reconciles are level-triggered: a
+restarted operator converges from whatever it finds, without duplicate children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import httpx
+import kopf
+from prometheus_client import start_http_server
+from pydantic import ValidationError
+
+from dressage.api.crd import MAX_JOB_NAME_LENGTH
+from dressage.api.job import API_GROUP, API_VERSION, PLURAL
+from dressage.api.loader import JobValidationError, validate_job
+from dressage.api.status import AsyncRLJobStatus, JobPhase
+from dressage_operator import children, naming
+from dressage_operator.config import OperatorConfig
+from dressage_operator.decide import Observed, Plan, decide, invalid_spec_status, timestamp
+from dressage_operator.kube import (
+    Conflict,
+    Kube,
+    client_from_connection,
+    object_path,
+    resource_path,
+)
+from dressage_operator.metrics import OperatorMetrics
+from dressage_operator.observe import PodInfo, pod_info
+from dressage_operator.staleness import ScrapeResult, scrape
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+FINALIZER = "dressage.io/finalizer"
+ERROR_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+SETTLE_SECONDS = 0.1
+
+_config_override: OperatorConfig | None = None
+
+
+def use_config(config: OperatorConfig | None) -> None:
+    """Set the configuration the next operator start uses (the CLI does; tests may)."""
+    global _config_override
+    _config_override = config
+
+
+def configure_settings(settings: kopf.OperatorSettings) -> None:
+    """kopf settings, each chosen on purpose."""
+    # Progress and diff-base annotations under our own prefix, not kopf's defaults.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="dressage.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="dressage.io", key="last-handled-configuration"
+    )
+    # The daemon needs a finalizer so it is stopped before the job disappears.
+    settings.persistence.finalizer = FINALIZER
+    # Server-side watch timeout below the client one: the server ends streams cleanly and kopf
+    # reconnects; the client timeout only catches a stalled connection.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 60
+    # Only warnings and errors of handlers become Kubernetes Events; phase transitions are
+    # posted explicitly. Normal chatter stays in the operator's log.
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "dressage-operator"
+    # A single replica (the chart runs one, with a Recreate strategy): no peering objects.
+    settings.peering.standalone = True
+    # The operator serves the namespaces it is told; it never lists all namespaces or CRDs.
+    settings.scanning.disabled = True
+
+
+@dataclass
+class JobState:
+    """In-memory state of one job's reconcile loop."""
+
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    handled_failures: frozenset[str] = frozenset()
+    next_scrape: float = 0.0
+    errors: int = 0
+    infrastructure_checked: tuple[int, float] = (-1, 0.0)
+    """(generation, monotonic time) of the last ConfigMap/Service drift check."""
+
+
+@dataclass
+class Runtime:
+    """Operator-wide resources, created at startup and shared through kopf's memo."""
+
+    config: OperatorConfig
+    kube: Kube
+    scraper: httpx.AsyncClient
+    metrics: OperatorMetrics
+    jobs: dict[tuple[str, str], JobState] = field(default_factory=dict)
+    metrics_server: Any = None
+
+    def wake(self, namespace: str | None, job: str | None) -> None:
+        state = self.jobs.get((namespace or "", job or ""))
+        if state is not None:
+            state.wake.set()
+
+
+def connection(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(
+        settings=settings
+    )
+    if info is None:
+        raise kopf.PermanentError("no service account and no kubeconfig to log in with")
+    return info
+
+
+@kopf.on.login(id="dressage-login")
+def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+    """Log in from the pod's service account, else from KUBECONFIG (read at call time)."""
+    return connection(settings)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    configure_settings(settings)
+    # One line per HTTP request to the API server or a scrape target is noise, not a log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    config = _config_override or OperatorConfig.from_env()
+    metrics = OperatorMetrics()
+    server = None
+    if config.metrics_port:
+        server, _thread = start_http_server(config.metrics_port, registry=metrics.registry)
+    memo.runtime = Runtime(
+        config=config,
+        kube=Kube(client_from_connection(connection(settings))),
+        scraper=httpx.AsyncClient(),
+        metrics=metrics,
+        metrics_server=server,
+    )
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    runtime: Runtime | None = getattr(memo, "runtime", None)
+    if runtime is None:
+        return
+    await runtime.kube.client.aclose()
+    await runtime.scraper.aclose()
+    if runtime.metrics_server is not None:
+        runtime.metrics_server.shutdown()
+        runtime.metrics_server.server_close()
+
+
+@kopf.on.probe(id="jobs")
+def probe_jobs(memo: kopf.Memo, **_: Any) -> int:
+    """Liveness detail: how many job loops are running."""
+    runtime: Runtime | None = getattr(memo, "runtime", None)
+    return 0 if runtime is None else len(runtime.jobs)
+
+
+@kopf.index("pods", labels={naming.LABEL_JOB: kopf.PRESENT})
+def pods_by_job(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], PodInfo] | None:
+    info = pod_info(body)
+    return None if info is None else {(namespace or "", labels[naming.LABEL_JOB]): info}
+
+
+@kopf.on.event("pods", labels={naming.LABEL_JOB: kopf.PRESENT})
+def pod_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
+    memo.runtime.wake(namespace, labels.get(naming.LABEL_JOB))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={naming.LABEL_JOB: kopf.PRESENT})
+def deployment_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
+    memo.runtime.wake(namespace, labels.get(naming.LABEL_JOB))
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+def job_event(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    memo.runtime.wake(namespace, name)
+
+
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL, id="reconcile", cancellation_timeout=10.0)
+async def reconcile_loop(
+    name: str,
+    namespace: str | None,
+    memo: Any,
+    logger: Logger,
+    **kwargs: Any,
+) -> None:
+    """The job's reconcile loop; ends when the job is deleted (kopf cancels it)."""
+    pods_by_job: kopf.Index[tuple[str, str], PodInfo] = kwargs["pods_by_job"]
+    runtime: Runtime = memo.runtime
+    namespace = namespace or ""
+    key = (namespace, name)
+    state = runtime.jobs.setdefault(key, JobState())
+    try:
+        while True:
+            state.wake.clear()
+            delay = await _cycle(runtime, state, namespace, name, pods_by_job, logger)
+            if delay is None:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.wake.wait(), timeout=delay)
+            # Creating children sends a burst of events; one cycle answers the whole burst.
+            await asyncio.sleep(SETTLE_SECONDS)
+    finally:
+        runtime.jobs.pop(key, None)
+        runtime.metrics.jobs.remove(namespace, name)
+
+
+async def _cycle(
+    runtime: Runtime,
+    state: JobState,
+    namespace: str,
+    name: str,
+    pods: kopf.Index[tuple[str, str], PodInfo],
+    logger: Logger,
+) -> float | None:
+    """One timed, counted reconcile; returns the delay until the next or None to stop."""
+    started = time.perf_counter()
+    try:
+        delay, result = await reconcile(runtime, state, namespace, name, pods, logger)
+        state.errors = 0
+    except Exception as exc:
+        runtime.metrics.errors.inc()
+        result = "error"
+        delay = ERROR_BACKOFF_SECONDS[min(state.errors, len(ERROR_BACKOFF_SECONDS) - 1)]
+        state.errors += 1
+        logger.exception(f"reconcile of {namespace}/{name} failed, retrying in {delay}s: {exc}")
+    runtime.metrics.reconciles.labels(result=result).inc()
+    runtime.metrics.duration.observe(time.perf_counter() - started)
+    return delay
+
+
+def _status_of(body: Mapping[str, Any]) -> AsyncRLJobStatus:
+    try:
+        return AsyncRLJobStatus.model_validate(body.get("status") or {})
+    except ValidationError:
+        return AsyncRLJobStatus()
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """The JSON merge patch turning `old` into `new` (None deletes a key)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch(old[key], value)
+    return patch
+
+
+def _extra_errors(body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Cluster-only checks the CRD also makes (CEL), for API servers that skipped them."""
+    name = str((body.get("metadata") or {}).get("name", ""))
+    if len(name) > MAX_JOB_NAME_LENGTH or not name[:1].isalpha():
+        return [
+            (
+                "metadata.name",
+                f"must start with a letter and be at most {MAX_JOB_NAME_LENGTH} characters",
+            )
+        ]
+    return []
+
+
+async def reconcile(
+    runtime: Runtime,
+    state: JobState,
+    namespace: str,
+    name: str,
+    pods: kopf.Index[tuple[str, str], PodInfo],
+    logger: Logger,
+) -> tuple[float | None, str]:
+    kube, config = runtime.kube, runtime.config
+    job_path = resource_path(f"{API_GROUP}/{API_VERSION}", PLURAL, namespace, name)
+    body = await kube.get(job_path)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None, "ok"
+    now = datetime.now(UTC)
+    generation = int(body["metadata"].get("generation") or 1)
+    previous = _status_of(body)
+
+    errors = _extra_errors(body)
+    job = None
+    try:
+        job = validate_job(body, f"{namespace}/{name}")
+    except JobValidationError as exc:
+        errors = exc.errors + errors
+    if job is None or errors:
+        # Not retried: the loop only re-validates when the job changes (or on resync) and
+        # writes nothing unless the verdict changes.
+        status = invalid_spec_status(previous, errors, generation, now)
+        if await _write_status(kube, job_path, body, status):
+            logger.error(f"invalid spec: {status.message}")
+        runtime.metrics.jobs.update(namespace, name, status)
+        return config.resync_seconds, "invalid"
+
+    owner = children.Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
+    proxy_path = object_path(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": naming.proxy(name), "namespace": namespace},
+        }
+    )
+    proxy = await kube.get(proxy_path)
+    scrape_result: ScrapeResult | None = None
+    loop_now = time.monotonic()
+    if previous.phase is JobPhase.RUNNING and loop_now >= state.next_scrape:
+        state.next_scrape = loop_now + config.scrape_seconds
+        url = config.scrape_url(namespace, name)
+        scrape_result = await scrape(
+            runtime.scraper, url, config.scrape_timeout_seconds, timestamp(now)
+        )
+    observed = Observed(
+        generation=generation,
+        status=previous,
+        now=now,
+        pods=tuple(pods.get((namespace, name), ())),
+        proxy_present=proxy is not None,
+        proxy_ready=int(((proxy or {}).get("status") or {}).get("readyReplicas") or 0),
+        handled_failures=state.handled_failures,
+        scrape=scrape_result,
+    )
+    plan = decide(job, owner, config, observed)
+    state.handled_failures = plan.handled_failures
+    # Status first: counters (gang restarts) are recorded before the pods they count go.
+    await _write_status(kube, job_path, body, plan.status)
+    runtime.metrics.jobs.update(namespace, name, plan.status)
+    for event in plan.events:
+        kopf.event(
+            kopf.Body(cast(kopf.RawBody, body)),
+            type=event.type,
+            reason=event.reason,
+            message=event.message,
+        )
+    # Config and Services change only with the spec: check them when it changed, after a
+    # retry, and on every resync (to undo manual drift), not on every pod event.
+    checked_generation, checked_at = state.infrastructure_checked
+    if (
+        plan.ensure_infrastructure
+        and checked_generation == generation
+        and loop_now - checked_at < config.resync_seconds
+    ):
+        plan.ensure_infrastructure = False
+    retry = await _apply(kube, job, owner, config, plan, proxy, logger)
+    if plan.ensure_infrastructure:
+        state.infrastructure_checked = (-1, 0.0) if retry else (generation, loop_now)
+    if plan.delete_job:
+        await kube.delete(job_path)
+        logger.info(f"deleted {namespace}/{name}: ttlSecondsAfterFinished passed")
+        return None, "ok"
+    delay = config.resync_seconds
+    if plan.status.phase is JobPhase.RUNNING:
+        delay = min(delay, config.scrape_seconds)
+    if plan.requeue_after is not None:
+        delay = min(delay, plan.requeue_after)
+    if retry:
+        delay = min(delay, 1.0)
+    return max(delay, 0.05), "retry" if retry else "ok"
+
+
+async def _write_status(
+    kube: Kube, job_path: str, body: Mapping[str, Any], status: AsyncRLJobStatus
+) -> bool:
+    old = body.get("status") or {}
+    new = status.to_wire()
+    if old == new:
+        return False
+    await kube.patch(job_path + "/status", {"status": merge_patch(old, new)})
+    return True
+
+
+async def _ensure(
+    kube: Kube,
+    desired: children.Obj,
+    owner: children.Owner,
+    logger: Logger,
+    live: children.Obj | None = None,
+    fetched: bool = False,
+) -> bool:
+    """Get-or-create, then patch on drift; objects owned by someone else are left alone.
+    Returns True when the caller should retry soon."""
+    path = object_path(desired)
+    if not fetched:
+        live = await kube.get(path)
+    if live is None:
+        try:
+            await kube.create(desired)
+        except Conflict:
+            return True
+        return False
+    refs = live.get("metadata", {}).get("ownerReferences") or []
+    if not any(ref.get("uid") == owner.uid for ref in refs):
+        logger.warning(f"{desired['kind']} {path} exists and is not owned by this job; left alone")
+        return False
+    want = desired["metadata"]["annotations"][naming.ANNOTATION_HASH]
+    have = (live["metadata"].get("annotations") or {}).get(naming.ANNOTATION_HASH)
+    if have != want:
+        await kube.patch(path, {k: v for k, v in desired.items() if k != "status"})
+    return False
+
+
+async def _apply(
+    kube: Kube,
+    job: Any,
+    owner: children.Owner,
+    config: OperatorConfig,
+    plan: Plan,
+    proxy: children.Obj | None,
+    logger: Logger,
+) -> bool:
+    retry = False
+    if plan.ensure_infrastructure:
+        for obj in children.build_infrastructure(job, owner):
+            retry |= await _ensure(kube, obj, owner, logger)
+    if plan.ensure_proxy:
+        desired = children.build_proxy_deployment(job, owner, config)
+        retry |= await _ensure(kube, desired, owner, logger, live=proxy, fetched=True)
+    if plan.delete_proxy:
+        await kube.delete(
+            resource_path("apps/v1", "deployments", owner.namespace, naming.proxy(owner.name))
+        )
+    await asyncio.gather(
+        *(kube.delete(resource_path("v1", "pods", owner.namespace, n)) for n in plan.delete_pods)
+    )
+
+    async def create(pod: children.Obj) -> bool:
+        try:
+            await kube.create(pod)
+        except Conflict:
+            return True  # the index lagged, or the old pod is still terminating
+        return False
+
+    results = await asyncio.gather(*(create(pod) for pod in plan.create_pods))
+    return retry or any(results)

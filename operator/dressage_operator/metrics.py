@@ -1,0 +1,110 @@
+"""The operator's own Prometheus metrics: per-job staleness and health, reconcile counters.
+
+Per-job series are labelled `namespace` and `job` and are produced by a collector from the
+latest status of each job, so a deleted job's series disappear with it and counters mirror the
+job's own cumulative counters exactly (no double counting across operator restarts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from dressage import metrics as names
+from dressage.api.status import AsyncRLJobStatus, JobPhase
+
+JOB_LABELS = ["namespace", "job"]
+
+
+class JobMetricsCollector(Collector):
+    """Exports the last known status of every job."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[tuple[str, str], AsyncRLJobStatus] = {}
+
+    def update(self, namespace: str, job: str, status: AsyncRLJobStatus) -> None:
+        with self._lock:
+            self._jobs[(namespace, job)] = status.model_copy(deep=True)
+
+    def remove(self, namespace: str, job: str) -> None:
+        with self._lock:
+            self._jobs.pop((namespace, job), None)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            jobs = dict(self._jobs)
+
+        def gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=JOB_LABELS)
+
+        mean = gauge(names.JOB_STALENESS_VERSION_SPAN_MEAN, "Mean trajectory version span.")
+        vmax = gauge(names.JOB_STALENESS_VERSION_SPAN_MAX, "Max trajectory version span.")
+        vmin = gauge(names.JOB_STALENESS_VERSION_SPAN_MIN, "Min trajectory version span.")
+        step = gauge(names.JOB_TRAIN_STEP, "Current trainer step.")
+        version = gauge(names.JOB_WEIGHT_VERSION, "Latest published weight version (ordinal).")
+        phase = GaugeMetricFamily(
+            names.JOB_PHASE, "1 for the job's current phase.", labels=[*JOB_LABELS, "phase"]
+        )
+        dropped = CounterMetricFamily(
+            names.JOB_DROPPED_GROUPS,
+            "GRPO groups dropped, by reason.",
+            labels=[*JOB_LABELS, "reason"],
+        )
+        failures = CounterMetricFamily(
+            names.JOB_STALENESS_FAILURES, "Partial-rollout staleness refusals.", labels=JOB_LABELS
+        )
+        restarts = CounterMetricFamily(
+            names.JOB_RESTARTS, "Trainer gang restarts.", labels=JOB_LABELS
+        )
+        for (ns, job), st in sorted(jobs.items()):
+            labels = [ns, job]
+            s = st.staleness
+            for family, value in (
+                (mean, s.version_span_mean),
+                (vmax, s.version_span_max),
+                (vmin, s.version_span_min),
+                (step, s.step),
+            ):
+                if value is not None:
+                    family.add_metric(labels, float(value))
+            if s.weight_version is not None:
+                # A non-numeric label has no ordinal here.
+                with contextlib.suppress(ValueError):
+                    version.add_metric(labels, float(s.weight_version))
+            for p in JobPhase:
+                phase.add_metric([*labels, p.value], 1.0 if st.phase is p else 0.0)
+            for reason, count in s.dropped_groups_by_reason.items():
+                dropped.add_metric([*labels, reason], float(count))
+            failures.add_metric(labels, float(s.staleness_failures))
+            restarts.add_metric(labels, float(st.restarts))
+        yield from (mean, vmax, vmin, step, version, phase, dropped, failures, restarts)
+
+
+class OperatorMetrics:
+    """The registry served on the operator's `/metrics`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.jobs = JobMetricsCollector()
+        self.registry.register(self.jobs)
+        self.reconciles = Counter(
+            names.OPERATOR_RECONCILE,
+            "Reconcile cycles, by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            names.OPERATOR_RECONCILE_ERRORS, "Reconcile cycles that raised.", registry=self.registry
+        )
+        self.duration = Histogram(
+            names.OPERATOR_RECONCILE_DURATION,
+            "Duration of one reconcile cycle.",
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )

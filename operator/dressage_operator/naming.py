@@ -1,0 +1,84 @@
+"""Deterministic names, labels and ports of a job's children.
+
+Every child is named after its job, so reconciling twice (or after an operator restart) finds
+the same objects instead of creating duplicates.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+LABEL_JOB: Final = "dressage.io/job"
+LABEL_ROLE: Final = "dressage.io/role"
+LABEL_INDEX: Final = "dressage.io/index"
+LABEL_GANG: Final = "dressage.io/gang"
+"""On trainer pods: the gang restart number that created the pod (`status.restarts`)."""
+ANNOTATION_HASH: Final = "dressage.io/spec-hash"
+"""Hash of the desired object the child was last written from: drift shows as a mismatch."""
+MANAGED_BY: Final = "dressage-operator"
+
+ROLE_TRAINER: Final = "trainer"
+ROLE_INFERENCE: Final = "inference"
+ROLE_PROXY: Final = "proxy"
+ROLE_CONFIG: Final = "config"
+
+RENDEZVOUS_PORT: Final = 29500
+"""torch.distributed rendezvous port of trainer rank 0."""
+METRICS_PORT: Final = 9400
+"""Prometheus `/metrics` port of the trainer pods (the operator scrapes rank 0)."""
+ENGINE_PORT: Final = 30000
+"""SGLang HTTP port."""
+PROXY_PORT: Final = 8000
+"""Rollout proxy HTTP port (generate, chat completions, `/metrics`)."""
+CONFIG_DIR: Final = "/etc/dressage"
+CONFIG_KEY: Final = "job.yaml"
+CONFIG_PATH: Final = f"{CONFIG_DIR}/{CONFIG_KEY}"
+
+
+def config_map(job: str) -> str:
+    return f"{job}-config"
+
+
+def trainer_service(job: str) -> str:
+    return f"{job}-trainer"
+
+
+def trainer_pod(job: str, index: int) -> str:
+    return f"{job}-trainer-{index}"
+
+
+def engine_service(job: str) -> str:
+    return f"{job}-engine"
+
+
+def engine_pod(job: str, index: int) -> str:
+    return f"{job}-engine-{index}"
+
+
+def proxy(job: str) -> str:
+    """Name of the proxy Deployment and of its Service."""
+    return f"{job}-proxy"
+
+
+def trainer_host(job: str, namespace: str, index: int) -> str:
+    """DNS name of one trainer pod through the headless trainer Service."""
+    return f"{trainer_pod(job, index)}.{trainer_service(job)}.{namespace}.svc"
+
+
+def engine_url(job: str, namespace: str, index: int) -> str:
+    """URL of one SGLang engine through the headless engine Service."""
+    return f"http://{engine_pod(job, index)}.{engine_service(job)}.{namespace}.svc:{ENGINE_PORT}"
+
+
+def proxy_url(job: str, namespace: str) -> str:
+    return f"http://{proxy(job)}.{namespace}.svc:{PROXY_PORT}"
+
+
+def metrics_url(job: str, namespace: str) -> str:
+    """Default scrape target: the `/metrics` endpoint of trainer rank 0."""
+    return f"http://{trainer_host(job, namespace, 0)}:{METRICS_PORT}/metrics"
+
+
+def selector(job: str, role: str) -> dict[str, str]:
+    """Labels that select one role's pods of one job."""
+    return {LABEL_JOB: job, LABEL_ROLE: role}

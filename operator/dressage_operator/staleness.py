@@ -1,0 +1,72 @@
+"""Reading a job's staleness figures from its own Prometheus `/metrics` (trainer rank 0).
+
+`parse_staleness` is pure (text in, `StalenessStatus` out); `scrape` does the HTTP GET.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from dressage import metrics as names
+from dressage.api.status import StalenessStatus
+
+
+@dataclass(frozen=True)
+class ScrapeResult:
+    """One scrape: figures on success, an error message otherwise."""
+
+    url: str
+    staleness: StalenessStatus | None = None
+    error: str = ""
+
+
+def parse_staleness(text: str, scraped_at: str | None = None) -> StalenessStatus:
+    """Extract the staleness block of the status from Prometheus text exposition."""
+    values: dict[str, float] = {}
+    dropped: dict[str, int] = {}
+    version_label: str | None = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == names.DROPPED_GROUPS:
+                reason = sample.labels.get("reason", "unknown")
+                dropped[reason] = dropped.get(reason, 0) + int(sample.value)
+            elif sample.name == names.WEIGHT_VERSION_INFO:
+                if sample.value and "version" in sample.labels:
+                    version_label = sample.labels["version"]
+            else:
+                values[sample.name] = sample.value
+
+    def opt(name: str) -> float | None:
+        value = values.get(name)
+        return None if value is None or value != value else value  # NaN: nothing observed yet
+
+    step = opt(names.TRAIN_STEP)
+    ordinal = opt(names.WEIGHT_VERSION)
+    if version_label is None and ordinal is not None:
+        version_label = str(int(ordinal))
+    return StalenessStatus(
+        version_span_mean=opt(names.STALENESS_VERSION_SPAN_MEAN),
+        version_span_max=opt(names.STALENESS_VERSION_SPAN_MAX),
+        version_span_min=opt(names.STALENESS_VERSION_SPAN_MIN),
+        dropped_groups=sum(dropped.values()),
+        dropped_groups_by_reason=dict(sorted(dropped.items())),
+        staleness_failures=int(values.get(names.STALENESS_FAILURES, 0)),
+        step=None if step is None else int(step),
+        weight_version=version_label,
+        last_scrape_time=scraped_at,
+    )
+
+
+async def scrape(
+    client: httpx.AsyncClient, url: str, limit_seconds: float, now: str
+) -> ScrapeResult:
+    """GET the job's metrics; never raises (a job without metrics yet is normal)."""
+    try:
+        response = await client.get(url, timeout=limit_seconds)
+        response.raise_for_status()
+        return ScrapeResult(url=url, staleness=parse_staleness(response.text, now))
+    except (httpx.HTTPError, ValueError) as exc:
+        return ScrapeResult(url=url, error=f"{type(exc).__name__}: {exc}"[:300])

@@ -1,0 +1,124 @@
+"""Pure builders: every child is a valid Kubernetes object (strict schema of a current
+release), owned by its job, named deterministically and wired to the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from dressage_operator import children, naming
+from dressage_operator.config import OperatorConfig
+from dressage_operator.rbac import CLUSTER_RULES, cluster_role
+
+from dressage.api import AsyncRLJob, load_job
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+K8S_VERSION = "1.33.0"
+CONFIG = OperatorConfig()
+OWNER = children.Owner(name="job-a", namespace="ns", uid="uid-1")
+
+
+def _all_children(job: AsyncRLJob) -> list[dict[str, Any]]:
+    return [
+        *children.build_infrastructure(job, OWNER),
+        children.build_proxy_deployment(job, OWNER, CONFIG),
+        *children.build_trainer_pods(job, OWNER, CONFIG, gang=0),
+        *children.build_engine_pods(job, OWNER, CONFIG),
+    ]
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_child_passes_strict_kubernetes_validation(example: Path) -> None:
+    job = load_job(example)
+    objs = _all_children(job)
+    for obj in objs:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        meta = obj["metadata"]
+        assert meta["ownerReferences"] == [OWNER.reference()]
+        assert meta["labels"][naming.LABEL_JOB] == "job-a"
+        assert meta["annotations"][naming.ANNOTATION_HASH] == children.spec_hash(obj)
+    names = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert len(names) == len(set(names))
+    assert names == [(o["kind"], o["metadata"]["name"]) for o in _all_children(job)]
+
+
+def test_trainer_gang_rendezvous_and_wiring() -> None:
+    job = load_job(EXAMPLES[0].parent / "multi-node-partial-rollout.yaml")
+    pods = children.build_trainer_pods(job, OWNER, CONFIG, gang=2)
+    assert [p["metadata"]["name"] for p in pods] == ["job-a-trainer-0", "job-a-trainer-1"]
+    for rank, pod in enumerate(pods):
+        spec = pod["spec"]
+        assert (spec["hostname"], spec["subdomain"]) == (f"job-a-trainer-{rank}", "job-a-trainer")
+        assert spec["restartPolicy"] == "Never"
+        assert spec["priorityClassName"] == "gpu-training"
+        assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+        (container,) = spec["containers"]
+        env = _env(container)
+        assert env["MASTER_ADDR"] == "job-a-trainer-0.job-a-trainer.ns.svc"
+        assert (env["NNODES"], env["NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("2", "8", "16")
+        assert env["NODE_RANK"] == str(rank)
+        assert env["DRESSAGE_ROLLOUT_MAX_RETRIES"] == "3"
+        assert env["NCCL_DEBUG"] == "WARN"
+        assert env["DRESSAGE_ENGINE_URLS"].split(",")[3] == (
+            "http://job-a-engine-3.job-a-engine.ns.svc:30000"
+        )
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert container["command"][:1] == ["torchrun"]
+        assert "--node-rank=$(NODE_RANK)" in container["command"]
+        assert container["command"][-5:] == [
+            "-m",
+            "dressage",
+            "train",
+            "--config",
+            naming.CONFIG_PATH,
+        ]
+        assert pod["metadata"]["labels"][naming.LABEL_GANG] == "2"
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports == {"rendezvous": 29500, "metrics": 9400}
+
+
+def test_engines_and_proxy_flags() -> None:
+    job = load_job(EXAMPLES[0].parent / "multi-node-partial-rollout.yaml")
+    engine = children.build_engine_pod(job, OWNER, CONFIG, 1)
+    cmd = engine["spec"]["containers"][0]["command"]
+    assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
+    flags = dict(zip(cmd[3::2], cmd[4::2], strict=False))
+    assert flags["--model-path"] == "Qwen/Qwen3-8B"
+    assert flags["--tp-size"] == "2"
+    assert flags["--weight-version"] == children.INITIAL_WEIGHT_VERSION
+    assert cmd[-4:] == ["--mem-fraction-static", "0.85", "--context-length", "32768"]
+    assert engine["spec"]["restartPolicy"] == "Always"
+    proxy = children.build_proxy_deployment(job, OWNER, CONFIG)
+    assert proxy["spec"]["replicas"] == 2
+    pcmd = proxy["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert pcmd[:4] == ["python", "-m", "dressage", "proxy"]
+    assert pcmd[pcmd.index("--engine-urls") + 1].count(",") == 3
+    config = children.build_config_map(job, OWNER)
+    loaded = AsyncRLJob.model_validate(yaml.safe_load(config["data"][naming.CONFIG_KEY]))
+    assert loaded.spec == job.spec
+
+
+def test_hash_changes_with_the_spec_only() -> None:
+    job = load_job(EXAMPLES[0])
+    before = children.build_proxy_deployment(job, OWNER, CONFIG)
+    job.spec.proxy.replicas += 1
+    after = children.build_proxy_deployment(job, OWNER, CONFIG)
+    assert before["metadata"]["annotations"] != after["metadata"]["annotations"]
+    assert children.build_proxy_deployment(job, OWNER, CONFIG) == after
+
+
+def test_rbac_rules_are_valid_and_least_privilege() -> None:
+    kubernetes_validate.validate(cluster_role(), K8S_VERSION, strict=True)
+    verbs = {
+        (r["apiGroups"][0], res): set(r["verbs"]) for r in CLUSTER_RULES for res in r["resources"]
+    }
+    assert "update" not in set().union(*verbs.values())
+    assert verbs[("", "pods")] == {"get", "list", "watch", "create", "delete"}
+    assert "*" not in str(CLUSTER_RULES)

@@ -1,0 +1,316 @@
+"""The reconcile decision as a pure function: lifecycle transitions, gang restarts, engine
+replacement, suspend, deadline, TTL; plus reading staleness from Prometheus text."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from dressage_operator.children import Owner
+from dressage_operator.config import OperatorConfig
+from dressage_operator.decide import Observed, Plan, decide, invalid_spec_status, timestamp
+from dressage_operator.metrics import OperatorMetrics
+from dressage_operator.observe import PodInfo, pod_info
+from dressage_operator.staleness import ScrapeResult, parse_staleness
+from prometheus_client import generate_latest
+
+from dressage import metrics as names
+from dressage.api import AsyncRLJob, validate_job
+from dressage.api.status import AsyncRLJobStatus, JobPhase
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+OWNER = Owner(name="job-a", namespace="ns", uid="u")
+CONFIG = OperatorConfig()
+
+
+def _job(**spec: object) -> AsyncRLJob:
+    base: dict[str, object] = {
+        "model": {"source": "builtin:tiny"},
+        "trainer": {"nodes": 2},
+        "inference": {"replicas": 2},
+    }
+    base.update(spec)
+    return validate_job(
+        {
+            "apiVersion": "dressage.io/v1alpha1",
+            "kind": "AsyncRLJob",
+            "metadata": {"name": "job-a"},
+            "spec": base,
+        }
+    )
+
+
+def _pod(role: str, index: int, phase: str = "Running", gang: int = 0, **kw: object) -> PodInfo:
+    name = f"job-a-{'trainer' if role == 'trainer' else 'engine'}-{index}"
+    fields: dict[str, object] = {
+        "name": name,
+        "uid": f"{name}-{gang}",
+        "role": role,
+        "index": index,
+        "gang": gang,
+        "phase": phase,
+        "ready": phase == "Running",
+        "terminating": False,
+    }
+    fields.update(kw)
+    return PodInfo(**fields)  # type: ignore[arg-type]
+
+
+def _running_pods(gang: int = 0) -> tuple[PodInfo, ...]:
+    return (
+        _pod("trainer", 0, gang=gang),
+        _pod("trainer", 1, gang=gang),
+        _pod("inference", 0),
+        _pod("inference", 1),
+    )
+
+
+def _decide(job: AsyncRLJob, status: AsyncRLJobStatus | None = None, **obs: object) -> Plan:
+    observed = Observed(generation=1, status=status or AsyncRLJobStatus(), now=NOW, **obs)  # type: ignore[arg-type]
+    return decide(job, OWNER, CONFIG, observed)
+
+
+def _cond(plan: Plan, ctype: str) -> tuple[str, str, str]:
+    c = next(c for c in plan.status.conditions if c.type == ctype)
+    return c.status, c.reason, c.message
+
+
+def test_new_job_creates_gang_and_engines_and_is_pending() -> None:
+    plan = _decide(_job())
+    names_ = [p["metadata"]["name"] for p in plan.create_pods]
+    assert names_ == ["job-a-trainer-0", "job-a-trainer-1", "job-a-engine-0", "job-a-engine-1"]
+    assert plan.ensure_infrastructure
+    assert plan.ensure_proxy
+    assert plan.status.phase is JobPhase.PENDING
+    assert plan.status.start_time == timestamp(NOW)
+    assert plan.status.trainer.desired == 2
+
+
+def test_running_when_the_gang_is_ready_and_nothing_is_recreated() -> None:
+    plan = _decide(_job(), pods=_running_pods(), proxy_present=True, proxy_ready=1)
+    assert plan.status.phase is JobPhase.RUNNING
+    assert plan.create_pods == []
+    assert plan.delete_pods == []
+    assert (plan.status.trainer.ready, plan.status.inference.ready, plan.status.proxy.ready) == (
+        2,
+        2,
+        1,
+    )
+    assert _cond(plan, "TrainerReady")[0] == "True"
+
+
+def test_failed_trainer_restarts_the_whole_gang_and_counts_it() -> None:
+    pods = (
+        _pod("trainer", 0),
+        _pod("trainer", 1, "Failed", reason="trainer: OOMKilled"),
+        _pod("inference", 0),
+        _pod("inference", 1),
+    )
+    plan = _decide(_job(), pods=pods)
+    assert sorted(plan.delete_pods) == ["job-a-trainer-0", "job-a-trainer-1"]
+    assert plan.status.restarts == 1
+    assert plan.status.trainer.failed == 1
+    assert plan.status.phase is JobPhase.RESTARTING
+    assert "OOMKilled" in plan.status.message
+    assert "1/3" in plan.status.message
+    # Next cycle: old gang still visible (terminating) -> wait, then new gang with gang=1.
+    old = tuple(
+        p if p.role != "trainer" else _pod("trainer", p.index, terminating=True) for p in pods
+    )
+    waiting = _decide(_job(), status=plan.status, pods=old)
+    assert waiting.create_pods == []
+    assert waiting.status.restarts == 1
+    assert waiting.requeue_after is not None
+    fresh = _decide(_job(), status=plan.status, pods=pods[2:])
+    created = [p for p in fresh.create_pods if "trainer" in p["metadata"]["name"]]
+    assert [p["metadata"]["labels"]["dressage.io/gang"] for p in created] == ["1", "1"]
+    assert fresh.status.restarts == 1
+
+
+def test_gang_restarts_are_bounded_by_max_restarts() -> None:
+    status = AsyncRLJobStatus(restarts=1, phase=JobPhase.RUNNING)
+    pods = (
+        _pod("trainer", 0, "Failed", gang=1),
+        _pod("trainer", 1, gang=1),
+        _pod("inference", 0),
+        _pod("inference", 1),
+    )
+    plan = _decide(
+        _job(failurePolicy={"maxRestarts": 1}), status=status, pods=pods, proxy_present=True
+    )
+    assert plan.status.phase is JobPhase.FAILED
+    assert _cond(plan, "Failed")[1] == "MaxRestartsExceeded"
+    assert "job-a-trainer-1" in plan.delete_pods
+    assert "job-a-trainer-0" not in plan.delete_pods
+    assert {"job-a-engine-0", "job-a-engine-1"} <= set(plan.delete_pods)
+    assert plan.delete_proxy
+
+
+def test_failed_engine_is_replaced_alone_and_counted_once() -> None:
+    pods = (*_running_pods()[:3], _pod("inference", 1, "Failed"))
+    plan = _decide(_job(), pods=pods)
+    assert plan.delete_pods == ["job-a-engine-1"]
+    assert plan.create_pods == []
+    assert plan.status.inference.failed == 1
+    assert plan.status.restarts == 0
+    assert plan.status.phase is JobPhase.RUNNING
+    again = _decide(_job(), status=plan.status, pods=pods, handled_failures=plan.handled_failures)
+    assert again.status.inference.failed == 1
+    gone = _decide(_job(), status=plan.status, pods=pods[:3])
+    assert [p["metadata"]["name"] for p in gone.create_pods] == ["job-a-engine-1"]
+
+
+def test_success_tears_down_serving_and_ttl_deletes_later() -> None:
+    pods = (_pod("trainer", 0, "Succeeded"), _pod("trainer", 1, "Succeeded"), *_running_pods()[2:])
+    job = _job(ttlSecondsAfterFinished=60)
+    plan = _decide(job, pods=pods, proxy_present=True)
+    assert plan.status.phase is JobPhase.SUCCEEDED
+    assert plan.status.completion_time == timestamp(NOW)
+    assert set(plan.delete_pods) == {"job-a-engine-0", "job-a-engine-1"}
+    assert plan.delete_proxy
+    assert plan.requeue_after == 60
+    assert not plan.delete_job
+    later = decide(
+        job,
+        OWNER,
+        CONFIG,
+        Observed(generation=1, status=plan.status, now=NOW + timedelta(seconds=61)),
+    )
+    assert later.delete_job
+
+
+def test_suspend_deletes_pods_and_resume_recreates() -> None:
+    plan = _decide(_job(suspend=True), pods=_running_pods(), proxy_present=True)
+    assert plan.status.phase is JobPhase.SUSPENDED
+    assert len(plan.delete_pods) == 4
+    assert plan.delete_proxy
+    assert _cond(plan, "Suspended")[0] == "True"
+    resumed = _decide(_job(), status=plan.status)
+    assert resumed.status.phase is JobPhase.PENDING
+    assert len(resumed.create_pods) == 4
+    assert _cond(resumed, "Suspended")[:2] == ("False", "JobResumed")
+
+
+def test_active_deadline_fails_the_job() -> None:
+    start = timestamp(NOW - timedelta(seconds=100))
+    status = AsyncRLJobStatus(phase=JobPhase.RUNNING, start_time=start)
+    plan = _decide(_job(activeDeadlineSeconds=50), status=status, pods=_running_pods())
+    assert plan.status.phase is JobPhase.FAILED
+    assert _cond(plan, "Failed")[1] == "DeadlineExceeded"
+    assert len(plan.delete_pods) == 4
+
+
+def test_invalid_spec_status_names_the_field_and_recovers() -> None:
+    status = invalid_spec_status(
+        AsyncRLJobStatus(), [("spec.staleness.keepVersions", "must be >= 0")], 3, NOW
+    )
+    assert status.phase is JobPhase.FAILED
+    assert status.observed_generation == 3
+    spec_valid = next(c for c in status.conditions if c.type == "SpecValid")
+    assert (spec_valid.status, spec_valid.reason) == ("False", "InvalidSpec")
+    assert "spec.staleness.keepVersions" in spec_valid.message
+    fixed = _decide(_job(), status=status)
+    assert fixed.status.phase is JobPhase.PENDING
+    assert fixed.create_pods
+
+
+def test_condition_transition_time_is_kept_when_unchanged() -> None:
+    first = _decide(_job(), pods=_running_pods())
+    later = decide(
+        _job(),
+        OWNER,
+        CONFIG,
+        Observed(
+            generation=1, status=first.status, now=NOW + timedelta(minutes=5), pods=_running_pods()
+        ),
+    )
+    assert later.status.conditions == first.status.conditions
+
+
+RUNTIME_METRICS = f"""
+# TYPE {names.STALENESS_VERSION_SPAN_MEAN} gauge
+{names.STALENESS_VERSION_SPAN_MEAN} 1.5
+# TYPE {names.STALENESS_VERSION_SPAN_MAX} gauge
+{names.STALENESS_VERSION_SPAN_MAX} 3
+# TYPE {names.STALENESS_VERSION_SPAN_MIN} gauge
+{names.STALENESS_VERSION_SPAN_MIN} 1
+# TYPE dressage_dropped_groups counter
+{names.DROPPED_GROUPS}{{reason="stale_version"}} 4
+{names.DROPPED_GROUPS}{{reason="retries_exhausted"}} 1
+# TYPE dressage_staleness_failures counter
+{names.STALENESS_FAILURES} 2
+# TYPE {names.TRAIN_STEP} gauge
+{names.TRAIN_STEP} 17
+# TYPE {names.WEIGHT_VERSION} gauge
+{names.WEIGHT_VERSION} 17
+# TYPE {names.WEIGHT_VERSION_INFO} gauge
+{names.WEIGHT_VERSION_INFO}{{version="v17"}} 1
+"""
+
+
+def test_parse_staleness_and_export_per_job() -> None:
+    s = parse_staleness(RUNTIME_METRICS, "t")
+    assert (s.version_span_mean, s.version_span_max, s.version_span_min) == (1.5, 3.0, 1.0)
+    assert s.dropped_groups == 5
+    assert s.dropped_groups_by_reason["stale_version"] == 4
+    assert (s.staleness_failures, s.step, s.weight_version) == (2, 17, "v17")
+    plan = _decide(
+        _job(),
+        status=AsyncRLJobStatus(phase=JobPhase.RUNNING),
+        pods=_running_pods(),
+        scrape=ScrapeResult(url="http://x/metrics", staleness=s),
+    )
+    assert plan.status.staleness == s
+    assert _cond(plan, "MetricsAvailable")[0] == "True"
+    metrics = OperatorMetrics()
+    metrics.jobs.update("ns", "job-a", plan.status)
+    text = generate_latest(metrics.registry).decode()
+    assert f'{names.JOB_STALENESS_VERSION_SPAN_MAX}{{job="job-a",namespace="ns"}} 3.0' in text
+    assert (
+        f'{names.JOB_DROPPED_GROUPS}{{job="job-a",namespace="ns",reason="stale_version"}} 4.0'
+        in text
+    )
+    assert f'{names.JOB_STALENESS_FAILURES}{{job="job-a",namespace="ns"}} 2.0' in text
+    metrics.jobs.remove("ns", "job-a")
+    assert "job-a" not in generate_latest(metrics.registry).decode()
+
+
+def test_failed_scrape_keeps_figures_and_says_why() -> None:
+    status = AsyncRLJobStatus(phase=JobPhase.RUNNING)
+    status.staleness.step = 3
+    plan = _decide(
+        _job(),
+        status=status,
+        pods=_running_pods(),
+        scrape=ScrapeResult(url="http://x/metrics", error="ConnectError: refused"),
+    )
+    assert plan.status.staleness.step == 3
+    assert _cond(plan, "MetricsAvailable")[:2] == ("False", "ScrapeFailed")
+
+
+def test_pod_info_reads_phase_readiness_and_failure_reason() -> None:
+    body = {
+        "metadata": {
+            "name": "job-a-trainer-1",
+            "uid": "x",
+            "labels": {
+                "dressage.io/job": "job-a",
+                "dressage.io/role": "trainer",
+                "dressage.io/index": "1",
+                "dressage.io/gang": "2",
+            },
+        },
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                }
+            ],
+        },
+    }
+    info = pod_info(body)
+    assert info is not None
+    assert (info.index, info.gang, info.failed) == (1, 2, True)
+    assert info.reason == "trainer: OOMKilled (exit code 137)"
+    assert pod_info({"metadata": {"labels": {}}}) is None

@@ -1,0 +1,381 @@
+"""The operator under kopf against a Kubernetes API emulation over real HTTP (kmock).
+
+The emulation stores objects and streams watch events but has no kubelet, no garbage
+collector and no schema validation: the tests play the kubelet by patching pod status, check
+owner references instead of cascading deletion, and validate every generated object against
+the real Kubernetes schemas (kubernetes-validate, strict) themselves.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kubernetes_validate
+import pytest
+import yaml
+from dressage_operator.testing import EmulatedCluster
+
+from dressage import metrics as names
+
+from .conftest import MetricsServer, Operator, wait_for
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+K8S_VERSION = "1.33.0"
+
+
+@pytest.fixture(autouse=True)
+def _delete_jobs_afterwards(cluster: EmulatedCluster) -> Iterator[None]:
+    """Delete the test's jobs, and their children as the garbage collector would."""
+    yield
+    c = cluster
+    for job in c.items("dressage.io/v1alpha1", "asyncrljobs"):
+        c.delete(c.job_path(job["metadata"]["name"]))
+    for api_version, plural in (("v1", "pods"), ("apps/v1", "deployments")):
+        for obj in c.items(api_version, plural):
+            c.delete(c.path(api_version, plural, obj["metadata"]["name"]))
+
+
+def _job(name: str, **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model": {"source": "builtin:tiny"},
+        "trainer": {"nodes": 2, "gpusPerNode": 0},
+        "inference": {"replicas": 2},
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "dressage.io/v1alpha1",
+        "kind": "AsyncRLJob",
+        "metadata": {"name": name},
+        "spec": base,
+    }
+
+
+def _pods(c: EmulatedCluster, job: str) -> dict[str, dict[str, Any]]:
+    return {
+        p["metadata"]["name"]: p
+        for p in c.items("v1", "pods")
+        if p["metadata"].get("labels", {}).get("dressage.io/job") == job
+    }
+
+
+def _status(c: EmulatedCluster, job: str) -> dict[str, Any]:
+    body = c.get(c.job_path(job)) or {}
+    status: dict[str, Any] = body.get("status") or {}
+    return status
+
+
+def _set_phase(c: EmulatedCluster, pod: str, phase: str, **extra: Any) -> None:
+    ready = "True" if phase == "Running" else "False"
+    status = {"phase": phase, "conditions": [{"type": "Ready", "status": ready}], **extra}
+    c.patch(c.path("v1", "pods", pod), {"status": status})
+
+
+def _run_all(c: EmulatedCluster, job: str) -> dict[str, dict[str, Any]]:
+    pods = wait_for(lambda: len(_pods(c, job)) == 4 and _pods(c, job), what="4 pods")
+    for name in pods:
+        _set_phase(c, name, "Running")
+    wait_for(lambda: _status(c, job).get("phase") == "Running", what="Running")
+    return _pods(c, job)
+
+
+def _uids(pods: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {name: p["metadata"]["uid"] for name, p in pods.items()}
+
+
+def test_create_makes_every_child_and_pod_status_drives_phases(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    c = cluster
+    job = c.create(_job("life", proxy={"replicas": 2}))
+    pods = wait_for(lambda: len(_pods(c, "life")) == 4 and _pods(c, "life"), what="pods")
+    assert sorted(pods) == ["life-engine-0", "life-engine-1", "life-trainer-0", "life-trainer-1"]
+    services = {s["metadata"]["name"]: s for s in c.items("v1", "services")}
+    deployments = wait_for(lambda: c.items("apps/v1", "deployments"), what="proxy")
+    configmap = c.get(c.path("v1", "configmaps", "life-config"))
+    assert configmap is not None
+    children = [*pods.values(), *deployments, configmap]
+    children += [services[n] for n in ("life-trainer", "life-engine", "life-proxy")]
+    for obj in children:
+        obj = {"apiVersion": obj.get("apiVersion", "v1"), **obj}
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"]) == (
+            "AsyncRLJob",
+            "life",
+            job["metadata"]["uid"],
+        )
+    trainer = pods["life-trainer-1"]["spec"]
+    env = {e["name"]: e["value"] for e in trainer["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] == "life-trainer-0.life-trainer.e2e.svc"
+    assert env["NODE_RANK"] == "1"
+    assert services["life-trainer"]["spec"]["clusterIP"] == "None"
+    (proxy,) = [d for d in deployments if d["metadata"]["name"] == "life-proxy"]
+    assert proxy["spec"]["replicas"] == 2
+    assert wait_for(lambda: _status(c, "life").get("phase") == "Pending", what="Pending")
+
+    _run_all(c, "life")
+    status = _status(c, "life")
+    assert status["trainer"] == {"desired": 2, "ready": 2, "failed": 0, "restarts": 0}
+    assert status["observedGeneration"] == 1
+    assert status["startTime"]
+
+    for name in ("life-trainer-0", "life-trainer-1"):
+        _set_phase(c, name, "Succeeded")
+    wait_for(lambda: _status(c, "life").get("phase") == "Succeeded", what="Succeeded")
+    wait_for(
+        lambda: sorted(_pods(c, "life")) == ["life-trainer-0", "life-trainer-1"],
+        what="engines torn down",
+    )
+    wait_for(
+        lambda: c.get(c.path("apps/v1", "deployments", "life-proxy")) is None,
+        what="proxy torn down",
+    )
+    status = _status(c, "life")
+    assert status["completionTime"]
+    assert {x["type"]: x["status"] for x in status["conditions"]}["Succeeded"] == "True"
+
+
+def test_failed_trainer_pod_restarts_the_gang_and_counts_it(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    c = cluster
+    c.create(_job("gang", failurePolicy={"maxRestarts": 1}))
+    before = _uids(_run_all(c, "gang"))
+    _set_phase(c, "gang-trainer-1", "Failed", reason="Evicted", message="node lost")
+    wait_for(lambda: _status(c, "gang").get("restarts") == 1, what="restart counted")
+
+    def new_gang() -> bool:
+        pods = _pods(c, "gang")
+        trainers = [p for n, p in pods.items() if "trainer" in n]
+        return len(trainers) == 2 and all(
+            p["metadata"]["labels"]["dressage.io/gang"] == "1" for p in trainers
+        )
+
+    wait_for(new_gang, what="a new gang")
+    after = _uids(_pods(c, "gang"))
+    assert after["gang-trainer-0"] != before["gang-trainer-0"]
+    assert after["gang-trainer-1"] != before["gang-trainer-1"]
+    assert after["gang-engine-0"] == before["gang-engine-0"]  # engines untouched
+    status = _status(c, "gang")
+    assert status["phase"] == "Restarting"
+    assert "Evicted" in status["message"]
+    assert status["trainer"]["failed"] == 1
+
+    # The restart budget is spent: the next failure fails the job.
+    for name in ("gang-trainer-0", "gang-trainer-1"):
+        _set_phase(c, name, "Running")
+    wait_for(lambda: _status(c, "gang").get("phase") == "Running", what="Running again")
+    _set_phase(c, "gang-trainer-0", "Failed")
+    wait_for(lambda: _status(c, "gang").get("phase") == "Failed", what="Failed")
+    failed = {x["type"]: x for x in _status(c, "gang")["conditions"]}["Failed"]
+    assert failed["reason"] == "MaxRestartsExceeded"
+    assert "maxRestarts=1" in failed["message"]
+
+
+def test_failed_inference_pod_is_replaced_alone(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    c = cluster
+    c.create(_job("engines"))
+    before = _uids(_run_all(c, "engines"))
+    _set_phase(c, "engines-engine-1", "Failed", reason="Evicted")
+    wait_for(
+        lambda: (
+            _uids(_pods(c, "engines")).get("engines-engine-1", before["engines-engine-1"])
+            != before["engines-engine-1"]
+        ),
+        what="engine replaced",
+    )
+    after = _uids(_pods(c, "engines"))
+    assert {k: v for k, v in after.items() if k != "engines-engine-1"} == {
+        k: v for k, v in before.items() if k != "engines-engine-1"
+    }
+    status = wait_for(
+        lambda: _status(c, "engines")["inference"]["failed"] == 1 and _status(c, "engines"),
+        what="failure counted",
+    )
+    assert status["restarts"] == 0
+    assert status["inference"]["restarts"] == 1
+    assert status["phase"] == "Running"
+
+
+def test_suspend_deletes_pods_and_resume_recreates_them(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    c = cluster
+    c.create(_job("pause"))
+    _run_all(c, "pause")
+    c.patch(c.job_path("pause"), {"spec": {"suspend": True}})
+    wait_for(lambda: _status(c, "pause").get("phase") == "Suspended", what="Suspended")
+    wait_for(lambda: not _pods(c, "pause"), what="pods deleted")
+    wait_for(
+        lambda: c.get(c.path("apps/v1", "deployments", "pause-proxy")) is None, what="proxy deleted"
+    )
+    assert c.get(c.job_path("pause")) is not None
+    assert c.get(c.path("v1", "configmaps", "pause-config")) is not None
+    c.patch(c.job_path("pause"), {"spec": {"suspend": False}})
+    wait_for(lambda: len(_pods(c, "pause")) == 4, what="pods recreated")
+    status = wait_for(
+        lambda: _status(c, "pause").get("phase") == "Pending" and _status(c, "pause"),
+        what="Pending after resume",
+    )
+    assert status["observedGeneration"] == 3
+    suspended = {x["type"]: x for x in status["conditions"]}["Suspended"]
+    assert (suspended["status"], suspended["reason"]) == ("False", "JobResumed")
+
+
+def test_ttl_deletes_the_finished_job(cluster: EmulatedCluster, operator: Operator) -> None:
+    c = cluster
+    c.create(_job("ttl", ttlSecondsAfterFinished=1, trainer={"nodes": 1}))
+    wait_for(lambda: "ttl-trainer-0" in _pods(c, "ttl"), what="trainer")
+    _set_phase(c, "ttl-trainer-0", "Succeeded")
+    wait_for(lambda: _status(c, "ttl").get("phase") == "Succeeded", what="Succeeded")
+    wait_for(lambda: c.get(c.job_path("ttl")) is None, timeout=10, what="job deleted by TTL")
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "field"),
+    [
+        ("bad-keep", {"staleness": {"keepVersions": -1}}, "spec.staleness.keepVersions"),
+        ("bad-model", {"model": None}, "spec.model"),
+        ("bad-type", {"rollout": {"groupSize": "many"}}, "spec.rollout.groupSize"),
+        ("bad-mode", {"rollout": {"mode": "sometimes"}}, "spec.rollout.mode"),
+    ],
+)
+def test_invalid_spec_is_refused_with_the_field_named_and_not_retried(
+    cluster: EmulatedCluster, operator: Operator, name: str, spec: dict[str, Any], field: str
+) -> None:
+    c = cluster
+    manifest = _job(name, **spec)
+    manifest["spec"] = {k: v for k, v in manifest["spec"].items() if v is not None}
+    c.create(manifest)
+    status = wait_for(
+        lambda: _status(c, name).get("phase") == "Failed" and _status(c, name), what="Failed"
+    )
+    cond = {x["type"]: x for x in status["conditions"]}["SpecValid"]
+    assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
+    assert field in cond["message"]
+    version = c.get(c.job_path(name))["metadata"]["resourceVersion"]  # type: ignore[index]
+    # A few reconcile wake-ups later nothing was written again and nothing was created.
+    c.patch(c.job_path(name), {"metadata": {"labels": {"poke": "1"}}})
+    wait_for(lambda: c.get(c.job_path(name))["metadata"]["labels"].get("poke"))  # type: ignore[index]
+    poked = c.get(c.job_path(name))["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert int(poked) > int(version)
+    assert not _pods(c, name)
+    assert c.get(c.job_path(name))["metadata"]["resourceVersion"] == poked  # type: ignore[index]
+
+
+def test_staleness_reaches_status_and_operator_metrics(
+    cluster: EmulatedCluster, operator: Operator, metrics_server: MetricsServer
+) -> None:
+    c = cluster
+    metrics_server.texts["/e2e/stale/metrics"] = "\n".join(
+        [
+            f"{names.STALENESS_VERSION_SPAN_MEAN} 1.25",
+            f"{names.STALENESS_VERSION_SPAN_MAX} 3",
+            f"{names.STALENESS_VERSION_SPAN_MIN} 1",
+            "# TYPE dressage_dropped_groups counter",
+            f'{names.DROPPED_GROUPS}{{reason="stale_version"}} 7',
+            "# TYPE dressage_staleness_failures counter",
+            f"{names.STALENESS_FAILURES} 2",
+            f"{names.TRAIN_STEP} 12",
+            f"{names.WEIGHT_VERSION} 12",
+            "",
+        ]
+    )
+    c.create(_job("stale"))
+    _run_all(c, "stale")
+    staleness = wait_for(
+        lambda: (
+            _status(c, "stale").get("staleness", {}).get("step") == 12
+            and _status(c, "stale")["staleness"]
+        ),
+        what="staleness in status",
+    )
+    assert staleness["versionSpanMean"] == 1.25
+    assert staleness["versionSpanMax"] == 3
+    assert staleness["versionSpanMin"] == 1
+    assert staleness["droppedGroups"] == 7
+    assert staleness["stalenessFailures"] == 2
+    assert staleness["weightVersion"] == "12"
+    text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics").text
+    labels = 'job="stale",namespace="e2e"'
+    assert f"{names.JOB_STALENESS_VERSION_SPAN_MEAN}{{{labels}}} 1.25" in text
+    assert f"{names.JOB_STALENESS_VERSION_SPAN_MAX}{{{labels}}} 3.0" in text
+    assert f'{names.JOB_DROPPED_GROUPS}{{{labels},reason="stale_version"}} 7.0' in text
+    assert f"{names.JOB_STALENESS_FAILURES}{{{labels}}} 2.0" in text
+    assert f'{names.JOB_PHASE}{{{labels},phase="Running"}} 1.0' in text
+    assert f'{names.OPERATOR_RECONCILE}{{result="ok"}}' in text
+    assert f"{names.OPERATOR_RECONCILE_DURATION}_count" in text
+
+
+def test_operator_restart_converges_without_duplicates(
+    cluster: EmulatedCluster, operator: Operator, tmp_path: Path
+) -> None:
+    c = cluster
+    c.create(_job("again"))
+    before = _uids(_run_all(c, "again"))
+    operator.stop()
+    try:
+        # While the operator is down an engine fails; the restarted operator sees it.
+        _set_phase(c, "again-engine-0", "Failed")
+    finally:
+        operator.start()
+    wait_for(lambda: _status(c, "again")["inference"]["failed"] == 1, what="seen after restart")
+    wait_for(lambda: len(_pods(c, "again")) == 4, what="engine recreated")
+    after = _uids(_pods(c, "again"))
+    assert after["again-trainer-0"] == before["again-trainer-0"]
+    assert after["again-trainer-1"] == before["again-trainer-1"]
+    assert after["again-engine-1"] == before["again-engine-1"]
+    assert (
+        len(
+            [d for d in c.items("apps/v1", "deployments") if d["metadata"]["name"] == "again-proxy"]
+        )
+        == 1
+    )
+    assert _status(c, "again")["restarts"] == 0
+
+
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None,
+    reason="kubectl is not on PATH (scripts/install-tools.sh puts it in .tools/bin)",
+)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_kubectl_apply_of_each_example_is_picked_up(
+    cluster: EmulatedCluster, operator: Operator, kubeconfig: Path, example: Path
+) -> None:
+    c = cluster
+    done = subprocess.run(
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(kubeconfig),
+            "apply",
+            "--validate=false",
+            "-n",
+            c.namespace,
+            "-f",
+            str(example),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    name = yaml.safe_load(example.read_text())["metadata"]["name"]
+    assert f"asyncrljob.dressage.io/{name}" in done.stdout
+    spec = yaml.safe_load(example.read_text())["spec"]
+    expected = spec.get("trainer", {}).get("nodes", 1) + spec.get("inference", {}).get(
+        "replicas", 1
+    )
+    wait_for(lambda: len(_pods(c, name)) == expected, what=f"{expected} pods of {name}")
+    status = wait_for(
+        lambda: _status(c, name).get("observedGeneration") and _status(c, name), what="status"
+    )
+    assert status["phase"] == "Pending"
