@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(local: LocalRun) -> int:
+    from dressage.engine.errors import EngineError
+    from dressage.rollout.sync_rollout import RolloutError
     from dressage.runner.collectors import CollectorUnavailable
     from dressage.runner.processes import ChildFailed
 
@@ -74,7 +76,7 @@ async def _main(local: LocalRun) -> int:
     except asyncio.CancelledError:
         local.out("interrupted: stopping child processes")
         return EXIT_INTERRUPTED
-    except (CollectorUnavailable, ChildFailed, ValueError) as exc:
+    except (CollectorUnavailable, ChildFailed, RolloutError, EngineError, ValueError) as exc:
         print(f"dressage run: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
