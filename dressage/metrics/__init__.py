@@ -28,6 +28,8 @@ STALENESS_FAILURES: Final = "dressage_staleness_failures_total"
 ROLLOUT_RETRIES: Final = "dressage_rollout_retries_total"
 ROLLOUT_GROUPS_COMPLETED: Final = "dressage_rollout_groups_completed_total"
 TRAINED_SAMPLES: Final = "dressage_trained_samples_total"
+ROLLOUT_FAILURES: Final = "dressage_rollout_failures_total"
+"""Counter labelled by `reason`: failed prompt-group attempts (each retry counts)."""
 
 # --- Proxy.
 PROXY_REQUESTS: Final = "dressage_proxy_requests_total"

@@ -258,6 +258,7 @@ class AsyncRolloutCollector:
             groups=tuple(groups),
             dropped_groups=dict(now.dropped - before.dropped),
             failed_groups=sum((now.failures - before.failures).values()),
+            failure_reasons=dict(now.failures - before.failures),
             retries=now.retries - before.retries,
             staleness_failures=now.staleness_failures - before.staleness_failures,
         )

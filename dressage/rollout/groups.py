@@ -47,6 +47,8 @@ class TrainBatch:
     """Prompt-group retries performed."""
     staleness_failures: int = 0
     """Rollouts refused by a staleness control (e.g. `partial_rollout_staleness_exceeded`)."""
+    failure_reasons: Mapping[str, int] = field(default_factory=dict)
+    """Failed group attempts by reason (the proxy's error code, else the error's first words)."""
 
     @property
     def samples(self) -> list[Sample]:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import httpx
@@ -53,7 +54,9 @@ class RolloutError(GroupFailed):
     """
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
-        super().__init__(code or "rollout_error", message, staleness=code == STALENESS_REFUSAL)
+        # The counting label: the proxy's error code, else the start of the message.
+        reason = code or message.split(":", 2)[-1].strip()[:60] or "rollout_error"
+        super().__init__(reason, message, staleness=code == STALENESS_REFUSAL)
         self.status = status
         self.code = code
 
@@ -157,6 +160,7 @@ class _Outcome:
     group: Group | None
     failures: int = 0
     staleness_failures: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
 
 
 class SyncCollector:
@@ -174,6 +178,7 @@ class SyncCollector:
         concurrency: int = 32,
         seed: int = 0,
         run_tag: str = "run",
+        retry_backoff_s: float = 0.5,
     ) -> None:
         if group_size < 1 or batch_size < 1 or concurrency < 1 or max_retries < 0:
             raise ValueError("group_size, batch_size and concurrency must be >= 1, retries >= 0")
@@ -185,6 +190,7 @@ class SyncCollector:
         self.max_retries = max_retries
         self.seed = seed
         self.run_tag = run_tag
+        self.retry_backoff_s = retry_backoff_s
         self.next_prompt = 0
         self.version: str | None = None
         self._slots = asyncio.Semaphore(concurrency)
@@ -204,6 +210,7 @@ class SyncCollector:
         groups: list[Group] = []
         drops: Counter[str] = Counter()
         failed = retries = stale = 0
+        reasons: Counter[str] = Counter()
         # Every prompt gets 1 + max_retries attempts; a batch that drops this many prompts in
         # a row means the rollout path is broken, not unlucky.
         max_dropped = 4 * self.batch_size
@@ -216,6 +223,7 @@ class SyncCollector:
                 failed += outcome.failures
                 retries += min(outcome.failures, self.max_retries)
                 stale += outcome.staleness_failures
+                reasons.update(outcome.reasons)
                 if outcome.group is None:
                     drops[DROP_RETRIES_EXHAUSTED] += 1
                 else:
@@ -231,6 +239,7 @@ class SyncCollector:
             failed_groups=failed,
             retries=retries,
             staleness_failures=stale,
+            failure_reasons=dict(reasons),
         )
 
     def on_weights_published(self, version: str) -> None:
@@ -253,12 +262,18 @@ class SyncCollector:
     async def _group_with_retries(self, index: int) -> _Outcome:
         outcome = _Outcome(group=None)
         for attempt in range(self.max_retries + 1):
+            if attempt:
+                # A brief outage (an engine marked unhealthy, a restart) should not burn every
+                # retry at once: back off 0.5 s, 1 s, 2 s ... with jitter.
+                delay = self.retry_backoff_s * 2 ** (attempt - 1)
+                await asyncio.sleep(delay * (0.5 + random.random()))
             try:
                 async with self._slots:  # spec.rollout.concurrency: groups in flight
                     outcome.group = await self.rollout(index, attempt)
                 return outcome
             except RolloutError as exc:
                 outcome.failures += 1
+                outcome.reasons[exc.reason] += 1
                 if exc.code == STALENESS_REFUSAL:
                     outcome.staleness_failures += 1
         return outcome

@@ -127,6 +127,9 @@ class LocalRun:
         self.metrics.observe(record, session.state.version_index)
         self.rewards.append(record.metrics.get(grpo.REWARD, 0.0))
         self.out(progress_line(record, self.options.steps, self.rewards))
+        if record.failure_reasons:
+            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(record.failure_reasons.items()))
+            self.out(f"  rollout failures at step {record.step}: {reasons}")
 
     async def _start_engines(self, session: TrainerSession, cache_dir: Path) -> list[str]:
         spec = self.spec

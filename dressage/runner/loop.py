@@ -30,6 +30,7 @@ class StepRecord:
     failed_groups: int = 0
     retries: int = 0
     staleness_failures: int = 0
+    failure_reasons: dict[str, int] = field(default_factory=dict)
     rollout_seconds: float = 0.0
     train_seconds: float = 0.0
     publish_seconds: float = 0.0
@@ -43,6 +44,7 @@ class StepRecord:
             "failed_groups": self.failed_groups,
             "retries": self.retries,
             "staleness_failures": self.staleness_failures,
+            "failure_reasons": dict(self.failure_reasons),
             "rollout_seconds": round(self.rollout_seconds, 3),
             "train_seconds": round(self.train_seconds, 3),
             "publish_seconds": round(self.publish_seconds, 3),
@@ -107,6 +109,7 @@ async def train_loop(
                 failed_groups=batch.failed_groups,
                 retries=batch.retries,
                 staleness_failures=batch.staleness_failures,
+                failure_reasons=dict(batch.failure_reasons),
                 rollout_seconds=collected - started,
                 train_seconds=trained - collected,
                 publish_seconds=clock() - trained,

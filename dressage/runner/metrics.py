@@ -74,6 +74,12 @@ class RunMetrics:
             "Prompt-group retries",
             registry=self.registry,
         )
+        self.failures = Counter(
+            names.ROLLOUT_FAILURES.removesuffix("_total"),
+            "Failed prompt-group attempts, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
         self.groups = Counter(
             names.ROLLOUT_GROUPS_COMPLETED.removesuffix("_total"),
             "Prompt groups completed and trained on",
@@ -101,6 +107,8 @@ class RunMetrics:
         for reason, count in record.dropped_groups.items():
             self.dropped.labels(reason=reason).inc(count)
         self.staleness_failures.inc(record.staleness_failures)
+        for reason, count in record.failure_reasons.items():
+            self.failures.labels(reason=reason).inc(count)
         self.retries.inc(record.retries)
         self.groups.inc(record.metrics.get("groups", 0.0))
         self.samples.inc(record.metrics.get("samples", 0.0))

@@ -21,8 +21,12 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dressage.api.loader import JobValidationError, load_job
+
+if TYPE_CHECKING:
+    from dressage.api.job import AsyncRLJob
 
 ENGINE_URLS_ENV = "DRESSAGE_ENGINE_URLS"
 PROXY_URL_ENV = "DRESSAGE_PROXY_URL"
@@ -66,9 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _train(
-    job: object, args: argparse.Namespace, engine_urls: list[str], proxy_url: str
+    job: AsyncRLJob, args: argparse.Namespace, engine_urls: list[str], proxy_url: str
 ) -> int:
-    from dressage.api.job import AsyncRLJob
     from dressage.model.warmstart import initial_model_dir
     from dressage.rollout.sync_rollout import ProxyRolloutClient
     from dressage.runner.collectors import make_collector, weight_update_pause_mode
@@ -88,7 +91,6 @@ async def _train(
     from dressage.trainer.publish import WeightPublisher
     from dressage.trainer.session import TrainerSession, trainer_config
 
-    assert isinstance(job, AsyncRLJob)
     quiet_transformers()
     spec = job.spec
     env = current_env()

@@ -178,7 +178,6 @@ def test_tiny_job_runs_end_to_end_serving_metrics_and_advancing_versions(
     _wait_refused(engine)  # the engine was stopped with the run
 
 
-@pytest.mark.slow
 def test_killed_run_resumes_at_the_next_step_with_the_right_version(
     job: tuple[Path, Path],
 ) -> None:
@@ -218,7 +217,6 @@ def test_killed_run_resumes_at_the_next_step_with_the_right_version(
     assert state["version_index"] == 5
 
 
-@pytest.mark.slow
 def test_ctrl_c_stops_every_child_and_still_writes_the_report(job: tuple[Path, Path]) -> None:
     manifest, workdir = job
     runner = Runner(manifest, workdir, "--steps", "200")

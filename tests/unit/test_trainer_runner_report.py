@@ -98,3 +98,63 @@ class _NoPrompts:
 
     def reward(self, index: int, output_ids: object) -> float:
         raise AssertionError("not called")
+
+
+def test_run_metrics_export_the_step_figures_and_counters() -> None:
+    from prometheus_client import generate_latest
+
+    from dressage import metrics as names
+    from dressage.runner.metrics import RunMetrics
+
+    run = RunMetrics("j")
+    record = StepRecord(
+        step=3,
+        version="v3",
+        metrics={
+            "reward": 0.5,
+            "train_rollout_logprob_abs_diff": 0.02,
+            "staleness/version_span_mean": 1.5,
+            "staleness/version_span_max": 2.0,
+            "staleness/version_span_min": 1.0,
+            "groups": 4.0,
+            "samples": 16.0,
+        },
+        dropped_groups={"retries_exhausted": 2},
+        staleness_failures=1,
+        failure_reasons={"partial_rollout_staleness_exceeded": 1, "engine_unavailable": 5},
+    )
+    run.observe(record, version_ordinal=3)
+    text = generate_latest(run.registry).decode()
+    expected = [
+        f"{names.TRAIN_STEP} 3.0",
+        f"{names.WEIGHT_VERSION} 3.0",
+        f'{names.WEIGHT_VERSION_INFO}{{version="v3"}} 1.0',
+        f"{names.REWARD_MEAN} 0.5",
+        f"{names.TRAIN_ROLLOUT_LOGPROB_ABS_DIFF} 0.02",
+        f"{names.STALENESS_VERSION_SPAN_MEAN} 1.5",
+        f"{names.STALENESS_VERSION_SPAN_MAX} 2.0",
+        f"{names.STALENESS_VERSION_SPAN_MIN} 1.0",
+        f'{names.DROPPED_GROUPS}{{reason="retries_exhausted"}} 2.0',
+        f"{names.STALENESS_FAILURES} 1.0",
+        f'{names.ROLLOUT_FAILURES}{{reason="engine_unavailable"}} 5.0',
+        f"{names.ROLLOUT_GROUPS_COMPLETED} 4.0",
+        f"{names.TRAINED_SAMPLES} 16.0",
+    ]
+    lines = text.splitlines()
+    for line in expected:
+        assert line in lines, line
+
+
+def test_dressage_run_refuses_an_async_job_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dressage.cli import main
+
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(
+        "apiVersion: dressage.io/v1alpha1\nkind: AsyncRLJob\nmetadata: {name: a}\n"
+        "spec: {model: {source: builtin:tiny}, rollout: {mode: fully_async}}\n"
+    )
+    assert main(["run", str(manifest), "--workdir", str(tmp_path / "runs")]) == 1
+    assert "spec.rollout.mode: 'fully_async' is not available yet" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "a" / "weights").exists()
