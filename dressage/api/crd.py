@@ -132,15 +132,37 @@ def _resolve(schema: Schema, defs: dict[str, Schema]) -> Schema:
     return merged
 
 
+_SCALAR_TYPES = frozenset({"integer", "number", "string", "boolean"})
+
+
+def _scalar_union(
+    branches: list[Schema], outer: Schema, nullable: bool, any_of: list[Schema]
+) -> Schema:
+    """A union of scalar types (`int | float | str`): structural schemas have no such type,
+    so the node says only that it is a scalar the job model validates; `int | str` keeps the
+    Kubernetes int-or-string marker."""
+    types = {b.get("type") for b in branches}
+    if not types <= _SCALAR_TYPES or any(set(b) - {"type"} for b in branches):
+        raise ValueError(f"cannot express anyOf {any_of} structurally")
+    out: Schema = {k: v for k, v in outer.items() if k not in _DROPPED_KEYS}
+    if types == {"integer", "string"}:
+        out["x-kubernetes-int-or-string"] = True
+    else:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if nullable:
+        out["nullable"] = True
+    return out
+
+
 def to_structural(schema: Schema, defs: dict[str, Schema]) -> Schema:
     """Translate one pydantic JSON Schema node into a structural OpenAPI v3 node."""
     schema = _resolve(schema, defs)
     if "anyOf" in schema:
         branches = [b for b in schema["anyOf"] if b.get("type") != "null"]
-        if len(branches) != 1:
-            raise ValueError(f"cannot express anyOf {schema['anyOf']} structurally")
         nullable = len(branches) < len(schema["anyOf"])
         outer = {k: v for k, v in schema.items() if k != "anyOf"}
+        if len(branches) > 1:
+            return _scalar_union(branches, outer, nullable, schema["anyOf"])
         schema = _resolve(branches[0], defs) | outer
         if nullable:
             schema["nullable"] = True

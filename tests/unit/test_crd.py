@@ -20,7 +20,7 @@ import yaml
 from dressage_operator import crdgen
 
 from dressage.api import validate_job
-from dressage.api.crd import CRD_FILE, build_crd, render_crd
+from dressage.api.crd import CRD_FILE, build_crd, render_crd, to_structural
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / CRD_FILE
@@ -113,6 +113,19 @@ def test_defaults_ranges_and_enums_come_from_the_model() -> None:
     assert spec["staleness"]["properties"]["maxPartialRolloutPreempts"]["nullable"] is True
     assert spec["staleness"]["default"] == {}
     assert "Batch-level control" in spec["staleness"]["properties"]["keepVersions"]["description"]
+
+
+def test_scalar_unions_become_markers_the_api_server_accepts() -> None:
+    """`dict[str, int | float | str]` (task params) has no structural type: its values keep
+    unknown fields; `int | str` is the Kubernetes int-or-string marker; other unions fail."""
+    spec = _root_schema()["properties"]["spec"]["properties"]
+    params = spec["task"]["properties"]["params"]
+    assert params["type"] == "object"
+    assert params["additionalProperties"] == {"x-kubernetes-preserve-unknown-fields": True}
+    int_or_string = to_structural({"anyOf": [{"type": "integer"}, {"type": "string"}]}, {})
+    assert int_or_string == {"x-kubernetes-int-or-string": True}
+    with pytest.raises(ValueError, match="structurally"):
+        to_structural({"anyOf": [{"type": "integer"}, {"type": "object"}]}, {})
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
