@@ -24,6 +24,10 @@ CLUSTER_RULES: Final[list[Rule]] = [
         "verbs": ["get", "list", "watch", "patch", "delete"],
     },
     {"apiGroups": [API_GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
+    # Children carry owner references with `blockOwnerDeletion: true` (children.Owner); with
+    # the OwnerReferencesPermissionEnforcement admission plugin only whoever may update the
+    # owner's finalizers may set that.
+    {"apiGroups": [API_GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
     # Children: trainer and engine pods (created, replaced, deleted on suspend and restart).
     {
         "apiGroups": [""],
