@@ -6,8 +6,8 @@ cannot silently leave a panel empty. `tests/chart/test_dashboard.py` regenerates
 a difference. Run `python scripts/build_dashboard.py` after changing a panel.
 
 Label conventions the queries rely on:
-- job pods (trainer, engines, proxy) are scraped by the chart's PodMonitor, which adds
-  `job_name` (from the pod label `dressage.io/job-name`) and `component`; Prometheus adds
+- job pods (trainer rank 0 and proxy) are scraped by the chart's PodMonitor, which adds
+  `job_name` (from the operator's pod label `dressage.io/job`) and `component`; Prometheus adds
   `namespace` and `pod`;
 - the operator exports per-job series labelled `namespace` and `job` (kept by the
   ServiceMonitor's honorLabels) and its own `dressage_operator_*` health series.

@@ -9,19 +9,23 @@ PrometheusRule's rules by promtool in test_alert_rules.py.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from dressage_operator import children, naming, rbac
 from dressage_operator import main as operator_main
-from dressage_operator import rbac
+from dressage_operator.config import OperatorConfig
 
+from dressage.api import load_job
 from tests.chart.tools import (
     CHART,
     NAMESPACE,
     RELEASE,
+    ROOT,
     by_kind,
     helm_template,
     one,
@@ -345,11 +349,16 @@ def test_monitoring_combination_renders_monitors_for_kube_prometheus_stack(
     assert pod_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert pod_monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "dressage"}
     assert pod_monitor["spec"]["namespaceSelector"] == {"any": True}
-    (pod_endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
-    assert pod_endpoint["port"] == "metrics"
-    relabel = {r["targetLabel"]: r["sourceLabels"] for r in pod_endpoint["relabelings"]}
-    assert relabel["job_name"] == ["__meta_kubernetes_pod_label_dressage_io_job_name"]
-    assert relabel["component"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_component"]
+    trainer_endpoint, proxy_endpoint = pod_monitor["spec"]["podMetricsEndpoints"]
+    assert (trainer_endpoint["port"], proxy_endpoint["port"]) == ("metrics", "http")
+    for endpoint in (trainer_endpoint, proxy_endpoint):
+        relabel = {
+            r["targetLabel"]: r["sourceLabels"]
+            for r in endpoint["relabelings"]
+            if r["action"] == "replace"
+        }
+        assert relabel["job_name"] == ["__meta_kubernetes_pod_label_dressage_io_job"]
+        assert relabel["component"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_component"]
 
     rule = one(objects, "PrometheusRule")
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -504,3 +513,56 @@ def test_operator_parser_refuses_the_flags_the_chart_must_not_use() -> None:
         operator_main.build_parser().parse_args(["run", "--all-namespaces"])
     with pytest.raises(SystemExit):
         operator_main.build_parser().parse_args(["--liveness-port=8081"])
+
+
+def _prometheus_label(key: str) -> str:
+    """Prometheus' name for a Kubernetes pod label (characters outside [a-zA-Z0-9_] -> `_`)."""
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def _keeps(endpoint: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether the endpoint's `keep` relabelings keep a pod with these labels."""
+    for r in endpoint["relabelings"]:
+        if r["action"] != "keep":
+            continue
+        (source,) = r["sourceLabels"]
+        value = next((v for k, v in labels.items() if _prometheus_label(k) == source), "")
+        if not re.fullmatch(r["regex"], value):
+            return False
+    return True
+
+
+def _scraped_ports(monitor: dict[str, Any], pod: dict[str, Any]) -> list[int]:
+    """The container ports of one operator-built pod that the PodMonitor scrapes."""
+    labels = pod["metadata"]["labels"]
+    selector = monitor["spec"]["selector"]
+    if not selector["matchLabels"].items() <= labels.items():
+        return []
+    if not all(e["key"] in labels for e in selector["matchExpressions"]):
+        return []
+    ports = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c["ports"]}
+    return [
+        ports[e["port"]]
+        for e in monitor["spec"]["podMetricsEndpoints"]
+        if e["port"] in ports and _keeps(e, labels)
+    ]
+
+
+def test_pod_monitor_scrapes_the_operators_trainer_and_proxy_pods(tmp_path: Path) -> None:
+    """The PodMonitor, rendered by helm, against the pods the operator's pure builders make:
+    it selects them, scrapes the trainer's /metrics port and the proxy's HTTP port (which
+    serves /metrics), not the SGLang engines, and copies the operator's job label."""
+    monitor = one(render(COMBINATIONS["monitoring"], tmp_path), "PodMonitor")
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        job_name = next(r for r in endpoint["relabelings"] if r.get("targetLabel") == "job_name")
+        assert job_name["sourceLabels"] == [_prometheus_label(naming.LABEL_JOB)]
+    job = load_job(ROOT / "examples" / "local-tiny.yaml")
+    owner = children.Owner(name="tiny", namespace="ml", uid="uid-1")
+    config = OperatorConfig()
+    (trainer,) = children.build_trainer_pods(job, owner, config, gang=0)
+    proxy = children.build_proxy_deployment(job, owner, config)["spec"]["template"]
+    proxy = {"metadata": proxy["metadata"], "spec": proxy["spec"]}
+    engine = children.build_engine_pod(job, owner, config, 0)
+    assert _scraped_ports(monitor, trainer) == [naming.METRICS_PORT]
+    assert _scraped_ports(monitor, proxy) == [naming.PROXY_PORT]
+    assert _scraped_ports(monitor, engine) == []
