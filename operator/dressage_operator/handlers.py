@@ -37,7 +37,7 @@ from dressage_operator.kube import (
     object_path,
     resource_path,
 )
-from dressage_operator.metrics import OperatorMetrics
+from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.staleness import ScrapeResult, scrape
 
@@ -336,7 +336,7 @@ async def reconcile(
     state.handled_failures = plan.handled_failures
     # Status first: counters (gang restarts) are recorded before the pods they count go.
     await _write_status(kube, job_path, body, plan.status)
-    runtime.metrics.jobs.update(namespace, name, plan.status)
+    runtime.metrics.jobs.update(namespace, name, plan.status, version_span_limit(job.spec))
     for event in plan.events:
         kopf.event(
             kopf.Body(cast(kopf.RawBody, body)),

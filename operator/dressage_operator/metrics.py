@@ -16,9 +16,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from dressage import metrics as names
+from dressage.api.job import AsyncRLJobSpec
 from dressage.api.status import AsyncRLJobStatus, JobPhase
 
 JOB_LABELS = ["namespace", "job"]
+
+
+def version_span_limit(spec: AsyncRLJobSpec) -> int | None:
+    """The most weight versions one trajectory may span: `maxPartialRolloutPreempts + 1`
+    (each preempt adds one version); None when the job sets no limit."""
+    preempts = spec.staleness.max_partial_rollout_preempts
+    return None if preempts is None else preempts + 1
 
 
 class JobMetricsCollector(Collector):
@@ -26,11 +34,18 @@ class JobMetricsCollector(Collector):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._jobs: dict[tuple[str, str], AsyncRLJobStatus] = {}
+        self._jobs: dict[tuple[str, str], tuple[AsyncRLJobStatus, int | None]] = {}
 
-    def update(self, namespace: str, job: str, status: AsyncRLJobStatus) -> None:
+    def update(
+        self,
+        namespace: str,
+        job: str,
+        status: AsyncRLJobStatus,
+        max_version_span: int | None = None,
+    ) -> None:
+        """Record a job's latest status and its version span limit (`version_span_limit`)."""
         with self._lock:
-            self._jobs[(namespace, job)] = status.model_copy(deep=True)
+            self._jobs[(namespace, job)] = (status.model_copy(deep=True), max_version_span)
 
     def remove(self, namespace: str, job: str) -> None:
         with self._lock:
@@ -62,8 +77,14 @@ class JobMetricsCollector(Collector):
         restarts = CounterMetricFamily(
             names.JOB_RESTARTS, "Trainer gang restarts.", labels=JOB_LABELS
         )
-        for (ns, job), st in sorted(jobs.items()):
+        limit = gauge(
+            names.JOB_MAX_VERSION_SPAN_LIMIT,
+            "Version span limit of the job (maxPartialRolloutPreempts + 1); absent when unset.",
+        )
+        for (ns, job), (st, max_span) in sorted(jobs.items()):
             labels = [ns, job]
+            if max_span is not None:
+                limit.add_metric(labels, float(max_span))
             s = st.staleness
             for family, value in (
                 (mean, s.version_span_mean),
@@ -83,7 +104,7 @@ class JobMetricsCollector(Collector):
                 dropped.add_metric([*labels, reason], float(count))
             failures.add_metric(labels, float(s.staleness_failures))
             restarts.add_metric(labels, float(st.restarts))
-        yield from (mean, vmax, vmin, step, version, phase, dropped, failures, restarts)
+        yield from (mean, vmax, vmin, limit, step, version, phase, dropped, failures, restarts)
 
 
 class OperatorMetrics:

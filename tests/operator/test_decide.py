@@ -4,18 +4,21 @@ replacement, suspend, deadline, TTL; plus reading staleness from Prometheus text
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from dressage_operator.children import Owner
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import Observed, Plan, decide, invalid_spec_status, timestamp
-from dressage_operator.metrics import OperatorMetrics
+from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.staleness import ScrapeResult, parse_staleness
 from prometheus_client import generate_latest
 
 from dressage import metrics as names
-from dressage.api import AsyncRLJob, validate_job
+from dressage.api import AsyncRLJob, load_job, validate_job
 from dressage.api.status import AsyncRLJobStatus, JobPhase
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 OWNER = Owner(name="job-a", namespace="ns", uid="u")
@@ -272,6 +275,25 @@ def test_parse_staleness_and_export_per_job() -> None:
     assert f'{names.JOB_STALENESS_FAILURES}{{job="job-a",namespace="ns"}} 2.0' in text
     metrics.jobs.remove("ns", "job-a")
     assert "job-a" not in generate_latest(metrics.registry).decode()
+
+
+def test_version_span_limit_is_exported_per_job_only_when_set() -> None:
+    """`dressage_job_staleness_max_version_span` (the chart's version-span alert compares the
+    max span with it) is maxPartialRolloutPreempts + 1, and absent for a job without a limit."""
+    limited = load_job(EXAMPLES / "multi-node-partial-rollout.yaml")
+    preempts = limited.spec.staleness.max_partial_rollout_preempts
+    assert preempts is not None
+    unlimited = limited.model_copy(deep=True)
+    unlimited.spec.staleness.max_partial_rollout_preempts = None
+    metrics = OperatorMetrics()
+    status = AsyncRLJobStatus(phase=JobPhase.RUNNING)
+    metrics.jobs.update("ns", "job-a", status, version_span_limit(limited.spec))
+    metrics.jobs.update("ns", "job-b", status, version_span_limit(unlimited.spec))
+    text = generate_latest(metrics.registry).decode()
+    limit = names.JOB_MAX_VERSION_SPAN_LIMIT
+    assert f'{limit}{{job="job-a",namespace="ns"}} {preempts + 1:.1f}' in text
+    assert f'{limit}{{job="job-b"' not in text
+    assert version_span_limit(unlimited.spec) is None
 
 
 def test_failed_scrape_keeps_figures_and_says_why() -> None:
