@@ -2,9 +2,9 @@
 
 Flags derive from `ProxyConfig` (one flag per field, its docstring as help); the reference's
 names are kept: `--dressage-partial-rollout`, `--record-token-versions`,
-`--max-partial-rollout-preempts`, `--mask-nonlast-version-tokens`. `--config JOB.yaml` takes
-defaults from an `AsyncRLJob`; explicit flags win. Once listening it prints
-`proxy ready on http://HOST:PORT` (with the real port when `--port 0`).
+`--max-partial-rollout-preempts`, `--mask-nonlast-version-tokens`. `--config JOB.yaml` (or
+`$DRESSAGE_JOB_CONFIG`) takes defaults from an `AsyncRLJob`; explicit flags win. Once
+listening it prints `proxy ready on http://HOST:PORT` (with the real port when `--port 0`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,6 +22,9 @@ from dressage.proxy.config import ProxyConfig, defaults_from_job
 
 _FLAG_NAMES = {"partial_rollout": "--dressage-partial-rollout"}
 _TOKEN_ENV = "DRESSAGE_PROXY_TOKEN"
+JOB_CONFIG_ENV = "DRESSAGE_JOB_CONFIG"
+ENV_VARS = (JOB_CONFIG_ENV, _TOKEN_ENV)
+"""Every variable `dressage proxy` reads (`--config`'s fallback and the bearer token)."""
 
 
 def _flag(field: str) -> str:
@@ -29,7 +33,9 @@ def _flag(field: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", metavar="JOB.yaml", help="take defaults from an AsyncRLJob manifest"
+        "--config",
+        metavar="JOB.yaml",
+        help=f"take defaults from an AsyncRLJob manifest (${JOB_CONFIG_ENV})",
     )
     for name, info in ProxyConfig.model_fields.items():
         flag = _flag(name)
@@ -53,14 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=name, type=kind, default=None, help=help_text)
 
 
-def build_config(args: argparse.Namespace) -> ProxyConfig:
-    """The config from `--config` defaults, the environment and explicit flags."""
+def build_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ProxyConfig:
+    """The config from `--config` (or `$DRESSAGE_JOB_CONFIG`) defaults, the environment
+    (`os.environ` unless given) and explicit flags."""
+    environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    if args.config:
+    config_path = args.config or environ.get(JOB_CONFIG_ENV)
+    if config_path:
         from dressage.api import load_job
 
-        values.update(defaults_from_job(load_job(args.config)))
-    token = os.environ.get(_TOKEN_ENV)
+        values.update(defaults_from_job(load_job(config_path)))
+    token = environ.get(_TOKEN_ENV)
     if token:
         values["auth_token"] = token
     for name in ProxyConfig.model_fields:

@@ -8,10 +8,12 @@ sets: `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK` or `NODE_RANK`:
 
 Rank 0 collects batches through the proxy (`--proxy-url` or `DRESSAGE_PROXY_URL`), publishes
 weights to the engines (`--engine-urls` or `DRESSAGE_ENGINE_URLS`, comma-separated), writes
-checkpoints under `--workdir` (default `<spec.storage.mountPath>/<job>`), and serves
-`/metrics` on `--metrics-port`. Every rank resumes from the same checkpoint. The engines and
-the proxy are not started here: on a cluster they are their own pods, and locally
-`dressage run` starts them.
+weights and checkpoints under `--workdir` (or `DRESSAGE_WORKDIR`; default
+`<spec.storage.mountPath>/<job>`), and serves `/metrics` on `--metrics-port` (or
+`DRESSAGE_METRICS_PORT`; default 9400). `--config` falls back to `DRESSAGE_JOB_CONFIG`, and
+`DRESSAGE_ROLLOUT_MAX_RETRIES` overrides `spec.rollout.maxRetries`. Every rank resumes from
+the same checkpoint. The engines and the proxy are not started here: on a cluster they are
+their own pods, and locally `dressage run` starts them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,15 +34,45 @@ if TYPE_CHECKING:
 
 ENGINE_URLS_ENV = "DRESSAGE_ENGINE_URLS"
 PROXY_URL_ENV = "DRESSAGE_PROXY_URL"
+JOB_CONFIG_ENV = "DRESSAGE_JOB_CONFIG"
+METRICS_PORT_ENV = "DRESSAGE_METRICS_PORT"
+WORKDIR_ENV = "DRESSAGE_WORKDIR"
+MAX_RETRIES_ENV = "DRESSAGE_ROLLOUT_MAX_RETRIES"
+ENV_VARS = (
+    JOB_CONFIG_ENV,
+    ENGINE_URLS_ENV,
+    PROXY_URL_ENV,
+    METRICS_PORT_ENV,
+    WORKDIR_ENV,
+    MAX_RETRIES_ENV,
+)
+"""Every variable `dressage train` reads (each the fallback of a flag, or of the job's field)."""
+DEFAULT_METRICS_PORT = 9400
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="JOB.yaml", help="AsyncRLJob manifest")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="JOB.yaml",
+        help=f"AsyncRLJob manifest (${JOB_CONFIG_ENV})",
+    )
     parser.add_argument("--engine-urls", default=None, help=f"comma-separated (${ENGINE_URLS_ENV})")
     parser.add_argument("--proxy-url", default=None, help=f"rollout proxy URL (${PROXY_URL_ENV})")
-    parser.add_argument("--workdir", type=Path, default=None, help="run directory")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help=f"run directory: weights/, checkpoints/, cache/ (${WORKDIR_ENV}; default "
+        "<spec.storage.mountPath>/<job>)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="override spec.training.steps")
-    parser.add_argument("--metrics-port", type=int, default=9400, help="rank 0 /metrics port")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help=f"rank 0 /metrics port (${METRICS_PORT_ENV}; default {DEFAULT_METRICS_PORT})",
+    )
     parser.add_argument(
         "--mask-nonlast-version-tokens",
         action="store_true",
@@ -49,29 +83,81 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, default=None, help="model and warm-start cache")
 
 
+@dataclass(frozen=True)
+class Wiring:
+    """Where the trainer finds its job, engines and proxy, and where it writes (flags first,
+    then the environment the operator sets on trainer pods)."""
+
+    config: str
+    engine_urls: list[str]
+    proxy_url: str
+    metrics_port: int
+    workdir: Path | None
+    max_retries: int | None
+    """`spec.rollout.maxRetries` override (`$DRESSAGE_ROLLOUT_MAX_RETRIES`)."""
+
+
+def _env_int(environ: Mapping[str, str], name: str) -> int | None:
+    raw = environ.get(name, "")
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from None
+
+
+def resolve_wiring(args: argparse.Namespace, environ: Mapping[str, str]) -> Wiring:
+    """The trainer's wiring from parsed flags and an environment (pure; raises ValueError
+    naming the missing flag or variable)."""
+    config = args.config or environ.get(JOB_CONFIG_ENV, "")
+    if not config:
+        raise ValueError(f"dressage train needs --config (or ${JOB_CONFIG_ENV})")
+    engine_urls = [
+        u for u in (args.engine_urls or environ.get(ENGINE_URLS_ENV, "")).split(",") if u
+    ]
+    proxy_url = args.proxy_url or environ.get(PROXY_URL_ENV, "")
+    if not engine_urls or not proxy_url:
+        raise ValueError(
+            f"dressage train needs --engine-urls (or ${ENGINE_URLS_ENV}) and --proxy-url "
+            f"(or ${PROXY_URL_ENV})"
+        )
+    port = args.metrics_port
+    if port is None:
+        port = _env_int(environ, METRICS_PORT_ENV)
+    workdir = args.workdir or (Path(environ[WORKDIR_ENV]) if environ.get(WORKDIR_ENV) else None)
+    max_retries = _env_int(environ, MAX_RETRIES_ENV)
+    if max_retries is not None and max_retries < 0:
+        raise ValueError(f"environment variable {MAX_RETRIES_ENV} must be >= 0")
+    return Wiring(
+        config=config,
+        engine_urls=engine_urls,
+        proxy_url=proxy_url,
+        metrics_port=DEFAULT_METRICS_PORT if port is None else port,
+        workdir=workdir,
+        max_retries=max_retries,
+    )
+
+
+def load_wired_job(wiring: Wiring) -> AsyncRLJob:
+    """The job manifest with the wiring's overrides applied."""
+    job = load_job(wiring.config)
+    if wiring.max_retries is not None:
+        job.spec.rollout.max_retries = wiring.max_retries
+    return job
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        job = load_job(args.config)
-    except (JobValidationError, OSError) as exc:
+        wiring = resolve_wiring(args, os.environ)
+        job = load_wired_job(wiring)
+    except (JobValidationError, OSError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    engine_urls = [
-        u for u in (args.engine_urls or os.environ.get(ENGINE_URLS_ENV, "")).split(",") if u
-    ]
-    proxy_url = args.proxy_url or os.environ.get(PROXY_URL_ENV)
-    if not engine_urls or not proxy_url:
-        print(
-            f"dressage train needs --engine-urls (or ${ENGINE_URLS_ENV}) and --proxy-url "
-            f"(or ${PROXY_URL_ENV})",
-            file=sys.stderr,
-        )
-        return 2
-    return asyncio.run(_train(job, args, engine_urls, proxy_url))
+    return asyncio.run(_train(job, args, wiring))
 
 
-async def _train(
-    job: AsyncRLJob, args: argparse.Namespace, engine_urls: list[str], proxy_url: str
-) -> int:
+async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> int:
     from dressage.model.warmstart import initial_model_dir
     from dressage.rollout.sync_rollout import ProxyRolloutClient
     from dressage.runner.collectors import make_collector, weight_update_pause_mode
@@ -96,7 +182,7 @@ async def _train(
     env = current_env()
     device = device_for(env, use_gpu=spec.trainer.gpus_per_node > 0)
     init_distributed(env, device)
-    root = args.workdir or Path(spec.storage.mount_path) / job.metadata.name
+    root = wiring.workdir or Path(spec.storage.mount_path) / job.metadata.name
     # The cache must be shared by every rank: by default it sits on the job's storage.
     cache_dir: Path = args.cache_dir or root / "cache"
     config = trainer_config(spec)
@@ -127,14 +213,14 @@ async def _train(
             return 0
 
         metrics = RunMetrics(job.metadata.name)
-        port = metrics.serve(args.metrics_port, host="0.0.0.0")
+        port = metrics.serve(wiring.metrics_port, host="0.0.0.0")
         print(f"metrics on :{port}/metrics", flush=True)
-        proxy = ProxyRolloutClient(proxy_url)
+        proxy = ProxyRolloutClient(wiring.proxy_url)
         source = TaskPrompts(get_task(spec.task), PromptCodec.from_pretrained(model_dir))
         collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
         collector.load_state_dict(session.state.collector)
         publisher = WeightPublisher(
-            engine_urls, proxy=proxy, pause_mode=weight_update_pause_mode(spec)
+            wiring.engine_urls, proxy=proxy, pause_mode=weight_update_pause_mode(spec)
         )
 
         def sink(record: StepRecord) -> None:

@@ -248,8 +248,10 @@ def trainer_command(job: AsyncRLJob) -> list[str]:
     ]
 
 
-def trainer_env(job: AsyncRLJob, owner: Owner, index: int, gang: int) -> dict[str, str]:
-    """The rendezvous and wiring environment of trainer node `index`."""
+def trainer_env(job: AsyncRLJob, owner: Owner, index: int) -> dict[str, str]:
+    """The rendezvous and wiring environment of trainer node `index`: torchrun reads the
+    rendezvous variables through its command line, `dressage train` the `DRESSAGE_*` ones
+    (`dressage.trainer.cli.ENV_VARS`)."""
     spec = job.spec
     nproc = max(spec.trainer.gpus_per_node, 1)
     return {
@@ -264,9 +266,9 @@ def trainer_env(job: AsyncRLJob, owner: Owner, index: int, gang: int) -> dict[st
         "DRESSAGE_ENGINE_URLS": ",".join(engine_urls(job, owner)),
         "DRESSAGE_PROXY_URL": naming.proxy_url(owner.name, owner.namespace),
         "DRESSAGE_METRICS_PORT": str(naming.METRICS_PORT),
-        "DRESSAGE_CHECKPOINT_DIR": f"{spec.storage.mount_path}/checkpoints",
-        "DRESSAGE_WEIGHTS_DIR": f"{spec.storage.mount_path}/weights",
-        "DRESSAGE_GANG_RESTART": str(gang),
+        # The run directory on the shared storage: weights/<version>/ (which the engines load
+        # from the same mount), checkpoints/ and the model cache.
+        "DRESSAGE_WORKDIR": f"{spec.storage.mount_path}/{owner.name}",
     }
 
 
@@ -282,7 +284,7 @@ def build_trainer_pods(
             "name": "trainer",
             "image": trainer.image or config.runtime_image,
             "command": trainer_command(job),
-            "env": _env(trainer_env(job, owner, index, gang), trainer.template),
+            "env": _env(trainer_env(job, owner, index), trainer.template),
             "ports": [
                 {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},
                 {"name": "metrics", "containerPort": naming.METRICS_PORT},
@@ -404,13 +406,7 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
         "name": "proxy",
         "image": proxy.image or config.runtime_image,
         "command": proxy_command(job, owner),
-        "env": _env(
-            {
-                "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
-                "DRESSAGE_ROLLOUT_MAX_RETRIES": str(job.spec.rollout.max_retries),
-            },
-            proxy.template,
-        ),
+        "env": _env({"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, proxy.template),
         "ports": [{"name": "http", "containerPort": naming.PROXY_PORT}],
         "resources": _resources(proxy.resources, 0),
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
