@@ -10,6 +10,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from dressage import metrics as names
+from dressage.proxy import errors
 
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -49,6 +50,12 @@ class ProxyMetrics:
             ["reason"],
             registry=r,
         )
+        # Exported at 0 before the first refusal, so dashboards and alerts see the series.
+        for reason in (
+            errors.PARTIAL_ROLLOUT_STALENESS_EXCEEDED,
+            errors.VERSION_CHANGED_WITHOUT_PARTIAL_ROLLOUT,
+        ):
+            self.refusals.labels(reason)
         self.active_sessions = Gauge(
             names.PROXY_ACTIVE_SESSIONS, "Sessions currently open.", registry=r
         )

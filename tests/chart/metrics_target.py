@@ -11,9 +11,8 @@ Run: `python -m tests.chart.metrics_target --port 0 --operator-port 0 --seconds 
 one JSON line `{"port": ..., "operator_port": ...}` once both servers listen, then ticks until
 `--seconds` have passed.
 
-`start_metrics_target()` is the one place the Prometheus test gets its scrape targets from.
-When `dressage run` serves its metrics, replace this process there with a short real run
-(see that function's docstring); the test itself stays unchanged.
+`start_metrics_target()` is the one place the fast Prometheus test gets its scrape targets
+from; `test_prometheus_real_run.py` scrapes a short real `dressage run` instead (slow).
 """
 
 from __future__ import annotations
@@ -176,13 +175,10 @@ class MetricsTarget:
 
 
 def start_metrics_target(seconds: float = 60) -> MetricsTarget:
-    """Start the scrape targets of the Prometheus test and return their addresses.
+    """Start the scrape targets of the fast Prometheus test and return their addresses.
 
-    This is the switch point to a real run: start `[sys.executable, "-m", "dressage", "run",
-    "examples/local-tiny.yaml", "--steps", "N"]` with `spec.local.metricsPort` set to a free
-    port (the job pods' target), and keep this process for `operator` only (a local run has no
-    operator). The Prometheus test labels the job-pods target `namespace`, `pod` and
-    `job_name` as the chart's PodMonitor does, so the dashboard's queries see the same labels.
+    The slow variant (`test_prometheus_real_run.py`) runs `dressage run` on a small copy of
+    `examples/local-tiny.yaml` instead and feeds the operator's own metrics code from it.
     """
     process = subprocess.Popen(
         [
