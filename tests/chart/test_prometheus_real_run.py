@@ -2,23 +2,22 @@
 
 A short local run of the tiny job (`examples/local-tiny.yaml`, partial async rollout with a
 preempt limit, small batches) serves the job's `/metrics` and its proxy serves its own; both
-are scraped every 250 ms with the labels the chart's PodMonitor gives trainer and proxy pods
+are scraped every second with the labels the chart's PodMonitor gives trainer and proxy pods
 (`namespace`, `pod`, `job_name`, `component`). The operator's series come from the operator's
 own code: its `parse_staleness` reads the run's `/metrics` (what its reconcile loop does on a
 cluster) into its `OperatorMetrics` registry, served here and scraped with honor_labels like
-the chart's ServiceMonitor. Every Staleness query must return series, evaluated at the time
-of the run's last step (a finished run's targets go stale).
+the chart's ServiceMonitor. Every Staleness query must return series while the run trains.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +30,19 @@ from prometheus_client import start_http_server
 
 from dressage.api import load_job
 from dressage.api.status import AsyncRLJobStatus, JobPhase
-from tests.chart.prometheus import Prometheus, prometheus_server, staleness_queries
+from tests.chart.prometheus import Prometheus, prometheus_server, staleness_queries, wait_until
 from tests.chart.tools import ROOT, require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 JOB_NAME = "tiny"
 JOB_NAMESPACE = "ml"
-STEPS = 100
-RUN_TIMEOUT_SECONDS = 240.0
-SCRAPE_INTERVAL = "250ms"
+STEPS = 2000
+"""More than the tests need: the run is stopped once they are done."""
+RUN_START_SECONDS = 120.0
+SERIES_DEADLINE_SECONDS = 60.0
+SCRAPE_INTERVAL = "1s"
+"""Also the scrape timeout: the proxy answers /metrics from its busy event loop."""
 
 
 def _manifest(tmp: Path) -> Path:
@@ -85,11 +87,30 @@ class OperatorFeed:
         self._thread.join(timeout=5)
 
 
-@dataclass
-class ScrapedRun:
-    prometheus: Prometheus
-    last_step_at: float
-    """Wall-clock time of the run's last step line: queries are evaluated there."""
+class RunOutput:
+    """The run's stdout lines, read by a thread so the test can poll them with a deadline."""
+
+    def __init__(self, run: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._run = run
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._run.stdout is not None
+        for line in self._run.stdout:
+            self.lines.append(line)
+
+    def value(self, prefix: str) -> str:
+        """The rest of the first line starting with `prefix`, or ''."""
+        found = [line for line in list(self.lines) if line.startswith(prefix)]
+        return found[0].removeprefix(prefix).strip() if found else ""
+
+    def tail(self) -> str:
+        return "".join(self.lines[-30:])
+
+    def join(self) -> None:
+        self._reader.join(timeout=10)
 
 
 def _job_target(address: str, pod: str, component: str) -> dict[str, Any]:
@@ -120,9 +141,10 @@ def _scrape_configs(trainer: str, proxy: str, operator: str) -> list[dict[str, A
 
 
 @pytest.fixture(scope="module")
-def scraped_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScrapedRun]:
-    """Run the job; once it prints its proxy and metrics URLs, start Prometheus on them (a
-    server picks up targets at start at once, but only seconds after a config reload)."""
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """Prometheus scraping a running job. The run is started with more steps than the tests
+    need and stopped with SIGTERM (which `dressage run` handles) once they are done; the
+    server starts once the run printed its proxy and metrics URLs."""
     require_tool("prometheus")
     tmp = tmp_path_factory.mktemp("real-run")
     manifest = _manifest(tmp)
@@ -136,69 +158,61 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScrapedRun
             stderr=subprocess.STDOUT,
             text=True,
         )
-        assert run.stdout is not None
         stack.callback(_stop, run)
-        timer = threading.Timer(RUN_TIMEOUT_SECONDS, run.kill)
-        timer.start()
-        stack.callback(timer.cancel)
-        prometheus: Prometheus | None = None
-        lines: list[str] = []
-        proxy = ""
-        last_step_at = 0.0
-        for line in run.stdout:
-            lines.append(line)
-            if line.startswith("proxy ready: "):
-                proxy = line.removeprefix("proxy ready: ").strip().removeprefix("http://")
-            elif line.startswith("metrics on "):
-                url = line.removeprefix("metrics on ").strip()
-                trainer = url.removeprefix("http://").removesuffix("/metrics")
-                assert proxy, "the run printed no proxy URL before its metrics URL"
-                feed = OperatorFeed(url, max_span)
-                stack.callback(feed.stop)
-                configs = _scrape_configs(trainer, proxy, feed.target)
-                prometheus = stack.enter_context(prometheus_server(tmp, configs, SCRAPE_INTERVAL))
-            elif line.lstrip().startswith(f"step {STEPS:4d}/{STEPS}"):
-                last_step_at = time.time()
-        code = run.wait(timeout=30)
-        output = "".join(lines[-30:])
-        assert code == 0, output
-        assert prometheus is not None, f"the run printed no metrics URL:\n{output}"
-        assert last_step_at, f"no line for step {STEPS}:\n{output}"
-        # Every scrape up to the last step has been ingested once one more interval passed.
-        time.sleep(0.5)
-        yield ScrapedRun(prometheus, last_step_at)
+        output = RunOutput(run)
+        stack.callback(output.join)
+        deadline = time.monotonic() + RUN_START_SECONDS
+        url = wait_until(
+            "the run's metrics URL",
+            lambda: run.poll() is None and output.value("metrics on "),
+            deadline,
+        )
+        proxy = output.value("proxy ready: ").removeprefix("http://")
+        assert proxy, f"the run printed no proxy URL before its metrics URL:\n{output.tail()}"
+        trainer = url.removeprefix("http://").removesuffix("/metrics")
+        feed = OperatorFeed(url, max_span)
+        stack.callback(feed.stop)
+        configs = _scrape_configs(trainer, proxy, feed.target)
+        server = stack.enter_context(prometheus_server(tmp, configs, SCRAPE_INTERVAL))
+        yield server
+        assert run.poll() is None, f"the run ended before the tests did:\n{output.tail()}"
 
 
 def _stop(run: subprocess.Popen[str]) -> None:
+    """SIGTERM (the run stops its children and writes its report), then kill if needed."""
     if run.poll() is None:
-        run.kill()
-        run.wait(timeout=10)
+        run.terminate()
+        try:
+            run.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait(timeout=10)
     if run.stdout is not None:
         run.stdout.close()
 
 
-def test_staleness_panels_return_series_from_a_real_dressage_run(scraped_run: ScrapedRun) -> None:
+def test_staleness_panels_return_series_from_a_real_dressage_run(prometheus: Prometheus) -> None:
     queries = staleness_queries()
     assert len(queries) >= 8
-    empty = []
+    deadline = time.monotonic() + SERIES_DEADLINE_SECONDS
     for title, expr in queries:
-        result = scraped_run.prometheus.series(expr, at=scraped_run.last_step_at)
-        if not result:
-            empty.append(f"{title}: {expr}")
+        result = wait_until(
+            f"{title}: {expr}", functools.partial(prometheus.series, expr), deadline
+        )
         for series in result:
             assert series["metric"].get("job_name", JOB_NAME) == JOB_NAME, title
             assert series["metric"].get("job", JOB_NAME) == JOB_NAME, title
-    assert empty == [], "queries without series:\n" + "\n".join(empty)
 
 
-def test_operator_limit_and_run_figures_agree(scraped_run: ScrapedRun) -> None:
-    """The operator's version-span limit is the job's (maxPartialRolloutPreempts + 1) and the
-    run's max span stays within it; the run was scraped while training."""
-    prom, at = scraped_run.prometheus, scraped_run.last_step_at
-    (limit,) = prom.series('dressage_job_staleness_max_version_span{job="tiny"}', at)
-    assert float(limit["value"][1]) == 3.0
-    (span,) = prom.series('dressage_staleness_version_span_max{job_name="tiny"}', at)
-    assert 1.0 <= float(span["value"][1]) <= 3.0
-    (step,) = prom.series('dressage_train_step{job_name="tiny"}', at)
-    # Scraped during the run's second half (a scrape may trail the last steps).
-    assert float(step["value"][1]) >= STEPS // 2
+def test_operator_limit_and_run_figures_agree(prometheus: Prometheus) -> None:
+    """The operator's version-span limit is the job's (maxPartialRolloutPreempts + 1), the
+    run's max span stays within it, and its steps advance while it is scraped."""
+    deadline = time.monotonic() + SERIES_DEADLINE_SECONDS
+    limit = 'dressage_job_staleness_max_version_span{job="tiny"}'
+    (found,) = wait_until(limit, functools.partial(prometheus.series, limit), deadline)
+    assert float(found["value"][1]) == 3.0
+    span = 'dressage_staleness_version_span_max{job_name="tiny"}'
+    (found,) = wait_until(span, functools.partial(prometheus.series, span), deadline)
+    assert 1.0 <= float(found["value"][1]) <= 3.0
+    advancing = 'delta(dressage_train_step{job_name="tiny"}[1m]) > 0'
+    wait_until(advancing, functools.partial(prometheus.series, advancing), deadline)
