@@ -143,18 +143,3 @@ def test_run_metrics_export_the_step_figures_and_counters() -> None:
     lines = text.splitlines()
     for line in expected:
         assert line in lines, line
-
-
-def test_dressage_run_refuses_an_async_job_before_starting_anything(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from dressage.cli import main
-
-    manifest = tmp_path / "job.yaml"
-    manifest.write_text(
-        "apiVersion: dressage.io/v1alpha1\nkind: AsyncRLJob\nmetadata: {name: a}\n"
-        "spec: {model: {source: builtin:tiny}, rollout: {mode: fully_async}}\n"
-    )
-    assert main(["run", str(manifest), "--workdir", str(tmp_path / "runs")]) == 1
-    assert "spec.rollout.mode: 'fully_async' is not available yet" in capsys.readouterr().err
-    assert not (tmp_path / "runs" / "a" / "weights").exists()
