@@ -69,21 +69,41 @@ class SamplingSettings:
 
 
 class ProxyRolloutClient:
-    """The proxy endpoints a whitebox agent and the collector use (one shared HTTP client)."""
+    """The proxy endpoints a whitebox agent and the collector use.
+
+    Two HTTP clients: one for trajectories (its connection pool is not capped: the collector's
+    `concurrency` bounds the requests) and one for the control plane (pause/continue). A pause
+    parks every in-flight generation at the proxy until continue; if continue had to queue for
+    a connection behind those parked requests, it would never be sent.
+    """
 
     def __init__(self, base_url: str, *, timeout_s: float = 600.0, token: str | None = None):
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            headers=headers,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+        self._control = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers
         )
 
     async def aclose(self) -> None:
         await self._client.aclose()
+        await self._control.aclose()
 
-    async def _post(self, path: str, body: Mapping[str, Any], **headers: str) -> Any:
+    async def _post(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        headers: Mapping[str, str] | None = None,
+        control: bool = False,
+    ) -> Any:
+        client = self._control if control else self._client
         try:
-            response = await self._client.post(self.base_url + path, json=body, headers=headers)
+            response = await client.post(self.base_url + path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise RolloutError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
         return self._answer(f"POST {path}", response)
@@ -125,7 +145,7 @@ class ProxyRolloutClient:
             params["sampling_seed"] = seed
         body = {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
         data = await self._post(
-            "/generate", body, **{"X-Session-Id": session_id, "X-Instance-Id": instance_id}
+            "/generate", body, headers={"X-Session-Id": session_id, "X-Instance-Id": instance_id}
         )
         return [int(t) for t in data["output_ids"]]
 
@@ -149,10 +169,10 @@ class ProxyRolloutClient:
         return [record_to_sample(r) for r in data["segments"]]
 
     async def pause(self, mode: str = "in_place") -> None:
-        await self._post("/pause_generation", {"mode": mode})
+        await self._post("/pause_generation", {"mode": mode}, control=True)
 
     async def resume(self) -> None:
-        await self._post("/continue_generation", {})
+        await self._post("/continue_generation", {}, control=True)
 
 
 @dataclass
