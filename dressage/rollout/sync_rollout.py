@@ -28,7 +28,7 @@ import httpx
 
 from dressage.proxy.records import record_to_sample
 from dressage.rollout.artifacts.samples import Sample
-from dressage.rollout.groups import Group, GroupFailed, TrainBatch
+from dressage.rollout.groups import Group, GroupFailed, GroupRollout, TrainBatch
 
 DROP_RETRIES_EXHAUSTED: Final = "retries_exhausted"
 STALENESS_REFUSAL: Final = "partial_rollout_staleness_exceeded"
@@ -149,6 +149,28 @@ class ProxyRolloutClient:
         )
         return [int(t) for t in data["output_ids"]]
 
+    async def create_session(self, session_id: str, instance_id: str) -> None:
+        """Open a session ahead of an agent that cannot send `X-Instance-Id` itself."""
+        await self._post("/sessions", {"session_id": session_id, "instance_id": instance_id})
+
+    async def refusal(self, session_id: str) -> str | None:
+        """The stable error name the proxy stopped `session_id` with, if it did."""
+        try:
+            response = await self._client.get(f"{self.base_url}/sessions/{session_id}")
+        except httpx.HTTPError as exc:
+            raise RolloutError(f"GET /sessions: {type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            return None
+        refusal = response.json().get("refusal")
+        if not isinstance(refusal, dict):
+            return None
+        code = refusal.get("code") or refusal.get("type")
+        return str(code) if code else None
+
+    def session_base_url(self, session_id: str) -> str:
+        """An OpenAI base URL that carries the session in its path, for unmodified agents."""
+        return f"{self.base_url}/s/{session_id}/v1"
+
     async def finalize(self, session_id: str, reward: float | None) -> None:
         await self._post(f"/sessions/{session_id}/finalize", {"reward": reward})
 
@@ -199,6 +221,7 @@ class SyncCollector:
         seed: int = 0,
         run_tag: str = "run",
         retry_backoff_s: float = 0.5,
+        rollout: GroupRollout | None = None,
     ) -> None:
         if group_size < 1 or batch_size < 1 or concurrency < 1 or max_retries < 0:
             raise ValueError("group_size, batch_size and concurrency must be >= 1, retries >= 0")
@@ -214,7 +237,7 @@ class SyncCollector:
         self.next_prompt = 0
         self.version: str | None = None
         self._slots = asyncio.Semaphore(concurrency)
-        self.rollout = SingleTurnRollout(
+        self.rollout: GroupRollout = rollout or SingleTurnRollout(
             source=source,
             client=client,
             group_size=group_size,

@@ -8,6 +8,7 @@ staleness control at the batch sink.
 
 from __future__ import annotations
 
+from dressage.agents.blackbox import BlackboxRollout
 from dressage.api.job import AsyncRLJobSpec, RolloutMode
 from dressage.rollout.fully_async_rollout import FullyAsyncRolloutCollector
 from dressage.rollout.groups import Collector, GroupRollout
@@ -20,6 +21,7 @@ from dressage.rollout.sync_rollout import (
     SingleTurnRollout,
     SyncCollector,
 )
+from dressage.tasks.codec import TaskPrompts
 
 
 def sampling_of(spec: AsyncRLJobSpec) -> SamplingSettings:
@@ -73,13 +75,31 @@ def make_collector(
             concurrency=rollout.concurrency,
             seed=spec.training.seed,
             run_tag=run_tag,
+            rollout=group_rollout(spec, source=source, proxy=proxy, run_tag=run_tag),
         )
-    group_rollout = SingleTurnRollout(
+    return async_collector(spec, group_rollout(spec, source=source, proxy=proxy, run_tag=run_tag))
+
+
+def group_rollout(
+    spec: AsyncRLJobSpec, *, source: PromptSource, proxy: ProxyRolloutClient, run_tag: str
+) -> GroupRollout:
+    """How one prompt group is produced: the whitebox loop, or the job's blackbox program."""
+    if spec.task.agent == "blackbox":
+        if not isinstance(source, TaskPrompts):
+            raise ValueError("a blackbox agent needs a task prompt source")
+        return BlackboxRollout(
+            command=spec.task.agent_command or [],
+            task=source.task,
+            client=proxy,
+            group_size=spec.rollout.group_size,
+            sampling=sampling_of(spec),
+            run_tag=run_tag,
+        )
+    return SingleTurnRollout(
         source=source,
         client=proxy,
-        group_size=rollout.group_size,
+        group_size=spec.rollout.group_size,
         sampling=sampling_of(spec),
         seed=spec.training.seed,
         run_tag=run_tag,
     )
-    return async_collector(spec, group_rollout)

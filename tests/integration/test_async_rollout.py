@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,7 @@ from tests.integration.proxy_support import wait_for
 from tests.integration.test_run_local import Runner
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 POOL = 100
 """httpx's default connection pool size."""
@@ -118,3 +120,34 @@ def test_async_job_runs_end_to_end_with_staleness_controls(
     assert all(h["staleness/version_span_min"] >= 1 for h in history)
     report = json.loads((tmp_path / "runs" / name / "report.json").read_text())
     assert len(report["steps"]) == 3
+
+
+def test_blackbox_agent_program_trains_through_the_proxy(tmp_path: Path) -> None:
+    """An unmodified OpenAI-client program is the agent; its chat turns become samples."""
+    manifest = _manifest(
+        tmp_path,
+        small_model(tmp_path / "model"),
+        "blackbox",
+        "partial_async",
+        keepVersions=2,
+        maxPartialRolloutPreempts=1,
+    )
+    job = yaml.safe_load(manifest.read_text())
+    job["spec"]["task"]["agent"] = "blackbox"
+    job["spec"]["task"]["agentCommand"] = [
+        sys.executable,
+        str(ROOT / "examples/agents/chat_solver.py"),
+    ]
+    job["spec"]["training"]["steps"] = 2
+    manifest.write_text(yaml.safe_dump(job))
+    runner = Runner(manifest, tmp_path / "runs")
+    try:
+        assert runner.wait() == 0, runner.output[-3000:]
+    finally:
+        runner.kill()
+    history = [
+        json.loads(line)
+        for line in (tmp_path / "runs" / "blackbox" / "history.jsonl").read_text().splitlines()
+    ]
+    assert [h["step"] for h in history] == [1, 2]
+    assert all(h["samples"] >= 4 for h in history)

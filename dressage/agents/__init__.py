@@ -1,0 +1,1 @@
+"""Agents: how a trajectory is produced (whitebox loops in our code, blackbox programs)."""

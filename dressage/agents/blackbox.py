@@ -1,0 +1,100 @@
+"""Blackbox agents: unmodified external programs that only speak the OpenAI chat API.
+
+The harness starts the agent's command once per trajectory, with the standard OpenAI
+environment (`OPENAI_BASE_URL` pointing at the rollout proxy with the session in its path,
+`OPENAI_API_KEY`) and the task's question on standard input, and scores what the program prints
+with the task's verifiable reward. The proxy records every chat turn as token-level segments
+with per-token versions, so the samples are the same as a whitebox agent's.
+
+Failures: a program that exits non-zero or runs past its deadline fails the trajectory, and so
+the prompt group, which the collector retries whole. When the proxy refused the session (for
+example 502 `partial_rollout_staleness_exceeded`), the failure carries that name so it is
+counted as a staleness failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+
+from dressage.rollout.groups import Group
+from dressage.rollout.sync_rollout import (
+    ProxyRolloutClient,
+    RolloutError,
+    SamplingSettings,
+    collect_group,
+)
+from dressage.tasks.base import Task
+
+AGENT_ERROR = "agent_failed"
+
+
+class BlackboxRollout:
+    """One prompt group of a blackbox agent: `(prompt index, attempt) -> Group`."""
+
+    def __init__(
+        self,
+        *,
+        command: Sequence[str],
+        task: Task,
+        client: ProxyRolloutClient,
+        group_size: int,
+        sampling: SamplingSettings,
+        run_tag: str = "run",
+        timeout_s: float = 300.0,
+        api_key: str = "dressage",
+    ) -> None:
+        if not command:
+            raise ValueError("task.agentCommand: a blackbox agent needs a command")
+        self.command = list(command)
+        self.task = task
+        self.client = client
+        self.group_size = group_size
+        self.sampling = sampling
+        self.run_tag = run_tag
+        self.timeout_s = timeout_s
+        self.api_key = api_key
+
+    async def __call__(self, index: int, attempt: int) -> Group:
+        group_id = f"{self.run_tag}-p{index}-a{attempt}"
+        prompt = self.task.prompt(index)
+
+        async def trajectory(session_id: str, member: int) -> None:
+            await self.client.create_session(session_id, group_id)
+            output = await self._run_agent(session_id, prompt.text)
+            await self.client.finalize(session_id, self.task.reward(prompt, output))
+
+        return await collect_group(self.client, group_id, self.group_size, trajectory)
+
+    async def _run_agent(self, session_id: str, question: str) -> str:
+        env = dict(
+            os.environ,
+            OPENAI_BASE_URL=self.client.session_base_url(session_id),
+            OPENAI_API_KEY=self.api_key,
+            AGENT_MAX_TOKENS=str(self.sampling.max_new_tokens),
+            AGENT_TEMPERATURE=str(self.sampling.temperature),
+        )
+        process = await asyncio.create_subprocess_exec(
+            *self.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        try:
+            out, err = await asyncio.wait_for(
+                process.communicate(question.encode()), self.timeout_s
+            )
+        except (TimeoutError, asyncio.CancelledError):
+            process.kill()
+            await process.wait()
+            raise
+        if process.returncode != 0:
+            code = await self.client.refusal(session_id)
+            tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise RolloutError(
+                f"agent {self.command[0]} exited {process.returncode}: {tail[0][:200]}",
+                code=code or AGENT_ERROR,
+            )
+        return out.decode(errors="replace").strip()

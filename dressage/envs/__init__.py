@@ -1,1 +1,0 @@
-"""Whitebox environments: multi-turn text tasks whose loop runs in our own code."""
