@@ -1,0 +1,123 @@
+"""Shared helpers of the run-level benchmarks: derive a job from `examples/local-tiny.yaml`,
+run it with `dressage run` in a child process, and read back its per-step history.
+
+Each run is a real local run (embedded CPU engine, proxy, in-process GRPO trainer); runs are
+started one after the other so they never share the CPU with each other.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE_JOB = ROOT / "examples" / "local-tiny.yaml"
+
+
+def base_job() -> dict[str, Any]:
+    """The tuned learning job of the README, as a plain dict."""
+    job: dict[str, Any] = yaml.safe_load(BASE_JOB.read_text())
+    return job
+
+
+def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` merged in recursively (a None value deletes the key)."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@dataclass
+class RunResult:
+    """One finished `dressage run`: its history lines and how long the process took."""
+
+    name: str
+    returncode: int
+    wall_seconds: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+    output_tail: str = ""
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and bool(self.history)
+
+
+def run_job(
+    job: dict[str, Any], workdir: Path, *, steps: int, timeout_s: float = 900.0
+) -> RunResult:
+    """Run `job` from scratch for `steps` steps under `workdir` and return its history."""
+    name = str(job["metadata"]["name"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    manifest = workdir / f"{name}.yaml"
+    manifest.write_text(yaml.safe_dump(job, sort_keys=False))
+    log = workdir / f"{name}.log"
+    cmd = [sys.executable, "-m", "dressage", "run", str(manifest)]
+    cmd += ["--workdir", str(workdir), "--steps", str(steps), "--fresh"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    started = time.monotonic()
+    timed_out = False
+    with log.open("w") as sink:
+        process = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        try:
+            code = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            code = _stop(process)
+        finally:
+            if process.poll() is None:  # interrupted: never leave the run behind
+                _stop(process)
+    wall = time.monotonic() - started
+    history_path = workdir / name / "history.jsonl"
+    history = []
+    if history_path.exists():
+        history = [json.loads(x) for x in history_path.read_text().splitlines() if x.strip()]
+    tail = log.read_text()[-3000:]
+    return RunResult(name, code, wall, history, tail, timed_out)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> int:
+    """SIGTERM (the run stops its engine and proxy), then SIGKILL after a grace period."""
+    process.terminate()
+    try:
+        return process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def step_seconds(record: dict[str, Any]) -> float:
+    """Wall time of one step: waiting for the batch, training it, publishing the weights."""
+    return float(
+        record.get("rollout_seconds", 0.0)
+        + record.get("train_seconds", 0.0)
+        + record.get("publish_seconds", 0.0)
+    )
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
