@@ -329,6 +329,14 @@ class AsyncRLJobSpec(ApiModel):
                 "staleness.maxPartialRolloutPreempts needs partial rollout: set "
                 "rollout.mode to 'partial_async' or proxy.partialRollout to true"
             )
+        in_flight = self.rollout.concurrency * self.rollout.group_size
+        admitted = self.proxy.max_concurrency * self.proxy.replicas
+        if in_flight > admitted:
+            raise ValueError(
+                f"rollout.concurrency x rollout.groupSize ({in_flight} generations in flight) "
+                f"exceeds what the proxies admit (proxy.maxConcurrency x proxy.replicas = "
+                f"{admitted}); the excess would be refused with HTTP 429"
+            )
         return self
 
     @property

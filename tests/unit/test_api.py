@@ -80,3 +80,12 @@ def test_load_job_rejects_other_kinds(tmp_path: Path) -> None:
     path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     with pytest.raises(JobValidationError, match="kind"):
         load_job(path)
+
+
+def test_rollout_in_flight_beyond_proxy_admission_is_refused() -> None:
+    with pytest.raises(JobValidationError, match=r"rollout.concurrency x rollout.groupSize"):
+        validate_job(_manifest(rollout={"concurrency": 48, "groupSize": 8}))
+    job = validate_job(
+        _manifest(rollout={"concurrency": 48, "groupSize": 8}, proxy={"maxConcurrency": 512})
+    )
+    assert job.spec.proxy.max_concurrency == 512
