@@ -10,24 +10,10 @@ earlier ones. Every trajectory is therefore single-version, and batch-level stal
 
 from __future__ import annotations
 
-from dressage.api.job import AsyncRLJobSpec
 from dressage.rollout.collector import AsyncRolloutCollector
-from dressage.rollout.groups import GroupRollout
-from dressage.rollout.staleness import StalenessConfig
 
 
 class FullyAsyncRolloutCollector(AsyncRolloutCollector):
     """The asynchronous collector with the proxy's partial rollout off."""
 
     partial_rollout = False
-
-    @classmethod
-    def from_spec(cls, spec: AsyncRLJobSpec, rollout: GroupRollout) -> AsyncRolloutCollector:
-        """Build the collector a job asks for; settings come from the job model only."""
-        return cls(
-            rollout,
-            batch_size=spec.rollout.batch_size,
-            concurrency=spec.rollout.concurrency,
-            max_retries=spec.rollout.max_retries,
-            staleness=StalenessConfig(keep_versions=spec.staleness.keep_versions),
-        )
