@@ -71,19 +71,19 @@ class SamplingSettings:
 class ProxyRolloutClient:
     """The proxy endpoints a whitebox agent and the collector use.
 
-    Two HTTP clients: one for trajectories (its connection pool is not capped: the collector's
-    `concurrency` bounds the requests) and one for the control plane (pause/continue). A pause
-    parks every in-flight generation at the proxy until continue; if continue had to queue for
-    a connection behind those parked requests, it would never be sent.
+    Two HTTP clients: one for trajectories and one for the control plane (pause/continue). A
+    pause parks every in-flight generation at the proxy until continue; if continue had to queue
+    for a connection behind those parked requests, it would never be sent. The trajectory pool
+    keeps httpx's default size on purpose: httpcore scans every pooled connection each time a
+    request finishes, so a pool of hundreds of connections costs quadratic CPU on the event
+    loop; requests beyond the pool wait in the client instead.
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = 600.0, token: str | None = None):
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
-            headers=headers,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers
         )
         self._control = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers
