@@ -16,15 +16,11 @@ import dataclasses
 import os
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import dressage
-
-_PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
+from dressage.testing import run_until_ready
 
 
 @dataclasses.dataclass
@@ -96,56 +92,9 @@ def start_engine(
         min_step_interval_ms=min_step_interval_ms,
         extra_args=extra_args,
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
-    )
-    env.setdefault("OMP_NUM_THREADS", str(threads))
-    env["PYTHONUNBUFFERED"] = "1"
-    process = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    output: list[str] = []
     marker = "engine listening on " if start_unloaded else "engine ready on "
-    found = threading.Event()
-    url: list[str] = []
-
-    def drain() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            output.append(line.rstrip("\n"))
-            if not found.is_set() and line.startswith(marker):
-                url.append(line[len(marker) :].strip())
-                found.set()
-        found.set()  # the process ended: stop waiting
-
-    reader = threading.Thread(target=drain, name="engine-output", daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not found.wait(timeout=0.1):
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"engine did not print {marker!r} within {startup_timeout_s}s:\n"
-                    + "\n".join(output[-30:])
-                )
-        if not url:
-            raise RuntimeError(
-                f"engine exited with {process.wait()} before it was up:\n" + "\n".join(output[-30:])
-            )
-        yield EngineProcess(base_url=url[0], process=process, output=output)
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=15)
-        reader.join(timeout=5)
-        if process.stdout is not None:
-            process.stdout.close()
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+    with run_until_ready(
+        "engine", cmd, marker, env=env, startup_timeout_s=startup_timeout_s
+    ) as ready:
+        yield EngineProcess(base_url=ready.url, process=ready.process, output=ready.output)

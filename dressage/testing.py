@@ -1,0 +1,93 @@
+"""Run a project process (`python -m dressage ...`) until it prints its ready line.
+
+Shared by the engine and proxy test helpers (`dressage.engine.testing`,
+`dressage.proxy.testing`) and the benchmarks: start the command with the project on
+`PYTHONPATH`, drain its output in the background so it never blocks on a full pipe, wait for
+the line starting with `marker` and return the URL after it, and on exit terminate the process
+(SIGTERM, then SIGKILL after a grace period). Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import dressage
+
+PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
+
+
+@dataclass
+class ReadyProcess:
+    """A running process and the URL from its ready line."""
+
+    url: str
+    process: subprocess.Popen[str]
+    output: list[str]
+    """Every line the process printed (stdout and stderr), for failure messages."""
+
+
+@contextmanager
+def run_until_ready(
+    name: str,
+    cmd: Sequence[str],
+    marker: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    startup_timeout_s: float = 60.0,
+) -> Iterator[ReadyProcess]:
+    """Run `cmd` for the duration of the `with` block once it printed `marker` + URL."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PROJECT_ROOT), full_env.get("PYTHONPATH", "")) if p
+    )
+    full_env["PYTHONUNBUFFERED"] = "1"
+    process = subprocess.Popen(
+        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env
+    )
+    output: list[str] = []
+    found = threading.Event()
+    url: list[str] = []
+
+    def drain() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line.rstrip("\n"))
+            if not found.is_set() and line.startswith(marker):
+                url.append(line[len(marker) :].strip())
+                found.set()
+        found.set()  # the process ended: stop waiting
+
+    reader = threading.Thread(target=drain, name=f"{name}-output", daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not found.wait(timeout=0.1):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{name} did not print {marker!r} within {startup_timeout_s}s:\n"
+                    + "\n".join(output[-30:])
+                )
+        if not url:
+            raise RuntimeError(
+                f"{name} exited with {process.wait()} before it was up:\n" + "\n".join(output[-30:])
+            )
+        yield ReadyProcess(url=url[0], process=process, output=output)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=15)
+        reader.join(timeout=5)
+        if process.stdout is not None:
+            process.stdout.close()
