@@ -80,20 +80,22 @@ class TaskSpec(ApiModel):
     """The environment and the verifiable reward."""
 
     name: str = Field(default="arithmetic", min_length=1)
-    """Task name from the task registry (for example `arithmetic`, `textworld`, `blackbox`)."""
+    """Task name from the task registry (`arithmetic`, single-turn; `household`, a multi-turn
+    environment with tools)."""
     agent: Literal["whitebox", "blackbox"] = "whitebox"
     """Whitebox agents run our environment loop; blackbox agents are external programs that
     only speak the OpenAI chat API to the proxy."""
     agent_command: list[str] | None = None
     """Command line of a blackbox agent program (required when `agent` is `blackbox`)."""
-    max_turns: int = Field(default=1, ge=1)
-    """Maximum turns per trajectory for multi-turn tasks."""
+    max_turns: int | None = Field(default=None, ge=1)
+    """Maximum turns per trajectory for multi-turn tasks; unset uses the task's own limit."""
     dataset_size: int = Field(default=4096, ge=1)
     """Number of prompts the task generator yields per epoch."""
     seed: int = 0
     """Seed of the task generator."""
     params: dict[str, int | float | str] = Field(default_factory=dict)
-    """Task-specific settings (for `arithmetic`: `maxOperand`, the largest operand)."""
+    """Task-specific settings (`arithmetic`: `maxOperand`, the largest operand; `household`:
+    `boxes`, the number of boxes to search)."""
 
 
 class ResourceRequirements(ApiModel):

@@ -1,11 +1,13 @@
 """Supervised warm start: teach a policy the task's answer format before RL.
 
 A randomly initialised model (such as `builtin:tiny`) never samples a correct answer, so GRPO
-would see only zero rewards and learn nothing. The warm start trains on `prompt -> answer<eos>`
-pairs from the task (drawn with a seed apart from the RL prompts) and stops as soon as the
-*expected reward at temperature 1* reaches `target_reward`: the probability of sampling the exact
-answer turn, averaged over the task's first `eval_prompts` RL prompts. The policy then starts
-RL with a low but nonzero success rate, and RL's effect stays visible.
+would see only zero rewards and learn nothing. The warm start trains on demonstrations drawn
+with a seed apart from the RL prompts: `prompt -> answer<eos>` pairs of a single-turn task, or
+every turn of an environment's expert episode, in the context the rollout builds. It stops as
+soon as the *expected reward at temperature 1* reaches `target_reward`: the probability of
+sampling the demonstrated answer turn, averaged over the task's first `eval_prompts` RL prompts
+(and over the turns of each episode). The policy then starts RL with a low but nonzero success
+rate, and RL's effect stays visible.
 
 The result is a Hugging Face checkpoint directory (tokenizer files included), cached under
 `cache_dir/warmstart/<hash>` where the hash covers the base weights, the task and the settings.
@@ -26,8 +28,8 @@ from pathlib import Path
 import torch
 
 from dressage.api.job import AsyncRLJobSpec, TaskSpec, WarmStartSpec
-from dressage.tasks import Task, get_task
-from dressage.tasks.codec import PromptCodec
+from dressage.tasks import Environment, Task, get_task
+from dressage.tasks.codec import PromptCodec, demonstration
 
 WARM_START_SEED_OFFSET = 1_000_003
 """Added to the task seed for the warm start's training prompts."""
@@ -84,23 +86,29 @@ def answer_logprobs(
 
 
 def expected_reward(
-    model: torch.nn.Module, codec: PromptCodec, task: Task, count: int, pad_id: int
+    model: torch.nn.Module, codec: PromptCodec, task: Task | Environment, count: int, pad_id: int
 ) -> float:
-    """Mean probability of sampling the exact answer turn over prompts `0..count-1`."""
+    """Mean probability of sampling the demonstrated answer turn over prompts `0..count-1`.
+
+    For a single-turn task this is the expected reward at temperature 1 exactly. For an
+    environment it is the mean over the expert's turns (context as the rollout builds it), a
+    stand-in for the success rate: the expert is one good policy among several.
+    """
     model.eval()
-    total = 0.0
+    per_prompt: list[float] = []
     with torch.no_grad():
         for start in range(0, count, 128):
-            batch = [task.prompt(i) for i in range(start, min(count, start + 128))]
-            lp = answer_logprobs(
-                model,
-                [codec.encode_prompt(p) for p in batch],
-                [codec.encode_answer(p.answer) for p in batch],
-                pad_id,
-            )
-            total += float(lp.exp().sum())
+            demos = [demonstration(task, codec, i) for i in range(start, min(count, start + 128))]
+            turns = [turn for demo in demos for turn in demo]
+            probs = answer_logprobs(
+                model, [c for c, _ in turns], [a for _, a in turns], pad_id
+            ).exp()
+            offset = 0
+            for demo in demos:
+                per_prompt.append(float(probs[offset : offset + len(demo)].mean()))
+                offset += len(demo)
     model.train()
-    return total / count
+    return sum(per_prompt) / count
 
 
 def warm_start(
@@ -137,11 +145,13 @@ def warm_start(
     step = 0
     eval_every = 5
     while reward < settings.target_reward and step < settings.max_steps:
-        batch = [
-            train_task.prompt(step * settings.batch_size + i) for i in range(settings.batch_size)
+        turns = [
+            turn
+            for i in range(settings.batch_size)
+            for turn in demonstration(train_task, codec, step * settings.batch_size + i)
         ]
-        prompts = [codec.encode_prompt(p) for p in batch]
-        answers = [codec.encode_answer(p.answer) for p in batch]
+        prompts = [context for context, _ in turns]
+        answers = [answer for _, answer in turns]
         n_tokens = sum(len(a) for a in answers)
         loss = -answer_logprobs(model, prompts, answers, pad_id).sum() / n_tokens
         optimizer.zero_grad(set_to_none=True)

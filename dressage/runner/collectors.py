@@ -1,14 +1,16 @@
 """Pick the collector for a job's `spec.rollout.mode`.
 
-All three modes roll out the same prompt groups through the proxy (`SingleTurnRollout`); they
-differ only in scheduling: `sync` collects a batch and waits for training, `fully_async` and
-`partial_async` keep a background worker generating while the trainer trains, with batch-level
-staleness control at the batch sink.
+All three modes roll out the same prompt groups through the proxy (`group_rollout`: one answer
+per trajectory for a single-turn task, our multi-turn agent loop for an environment, or the
+job's blackbox program); they differ only in scheduling: `sync` collects a batch and waits for
+training, `fully_async` and `partial_async` keep a background worker generating while the
+trainer trains, with batch-level staleness control at the batch sink.
 """
 
 from __future__ import annotations
 
 from dressage.agents.blackbox import BlackboxRollout
+from dressage.agents.whitebox import WhiteboxAgentRollout
 from dressage.api.job import AsyncRLJobSpec, RolloutMode
 from dressage.rollout.fully_async_rollout import FullyAsyncRolloutCollector
 from dressage.rollout.groups import Collector, GroupRollout
@@ -21,6 +23,7 @@ from dressage.rollout.sync_rollout import (
     SingleTurnRollout,
     SyncCollector,
 )
+from dressage.tasks.base import is_environment
 from dressage.tasks.codec import TaskPrompts
 
 
@@ -84,8 +87,23 @@ def group_rollout(
     spec: AsyncRLJobSpec, *, source: PromptSource, proxy: ProxyRolloutClient, run_tag: str
 ) -> GroupRollout:
     """How one prompt group is produced: the whitebox loop, or the job's blackbox program."""
+    if isinstance(source, TaskPrompts) and is_environment(source.task):
+        if spec.task.agent == "blackbox":
+            raise ValueError(
+                f"spec.task.agent: {source.task.name} is a multi-turn environment that only "
+                "the whitebox agent plays; blackbox agents need a single-turn task"
+            )
+        return WhiteboxAgentRollout(
+            environment=source.task,
+            codec=source.codec,
+            client=proxy,
+            group_size=spec.rollout.group_size,
+            sampling=sampling_of(spec),
+            seed=spec.training.seed,
+            run_tag=run_tag,
+        )
     if spec.task.agent == "blackbox":
-        if not isinstance(source, TaskPrompts):
+        if not isinstance(source, TaskPrompts) or is_environment(source.task):
             raise ValueError("a blackbox agent needs a task prompt source")
         return BlackboxRollout(
             command=spec.task.agent_command or [],

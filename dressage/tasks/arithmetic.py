@@ -57,6 +57,8 @@ def _from_spec(spec: TaskSpec) -> ArithmeticTask:
     unknown = set(spec.params) - {"maxOperand"}
     if unknown:
         raise ValueError(f"spec.task.params: unknown arithmetic settings {sorted(unknown)}")
+    if spec.max_turns not in (None, 1):
+        raise ValueError(f"spec.task.maxTurns: arithmetic is single-turn, got {spec.max_turns}")
     raw = spec.params.get("maxOperand", DEFAULT_MAX_OPERAND)
     if not isinstance(raw, int) or isinstance(raw, bool):
         raise ValueError(f"spec.task.params.maxOperand must be an integer, got {raw!r}")

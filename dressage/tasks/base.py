@@ -1,8 +1,13 @@
-"""The task interface and the registry that maps `spec.task.name` to a task.
+"""The task interfaces and the registry that maps `spec.task.name` to a task.
 
-A task is a deterministic, offline prompt source plus a verifiable reward. Prompts are indexed:
-`prompt(i)` is a pure function of the task's seed and `i`, so a collector's data position (an
-integer) is all a checkpoint needs to resume the data stream without repeating or skipping.
+Two kinds of task, both deterministic and offline, both indexed: what prompt `i` holds is a pure
+function of the task's seed and `i`, so a collector's data position (an integer) is all a
+checkpoint needs to resume the data stream without repeating or skipping.
+
+- A single-turn `Task` is a prompt source plus a verifiable reward on one completion.
+- A multi-turn `Environment` hands out stateful `Episode`s: the policy acts, the environment
+  answers with an observation (a tool's output) until the episode is done, and the reward comes
+  from the environment's rules.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+from typing_extensions import TypeIs
 
 from dressage.api.job import TaskSpec
 
@@ -40,7 +47,51 @@ class Task(Protocol):
         ...
 
 
-TaskFactory = Callable[[TaskSpec], Task]
+@dataclass(frozen=True)
+class Step:
+    """What an environment answers to one action."""
+
+    observation: str
+    """Text shown to the policy before its next turn (the tool's output)."""
+    reward: float
+    """Reward of this step; a trajectory's reward is the sum over its steps."""
+    done: bool
+    """Whether the episode ended (success, failure or turn limit)."""
+
+
+class Episode(Protocol):
+    """One run of a multi-turn environment on one prompt instance."""
+
+    prompt: str
+    """The first user message: the goal and what the policy can do."""
+
+    def step(self, action: str) -> Step:
+        """Apply the policy's decoded reply and advance the episode."""
+        ...
+
+    def expert_action(self) -> str:
+        """A good next action from the current state (the warm start's demonstrations)."""
+        ...
+
+
+class Environment(Protocol):
+    """A multi-turn task: `episode(i)` starts a fresh episode of prompt instance `i`."""
+
+    name: str
+    max_turns: int
+    """Turns after which an episode ends unsuccessfully."""
+
+    def episode(self, index: int) -> Episode:
+        """A new episode of instance `index`; every call starts from the same state."""
+        ...
+
+
+def is_environment(task: Task | Environment) -> TypeIs[Environment]:
+    """Whether `task` is a multi-turn environment rather than a single-turn task."""
+    return callable(getattr(task, "episode", None))
+
+
+TaskFactory = Callable[[TaskSpec], Task | Environment]
 _REGISTRY: dict[str, TaskFactory] = {}
 
 
@@ -55,8 +106,8 @@ def task_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_task(spec: TaskSpec) -> Task:
-    """The task named by `spec.name`, configured from `spec`."""
+def get_task(spec: TaskSpec) -> Task | Environment:
+    """The task or environment named by `spec.name`, configured from `spec`."""
     _load_builtin_tasks()
     try:
         factory = _REGISTRY[spec.name]
@@ -69,4 +120,4 @@ def get_task(spec: TaskSpec) -> Task:
 
 def _load_builtin_tasks() -> None:
     # Imported lazily so registering does not depend on import order.
-    from dressage.tasks import arithmetic  # noqa: F401
+    from dressage.tasks import arithmetic, household  # noqa: F401

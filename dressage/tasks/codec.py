@@ -1,8 +1,12 @@
-"""Prompt and completion encoding shared by the collector and the warm start.
+"""Prompt, completion and conversation encoding shared by the rollout and the warm start.
 
-Both must render a task prompt into exactly the same token ids, or the warm start would teach
-a format the rollout never shows. A prompt is one user message rendered with the model's chat
-template (generation prompt appended); the policy answers and ends its turn with end-of-sequence.
+Both must render a task into exactly the same token ids, or the warm start would teach a format
+the rollout never shows. A prompt is one user message rendered with the model's chat template
+(generation prompt appended); the policy answers and ends its turn with end-of-sequence. In a
+multi-turn episode the conversation grows by token ids only (`Conversation`): the policy's
+output ids as generated, then the environment's observation rendered as a tool message and the
+next generation prompt. Earlier tokens are never re-tokenized, so every turn's input extends the
+previous turn's exactly, which is what the proxy needs to keep one segment per trajectory.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dressage.tasks.base import Prompt, Task
+from dressage.tasks.base import Environment, Prompt, Task, is_environment
 
 
 class PromptCodec:
@@ -41,8 +45,30 @@ class PromptCodec:
         return prompt.text
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
-        ids = self.tokenizer.encode(self.prompt_text(prompt), add_special_tokens=False)
-        return [int(i) for i in ids]
+        return self.encode_text(self.prompt_text(prompt))
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of `text` as is (special-token markers included, nothing added)."""
+        return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
+
+    def observation_text(self, observation: str) -> str:
+        """What follows a finished policy turn: the template's separator after an assistant
+        turn, the observation as a tool message, and the next assistant generation prompt."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            return f"\n{observation}\n"
+        tool = [{"role": "tool", "content": observation}]
+        rendered = self.tokenizer.apply_chat_template(
+            tool, add_generation_prompt=True, tokenize=False
+        )
+        return self._turn_separator() + str(rendered)
+
+    def _turn_separator(self) -> str:
+        marker = "\x00"
+        assistant = [{"role": "assistant", "content": marker}]
+        text = str(self.tokenizer.apply_chat_template(assistant, tokenize=False))
+        after = text.split(marker, 1)[1]
+        eos = str(self.tokenizer.eos_token)
+        return after.split(eos, 1)[1] if eos in after else after
 
     def encode_answer(self, answer: str) -> list[int]:
         """Token ids of a complete answer turn: the answer text then end-of-sequence."""
@@ -60,14 +86,66 @@ class PromptCodec:
 
 
 class TaskPrompts:
-    """A task's prompts as token ids and its reward on generated ids (the collector's source)."""
+    """A task's prompts as token ids and its reward on generated ids (the collector's source).
 
-    def __init__(self, task: Task, codec: PromptCodec) -> None:
+    For an environment, `prompt_ids` is the first turn's prompt; its reward comes from the
+    episode (see `dressage.agents.whitebox`), so `reward` refuses.
+    """
+
+    def __init__(self, task: Task | Environment, codec: PromptCodec) -> None:
         self.task = task
         self.codec = codec
 
     def prompt_ids(self, index: int) -> list[int]:
+        if is_environment(self.task):
+            first = self.task.episode(index).prompt
+            return self.codec.encode_prompt(Prompt(index=index, text=first, answer=""))
         return self.codec.encode_prompt(self.task.prompt(index))
 
     def reward(self, index: int, output_ids: Sequence[int]) -> float:
+        if is_environment(self.task):
+            raise TypeError(f"{self.task.name} is multi-turn: its episodes give the reward")
         return self.task.reward(self.task.prompt(index), self.codec.decode_completion(output_ids))
+
+
+class Conversation:
+    """The token ids of one multi-turn episode, grown turn by turn without re-tokenizing."""
+
+    def __init__(self, codec: PromptCodec, first_message: str) -> None:
+        self.codec = codec
+        self.ids: list[int] = codec.encode_prompt(Prompt(index=-1, text=first_message, answer=""))
+
+    def add_turn(self, output_ids: Sequence[int], observation: str) -> None:
+        """Append the policy's output and the environment's answer to it.
+
+        An output cut off by the token budget gets an end-of-sequence appended, so the next turn
+        starts from a well-formed history (the proxy records it with loss mask 0).
+        """
+        self.ids.extend(int(i) for i in output_ids)
+        if not output_ids or output_ids[-1] != self.codec.eos_id:
+            self.ids.append(self.codec.eos_id)
+        self.ids.extend(self.codec.encode_text(self.codec.observation_text(observation)))
+
+
+def demonstration(
+    task: Task | Environment, codec: PromptCodec, index: int
+) -> list[tuple[list[int], list[int]]]:
+    """`(context ids, answer ids)` for every policy turn of a good episode on prompt `index`.
+
+    A single-turn task gives one pair (the prompt and the reference answer); an environment
+    replays its expert, building the context exactly as the rollout does.
+    """
+    if not is_environment(task):
+        prompt = task.prompt(index)
+        return [(codec.encode_prompt(prompt), codec.encode_answer(prompt.answer))]
+    episode = task.episode(index)
+    conversation = Conversation(codec, episode.prompt)
+    turns: list[tuple[list[int], list[int]]] = []
+    for _ in range(task.max_turns):
+        answer = codec.encode_answer(episode.expert_action())
+        turns.append((list(conversation.ids), answer))
+        step = episode.step(codec.decode_completion(answer))
+        if step.done:
+            break
+        conversation.add_turn(answer, step.observation)
+    return turns

@@ -122,6 +122,33 @@ def test_async_job_runs_end_to_end_with_staleness_controls(
     assert len(report["steps"]) == 3
 
 
+def test_multi_turn_environment_trains_with_the_whitebox_agent(tmp_path: Path) -> None:
+    """A household job: every trajectory is the agent's episode, one sample each."""
+    manifest = _manifest(
+        tmp_path,
+        small_model(tmp_path / "model"),
+        "household",
+        "partial_async",
+        keepVersions=2,
+        maxPartialRolloutPreempts=2,
+    )
+    job = yaml.safe_load(manifest.read_text())
+    job["spec"]["task"] = {"name": "household", "params": {"boxes": 2}}
+    job["spec"]["training"]["steps"] = 2
+    manifest.write_text(yaml.safe_dump(job))
+    runner = Runner(manifest, tmp_path / "runs")
+    try:
+        assert runner.wait() == 0, runner.output[-3000:]
+    finally:
+        runner.kill()
+    history = [
+        json.loads(line)
+        for line in (tmp_path / "runs" / "household" / "history.jsonl").read_text().splitlines()
+    ]
+    assert [h["step"] for h in history] == [1, 2]
+    assert all(h["samples"] == 4 for h in history)  # 2 groups x 2 trajectories, one sample each
+
+
 def test_blackbox_agent_program_trains_through_the_proxy(tmp_path: Path) -> None:
     """An unmodified OpenAI-client program is the agent; its chat turns become samples."""
     manifest = _manifest(

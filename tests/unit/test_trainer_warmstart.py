@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from dressage.api.job import TaskSpec, WarmStartSpec
-from dressage.model.warmstart import cache_key, warm_start
-from dressage.trainer.testing import small_model
+from dressage.model.tiny import build_tiny_model
+from dressage.model.warmstart import cache_key, expected_reward, warm_start
+from dressage.tasks import get_task
+from dressage.tasks.codec import PromptCodec
+from dressage.trainer.testing import SMALL, small_model
 
 torch.set_num_threads(1)
 
@@ -33,3 +37,20 @@ def test_warm_start_trains_saves_and_reuses_its_cache(tmp_path: Path) -> None:
 
     other = settings.model_copy(update={"max_steps": 11})
     assert cache_key(base, task, other) != cache_key(base, task, settings)
+
+
+def test_warm_start_on_an_environment_learns_its_expert_turns(tmp_path: Path) -> None:
+    """On a multi-turn environment the warm start trains on every turn of expert episodes."""
+    base = build_tiny_model(tmp_path / "base", config=replace(SMALL, max_position_embeddings=256))
+    task = TaskSpec(name="household")
+    settings = WarmStartSpec(target_reward=1.0, max_steps=10, batch_size=8, eval_prompts=8)
+    codec = PromptCodec.from_pretrained(base)
+    env = get_task(task)
+    from transformers import AutoModelForCausalLM
+
+    untrained = AutoModelForCausalLM.from_pretrained(str(base))
+    before = expected_reward(untrained, codec, env, 8, pad_id=0)
+    result = warm_start(base, task, settings, tmp_path / "cache", log=lambda _: None)
+    assert result.steps == 10
+    assert before < result.expected_reward < 1.0
+    assert cache_key(base, task, settings) != cache_key(base, TaskSpec(), settings)

@@ -1,0 +1,82 @@
+"""The whitebox agent: our own multi-turn loop between the policy and an environment.
+
+Each trajectory plays one episode of the environment through the rollout proxy's token-level
+`POST /generate`, one proxy session per trajectory. A turn sends the whole conversation so far
+as token ids; the proxy finds that they extend the session's segment exactly, records the
+observation tokens with loss mask 0 and the generated tokens with their logprobs and per-token
+versions. The decoded reply is the action; the environment's answer is appended as a tool
+message and the loop goes on until the episode is done or the turn limit is reached. The
+trajectory's reward is the sum of its step rewards, given to the proxy when the session is
+finalized; the group's samples are read back from the proxy like every other rollout's.
+
+A turn refused by the proxy (a version change without partial rollout, or the partial-rollout
+span limit) fails the trajectory and so the group, which the collector retries whole.
+"""
+
+from __future__ import annotations
+
+from dressage.rollout.groups import Group
+from dressage.rollout.sync_rollout import (
+    ProxyRolloutClient,
+    SamplingSettings,
+    collect_group,
+    sample_seed,
+)
+from dressage.tasks.base import Environment
+from dressage.tasks.codec import Conversation, PromptCodec
+
+
+class WhiteboxAgentRollout:
+    """One prompt group of a multi-turn environment: `(prompt index, attempt) -> Group`."""
+
+    def __init__(
+        self,
+        *,
+        environment: Environment,
+        codec: PromptCodec,
+        client: ProxyRolloutClient,
+        group_size: int,
+        sampling: SamplingSettings,
+        seed: int = 0,
+        run_tag: str = "run",
+    ) -> None:
+        self.environment = environment
+        self.codec = codec
+        self.client = client
+        self.group_size = group_size
+        self.sampling = sampling
+        self.seed = seed
+        self.run_tag = run_tag
+
+    async def __call__(self, index: int, attempt: int) -> Group:
+        group_id = f"{self.run_tag}-p{index}-a{attempt}"
+
+        async def trajectory(session_id: str, member: int) -> None:
+            seed = sample_seed(self.seed, index, attempt, member)
+            reward = await self.play(index, session_id=session_id, instance_id=group_id, seed=seed)
+            await self.client.finalize(session_id, reward)
+
+        return await collect_group(self.client, group_id, self.group_size, trajectory)
+
+    async def play(self, index: int, *, session_id: str, instance_id: str, seed: int) -> float:
+        """Play one episode of instance `index` in proxy session `session_id`; its reward.
+
+        Turn `t` samples with seed `seed + t`, so a trajectory is reproducible on one engine.
+        """
+        episode = self.environment.episode(index)
+        conversation = Conversation(self.codec, episode.prompt)
+        reward = 0.0
+        for turn in range(self.environment.max_turns):
+            output = await self.client.generate(
+                conversation.ids,
+                self.sampling,
+                session_id=session_id,
+                instance_id=instance_id,
+                seed=(seed + turn) % (2**31 - 1),
+            )
+            step = episode.step(self.codec.decode_completion(output))
+            reward += step.reward
+            if step.done:
+                break
+            conversation.add_turn(output, step.observation)
+        return reward
