@@ -1,5 +1,6 @@
-"""Shared helpers of the run-level benchmarks: derive a job from `examples/local-tiny.yaml`,
-run it with `dressage run` in a child process, and read back its per-step history.
+"""Shared helpers of the run-level benchmarks: derive a job from an example manifest (by
+default `examples/local-tiny.yaml`), run it with `dressage run` in a child process, and read
+back its per-step history.
 
 Each run is a real local run (embedded CPU engine, proxy, in-process GRPO trainer); runs are
 started one after the other so they never share the CPU with each other.
@@ -24,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE_JOB = ROOT / "examples" / "local-tiny.yaml"
 
 
-def base_job() -> dict[str, Any]:
-    """The tuned learning job of the README, as a plain dict."""
-    job: dict[str, Any] = yaml.safe_load(BASE_JOB.read_text())
+def base_job(path: Path = BASE_JOB) -> dict[str, Any]:
+    """An example job (by default the README's learning job), as a plain dict."""
+    job: dict[str, Any] = yaml.safe_load(path.read_text())
     return job
 
 

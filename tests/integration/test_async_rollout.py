@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -92,6 +94,24 @@ def _manifest(tmp: Path, model_dir: Path, name: str, mode: str, **staleness: int
     return path
 
 
+def _run(manifest: Path, runs: Path, name: str) -> tuple[str, list[dict[str, Any]]]:
+    """Run the job to completion; its output and per-step history."""
+    runner = Runner(manifest, runs)
+    try:
+        assert runner.wait() == 0, runner.output[-3000:]
+    finally:
+        runner.kill()
+    lines = (runs / name / "history.jsonl").read_text().splitlines()
+    return runner.output, [json.loads(line) for line in lines]
+
+
+def _edited(manifest: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    job = yaml.safe_load(manifest.read_text())
+    edit(job["spec"])
+    manifest.write_text(yaml.safe_dump(job))
+    return manifest
+
+
 @pytest.mark.parametrize(
     ("mode", "staleness"),
     [
@@ -104,16 +124,8 @@ def test_async_job_runs_end_to_end_with_staleness_controls(
 ) -> None:
     name = mode.replace("_", "-")
     manifest = _manifest(tmp_path, small_model(tmp_path / "model"), name, mode, **staleness)
-    runner = Runner(manifest, tmp_path / "runs")
-    try:
-        assert runner.wait() == 0, runner.output[-3000:]
-    finally:
-        runner.kill()
-    assert f"mode {mode}" in runner.output
-    history = [
-        json.loads(line)
-        for line in (tmp_path / "runs" / name / "history.jsonl").read_text().splitlines()
-    ]
+    output, history = _run(manifest, tmp_path / "runs", name)
+    assert f"mode {mode}" in output
     assert [h["step"] for h in history] == [1, 2, 3]
     assert [h["version"] for h in history] == ["v1", "v2", "v3"]
     # Every trained batch carried per-token versions from the proxy.
@@ -132,19 +144,12 @@ def test_multi_turn_environment_trains_with_the_whitebox_agent(tmp_path: Path) -
         keepVersions=2,
         maxPartialRolloutPreempts=2,
     )
-    job = yaml.safe_load(manifest.read_text())
-    job["spec"]["task"] = {"name": "household", "params": {"boxes": 2}}
-    job["spec"]["training"]["steps"] = 2
-    manifest.write_text(yaml.safe_dump(job))
-    runner = Runner(manifest, tmp_path / "runs")
-    try:
-        assert runner.wait() == 0, runner.output[-3000:]
-    finally:
-        runner.kill()
-    history = [
-        json.loads(line)
-        for line in (tmp_path / "runs" / "household" / "history.jsonl").read_text().splitlines()
-    ]
+
+    def household(spec: dict[str, Any]) -> None:
+        spec["task"] = {"name": "household", "params": {"boxes": 2}}
+        spec["training"]["steps"] = 2
+
+    _, history = _run(_edited(manifest, household), tmp_path / "runs", "household")
     assert [h["step"] for h in history] == [1, 2]
     assert all(h["samples"] == 4 for h in history)  # 2 groups x 2 trajectories, one sample each
 
@@ -159,22 +164,13 @@ def test_blackbox_agent_program_trains_through_the_proxy(tmp_path: Path) -> None
         keepVersions=2,
         maxPartialRolloutPreempts=1,
     )
-    job = yaml.safe_load(manifest.read_text())
-    job["spec"]["task"]["agent"] = "blackbox"
-    job["spec"]["task"]["agentCommand"] = [
-        sys.executable,
-        str(ROOT / "examples/agents/chat_solver.py"),
-    ]
-    job["spec"]["training"]["steps"] = 2
-    manifest.write_text(yaml.safe_dump(job))
-    runner = Runner(manifest, tmp_path / "runs")
-    try:
-        assert runner.wait() == 0, runner.output[-3000:]
-    finally:
-        runner.kill()
-    history = [
-        json.loads(line)
-        for line in (tmp_path / "runs" / "blackbox" / "history.jsonl").read_text().splitlines()
-    ]
+
+    def blackbox(spec: dict[str, Any]) -> None:
+        spec["task"]["agent"] = "blackbox"
+        solver = ROOT / "examples" / "agents" / "chat_solver.py"
+        spec["task"]["agentCommand"] = [sys.executable, str(solver)]
+        spec["training"]["steps"] = 2
+
+    _, history = _run(_edited(manifest, blackbox), tmp_path / "runs", "blackbox")
     assert [h["step"] for h in history] == [1, 2]
     assert all(h["samples"] >= 4 for h in history)
