@@ -118,6 +118,9 @@ async def _serve(server: object, host: str, port: int, log_level: str) -> int:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=3,
+        # Longer than any client's idle expiry, so a client never writes into a connection
+        # the server is closing.
+        timeout_keep_alive=60,
     )
     started = asyncio.Event()
 

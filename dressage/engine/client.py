@@ -16,6 +16,12 @@ abort could land on other requests. After the retries, transport errors surface 
 `EngineUnavailable`; HTTP errors map to `EngineRequestError` (4xx), `EngineUnavailable` (503),
 `EngineServerError` (other 5xx).
 
+Idle connections. A pooled connection is dropped after `KEEPALIVE_EXPIRY_S` idle, shorter than
+the 5 s after which uvicorn (SGLang's server) closes an idle keep-alive connection. With equal
+timeouts a call made about 5 s after the previous one (a weight update once per training step)
+can be written into a connection the server is closing at that moment and fail with a read
+error, and a POST is never retried.
+
 An injected `httpx.AsyncClient` (the proxy shares one across engines) is used as is and never
 closed by this class; otherwise the client owns one and `aclose()` closes it.
 """
@@ -49,6 +55,8 @@ from dressage.engine.protocol import (
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 DEFAULT_GENERATE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+KEEPALIVE_EXPIRY_S = 2.0
+"""Idle seconds after which the client drops a pooled connection (below servers' 5 s)."""
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
@@ -73,7 +81,11 @@ class EngineClient:
         )
         self._retries = max(0, retries)
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient()
+        self._client = (
+            client
+            if client is not None
+            else httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
+        )
 
     async def __aenter__(self) -> EngineClient:
         return self
