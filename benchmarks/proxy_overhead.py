@@ -8,13 +8,15 @@ adds, and the proxy's CPU time per request. Each proxied request is its own sess
 trajectory), so the proxy does its full per-request work: session bookkeeping, prefix check,
 version recording, metrics. Figures are written to `benchmarks/results/proxy_overhead.json`.
 
-    python benchmarks/proxy_overhead.py [--levels 1,16,128] [--requests 256] [--rounds 2]
+    python benchmarks/proxy_overhead.py [--levels 1,16,128] [--requests 512] [--rounds 3]
                                         [--placement isolated|shared]
 
 Proxy CPU per request is the proxy process's CPU time (the sum over its threads of
 `/proc/PID/task/TID/schedstat`, nanoseconds) read before and after each proxied round,
-divided by the round's requests. Unlike throughput and latency it does not depend on what
-else runs on the machine, so it is the figure to compare between versions of the proxy.
+divided by the round's requests. It depends much less than throughput and latency on what else
+runs on the machine (other work still costs it some cache), so it is the figure to compare
+between versions of the proxy. At concurrency 1 it also pays for waking the idle proxy for
+every request, so it is higher there than under load.
 
 Placement. The engine here is CPU-bound torch: on a small machine every microsecond the proxy
 spends is taken from the engine, and the throughput ratio then measures the proxy's CPU cost
@@ -29,7 +31,9 @@ engines on GPUs, so it never takes compute from them. Both situations are measur
   does), so the ratio also pays for the proxy's CPU.
 
 The machine may be shared with other work, so absolute figures are noisy; the ratios of one
-run and the proxy's CPU per request are what matter.
+run and the proxy's CPU per request are what matter. Pinned processes cannot move away from a
+core that other work keeps busy, so on a busy shared machine isolated latencies at low
+concurrency can be noisier than shared ones.
 """
 
 from __future__ import annotations
@@ -210,9 +214,9 @@ def print_row(row: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,16,128", help="concurrency levels")
-    parser.add_argument("--requests", type=int, default=256, help="requests per level and path")
+    parser.add_argument("--requests", type=int, default=512, help="requests per level and path")
     parser.add_argument("--requests-serial", type=int, default=200, help="requests at level 1")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per level")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per level")
     parser.add_argument("--max-new-tokens", type=int, default=4)
     parser.add_argument("--engine-batch", type=int, default=128, help="engine max batch size")
     parser.add_argument(
