@@ -1,31 +1,55 @@
 """Proxy overhead: the same /generate load sent directly to an engine and through the proxy.
 
-Starts one embedded engine (tiny model, CPU) and one proxy in front of it, then for each
-concurrency level (default 1, 16 and 128 requests in flight) sends the same requests directly
-and through the proxy, alternating rounds, and prints side by side: throughput (requests/s)
-and its ratio proxy/direct, p50/p99 latency and the latency the proxy adds. Each proxied
-request is its own session (a trajectory), so the proxy does its full per-request work:
-session bookkeeping, prefix check, version recording. Figures are written to
-`benchmarks/results/proxy_overhead.json`.
+Starts one embedded engine (tiny model, CPU, one torch thread) and one proxy in front of it,
+then for each concurrency level (default 1, 16 and 128 requests in flight) sends the same
+requests directly and through the proxy, alternating rounds, and prints side by side:
+throughput (requests/s) and its ratio proxy/direct, p50/p99 latency, the latency the proxy
+adds, and the proxy's CPU time per request. Each proxied request is its own session (a
+trajectory), so the proxy does its full per-request work: session bookkeeping, prefix check,
+version recording, metrics. Figures are written to `benchmarks/results/proxy_overhead.json`.
 
-    python benchmarks/proxy_overhead.py [--levels 1,16,128] [--requests 256] [--rounds 2]
+    python benchmarks/proxy_overhead.py [--levels 1,16,128] [--requests 512] [--rounds 3]
+                                        [--placement isolated|shared]
 
-The load generator (aiohttp, one process), the proxy and the engine share the machine's
-cores, so absolute figures are noisy on a shared machine; the ratios of one run are what
-matter.
+Proxy CPU per request is the proxy process's CPU time (the sum over its threads of
+`/proc/PID/task/TID/schedstat`, nanoseconds) read before and after each proxied round,
+divided by the round's requests. It depends much less than throughput and latency on what else
+runs on the machine (other work still costs it some cache), so it is the figure to compare
+between versions of the proxy. At concurrency 1 it also pays for waking the idle proxy for
+every request, so it is higher there than under load.
+
+Placement. The engine here is CPU-bound torch: on a small machine every microsecond the proxy
+spends is taken from the engine, and the throughput ratio then measures the proxy's CPU cost
+as much as the latency it adds. In a deployment the proxy runs in its own pod, next to
+engines on GPUs, so it never takes compute from them. Both situations are measured:
+
+- `isolated` (the default with two cores or more): the engine and the load generator are
+  pinned to one set of cores and the proxy to the remaining core, for the direct and the
+  proxied rounds alike, so the ratio shows the latency and queueing the proxy adds, as in a
+  deployment;
+- `shared`: no pinning, all three processes share every core (what a local run on a laptop
+  does), so the ratio also pays for the proxy's CPU.
+
+The machine may be shared with other work, so absolute figures are noisy; the ratios of one
+run and the proxy's CPU per request are what matter. Pinned processes cannot move away from a
+core that other work keeps busy, so on a busy shared machine isolated latencies at low
+concurrency can be noisier than shared ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +63,7 @@ from dressage.proxy.testing import start_proxy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "proxy_overhead.json"
 PROMPT = [1, 6, 17, 28, 39, 50, 61, 72]
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -47,11 +72,52 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid` so far: the sum over its live threads of the kernel's
+    nanosecond run time (`schedstat`); utime + stime in clock ticks (10 ms) without it."""
+    total_ns = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total_ns += int(f.read().split()[0])
+        return total_ns / 1e9
+    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+
+
+def split_cores(placement: str) -> tuple[set[int], set[int]] | None:
+    """(engine and load generator cores, proxy cores) for `isolated`, None for `shared`."""
+    if placement == "shared":
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--placement isolated needs at least two cores; use shared")
+    return set(cores[:-1]), {cores[-1]}
+
+
+@contextlib.contextmanager
+def pinned(cores: set[int] | None) -> Iterator[None]:
+    """Run the block on `cores` (None: leave the affinity alone); processes started in it
+    inherit the affinity, threads included."""
+    if cores is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 async def run_load(
     client: aiohttp.ClientSession, url: str, concurrency: int, requests: int, max_new: int,
-    through_proxy: bool,
+    through_proxy: bool, cpu_pid: int | None = None,
 ) -> dict[str, float]:  # fmt: skip
-    """Send `requests` generations with `concurrency` in flight; latency and throughput."""
+    """Send `requests` generations with `concurrency` in flight; latency and throughput, and
+    the CPU time per request of process `cpu_pid` (the proxy) when given."""
     latencies: list[float] = []
     queue = iter(range(requests))
     params = {"max_new_tokens": max_new, "ignore_eos": True, "temperature": 1.0}
@@ -72,19 +138,23 @@ async def run_load(
             if status != 200:
                 raise RuntimeError(f"{url}: HTTP {status}: {raw[:300]!r}")
 
+    cpu_before = cpu_seconds(cpu_pid) if cpu_pid is not None else 0.0
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - start
-    return {
+    result = {
         "requests": len(latencies),
         "throughput_rps": len(latencies) / wall,
         "p50_ms": percentile(latencies, 0.5) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000,
     }
+    if cpu_pid is not None:
+        result["cpu_us_per_request"] = (cpu_seconds(cpu_pid) - cpu_before) / len(latencies) * 1e6
+    return result
 
 
 async def measure(
-    args: argparse.Namespace, engine_url: str, proxy_url: str
+    args: argparse.Namespace, engine_url: str, proxy_url: str, proxy_pid: int
 ) -> list[dict[str, Any]]:
     rows = []
     connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0)
@@ -104,7 +174,9 @@ async def measure(
                     await run_load(client, engine_url, level, requests, args.max_new_tokens, False)
                 )
                 runs["proxy"].append(
-                    await run_load(client, proxy_url, level, requests, args.max_new_tokens, True)
+                    await run_load(
+                        client, proxy_url, level, requests, args.max_new_tokens, True, proxy_pid
+                    )
                 )
             med = {
                 path: {k: statistics.median(r[k] for r in results) for k in results[0]}
@@ -121,6 +193,7 @@ async def measure(
                     / med["direct"]["throughput_rps"],
                     "added_p50_ms": med["proxy"]["p50_ms"] - med["direct"]["p50_ms"],
                     "added_p99_ms": med["proxy"]["p99_ms"] - med["direct"]["p99_ms"],
+                    "proxy_cpu_us_per_request": med["proxy"]["cpu_us_per_request"],
                 }
             )
             print_row(rows[-1])
@@ -133,7 +206,7 @@ def print_row(row: dict[str, Any]) -> None:
         f"{row['concurrency']:>5} {d['throughput_rps']:>10.1f} {p['throughput_rps']:>10.1f} "
         f"{row['throughput_ratio']:>7.3f} {d['p50_ms']:>9.2f} {p['p50_ms']:>9.2f} "
         f"{row['added_p50_ms']:>+9.2f} {d['p99_ms']:>9.2f} {p['p99_ms']:>9.2f} "
-        f"{row['added_p99_ms']:>+9.2f}",
+        f"{row['added_p99_ms']:>+9.2f} {row['proxy_cpu_us_per_request']:>9.0f}",
         flush=True,
     )
 
@@ -141,37 +214,64 @@ def print_row(row: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,16,128", help="concurrency levels")
-    parser.add_argument("--requests", type=int, default=256, help="requests per level and path")
+    parser.add_argument("--requests", type=int, default=512, help="requests per level and path")
     parser.add_argument("--requests-serial", type=int, default=200, help="requests at level 1")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per level")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per level")
     parser.add_argument("--max-new-tokens", type=int, default=4)
     parser.add_argument("--engine-batch", type=int, default=128, help="engine max batch size")
+    parser.add_argument(
+        "--placement",
+        choices=("isolated", "shared"),
+        default="isolated" if len(os.sched_getaffinity(0)) >= 2 else "shared",
+        help="isolated: engine and load generator on some cores, the proxy on another; "
+        "shared: no pinning (default: isolated with two cores or more)",
+    )
+    parser.add_argument("--output", type=Path, default=RESULTS, help="result JSON file")
     args = parser.parse_args()
     args.levels = [int(x) for x in args.levels.split(",")]
-    with tempfile.TemporaryDirectory() as cache, start_engine(
-        cache_dir=Path(cache), max_batch_size=args.engine_batch
-    ) as engine, start_proxy([engine.base_url], "--max-concurrency", "1024") as proxy:  # fmt: skip
+    split = split_cores(args.placement)
+    engine_cores, proxy_cores = split if split is not None else (None, None)
+    with contextlib.ExitStack() as stack:
+        cache = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        with pinned(engine_cores):
+            # One torch thread: the engine stays on its core(s) in either placement.
+            engine = stack.enter_context(
+                start_engine(cache_dir=cache, max_batch_size=args.engine_batch, threads=1)
+            )
+        with pinned(proxy_cores):
+            proxy = stack.enter_context(start_proxy([engine.base_url], "--max-concurrency", "1024"))
+        stack.enter_context(pinned(engine_cores))  # the load generator, this process
+        affinity = {
+            "engine": sorted(os.sched_getaffinity(engine.process.pid)),
+            "proxy": sorted(os.sched_getaffinity(proxy.process.pid)),
+            "load_generator": sorted(os.sched_getaffinity(0)),
+        }
         print(f"engine {engine.base_url}  proxy {proxy.base_url}  "
               f"max_new_tokens={args.max_new_tokens}")  # fmt: skip
+        print(f"placement {args.placement}: engine on cores {affinity['engine']}, proxy on "
+              f"{affinity['proxy']}, load generator on {affinity['load_generator']}")  # fmt: skip
         print(f"{'conc':>5} {'direct/s':>10} {'proxy/s':>10} {'ratio':>7} {'d p50':>9} "
-              f"{'p p50':>9} {'+p50 ms':>9} {'d p99':>9} {'p p99':>9} {'+p99 ms':>9}")  # fmt: skip
-        rows = asyncio.run(measure(args, engine.base_url, proxy.base_url))
+              f"{'p p50':>9} {'+p50 ms':>9} {'d p99':>9} {'p p99':>9} {'+p99 ms':>9} "
+              f"{'proxy µs':>9}")  # fmt: skip
+        rows = asyncio.run(measure(args, engine.base_url, proxy.base_url, proxy.process.pid))
+    print("proxy µs: proxy CPU µs/request (median of the proxied rounds)")
     result = {
         "benchmark": "proxy_overhead",
-        "machine": {"python": platform.python_version(), "cpus": _cpus(), "shared": True},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count() or 0,
+            "shared": True,
+            "load_average": os.getloadavg(),
+        },
+        "placement": args.placement,
+        "affinity": affinity,
         "max_new_tokens": args.max_new_tokens,
         "levels": rows,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.output}")
     return 0
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
 
 
 if __name__ == "__main__":

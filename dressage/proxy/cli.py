@@ -10,6 +10,7 @@ listening it prints `proxy ready on http://HOST:PORT` (with the real port when `
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 import sys
@@ -23,6 +24,8 @@ from dressage.proxy.config import ProxyConfig, defaults_from_job
 _FLAG_NAMES = {"partial_rollout": "--dressage-partial-rollout"}
 _TOKEN_ENV = "DRESSAGE_PROXY_TOKEN"
 JOB_CONFIG_ENV = "DRESSAGE_JOB_CONFIG"
+GC_YOUNG_THRESHOLD = 20_000
+"""Allocations between collections of the youngest generation (Python's default is 700)."""
 ENV_VARS = (JOB_CONFIG_ENV, _TOKEN_ENV)
 """Every variable `dressage proxy` reads (`--config`'s fallback and the bearer token)."""
 
@@ -105,6 +108,14 @@ def serve(config: ProxyConfig) -> None:
     from dressage.proxy.server import create_app
 
     app = create_app(config)
+    # Every request allocates hundreds of short-lived objects while the heap is mostly
+    # long-lived (modules, the tokenizer, open sessions). With the default thresholds the
+    # cyclic collector takes about a quarter of the proxy's CPU per request; startup objects
+    # are frozen out of collections, and a larger young generation lets a request's objects
+    # die by reference counting before a collection visits them.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, config.port))
@@ -123,6 +134,7 @@ def serve(config: ProxyConfig) -> None:
         http=_available("httptools", "auto"),
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # client addresses are never used: skip X-Forwarded-* parsing
         backlog=4096,
         timeout_keep_alive=60,
     )

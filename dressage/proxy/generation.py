@@ -90,6 +90,8 @@ class Piece:
     weight_version: str | None
     cached_tokens: int
     raw_logprobs: list[Any]
+    runs: list[tuple[str | None, int]]
+    """`versions` run-length encoded: (version, tokens), no empty run."""
 
 
 def parse_piece(data: object, url: str) -> Piece:
@@ -115,6 +117,7 @@ def parse_piece(data: object, url: str) -> Piece:
     weight_version = None if weight_version is None else str(weight_version)
     spans = meta.get("weight_versions")
     versions: list[str | None]
+    runs: list[tuple[str | None, int]] = []
     if spans:
         versions = []
         for span in spans:
@@ -124,11 +127,16 @@ def parse_piece(data: object, url: str) -> Piece:
                 raise bad(f"weight_versions span {span!r}") from None
             if start != len(versions) or end < start:
                 raise bad(f"weight_versions span {span!r} does not continue at {len(versions)}")
-            versions.extend([None if version is None else str(version)] * (end - start))
+            label = None if version is None else str(version)
+            versions.extend([label] * (end - start))
+            if end > start:
+                runs.append((label, end - start))
         if len(versions) != n:
             raise bad(f"weight_versions cover {len(versions)} tokens, output has {n}")
     else:
         versions = [weight_version] * n
+        if n:
+            runs.append((weight_version, n))
     finish = meta.get("finish_reason")
     if not isinstance(finish, dict):
         finish = {"type": "stop"} if finish is None else {"type": str(finish)}
@@ -141,6 +149,7 @@ def parse_piece(data: object, url: str) -> Piece:
         weight_version=weight_version,
         cached_tokens=int(meta.get("cached_tokens") or 0),
         raw_logprobs=raw_logprobs,
+        runs=runs,
     )
 
 
@@ -159,6 +168,8 @@ class Generation:
     pieces: int = 0
     cached_tokens: int = 0
     engine_url: str | None = None
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    """`versions` as `meta_info.weight_versions` spans, kept up to date by `add`."""
 
     def add(self, piece: Piece) -> None:
         if not self.pieces:
@@ -168,19 +179,20 @@ class Generation:
         self.logprobs += piece.logprobs
         self.versions += piece.versions
         self.raw_logprobs += piece.raw_logprobs
+        end = self.spans[-1]["end"] if self.spans else 0
+        for version, count in piece.runs:
+            if self.spans and self.spans[-1]["version"] == version:
+                self.spans[-1]["end"] += count
+            else:
+                self.spans.append({"version": version, "start": end, "end": end + count})
+            end += count
         self.texts.append(piece.text)
         self.finish_reason = piece.finish_reason
         self.weight_version = piece.weight_version
 
     def version_spans(self) -> list[dict[str, Any]]:
-        """`meta_info.weight_versions` of the whole turn."""
-        spans: list[dict[str, Any]] = []
-        for i, version in enumerate(self.versions):
-            if spans and spans[-1]["version"] == version:
-                spans[-1]["end"] = i + 1
-            else:
-                spans.append({"version": version, "start": i, "end": i + 1})
-        return spans
+        """`meta_info.weight_versions` of the whole turn (one span per run of a version)."""
+        return [dict(span) for span in self.spans]
 
 
 VersionCheck = Callable[[list[str | None]], None]

@@ -1,4 +1,4 @@
-"""The rollout proxy's HTTP API (a Starlette ASGI app; `create_app(config)`).
+"""The rollout proxy's HTTP API (an ASGI app, see `dressage.proxy.asgi`; `create_app(config)`).
 
 Agents never talk to engines directly: every generation goes through here, which keeps one
 session per trajectory, records the version of every generated token, resumes generations
@@ -74,18 +74,22 @@ import hmac
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
 from dressage.proxy import errors
+from dressage.proxy.asgi import (
+    Answer,
+    App,
+    BodyTooLarge,
+    ClientDisconnected,
+    Handler,
+    HttpRequest,
+    Route,
+)
 from dressage.proxy.chat import (
     ChatState,
     ChatTokenizer,
@@ -111,7 +115,6 @@ from dressage.rollout.versions import version_span
 
 log = logging.getLogger("dressage.proxy")
 
-Handler = Callable[[Request], Awaitable[Response]]
 _GENERATE_FIELDS = frozenset(
     {
         "input_ids",
@@ -129,11 +132,11 @@ _GENERATE_FIELDS = frozenset(
 _CHAT_DEFAULT_MAX_TOKENS = 256
 
 
-def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(dumps(data), status, headers=headers, media_type="application/json")
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
+    return Answer(dumps(data), status, headers=headers)
 
 
-def error_response(exc: ProxyError) -> Response:
+def error_response(exc: ProxyError) -> Answer:
     return json_response(exc.body(), exc.status, exc.headers)
 
 
@@ -159,7 +162,7 @@ def create_app(
     *,
     clock: Callable[[], float] = time.monotonic,
     tokenizer: ChatTokenizer | None = None,
-) -> Starlette:
+) -> App:
     """The proxy app. `clock` drives session expiry; `tokenizer` overrides `config.model`."""
     if tokenizer is None and config.model:
         tokenizer = load_chat_tokenizer(config.model)
@@ -177,7 +180,7 @@ def create_app(
         state.metrics.engine_healthy.labels(engine.url).set(1)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan() -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=config.max_concurrency + 32, limit_per_host=0)
         async with aiohttp.ClientSession(connector=connector) as client:
             state.client = client
@@ -204,53 +207,44 @@ def create_app(
 
     h = _Handlers(state)
     routes = [
-        Route("/health", h.wrap("health", h.health, auth=False), methods=["GET"]),
-        Route("/metrics", h.wrap("metrics", h.metrics_endpoint, auth=False), methods=["GET"]),
-        Route("/generate", h.wrap("generate", h.generate, limited=True), methods=["POST"]),
+        Route("/health", h.wrap("health", h.health, auth=False), methods=("GET",)),
+        Route("/metrics", h.wrap("metrics", h.metrics_endpoint, auth=False), methods=("GET",)),
+        Route("/generate", h.wrap("generate", h.generate, limited=True), methods=("POST",)),
         Route(
             "/v1/chat/completions",
             h.wrap("chat_completions", h.chat_completions, limited=True),
-            methods=["POST"],
+            methods=("POST",),
         ),
         Route(
             "/s/{session_id}/v1/chat/completions",
             h.wrap("chat_completions", h.chat_completions, limited=True),
-            methods=["POST"],
+            methods=("POST",),
         ),
-        Route("/v1/models", h.wrap("models", h.models), methods=["GET"]),
-        Route("/s/{session_id}/v1/models", h.wrap("models", h.models), methods=["GET"]),
-        Route("/sessions", h.wrap("sessions", h.create_session), methods=["POST"]),
-        Route("/sessions/{session_id}", h.wrap("sessions", h.get_session), methods=["GET"]),
-        Route("/sessions/{session_id}", h.wrap("sessions", h.delete_session), methods=["DELETE"]),
+        Route("/v1/models", h.wrap("models", h.models), methods=("GET",)),
+        Route("/s/{session_id}/v1/models", h.wrap("models", h.models), methods=("GET",)),
+        Route("/sessions", h.wrap("sessions", h.create_session), methods=("POST",)),
+        Route("/sessions/{session_id}", h.wrap("sessions", h.get_session), methods=("GET",)),
+        Route("/sessions/{session_id}", h.wrap("sessions", h.delete_session), methods=("DELETE",)),
         Route(
             "/sessions/{session_id}/finalize",
             h.wrap("finalize", h.finalize),
-            methods=["POST"],
+            methods=("POST",),
         ),
-        Route("/segments", h.wrap("segments", h.segments), methods=["GET"]),
-        Route("/pause_generation", h.wrap("pause", h.pause), methods=["POST"]),
-        Route("/continue_generation", h.wrap("continue", h.continue_), methods=["POST"]),
+        Route("/segments", h.wrap("segments", h.segments), methods=("GET",)),
+        Route("/pause_generation", h.wrap("pause", h.pause), methods=("POST",)),
+        Route("/continue_generation", h.wrap("continue", h.continue_), methods=("POST",)),
     ]
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        if exc.status_code == 405:
+    def no_route(request: HttpRequest, known_path: bool) -> Answer:
+        if known_path:
             err = ProxyError(
-                405,
-                errors.METHOD_NOT_ALLOWED,
-                f"{request.method} is not allowed on {request.url.path}",
+                405, errors.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on {request.path}"
             )
-        elif exc.status_code == 404:
-            err = ProxyError(404, errors.NOT_FOUND, f"no endpoint {request.url.path}")
         else:
-            err = ProxyError(exc.status_code, errors.INVALID_REQUEST, str(exc.detail))
+            err = ProxyError(404, errors.NOT_FOUND, f"no endpoint {request.path}")
         return error_response(err)
 
-    app = Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}
-    )
-    app.state.proxy = state
-    return app
+    return App(routes, fallback=no_route, lifespan=lifespan)
 
 
 async def _health_loop(state: ProxyState) -> None:
@@ -307,8 +301,10 @@ class _Handlers:
         duration = metrics.duration.labels(endpoint)
         max_inflight = self.config.max_concurrency
         state = self.s
+        answered: dict[int, Any] = {}
+        """The request counter of each status code of this endpoint (labels looked up once)."""
 
-        async def handler(request: Request) -> Response:
+        async def handler(request: HttpRequest) -> Answer:
             start = time.perf_counter()
             counted = False
             try:
@@ -330,7 +326,7 @@ class _Handlers:
             except ProxyError as exc:
                 response = error_response(exc)
             except Exception:
-                log.exception("unhandled error on %s %s", request.method, request.url.path)
+                log.exception("unhandled error on %s %s", request.method, request.path)
                 response = error_response(
                     ProxyError(500, errors.INTERNAL_ERROR, "internal proxy error (logged)")
                 )
@@ -338,13 +334,18 @@ class _Handlers:
                 if counted:
                     state.inflight -= 1
                     metrics.inflight.dec()
-            requests.labels(endpoint, str(response.status_code)).inc()
+            counter = answered.get(response.status)
+            if counter is None:
+                counter = answered[response.status] = requests.labels(
+                    endpoint, str(response.status)
+                )
+            counter.inc()
             duration.observe(time.perf_counter() - start)
             return response
 
         return handler
 
-    def _check_auth(self, request: Request) -> None:
+    def _check_auth(self, request: HttpRequest) -> None:
         assert self._auth is not None
         given = request.headers.get("authorization", "").encode()
         if not hmac.compare_digest(given, self._auth):
@@ -355,7 +356,7 @@ class _Handlers:
                 headers={"WWW-Authenticate": "Bearer"},
             )
 
-    async def read_json(self, request: Request, *, optional: bool = False) -> dict[str, Any]:
+    async def read_json(self, request: HttpRequest, *, optional: bool = False) -> dict[str, Any]:
         limit = self.config.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None:
@@ -365,14 +366,12 @@ class _Handlers:
                 raise invalid("Content-Length header is not an integer") from None
             if too_large:
                 raise _too_large(int(declared), limit)
-        chunks = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(size, limit)
-            chunks.append(chunk)
-        body = b"".join(chunks)
+        try:
+            body = await request.body(limit)
+        except BodyTooLarge as exc:
+            raise _too_large(exc.size, limit) from None
+        except ClientDisconnected as exc:
+            raise invalid(str(exc)) from None
         if not body.strip():
             if optional:
                 return {}
@@ -386,7 +385,7 @@ class _Handlers:
         return data
 
     def _session_ids(
-        self, request: Request, body: dict[str, Any], *fallbacks: tuple[str, ...]
+        self, request: HttpRequest, body: dict[str, Any], *fallbacks: tuple[str, ...]
     ) -> tuple[str, str | None]:
         session_id: object = request.headers.get("x-session-id") or body.get("session_id")
         instance_id: object = request.headers.get("x-instance-id") or body.get("instance_id")
@@ -453,7 +452,7 @@ class _Handlers:
         )
         return plan, gen, segment.index
 
-    async def generate(self, request: Request) -> Response:
+    async def generate(self, request: HttpRequest) -> Answer:
         body = await self.read_json(request)
         unknown = sorted(set(body) - _GENERATE_FIELDS)
         if unknown:
@@ -461,11 +460,7 @@ class _Handlers:
         input_ids = body.get("input_ids")
         if input_ids is None:
             raise invalid("input_ids is required: the proxy records token ids", "input_ids")
-        if (
-            not isinstance(input_ids, list)
-            or not input_ids
-            or not all(type(t) is int and t >= 0 for t in input_ids)
-        ):
+        if not isinstance(input_ids, list) or not input_ids or not _are_token_ids(input_ids):
             raise invalid(
                 "input_ids must be a non-empty list of token ids (ints >= 0)", "input_ids"
             )
@@ -506,7 +501,7 @@ class _Handlers:
             }
         )
 
-    async def chat_completions(self, request: Request) -> Response:
+    async def chat_completions(self, request: HttpRequest) -> Answer:
         tok = self.s.tokenizer
         body = await self.read_json(request)
         if tok is None:
@@ -594,13 +589,9 @@ class _Handlers:
                     "usage": usage, "dressage": extra},
         ]  # fmt: skip
         payload = b"".join(b"data: " + dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+        return Answer(payload, content_type="text/event-stream; charset=utf-8", stream=True)
 
-        async def events() -> AsyncIterator[bytes]:
-            yield payload
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    async def models(self, request: Request) -> Response:
+    async def models(self, request: HttpRequest) -> Answer:
         return json_response(
             {
                 "object": "list",
@@ -617,29 +608,29 @@ class _Handlers:
 
     # --- sessions and records -----------------------------------------------------------------
 
-    def _session(self, request: Request) -> Session:
+    def _session(self, request: HttpRequest) -> Session:
         session_id = request.path_params["session_id"]
         session = self.s.store.get(session_id)
         if session is None:
             raise ProxyError(404, errors.NOT_FOUND, f"no open session {session_id!r}")
         return session
 
-    async def create_session(self, request: Request) -> Response:
+    async def create_session(self, request: HttpRequest) -> Answer:
         body = await self.read_json(request)
         session_id, instance_id = self._session_ids(request, body)
         session = self.s.store.get_or_create(session_id, instance_id, self.s.clock())
         return json_response(session.summary(), 201)
 
-    async def get_session(self, request: Request) -> Response:
+    async def get_session(self, request: HttpRequest) -> Answer:
         return json_response(self._session(request).summary())
 
-    async def delete_session(self, request: Request) -> Response:
+    async def delete_session(self, request: HttpRequest) -> Answer:
         session_id = request.path_params["session_id"]
         if not self.s.store.delete(session_id):
             raise ProxyError(404, errors.NOT_FOUND, f"no session {session_id!r}")
         return json_response({"deleted": session_id})
 
-    async def finalize(self, request: Request) -> Response:
+    async def finalize(self, request: HttpRequest) -> Answer:
         body = await self.read_json(request, optional=True)
         reward = body.get("reward")
         if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
@@ -670,7 +661,7 @@ class _Handlers:
             }
         )
 
-    async def segments(self, request: Request) -> Response:
+    async def segments(self, request: HttpRequest) -> Answer:
         instance_id = request.query_params.get("instance_id")
         drain_text = request.query_params.get("drain", "true").lower()
         if drain_text not in ("true", "false", "1", "0"):
@@ -680,7 +671,7 @@ class _Handlers:
 
     # --- weight updates -----------------------------------------------------------------------
 
-    async def pause(self, request: Request) -> Response:
+    async def pause(self, request: HttpRequest) -> Answer:
         body = await self.read_json(request, optional=True)
         mode = body.get("mode", "abort")
         if mode not in ("abort", "in_place", "retract"):
@@ -689,7 +680,7 @@ class _Handlers:
         results = await self._broadcast("/pause_generation", {"mode": mode})
         return self._control_answer(results)
 
-    async def continue_(self, request: Request) -> Response:
+    async def continue_(self, request: HttpRequest) -> Answer:
         results = await self._broadcast("/continue_generation", {})
         self.s.gate.resume()
         return self._control_answer(results)
@@ -718,7 +709,7 @@ class _Handlers:
         answers = await asyncio.gather(*(send(url) for url in urls))
         return dict(zip(urls, answers, strict=True))
 
-    def _control_answer(self, results: dict[str, str]) -> Response:
+    def _control_answer(self, results: dict[str, str]) -> Answer:
         data = {"paused": self.s.gate.paused, "epoch": self.s.gate.epoch, "engines": results}
         failed = {url: r for url, r in results.items() if r != "ok"}
         if failed:
@@ -733,7 +724,7 @@ class _Handlers:
 
     # --- health -------------------------------------------------------------------------------
 
-    async def health(self, request: Request) -> Response:
+    async def health(self, request: HttpRequest) -> Answer:
         healthy = bool(self.s.pool.healthy())
         return json_response(
             {
@@ -747,9 +738,9 @@ class _Handlers:
             200 if healthy else 503,
         )
 
-    async def metrics_endpoint(self, request: Request) -> Response:
-        return Response(
-            self.s.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+    async def metrics_endpoint(self, request: HttpRequest) -> Answer:
+        return Answer(
+            self.s.metrics.render(), content_type="text/plain; version=0.0.4; charset=utf-8"
         )
 
 
@@ -759,6 +750,15 @@ def _too_large(size: int, limit: int) -> ProxyError:
         errors.REQUEST_TOO_LARGE,
         f"request body of {size} bytes exceeds the limit of {limit} bytes (--max-body-bytes)",
     )
+
+
+def _are_token_ids(values: list[Any]) -> bool:
+    """Whether every value is an int >= 0 (a bool is not a token id).
+
+    Two passes in C (the type of every value, then the smallest) instead of a Python loop per
+    token: prompts run to thousands of tokens and this runs on every turn.
+    """
+    return list(map(type, values)).count(int) == len(values) and min(values) >= 0
 
 
 def _check_budget(value: object, name: str) -> None:

@@ -28,6 +28,23 @@ from dressage.proxy.errors import ProxyError
 from dressage.rollout.versions import normalize_version
 
 
+def normalized_versions(versions: Sequence[object]) -> list[str | None]:
+    """`normalize_version` of each per-token version.
+
+    A turn's versions are one or a few labels repeated once per token, so each distinct label
+    is normalized once; that is exact for strings and None (equal only to themselves), and
+    anything else is normalized entry by entry.
+    """
+    try:
+        distinct = dict.fromkeys(versions)
+    except TypeError:  # an unhashable label
+        distinct = {}
+    if distinct and all(v is None or type(v) is str for v in distinct):
+        labels = {v: normalize_version(v) for v in distinct}
+        return list(map(labels.__getitem__, versions))
+    return [normalize_version(v) for v in versions]
+
+
 @dataclass
 class Segment:
     """One segment of a trajectory: a prompt and a response with per-token metadata."""
@@ -167,17 +184,17 @@ class Session:
             seg.loss_mask.extend([0] * n)
             seg.logprobs.extend([0.0] * n)
             seg.versions.extend([None] * n)
-        labels = [normalize_version(v) for v in versions]
-        seg.response_tokens.extend(int(t) for t in output_ids)
+        labels = normalized_versions(versions)
+        seg.response_tokens.extend(map(int, output_ids))
         seg.loss_mask.extend([1] * len(output_ids))
-        seg.logprobs.extend(float(x) for x in logprobs)
+        seg.logprobs.extend(map(float, logprobs))
         seg.versions.extend(labels)
         seg.turns += 1
         seg.preempts += preempts
         self.preempts += preempts
         self.turns += 1
         seen = set(self.versions_seen)
-        for label in labels:
+        for label in dict.fromkeys(labels):
             if label is not None and label not in seen:
                 seen.add(label)
                 self.versions_seen.append(label)

@@ -34,11 +34,29 @@ def is_real_version(version: object) -> bool:
 def distinct_real_versions(versions: Iterable[object]) -> list[str]:
     """Real versions in order of first appearance, each once."""
     seen: dict[str, None] = {}
-    for version in versions:
+    for version in _first_of_each(versions):
         label = normalize_version(version)
         if label is not None:
             seen.setdefault(label, None)
     return list(seen)
+
+
+def _first_of_each(versions: Iterable[object]) -> Iterable[object]:
+    """`versions` with repeats dropped (first occurrences, in order) where that is exact.
+
+    Per-token version lists repeat one or a few labels once per token; dropping repeats in C
+    (`dict.fromkeys`) spares `normalize_version` a call per token. It is exact when every
+    label is a string or None, which equal only themselves; anything else (`1` and `True`
+    are equal dict keys) is returned whole.
+    """
+    values = versions if isinstance(versions, list | tuple) else list(versions)
+    try:
+        distinct = dict.fromkeys(values)
+    except TypeError:  # an unhashable label
+        return values
+    if all(value is None or type(value) is str for value in distinct):
+        return distinct
+    return values
 
 
 def version_span(versions: Iterable[object]) -> int:
