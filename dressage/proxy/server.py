@@ -130,6 +130,8 @@ _GENERATE_FIELDS = frozenset(
     }
 )
 _CHAT_DEFAULT_MAX_TOKENS = 256
+ENGINE_KEEPALIVE_S = 2.0
+"""Idle seconds before the proxy drops a pooled engine connection (engines close at 5 s)."""
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
@@ -181,7 +183,14 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=config.max_concurrency + 32, limit_per_host=0)
+        # Idle engine connections are dropped before the engine's own 5 s keep-alive (uvicorn's
+        # default, SGLang included) closes them: a POST written into a connection the engine is
+        # closing fails, and is not retried.
+        connector = aiohttp.TCPConnector(
+            limit=config.max_concurrency + 32,
+            limit_per_host=0,
+            keepalive_timeout=ENGINE_KEEPALIVE_S,
+        )
         async with aiohttp.ClientSession(connector=connector) as client:
             state.client = client
             state.generator = Generator(
