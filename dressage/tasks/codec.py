@@ -36,16 +36,24 @@ class PromptCodec:
 
     def prompt_text(self, prompt: Prompt) -> str:
         """The prompt as the policy sees it (chat template with the generation prompt)."""
-        messages = [{"role": "user", "content": prompt.text}]
+        return self.user_text(prompt.text)
+
+    def user_text(self, message: str) -> str:
+        """One user message rendered with the chat template and the generation prompt."""
+        messages = [{"role": "user", "content": message}]
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=False
             )
             return str(text)
-        return prompt.text
+        return message
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         return self.encode_text(self.prompt_text(prompt))
+
+    def encode_user(self, message: str) -> list[int]:
+        """Token ids of one user message as the first turn of a conversation."""
+        return self.encode_text(self.user_text(message))
 
     def encode_text(self, text: str) -> list[int]:
         """Token ids of `text` as is (special-token markers included, nothing added)."""
@@ -98,8 +106,7 @@ class TaskPrompts:
 
     def prompt_ids(self, index: int) -> list[int]:
         if is_environment(self.task):
-            first = self.task.episode(index).prompt
-            return self.codec.encode_prompt(Prompt(index=index, text=first, answer=""))
+            return self.codec.encode_user(self.task.episode(index).prompt)
         return self.codec.encode_prompt(self.task.prompt(index))
 
     def reward(self, index: int, output_ids: Sequence[int]) -> float:
@@ -113,7 +120,7 @@ class Conversation:
 
     def __init__(self, codec: PromptCodec, first_message: str) -> None:
         self.codec = codec
-        self.ids: list[int] = codec.encode_prompt(Prompt(index=-1, text=first_message, answer=""))
+        self.ids: list[int] = codec.encode_user(first_message)
 
     def add_turn(self, output_ids: Sequence[int], observation: str) -> None:
         """Append the policy's output and the environment's answer to it.
