@@ -25,24 +25,7 @@ from typing import Any
 
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError
-from dressage.rollout.versions import normalize_version
-
-
-def normalized_versions(versions: Sequence[object]) -> list[str | None]:
-    """`normalize_version` of each per-token version.
-
-    A turn's versions are one or a few labels repeated once per token, so each distinct label
-    is normalized once; that is exact for strings and None (equal only to themselves), and
-    anything else is normalized entry by entry.
-    """
-    try:
-        distinct = dict.fromkeys(versions)
-    except TypeError:  # an unhashable label
-        distinct = {}
-    if distinct and all(v is None or type(v) is str for v in distinct):
-        labels = {v: normalize_version(v) for v in distinct}
-        return list(map(labels.__getitem__, versions))
-    return [normalize_version(v) for v in versions]
+from dressage.rollout.versions import normalized_versions
 
 
 @dataclass

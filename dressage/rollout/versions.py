@@ -8,7 +8,7 @@ they are first observed, never by sorting. A version is *real* unless it is miss
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 Version = str | int | None
 """A version label as it arrives from engines, samples or manifests."""
@@ -31,32 +31,43 @@ def is_real_version(version: object) -> bool:
     return normalize_version(version) is not None
 
 
+def normalized_versions(versions: Sequence[object]) -> list[str | None]:
+    """`normalize_version` of each per-token version (one entry per token)."""
+    distinct = _distinct_exactly(versions)
+    if distinct is None:
+        return [normalize_version(v) for v in versions]
+    labels = {v: normalize_version(v) for v in distinct}
+    return list(map(labels.__getitem__, versions))
+
+
 def distinct_real_versions(versions: Iterable[object]) -> list[str]:
     """Real versions in order of first appearance, each once."""
+    values = versions if isinstance(versions, list | tuple) else list(versions)
+    distinct = _distinct_exactly(values)
     seen: dict[str, None] = {}
-    for version in _first_of_each(versions):
+    for version in values if distinct is None else distinct:
         label = normalize_version(version)
         if label is not None:
             seen.setdefault(label, None)
     return list(seen)
 
 
-def _first_of_each(versions: Iterable[object]) -> Iterable[object]:
-    """`versions` with repeats dropped (first occurrences, in order) where that is exact.
+def _distinct_exactly(values: Sequence[object]) -> dict[object, None] | None:
+    """The distinct entries of `values` (first occurrences, in order), or None where
+    deduplicating would not be exact.
 
     Per-token version lists repeat one or a few labels once per token; dropping repeats in C
-    (`dict.fromkeys`) spares `normalize_version` a call per token. It is exact when every
-    label is a string or None, which equal only themselves; anything else (`1` and `True`
-    are equal dict keys) is returned whole.
+    (`dict.fromkeys`) spares `normalize_version` a call per token. That is exact when every
+    label is a string or None, which equal only themselves; anything else (`1` and `True` are
+    equal dict keys) or an unhashable label gives None, and the caller goes entry by entry.
     """
-    values = versions if isinstance(versions, list | tuple) else list(versions)
     try:
         distinct = dict.fromkeys(values)
-    except TypeError:  # an unhashable label
-        return values
+    except TypeError:
+        return None
     if all(value is None or type(value) is str for value in distinct):
         return distinct
-    return values
+    return None
 
 
 def version_span(versions: Iterable[object]) -> int:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from dressage.proxy.errors import ProxyError
-from dressage.proxy.sessions import SessionStore, normalized_versions
-from dressage.rollout.versions import normalize_version
+from dressage.proxy.sessions import SessionStore
 
 
 def _turn(store: SessionStore, sid: str, input_ids: list[int], out: list[int], version: str,
@@ -111,17 +108,3 @@ def test_finalized_id_cannot_be_reused_until_read() -> None:
     assert info.value.name == "session_finalized"
     store.expire(20.0)
     assert store.get_or_create("a", None, 21.0).turns == 0
-
-
-_LABELS = st.one_of(
-    st.none(),
-    st.sampled_from(["v1", " v2 ", "3", "", "unknown", "-1", "NULL"]),
-    st.integers(-2, 3),
-    st.booleans(),
-    st.lists(st.integers(), max_size=1),
-)
-
-
-@given(st.lists(_LABELS, max_size=40))
-def test_normalized_versions_equal_normalizing_each_token(versions: list[object]) -> None:
-    assert normalized_versions(versions) == [normalize_version(v) for v in versions]
