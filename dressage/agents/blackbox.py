@@ -24,6 +24,7 @@ from dressage.rollout.sync_rollout import (
     RolloutError,
     SamplingSettings,
     collect_group,
+    group_id_of,
 )
 from dressage.tasks.base import Task
 
@@ -57,7 +58,7 @@ class BlackboxRollout:
         self.api_key = api_key
 
     async def __call__(self, index: int, attempt: int) -> Group:
-        group_id = f"{self.run_tag}-p{index}-a{attempt}"
+        group_id = group_id_of(self.run_tag, index, attempt)
         prompt = self.task.prompt(index)
 
         async def trajectory(session_id: str, member: int) -> None:

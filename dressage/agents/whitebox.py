@@ -20,6 +20,7 @@ from dressage.rollout.sync_rollout import (
     ProxyRolloutClient,
     SamplingSettings,
     collect_group,
+    group_id_of,
     sample_seed,
 )
 from dressage.tasks.base import Environment
@@ -49,7 +50,7 @@ class WhiteboxAgentRollout:
         self.run_tag = run_tag
 
     async def __call__(self, index: int, attempt: int) -> Group:
-        group_id = f"{self.run_tag}-p{index}-a{attempt}"
+        group_id = group_id_of(self.run_tag, index, attempt)
 
         async def trajectory(session_id: str, member: int) -> None:
             seed = sample_seed(self.seed, index, attempt, member)

@@ -80,6 +80,7 @@ from typing import Any
 
 import aiohttp
 
+from dressage.engine.client import KEEPALIVE_EXPIRY_S
 from dressage.proxy import errors
 from dressage.proxy.asgi import (
     Answer,
@@ -130,8 +131,6 @@ _GENERATE_FIELDS = frozenset(
     }
 )
 _CHAT_DEFAULT_MAX_TOKENS = 256
-ENGINE_KEEPALIVE_S = 2.0
-"""Idle seconds before the proxy drops a pooled engine connection (engines close at 5 s)."""
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
@@ -183,13 +182,12 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        # Idle engine connections are dropped before the engine's own 5 s keep-alive (uvicorn's
-        # default, SGLang included) closes them: a POST written into a connection the engine is
-        # closing fails, and is not retried.
+        # Idle engine connections are dropped before the engine closes them (see
+        # KEEPALIVE_EXPIRY_S): a POST written into a connection being closed fails unretried.
         connector = aiohttp.TCPConnector(
             limit=config.max_concurrency + 32,
             limit_per_host=0,
-            keepalive_timeout=ENGINE_KEEPALIVE_S,
+            keepalive_timeout=KEEPALIVE_EXPIRY_S,
         )
         async with aiohttp.ClientSession(connector=connector) as client:
             state.client = client

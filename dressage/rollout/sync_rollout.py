@@ -359,6 +359,11 @@ async def collect_group(
     return Group(group_id=group_id, samples=tuple(samples))
 
 
+def group_id_of(run_tag: str, index: int, attempt: int) -> str:
+    """The proxy instance id of attempt `attempt` at prompt `index` (its GRPO group)."""
+    return f"{run_tag}-p{index}-a{attempt}"
+
+
 def sample_seed(seed: int, index: int, attempt: int, member: int) -> int:
     """A sampling seed distinct per sample and reproducible across restarts."""
     return (seed * 1_000_003 + index * 1_009 + attempt * 101 + member) % (2**31 - 1)
@@ -390,7 +395,7 @@ class SingleTurnRollout:
         self.run_tag = run_tag
 
     async def __call__(self, index: int, attempt: int) -> Group:
-        group_id = f"{self.run_tag}-p{index}-a{attempt}"
+        group_id = group_id_of(self.run_tag, index, attempt)
         prompt_ids = self.source.prompt_ids(index)
 
         async def trajectory(session_id: str, member: int) -> None:

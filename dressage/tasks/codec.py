@@ -96,8 +96,8 @@ class PromptCodec:
 class TaskPrompts:
     """A task's prompts as token ids and its reward on generated ids (the collector's source).
 
-    For an environment, `prompt_ids` is the first turn's prompt; its reward comes from the
-    episode (see `dressage.agents.whitebox`), so `reward` refuses.
+    It also carries an environment to the whitebox agent (`dressage.agents.whitebox`), which
+    plays its episodes; an environment has no single prompt or reward, so both methods refuse.
     """
 
     def __init__(self, task: Task | Environment, codec: PromptCodec) -> None:
@@ -105,14 +105,18 @@ class TaskPrompts:
         self.codec = codec
 
     def prompt_ids(self, index: int) -> list[int]:
-        if is_environment(self.task):
-            return self.codec.encode_user(self.task.episode(index).prompt)
-        return self.codec.encode_prompt(self.task.prompt(index))
+        return self.codec.encode_prompt(self._single_turn().prompt(index))
 
     def reward(self, index: int, output_ids: Sequence[int]) -> float:
+        task = self._single_turn()
+        return task.reward(task.prompt(index), self.codec.decode_completion(output_ids))
+
+    def _single_turn(self) -> Task:
         if is_environment(self.task):
-            raise TypeError(f"{self.task.name} is multi-turn: its episodes give the reward")
-        return self.task.reward(self.task.prompt(index), self.codec.decode_completion(output_ids))
+            raise TypeError(
+                f"{self.task.name} is multi-turn: the whitebox agent plays its episodes"
+            )
+        return self.task
 
 
 class Conversation:
