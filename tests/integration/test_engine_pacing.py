@@ -20,13 +20,6 @@ pytestmark = pytest.mark.integration
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("engine-cache")
-    resolve_model_source(BUILTIN_TINY, path)
-    return path
-
-
 async def test_pacing_bounds_the_token_rate_and_keeps_the_tokens(cache_dir: Path) -> None:
     interval_ms, n = 25.0, 16
     weights = load_weights(resolve_model_source(BUILTIN_TINY, cache_dir))

@@ -18,10 +18,9 @@ import pytest
 import torch
 
 from dressage.engine import EngineClient, EngineRequestError, GenerateRequest, SamplingParams
-from dressage.engine.model import ModelWeights, full_logits, load_weights
+from dressage.engine.model import ModelWeights, full_logits
 from dressage.engine.sampling import SamplingSpec, filtered_logprobs
 from dressage.engine.testing import EngineProcess, start_engine
-from dressage.model import BUILTIN_TINY, resolve_model_source
 from tests.integration.engine_support import (
     LONG,
     PACE_MS,
@@ -33,18 +32,6 @@ from tests.integration.engine_support import (
 
 pytestmark = pytest.mark.integration
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("engine-cache")
-    resolve_model_source(BUILTIN_TINY, path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def weights(cache_dir: Path) -> ModelWeights:
-    return load_weights(resolve_model_source(BUILTIN_TINY, cache_dir))
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from dressage.engine import (
     GenerateResponse,
     SamplingParams,
 )
-from dressage.engine.model import ModelWeights, load_weights
+from dressage.engine.model import ModelWeights
 from dressage.engine.testing import EngineProcess, start_engine
-from dressage.model import BUILTIN_TINY, resolve_model_source
+from dressage.model import BUILTIN_TINY
 from tests.integration.engine_support import (
     LONG,
     greedy,
@@ -37,18 +37,6 @@ PACE_MS = 5.0
 """Decode pacing of `fresh_engine`: every test here acts on a generation while it runs (weight
 update, pause), so each token takes at least 5 ms; a test's generation of N tokens therefore
 lasts at least N * 5 ms however loaded the machine is, which the token counts below rely on."""
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("engine-cache")
-    resolve_model_source(BUILTIN_TINY, path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def weights(cache_dir: Path) -> ModelWeights:
-    return load_weights(resolve_model_source(BUILTIN_TINY, cache_dir))
 
 
 @pytest.fixture(scope="module")

@@ -25,11 +25,6 @@ when the test kills its engine, however loaded the machine is (the survivor then
 again, which is what the retry test pays for that guarantee)."""
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
 @pytest.fixture
 def two_engines(cache_dir: Path) -> Iterator[tuple[EngineProcess, EngineProcess]]:
     with (

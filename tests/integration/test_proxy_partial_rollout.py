@@ -44,11 +44,6 @@ def _long(max_new_tokens: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
 def engine(cache_dir: Path) -> Iterator[EngineProcess]:
     with start_engine(
         cache_dir=cache_dir, weight_version="v0", min_step_interval_ms=PACE_MS
