@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from dressage.testing import stop_process
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE_JOB = ROOT / "examples" / "local-tiny.yaml"
 
@@ -80,10 +82,10 @@ def run_job(
             code = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            code = _stop(process)
+            code = stop_process(process, grace_s=30)  # the run stops its engine and proxy
         finally:
             if process.poll() is None:  # interrupted: never leave the run behind
-                _stop(process)
+                stop_process(process, grace_s=30)
     wall = time.monotonic() - started
     history_path = workdir / name / "history.jsonl"
     history = []
@@ -91,16 +93,6 @@ def run_job(
         history = [json.loads(x) for x in history_path.read_text().splitlines() if x.strip()]
     tail = log.read_text()[-3000:]
     return RunResult(name, code, wall, history, tail, timed_out)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> int:
-    """SIGTERM (the run stops its engine and proxy), then SIGKILL after a grace period."""
-    process.terminate()
-    try:
-        return process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait()
 
 
 def step_seconds(record: dict[str, Any]) -> float:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dressage
 
@@ -81,13 +82,18 @@ def run_until_ready(
             )
         yield ReadyProcess(url=url[0], process=process, output=output)
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=15)
+        stop_process(process, grace_s=15)
         reader.join(timeout=5)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def stop_process(process: subprocess.Popen[Any], *, grace_s: float) -> int:
+    """SIGTERM `process` if it still runs, SIGKILL it after `grace_s`; its exit code."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            return process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait(timeout=15)

@@ -28,6 +28,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from dressage import metrics as m
+from dressage.testing import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_NAMESPACE = "ml"
@@ -164,12 +165,7 @@ class MetricsTarget:
     """host:port of the operator's /metrics."""
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        stop_process(self.process, grace_s=5)
         if self.process.stdout is not None:
             self.process.stdout.close()
 

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import yaml
 
+from dressage.testing import stop_process
 from tests.chart import dashboard as dash
 from tests.chart.tools import require_tool
 
@@ -124,12 +125,7 @@ def prometheus_server(
         yield server
     finally:
         server.client.close()
-        server.process.terminate()
-        try:
-            server.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait(timeout=5)
+        stop_process(server.process, grace_s=10)
         log.close()
 
 

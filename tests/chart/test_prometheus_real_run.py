@@ -30,6 +30,7 @@ from prometheus_client import start_http_server
 
 from dressage.api import load_job
 from dressage.api.status import AsyncRLJobStatus, JobPhase
+from dressage.testing import stop_process
 from tests.chart.prometheus import Prometheus, prometheus_server, staleness_queries, wait_until
 from tests.chart.tools import ROOT, require_tool
 
@@ -180,13 +181,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
 
 def _stop(run: subprocess.Popen[str]) -> None:
     """SIGTERM (the run stops its children and writes its report), then kill if needed."""
-    if run.poll() is None:
-        run.terminate()
-        try:
-            run.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            run.kill()
-            run.wait(timeout=10)
+    stop_process(run, grace_s=30)
     if run.stdout is not None:
         run.stdout.close()
 
