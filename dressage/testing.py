@@ -1,4 +1,5 @@
-"""Run a project process (`python -m dressage ...`) until it prints its ready line.
+"""Run a project process (`python -m dressage ...`) until it prints its ready line; find a
+free loopback port.
 
 Shared by the engine and proxy test helpers (`dressage.engine.testing`,
 `dressage.proxy.testing`) and the benchmarks: start the command with the project on
@@ -10,6 +11,7 @@ the line starting with `marker` and return the URL after it, and on exit termina
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -22,6 +24,14 @@ from typing import Any
 import dressage
 
 PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the time of the call)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @dataclass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -15,18 +14,11 @@ from typing import Any
 import httpx
 import yaml
 
-from dressage.testing import stop_process
+from dressage.testing import free_port, stop_process
 from tests.chart import dashboard as dash
 from tests.chart.tools import require_tool
 
 DEADLINE_SECONDS = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_until(what: str, check: Callable[[], Any], deadline: float) -> Any:

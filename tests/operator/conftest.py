@@ -3,7 +3,6 @@ it under kopf, and a real HTTP server standing in for the job's trainer `/metric
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,14 +20,9 @@ from dressage_operator.testing import (
 )
 from kopf.testing import KopfRunner
 
+from dressage.testing import free_port
+
 NAMESPACE = "e2e"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:

@@ -6,8 +6,6 @@ exercised in tests/integration/test_engine_server.py.
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 
@@ -18,17 +16,11 @@ from dressage.engine import (
     EngineUnavailable,
     GenerateRequest,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from dressage.testing import free_port
 
 
 async def test_connection_refused_is_engine_unavailable() -> None:
-    async with EngineClient(f"http://127.0.0.1:{_free_port()}", retries=1) as client:
+    async with EngineClient(f"http://127.0.0.1:{free_port()}", retries=1) as client:
         with pytest.raises(EngineUnavailable):
             await client.generate(GenerateRequest(input_ids=[1]))
         assert await client.health() is False
