@@ -19,7 +19,9 @@ import asyncio
 import logging
 import socket
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +94,19 @@ def serve(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"cannot serve --model {args.model}: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(server, args.host, args.port, args.log_level))
+    return _run(_serve(server, args.host, args.port, args.log_level))
+
+
+def _run(main: Coroutine[Any, Any, int]) -> int:
+    """Run `main` on uvloop when it is installed (as the proxy does), else on asyncio's loop.
+
+    uvloop's loop costs the HTTP side less CPU per request, which the forward passes get.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 async def _serve(server: object, host: str, port: int, log_level: str) -> int:
@@ -114,6 +128,7 @@ async def _serve(server: object, host: str, port: int, log_level: str) -> int:
     )
     config = uvicorn.Config(
         server.app,
+        http=_no_delay_protocol(),
         log_level=log_level,
         access_log=False,
         lifespan="on",
@@ -151,3 +166,24 @@ async def _serve(server: object, host: str, port: int, log_level: str) -> int:
         print(server.fatal_error, file=sys.stderr)
         return 1
     return 0
+
+
+def _no_delay_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol with Nagle's algorithm off on every accepted connection.
+
+    uvicorn writes a response's headers and its body in two writes. asyncio's default event
+    loop leaves Nagle on for accepted sockets (uvloop turns it off), so the body waits until
+    the client acknowledges the headers, and a client in delayed-ACK mode (one sending
+    requests back to back) holds that for about 40 ms: most back-to-back requests took 44 ms
+    instead of 2.
+    """
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class NoDelayProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            super().connection_made(transport)
+
+    return NoDelayProtocol

@@ -1,10 +1,15 @@
-"""The embedded engine's HTTP API: the SGLang subset in `protocol`, served by starlette.
+"""The embedded engine's HTTP API: the SGLang subset in `protocol`, on `dressage.asgi`.
 
 Handlers only validate, hand work to the scheduler thread and wait for its answer, so the event
 loop is never blocked by a forward pass or a checkpoint read. Every invalid request gets an HTTP
 400 in SGLang's shape, `{"error": {"message": "<field>: <problem>"}}`, naming the field; no
 request body can crash the server. Until the first weights are loaded, `/health`,
 `/health_generate` and `/generate` answer 503.
+
+The HTTP loop shares the process, and the interpreter lock, with the scheduler thread's forward
+passes: whatever CPU a request costs here is taken from generation when requests arrive in a
+burst. So the per-request path is kept lean: the framework-free ASGI layer the proxy also
+uses, and orjson.
 """
 
 from __future__ import annotations
@@ -12,20 +17,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
-from starlette.applications import Starlette
-from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 from tokenizers import Tokenizer
 
+from dressage.asgi import (
+    Answer,
+    App,
+    BodyTooLarge,
+    ClientDisconnected,
+    Handler,
+    HttpRequest,
+    Route,
+    StreamAnswer,
+)
 from dressage.engine.model import ModelShape, load_weights
 from dressage.engine.protocol import (
     AbortRequest,
@@ -40,6 +51,8 @@ from dressage.model import resolve_model_source
 log = logging.getLogger(__name__)
 
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Largest request body accepted (a prompt of millions of token ids); beyond it, HTTP 413."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +76,16 @@ class BadRequest(Exception):
     """A request the engine refuses; the message names the field."""
 
 
-def error_response(message: str, status_code: int = 400) -> JSONResponse:
-    return JSONResponse({"error": {"message": message}}, status_code=status_code)
+def json_response(data: Any, status: int = 200) -> Answer:
+    return Answer(orjson.dumps(data), status)
+
+
+def error_response(message: str, status: int = 400) -> Answer:
+    return json_response({"error": {"message": message}}, status)
+
+
+def empty_response(status: int = 200) -> Answer:
+    return Answer(b"", status, content_type="text/plain; charset=utf-8")
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -103,20 +124,21 @@ class EngineServer:
         self._update_lock = asyncio.Lock()
         self._active_rids: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
-        self.app = Starlette(
-            routes=[
-                Route("/generate", self.generate, methods=["POST", "PUT"]),
-                Route("/update_weights_from_disk", self.update_weights_from_disk, methods=["POST"]),
-                Route("/pause_generation", self.pause_generation, methods=["POST"]),
-                Route("/continue_generation", self.continue_generation, methods=["POST"]),
-                Route("/abort_request", self.abort_request, methods=["POST"]),
-                Route("/get_weight_version", self.get_weight_version, methods=["GET"]),
-                Route("/get_model_info", self.get_model_info, methods=["GET"]),
-                Route("/health", self.health, methods=["GET"]),
-                Route("/health_generate", self.health_generate, methods=["GET"]),
-            ],
+        routes = [
+            ("/generate", self.generate, ("POST", "PUT")),
+            ("/update_weights_from_disk", self.update_weights_from_disk, ("POST",)),
+            ("/pause_generation", self.pause_generation, ("POST",)),
+            ("/continue_generation", self.continue_generation, ("POST",)),
+            ("/abort_request", self.abort_request, ("POST",)),
+            ("/get_weight_version", self.get_weight_version, ("GET",)),
+            ("/get_model_info", self.get_model_info, ("GET",)),
+            ("/health", self.health, ("GET",)),
+            ("/health_generate", self.health_generate, ("GET",)),
+        ]
+        self.app = App(
+            [Route(path, _guarded(handler), methods) for path, handler, methods in routes],
+            fallback=_not_routed,
             lifespan=self._lifespan,
-            exception_handlers={Exception: self._internal_error},
         )
 
     async def wait_loaded(self) -> None:
@@ -125,7 +147,7 @@ class EngineServer:
     # --- lifecycle
 
     @contextlib.asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+    async def _lifespan(self) -> AsyncIterator[None]:
         self.scheduler.start()
         if not self.config.start_unloaded:
             task = asyncio.create_task(self._initial_load())
@@ -154,19 +176,15 @@ class EngineServer:
     def _ready(self) -> bool:
         return self.scheduler.loaded and self.scheduler.alive
 
-    async def _internal_error(self, request: HttpRequest, exc: Exception) -> Response:
-        log.exception("error handling %s", request.url.path, exc_info=exc)
-        return error_response(f"internal error: {type(exc).__name__}: {exc}", 500)
-
     # --- helpers
 
     @staticmethod
     async def _body(request: HttpRequest, *, optional: bool = False) -> dict[str, Any]:
-        raw = await request.body()
+        raw = await request.body(MAX_BODY_BYTES)
         if not raw.strip() and optional:
             return {}
         try:
-            data = json.loads(raw)
+            data = orjson.loads(raw)
         except ValueError as exc:
             raise BadRequest(f"request body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -220,7 +238,7 @@ class EngineServer:
 
     # --- endpoints
 
-    async def generate(self, request: HttpRequest) -> Response:
+    async def generate(self, request: HttpRequest) -> Answer | StreamAnswer:
         try:
             req = GenerateRequest.model_validate(await self._body(request))
             self._check_supported(req)
@@ -255,13 +273,13 @@ class EngineServer:
             )
         )
         if req.stream:
-            return StreamingResponse(self._stream(rid, results), media_type="text/event-stream")
+            return StreamAnswer(self._stream(rid, results))
         watcher = asyncio.create_task(self._abort_on_disconnect(request, rid))
         try:
             while True:
                 snapshot, final = await results.get()
                 if final:
-                    return JSONResponse(snapshot)
+                    return json_response(snapshot)
         finally:
             watcher.cancel()
             self._active_rids.discard(rid)
@@ -273,7 +291,7 @@ class EngineServer:
         try:
             while not final:
                 snapshot, final = await results.get()
-                yield b"data: " + json.dumps(snapshot).encode() + b"\n\n"
+                yield b"data: " + orjson.dumps(snapshot) + b"\n\n"
             yield b"data: [DONE]\n\n"
         finally:
             if not final:  # the client went away mid-stream
@@ -281,13 +299,10 @@ class EngineServer:
             self._active_rids.discard(rid)
 
     async def _abort_on_disconnect(self, request: HttpRequest, rid: str) -> None:
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                self.scheduler.abort(rid)
-                return
+        await request.disconnected()
+        self.scheduler.abort(rid)
 
-    async def update_weights_from_disk(self, request: HttpRequest) -> Response:
+    async def update_weights_from_disk(self, request: HttpRequest) -> Answer:
         try:
             req = UpdateWeightsFromDiskRequest.model_validate(await self._body(request))
         except ValidationError as exc:
@@ -305,9 +320,8 @@ class EngineServer:
                 weights = await asyncio.to_thread(load_weights, path, self.shape)
             except (ValueError, OSError) as exc:
                 message = f"Failed to update weights: {exc}"
-                return JSONResponse(
-                    {"success": False, "message": message, "num_paused_requests": 0},
-                    status_code=400,
+                return json_response(
+                    {"success": False, "message": message, "num_paused_requests": 0}, 400
                 )
             future = self.scheduler.swap_weights(
                 weights, req.weight_version, abort_all=req.abort_all_requests
@@ -317,9 +331,9 @@ class EngineServer:
         message = "Succeeded to update model weights."
         if req.weight_version is not None:
             message += f" Weight version updated to {req.weight_version}."
-        return JSONResponse({"success": True, "message": message, "num_paused_requests": 0})
+        return json_response({"success": True, "message": message, "num_paused_requests": 0})
 
-    async def pause_generation(self, request: HttpRequest) -> Response:
+    async def pause_generation(self, request: HttpRequest) -> Answer:
         try:
             req = PauseGenerationRequest.model_validate(await self._body(request, optional=True))
         except ValidationError as exc:
@@ -327,13 +341,13 @@ class EngineServer:
         except BadRequest as exc:
             return error_response(str(exc))
         await asyncio.wrap_future(self.scheduler.pause(req.mode))
-        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
+        return json_response({"message": "Generation paused successfully.", "status": "ok"})
 
-    async def continue_generation(self, request: HttpRequest) -> Response:
+    async def continue_generation(self, request: HttpRequest) -> Answer:
         await asyncio.wrap_future(self.scheduler.resume())
-        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
+        return json_response({"message": "Generation continued successfully.", "status": "ok"})
 
-    async def abort_request(self, request: HttpRequest) -> Response:
+    async def abort_request(self, request: HttpRequest) -> Answer:
         try:
             req = AbortRequest.model_validate(await self._body(request, optional=True))
         except ValidationError as exc:
@@ -342,13 +356,13 @@ class EngineServer:
             return error_response(str(exc))
         if req.rid or req.abort_all:
             self.scheduler.abort(req.rid or None, req.abort_all)
-        return Response(status_code=200)
+        return empty_response()
 
-    async def get_weight_version(self, request: HttpRequest) -> Response:
-        return JSONResponse({"weight_version": self.scheduler.weight_version})
+    async def get_weight_version(self, request: HttpRequest) -> Answer:
+        return json_response({"weight_version": self.scheduler.weight_version})
 
-    async def get_model_info(self, request: HttpRequest) -> Response:
-        return JSONResponse(
+    async def get_model_info(self, request: HttpRequest) -> Answer:
+        return json_response(
             {
                 "model_path": self.config.model_source,
                 "tokenizer_path": str(self.config.model_path),
@@ -360,16 +374,16 @@ class EngineServer:
             }
         )
 
-    async def health(self, request: HttpRequest) -> Response:
-        return Response(status_code=200 if self._ready() else 503)
+    async def health(self, request: HttpRequest) -> Answer:
+        return empty_response(200 if self._ready() else 503)
 
-    async def health_generate(self, request: HttpRequest) -> Response:
+    async def health_generate(self, request: HttpRequest) -> Answer:
         """200 when a one-token generation succeeds. A paused engine is healthy (it will
         generate once continued) and answers 200 without generating."""
         if not self._ready():
-            return Response(status_code=503)
+            return empty_response(503)
         if self.scheduler.paused:
-            return Response(status_code=200)
+            return empty_response(200)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
@@ -388,5 +402,29 @@ class EngineServer:
             await asyncio.wait_for(done, HEALTH_GENERATE_TIMEOUT_S)
         except TimeoutError:
             self.scheduler.abort(rid)
-            return Response(status_code=503)
-        return Response(status_code=200)
+            return empty_response(503)
+        return empty_response(200)
+
+
+def _guarded(handler: Handler) -> Handler:
+    """`handler`, with a body too large answered 413, a client gone mid-body 400, and any
+    other exception logged and answered 500: no request takes the server down."""
+
+    async def guarded(request: HttpRequest) -> Answer | StreamAnswer:
+        try:
+            return await handler(request)
+        except BodyTooLarge as exc:
+            return error_response(f"request body: {exc}", 413)
+        except ClientDisconnected as exc:
+            return error_response(str(exc))
+        except Exception as exc:
+            log.exception("error handling %s %s", request.method, request.path)
+            return error_response(f"internal error: {type(exc).__name__}: {exc}", 500)
+
+    return guarded
+
+
+def _not_routed(request: HttpRequest, known_path: bool) -> Answer:
+    if known_path:
+        return error_response(f"method {request.method} is not allowed on {request.path}", 405)
+    return error_response(f"no such endpoint: {request.path}", 404)

@@ -1,4 +1,4 @@
-"""The rollout proxy's HTTP API (an ASGI app, see `dressage.proxy.asgi`; `create_app(config)`).
+"""The rollout proxy's HTTP API (an ASGI app, see `dressage.asgi`; `create_app(config)`).
 
 Agents never talk to engines directly: every generation goes through here, which keeps one
 session per trajectory, records the version of every generated token, resumes generations
@@ -74,23 +74,22 @@ import hmac
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from dressage.engine.client import KEEPALIVE_EXPIRY_S
-from dressage.proxy import errors
-from dressage.proxy.asgi import (
+from dressage.asgi import (
     Answer,
     App,
     BodyTooLarge,
     ClientDisconnected,
-    Handler,
     HttpRequest,
     Route,
 )
+from dressage.engine.client import KEEPALIVE_EXPIRY_S
+from dressage.proxy import errors
 from dressage.proxy.chat import (
     ChatState,
     ChatTokenizer,
@@ -131,6 +130,8 @@ _GENERATE_FIELDS = frozenset(
     }
 )
 _CHAT_DEFAULT_MAX_TOKENS = 256
+Handler = Callable[[HttpRequest], Awaitable[Answer]]
+"""A proxy endpoint: every answer it gives is complete (streams are sent as one chunk)."""
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:

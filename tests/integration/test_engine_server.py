@@ -177,6 +177,20 @@ async def test_bad_requests_get_sglang_style_400_naming_the_field(
         assert (await http.get(engine.base_url + "/health")).status_code == 200
 
 
+async def test_unknown_paths_and_methods_get_404_and_405_naming_them(
+    engine: EngineProcess,
+) -> None:
+    async with httpx.AsyncClient() as http:
+        missing = await http.post(engine.base_url + "/v1/nothing", content="{}")
+        wrong = await http.get(engine.base_url + "/generate")
+        head = await http.head(engine.base_url + "/health")
+    assert missing.status_code == 404
+    assert "/v1/nothing" in missing.json()["error"]["message"]
+    assert wrong.status_code == 405
+    assert "GET" in wrong.json()["error"]["message"]
+    assert (head.status_code, head.content) == (200, b"")
+
+
 async def test_client_surfaces_400_as_engine_request_error(engine: EngineProcess) -> None:
     async with EngineClient(engine.base_url) as client:
         with pytest.raises(EngineRequestError, match=r"input_ids\[0\]") as caught:

@@ -1,15 +1,17 @@
-"""The proxy's ASGI layer: routing, request view, answers and lifespan, driven through the
-ASGI interface itself (the server side is faked by lists of messages)."""
+"""The ASGI layer of the proxy and the embedded engine: routing, request view, answers,
+streams and lifespan, driven through the ASGI interface itself (the server side is faked by
+lists of messages)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from dressage.proxy.asgi import (
+from dressage.asgi import (
     Answer,
     App,
     BodyTooLarge,
@@ -18,6 +20,7 @@ from dressage.proxy.asgi import (
     Message,
     Route,
     Router,
+    StreamAnswer,
 )
 
 
@@ -100,6 +103,88 @@ async def test_stream_answers_have_no_length_and_end_with_an_empty_chunk() -> No
     assert b"content-length" not in dict(start["headers"])
     assert first == {"type": "http.response.body", "body": b"data: x\n\n", "more_body": True}
     assert last == {"type": "http.response.body", "body": b""}
+
+
+async def test_stream_answer_sends_each_chunk_then_an_empty_end() -> None:
+    closed: list[str] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            yield b"data: 1\n\n"
+            yield b"data: 2\n\n"
+        finally:
+            closed.append("closed")
+
+    async def events(request: HttpRequest) -> StreamAnswer:
+        return StreamAnswer(chunks())
+
+    sent: list[Message] = []
+    stay = asyncio.Event()  # the client never leaves
+
+    async def receive() -> Message:
+        await stay.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    app = App([Route("/e", events, ("GET",))], fallback=_fallback)
+    await app(_scope("GET", "/e"), receive, send)
+    assert dict(sent[0]["headers"]) == {b"content-type": b"text/event-stream"}
+    assert [m["body"] for m in sent[1:]] == [b"data: 1\n\n", b"data: 2\n\n", b""]
+    assert [m.get("more_body", False) for m in sent[1:]] == [True, True, False]
+    assert closed == ["closed"]
+
+
+async def test_stream_answer_closes_its_producer_when_the_client_leaves() -> None:
+    stopped: list[str] = []
+    first_sent = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            yield b"data: 1\n\n"
+            await asyncio.Event().wait()  # nothing more for a long time
+            yield b"never"
+        except asyncio.CancelledError:
+            stopped.append("cancelled")
+            raise
+
+    async def events(request: HttpRequest) -> StreamAnswer:
+        return StreamAnswer(chunks())
+
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        await first_sent.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if message.get("more_body"):
+            first_sent.set()
+
+    app = App([Route("/e", events, ("GET",))], fallback=_fallback)
+    await asyncio.wait_for(app(_scope("GET", "/e"), receive, send), 5)
+    assert stopped == ["cancelled"]
+    assert [m["body"] for m in sent[1:]] == [b"data: 1\n\n"]  # no end chunk: nobody reads
+
+
+async def test_disconnected_returns_once_the_client_leaves() -> None:
+    seen: list[str] = []
+
+    async def wait(request: HttpRequest) -> Answer:
+        await request.body(limit=10)
+        await request.disconnected()
+        seen.append("gone")
+        return Answer(b"")
+
+    app = App([Route("/w", wait, ("POST",))], fallback=_fallback)
+    messages: list[Message] = [
+        {"type": "http.request", "body": b"x"},
+        {"type": "http.disconnect"},
+    ]
+    await _call(app, _scope("POST", "/w"), messages)
+    assert seen == ["gone"]
 
 
 async def test_unknown_path_and_wrong_method_go_to_the_fallback() -> None:

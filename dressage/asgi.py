@@ -1,16 +1,22 @@
-"""The proxy's HTTP plumbing: a minimal ASGI application (routes, request view, answers).
+"""Dressage's HTTP plumbing: a minimal ASGI application (routes, request view, answers).
 
-Every request the proxy serves costs CPU that, in a small deployment, is taken from the
-engines, so the per-request path has no framework layers: one route lookup (a dict of fixed
-paths, then a few `{name}` patterns), request headers decoded once into a dict, the body read
-with a size limit, and an answer sent as two ASGI messages. What the proxy needs from HTTP is
-all here:
+The rollout proxy and the embedded engine both serve it under uvicorn. Every request they
+serve costs CPU that a small deployment takes from the model (the embedded engine's HTTP loop
+shares its process, and its interpreter lock, with the forward passes), so the per-request
+path has no framework layers: one route lookup (a dict of fixed paths, then a few `{name}`
+patterns), request headers decoded once into a dict, the body read with a size limit, and an
+answer sent as two ASGI messages. What the servers need from HTTP is all here:
 
 - routes match `scope["path"]` exactly or with `{name}` segments (`[^/]+`); a `GET` route also
   answers `HEAD` (the server drops the body); a known path with another method is told apart
   from an unknown path, so the app can answer 405 or 404;
 - `Answer` is a complete body with its status and content type, sent with `Content-Length`,
   or with `stream=True` sent without it (chunked), as server-sent events are;
+- `StreamAnswer` sends the chunks of an async iterator as they come (chunked); when the client
+  goes away first, the iterator is closed at its current `await`, so its `finally` can stop
+  the work that feeds it;
+- `HttpRequest.disconnected()` returns once the client has gone away (after the body is read),
+  for handlers that stop work nobody waits for any more;
 - the lifespan protocol runs an async context manager: entered at startup, left at shutdown.
 
 Header names arrive lower-cased (ASGI); when a header is repeated, its first value is kept.
@@ -18,8 +24,10 @@ Header names arrive lower-cased (ASGI); when a header is repeated, its first val
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +37,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-Handler = Callable[["HttpRequest"], Awaitable["Answer"]]
+Handler = Callable[["HttpRequest"], Awaitable["Answer | StreamAnswer"]]
 Fallback = Callable[["HttpRequest", bool], "Answer"]
 """Answers a request no route takes; the flag is True when the path exists for other methods."""
 
@@ -107,6 +115,11 @@ class HttpRequest:
                 break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    async def disconnected(self) -> None:
+        """Return once the client has gone away; call it after the body was read."""
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+
 
 @dataclass(slots=True)
 class Answer:
@@ -119,7 +132,7 @@ class Answer:
     stream: bool = False
     """Send without `Content-Length` (chunked transfer), as an event stream."""
 
-    async def send(self, send: Send) -> None:
+    async def send(self, send: Send, receive: Receive) -> None:
         headers = [(b"content-type", self.content_type.encode("latin-1"))]
         if not self.stream:
             headers.append((b"content-length", str(len(self.body)).encode("latin-1")))
@@ -132,6 +145,49 @@ class Answer:
             await send({"type": "http.response.body", "body": b""})
         else:
             await send({"type": "http.response.body", "body": self.body})
+
+
+@dataclass(slots=True)
+class StreamAnswer:
+    """An answer whose body is the chunks of `chunks`, each sent as soon as it comes."""
+
+    chunks: AsyncIterator[bytes]
+    status: int = 200
+    content_type: str = "text/event-stream"
+
+    async def send(self, send: Send, receive: Receive) -> None:
+        content_type = self.content_type.encode("latin-1")
+        await send(
+            {"type": "http.response.start", "status": self.status,
+             "headers": [(b"content-type", content_type)]}
+        )  # fmt: skip
+        chunks = self.chunks
+        gone = asyncio.ensure_future(_disconnect(receive))
+        try:
+            while True:
+                following = asyncio.ensure_future(anext(chunks))
+                await asyncio.wait({following, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not following.done():  # the client went away: stop the producer
+                    following.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await following
+                    return
+                try:
+                    chunk = following.result()
+                except StopAsyncIteration:
+                    await send({"type": "http.response.body", "body": b""})
+                    return
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        finally:
+            gone.cancel()
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def _disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +252,12 @@ class App:
         if kind == "http":
             handler, params, known_path = self.router.match(scope["method"], scope["path"])
             request = HttpRequest(scope, receive, params)
+            answer: Answer | StreamAnswer
             if handler is None:
                 answer = self.fallback(request, known_path)
             else:
                 answer = await handler(request)
-            await answer.send(send)
+            await answer.send(send, receive)
         elif kind == "lifespan":
             await self._serve_lifespan(receive, send)
         else:
