@@ -78,8 +78,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from dressage.asgi import (
     Answer,
     App,
@@ -88,7 +86,6 @@ from dressage.asgi import (
     HttpRequest,
     Route,
 )
-from dressage.engine.client import KEEPALIVE_EXPIRY_S
 from dressage.proxy import errors
 from dressage.proxy.chat import (
     ChatState,
@@ -111,6 +108,7 @@ from dressage.proxy.staleness import (
     _raise_if_partial_version_span_exceeded,
     raise_if_version_changed,
 )
+from dressage.proxy.upstream import EngineConnections, UpstreamError
 from dressage.rollout.versions import version_span
 
 log = logging.getLogger("dressage.proxy")
@@ -153,7 +151,7 @@ class ProxyState:
     gate: PauseGate
     metrics: ProxyMetrics
     tokenizer: ChatTokenizer | None
-    client: aiohttp.ClientSession | None = None
+    connections: EngineConnections | None = None
     generator: Generator | None = None
     inflight: int = 0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -183,35 +181,29 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        # Idle engine connections are dropped before the engine closes them (see
-        # KEEPALIVE_EXPIRY_S): a POST written into a connection being closed fails unretried.
-        connector = aiohttp.TCPConnector(
-            limit=config.max_concurrency + 32,
-            limit_per_host=0,
-            keepalive_timeout=KEEPALIVE_EXPIRY_S,
+        connections = EngineConnections()
+        state.connections = connections
+        state.generator = Generator(
+            connections=connections,
+            pool=state.pool,
+            gate=state.gate,
+            partial_rollout=config.partial_rollout,
+            engine_timeout_s=config.engine_timeout_s,
+            pause_timeout_s=config.pause_timeout_s,
+            on_preempt=state.metrics.preempts.inc,
+            on_retry=state.metrics.engine_retries.inc,
         )
-        async with aiohttp.ClientSession(connector=connector) as client:
-            state.client = client
-            state.generator = Generator(
-                client=client,
-                pool=state.pool,
-                gate=state.gate,
-                partial_rollout=config.partial_rollout,
-                engine_timeout_s=config.engine_timeout_s,
-                pause_timeout_s=config.pause_timeout_s,
-                on_preempt=state.metrics.preempts.inc,
-                on_retry=state.metrics.engine_retries.inc,
-            )
-            state.tasks = [
-                asyncio.create_task(_health_loop(state)),
-                asyncio.create_task(_expiry_loop(state)),
-            ]
-            try:
-                yield
-            finally:
-                for task in state.tasks:
-                    task.cancel()
-                await asyncio.gather(*state.tasks, return_exceptions=True)
+        state.tasks = [
+            asyncio.create_task(_health_loop(state)),
+            asyncio.create_task(_expiry_loop(state)),
+        ]
+        try:
+            yield
+        finally:
+            for task in state.tasks:
+                task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)
+            await connections.close()
 
     h = _Handlers(state)
     routes = [
@@ -257,18 +249,18 @@ def create_app(
 
 async def _health_loop(state: ProxyState) -> None:
     """Probe every engine's `/health`; an engine is routed to only while it answers 200."""
-    assert state.client is not None
-    client = state.client
+    assert state.connections is not None
+    connections = state.connections
     interval = state.config.health_interval_s
 
     async def probe(url: str) -> None:
         try:
-            timeout = aiohttp.ClientTimeout(total=min(5.0, interval * 2))
-            async with client.get(url + "/health", timeout=timeout) as response:
-                await response.read()
-                ok = response.status == 200
-                reason = f"health check answered HTTP {response.status}"
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            reply = await connections.request(
+                "GET", url, "/health", timeout_s=min(5.0, interval * 2)
+            )
+            ok = reply.status == 200
+            reason = f"health check answered HTTP {reply.status}"
+        except UpstreamError as exc:
             ok, reason = False, f"health check failed: {type(exc).__name__}: {exc}"
         if ok:
             state.pool.mark_up(url)
@@ -694,23 +686,16 @@ class _Handlers:
         return self._control_answer(results)
 
     async def _broadcast(self, path: str, body: dict[str, Any]) -> dict[str, str]:
-        client = self.s.client
-        assert client is not None
+        connections = self.s.connections
+        assert connections is not None
 
         async def send(url: str) -> str:
             try:
-                async with client.post(
-                    url + path,
-                    data=dumps(body),
-                    timeout=aiohttp.ClientTimeout(total=30.0),
-                    headers={"content-type": "application/json"},
-                ) as response:
-                    raw = await response.read()
-                    status = response.status
-            except (aiohttp.ClientError, TimeoutError) as exc:
+                reply = await connections.request("POST", url, path, dumps(body), timeout_s=30.0)
+            except UpstreamError as exc:
                 return f"{type(exc).__name__}: {exc}"
-            if status >= 400:
-                return f"HTTP {status}: {raw[:200].decode(errors='replace')}"
+            if reply.status >= 400:
+                return f"HTTP {reply.status}: {reply.body[:200].decode(errors='replace')}"
             return "ok"
 
         urls = [e.url for e in self.s.pool.engines]
