@@ -48,6 +48,10 @@ PROXY_ENGINE_RETRIES: Final = "dressage_proxy_engine_retries_total"
 PROXY_EXPIRED_SESSIONS: Final = "dressage_proxy_expired_sessions_total"
 PROXY_INFLIGHT: Final = "dressage_proxy_inflight_requests"
 """Gauge: generations in flight through the proxy."""
+PROXY_GENERATION_OVERHEAD: Final = "dressage_proxy_generation_overhead_seconds"
+"""Histogram: a model turn's time in the proxy minus the time its engines report for it
+(`meta_info.e2e_latency`): the proxy's own work and queueing, plus the network and the
+engine's HTTP intake, which the engine's figure leaves out."""
 
 # --- Operator, per job (labels `namespace`, `job`).
 JOB_STALENESS_VERSION_SPAN_MEAN: Final = "dressage_job_staleness_version_span_mean"

@@ -96,6 +96,8 @@ class Piece:
     raw_logprobs: list[Any]
     runs: list[tuple[str | None, int]]
     """`versions` run-length encoded: (version, tokens), no empty run."""
+    engine_latency: float | None = None
+    """The engine's own time for this piece (`meta_info.e2e_latency`), when it reports it."""
 
 
 def parse_piece(data: object, url: str) -> Piece:
@@ -141,6 +143,7 @@ def parse_piece(data: object, url: str) -> Piece:
         versions = [weight_version] * n
         if n:
             runs.append((weight_version, n))
+    latency = meta.get("e2e_latency")
     finish = meta.get("finish_reason")
     if not isinstance(finish, dict):
         finish = {"type": "stop"} if finish is None else {"type": str(finish)}
@@ -154,6 +157,11 @@ def parse_piece(data: object, url: str) -> Piece:
         cached_tokens=int(meta.get("cached_tokens") or 0),
         raw_logprobs=raw_logprobs,
         runs=runs,
+        engine_latency=(
+            float(latency)
+            if isinstance(latency, int | float) and not isinstance(latency, bool)
+            else None
+        ),
     )
 
 
@@ -174,6 +182,8 @@ class Generation:
     engine_url: str | None = None
     spans: list[dict[str, Any]] = field(default_factory=list)
     """`versions` as `meta_info.weight_versions` spans, kept up to date by `add`."""
+    engine_latency: float | None = None
+    """The engines' reported time summed over the pieces; None when none reported it."""
 
     def add(self, piece: Piece) -> None:
         if not self.pieces:
@@ -191,6 +201,8 @@ class Generation:
                 self.spans.append({"version": version, "start": end, "end": end + count})
             end += count
         self.texts.append(piece.text)
+        if piece.engine_latency is not None:
+            self.engine_latency = (self.engine_latency or 0.0) + piece.engine_latency
         self.finish_reason = piece.finish_reason
         self.weight_version = piece.weight_version
 

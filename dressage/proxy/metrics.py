@@ -16,6 +16,9 @@ _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
     120.0, 300.0,
 )  # fmt: skip
+_OVERHEAD_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+)  # fmt: skip
 _SPAN_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 16)
 
 
@@ -36,6 +39,13 @@ class ProxyMetrics:
             "Request latency in seconds, by endpoint.",
             ["endpoint"],
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.generation_overhead = Histogram(
+            names.PROXY_GENERATION_OVERHEAD,
+            "Seconds a model turn spent in the proxy beyond the engines' reported time "
+            "(meta_info.e2e_latency): proxy work and queueing, network, engine HTTP intake.",
+            buckets=_OVERHEAD_BUCKETS,
             registry=r,
         )
         self.preempts = Counter(

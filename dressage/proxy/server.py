@@ -18,9 +18,12 @@ with the stable names of `dressage.proxy.errors`):
 prompt, the model's outputs and what was appended after them) to continue it; anything else
 starts a new segment. Answers SGLang's response (`text`, `output_ids`, `meta_info` with
 `finish_reason`, `weight_version`, `weight_versions` spans, `output_token_logprobs`,
-`prompt_tokens`, `completion_tokens`) plus `"dressage": {"session_id", "instance_id",
-"segment_index", "new_segment" (null or why a segment started), "versions" (one per output
-token), "preempts", "engine"}`.
+`prompt_tokens`, `completion_tokens`, and `e2e_latency`, the seconds the proxy took for the
+request) plus `"dressage": {"session_id", "instance_id", "segment_index", "new_segment" (null
+or why a segment started), "versions" (one per output token), "preempts", "engine",
+"engine_latency" (the engines' own `e2e_latency` summed over the turn, null when they do not
+report it)}`. The difference, per model turn, is the histogram
+`dressage_proxy_generation_overhead_seconds`.
 
 `POST /v1/chat/completions`, `POST /s/{session_id}/v1/chat/completions` (OpenAI-compatible,
 `stream` true or false; `n` must be 1; needs `--model`), `GET /v1/models`,
@@ -437,6 +440,7 @@ class _Handlers:
             else:
                 raise_if_version_changed(earlier, candidate)
 
+        started = time.perf_counter()
         try:
             gen = await s.generator.run(session, input_ids, sampling_params, check)
         except (PartialRolloutStalenessExceeded, VersionChangedWithoutPartialRollout) as exc:
@@ -447,12 +451,17 @@ class _Handlers:
         except BaseException:
             session.end_turn(s.clock())
             raise
+        if gen.engine_latency is not None and not gen.preempts:
+            # Interrupted turns are left out: their time includes the weight-update pause.
+            overhead = time.perf_counter() - started - gen.engine_latency
+            s.metrics.generation_overhead.observe(max(0.0, overhead))
         segment = session.commit_turn(
             plan, gen.output_ids, gen.logprobs, gen.versions, s.clock(), preempts=gen.preempts
         )
         return plan, gen, segment.index
 
     async def generate(self, request: HttpRequest) -> Answer:
+        started = time.perf_counter()
         body = await self.read_json(request)
         unknown = sorted(set(body) - _GENERATE_FIELDS)
         if unknown:
@@ -481,6 +490,7 @@ class _Handlers:
             "cached_tokens": gen.cached_tokens,
             "weight_version": gen.weight_version,
             "weight_versions": gen.version_spans(),
+            "e2e_latency": time.perf_counter() - started,
         }
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = gen.raw_logprobs
@@ -497,6 +507,7 @@ class _Handlers:
                     "versions": gen.versions,
                     "preempts": gen.preempts,
                     "engine": gen.engine_url,
+                    "engine_latency": gen.engine_latency,
                 },
             }
         )

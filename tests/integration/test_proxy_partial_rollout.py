@@ -239,3 +239,23 @@ async def test_without_partial_rollout_an_interrupted_turn_is_generated_again(
         # Discarded partial output: the whole turn comes from one version, the new one.
         assert distinct_real_versions(body["dressage"]["versions"]) == labels
         assert body["dressage"]["preempts"] == 1
+
+
+async def test_a_turn_reports_its_time_in_the_proxy_and_in_the_engine(
+    plain_proxy: ProxyProcess,
+) -> None:
+    async with httpx.AsyncClient(base_url=plain_proxy.base_url, timeout=60) as client:
+        before = metric_value(
+            (await client.get("/metrics")).text, "dressage_proxy_generation_overhead_seconds_count"
+        )
+        response = await _generate(client, "timed", _long(8))
+        metrics = (await client.get("/metrics")).text
+    assert response.status_code == 200, response.text
+    data = response.json()
+    engine_latency = data["dressage"]["engine_latency"]
+    # Eight tokens paced PACE_MS apart: the engine's own time is at least seven intervals,
+    # and the proxy's time for the request contains the engine's.
+    assert engine_latency >= 7 * PACE_MS / 1000
+    assert data["meta_info"]["e2e_latency"] >= engine_latency
+    after = metric_value(metrics, "dressage_proxy_generation_overhead_seconds_count")
+    assert after == before + 1

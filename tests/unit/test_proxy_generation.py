@@ -48,6 +48,29 @@ def test_engine_spans_give_per_token_versions() -> None:
 
 
 @pytest.mark.parametrize(
+    ("reported", "parsed"), [(0.25, 0.25), (1, 1.0), (None, None), ("0.1", None), (True, None)]
+)
+def test_the_engine_latency_of_a_piece_is_its_numeric_e2e_latency(
+    reported: object, parsed: float | None
+) -> None:
+    answer = _answer(2)
+    if reported is not None:
+        answer["meta_info"]["e2e_latency"] = reported
+    assert parse_piece(answer, "http://e").engine_latency == parsed
+
+
+def test_a_turn_sums_the_engine_latency_its_pieces_report() -> None:
+    gen = Generation()
+    assert gen.engine_latency is None
+    for latency in (0.5, None, 0.25):
+        answer = _answer(1)
+        if latency is not None:
+            answer["meta_info"]["e2e_latency"] = latency
+        gen.add(parse_piece(answer, "http://e"))
+    assert gen.engine_latency == 0.75
+
+
+@pytest.mark.parametrize(
     "spans",
     [
         [{"version": "1", "start": 1, "end": 3}],
