@@ -1,15 +1,25 @@
 """Proxy overhead: the same /generate load sent directly to an engine and through the proxy.
 
-Starts one embedded engine (tiny model, CPU, one torch thread) and one proxy in front of it,
-then for each concurrency level (default 1, 16 and 128 requests in flight) sends the same
+A run starts one embedded engine (tiny model, CPU, one torch thread) and one proxy in front of
+it, then for each concurrency level (default 1, 16 and 128 requests in flight) sends the same
 requests directly and through the proxy, alternating rounds, and prints side by side:
 throughput (requests/s) and its ratio proxy/direct, p50/p99 latency, the latency the proxy
-adds, and the proxy's CPU time per request. Each proxied request is its own session (a
-trajectory), so the proxy does its full per-request work: session bookkeeping, prefix check,
-version recording, metrics. Figures are written to `benchmarks/results/proxy_overhead.json`.
+adds, and the proxy's CPU time per request (medians over the run's rounds). Each proxied
+request is its own session (a trajectory), so the proxy does its full per-request work:
+session bookkeeping, prefix check, version recording, metrics.
 
-    python benchmarks/proxy_overhead.py [--levels 1,16,128] [--requests 512] [--rounds 3]
-                                        [--placement isolated|shared]
+The benchmark makes several runs, each with a fresh engine and proxy, and ends with the median
+over runs of each figure and the range of the two targets (throughput ratio and added p50).
+At 128 concurrent the engine's batching differs more between runs than between the two paths
+of one run: once a run's 128 clients fall into a pattern of batch sizes, they tend to keep it,
+so one run can read several milliseconds high or low. Figures are written to
+`benchmarks/results/proxy_overhead.json`.
+
+    python benchmarks/proxy_overhead.py [--levels 1,16,128] [--runs 5] [--rounds 5]
+                                        [--requests 512] [--placement isolated|shared]
+
+Each round sends at least 16 requests per client (2048 at 128 concurrent), so the burst of
+the round's start is a small part of it.
 
 Proxy CPU per request is the proxy process's CPU time (the sum over its threads of
 `/proc/PID/task/TID/schedstat`, nanoseconds) read before and after each proxied round,
@@ -173,7 +183,7 @@ async def measure(
         await run_load(client, proxy_url, 8, 32, args.max_new_tokens, True)
         for level in args.levels:
             runs: dict[str, list[dict[str, float]]] = {"direct": [], "proxy": []}
-            requests = max(args.requests, 4 * level)
+            requests = max(args.requests, 16 * level)
             if level == 1:
                 requests = min(requests, args.requests_serial)
             for _ in range(args.rounds):
@@ -223,9 +233,17 @@ def print_row(row: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,16,128", help="concurrency levels")
-    parser.add_argument("--requests", type=int, default=512, help="requests per level and path")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="runs, each with a fresh engine and proxy"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="alternating rounds per level and run"
+    )
+    parser.add_argument(
+        "--requests", type=int, default=512,
+        help="requests per round (at least 16 per client)",
+    )  # fmt: skip
     parser.add_argument("--requests-serial", type=int, default=200, help="requests at level 1")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per level")
     parser.add_argument("--max-new-tokens", type=int, default=4)
     parser.add_argument("--engine-batch", type=int, default=128, help="engine max batch size")
     parser.add_argument(
@@ -238,6 +256,51 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=RESULTS, help="result JSON file")
     args = parser.parse_args()
     args.levels = [int(x) for x in args.levels.split(",")]
+    runs = []
+    for index in range(args.runs):
+        print(f"run {index + 1}/{args.runs}", flush=True)
+        runs.append(one_run(args))
+    summary = summarize([run["levels"] for run in runs])
+    print(f"median of {args.runs} runs ({args.placement} placement):")
+    print(HEADER)
+    for row in summary:
+        print_row(row)
+    print("proxy µs: proxy CPU µs/request (median of the proxied rounds)")
+    for row in summary:
+        low, high = row["throughput_ratio_range"]
+        p50_low, p50_high = row["added_p50_range_ms"]
+        print(
+            f"{row['concurrency']:>5} concurrent: throughput ratio {row['throughput_ratio']:.3f} "
+            f"(runs {low:.3f}..{high:.3f}), added p50 {row['added_p50_ms']:+.2f} ms "
+            f"(runs {p50_low:+.2f}..{p50_high:+.2f})"
+        )
+    result = {
+        "benchmark": "proxy_overhead",
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count() or 0,
+            "shared": True,
+            "load_average": os.getloadavg(),
+        },
+        "placement": args.placement,
+        "max_new_tokens": args.max_new_tokens,
+        "summary": summary,
+        "runs": runs,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+HEADER = (
+    f"{'conc':>5} {'direct/s':>10} {'proxy/s':>10} {'ratio':>7} {'d p50':>9} {'p p50':>9} "
+    f"{'+p50 ms':>9} {'d p99':>9} {'p p99':>9} {'+p99 ms':>9} {'+mean ms':>9} {'proxy µs':>9}"
+)
+
+
+def one_run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start a fresh engine and proxy (pinned per `--placement`) and measure every level."""
     split = split_cores(args.placement)
     engine_cores, proxy_cores = split if split is not None else (None, None)
     with contextlib.ExitStack() as stack:
@@ -255,32 +318,44 @@ def main() -> int:
             "proxy": sorted(os.sched_getaffinity(proxy.process.pid)),
             "load_generator": sorted(os.sched_getaffinity(0)),
         }
-        print(f"engine {engine.base_url}  proxy {proxy.base_url}  "
+        print(f"  placement {args.placement}: engine on cores {affinity['engine']}, proxy on "
+              f"{affinity['proxy']}, load generator on {affinity['load_generator']}; "
               f"max_new_tokens={args.max_new_tokens}")  # fmt: skip
-        print(f"placement {args.placement}: engine on cores {affinity['engine']}, proxy on "
-              f"{affinity['proxy']}, load generator on {affinity['load_generator']}")  # fmt: skip
-        print(f"{'conc':>5} {'direct/s':>10} {'proxy/s':>10} {'ratio':>7} {'d p50':>9} "
-              f"{'p p50':>9} {'+p50 ms':>9} {'d p99':>9} {'p p99':>9} {'+p99 ms':>9} "
-              f"{'+mean ms':>9} {'proxy µs':>9}")  # fmt: skip
+        print(HEADER)
         rows = asyncio.run(measure(args, engine.base_url, proxy.base_url, proxy.process.pid))
-    print("proxy µs: proxy CPU µs/request (median of the proxied rounds)")
-    result = {
-        "benchmark": "proxy_overhead",
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count() or 0,
-            "shared": True,
-            "load_average": os.getloadavg(),
-        },
-        "placement": args.placement,
-        "affinity": affinity,
-        "max_new_tokens": args.max_new_tokens,
-        "levels": rows,
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
-    return 0
+    return {"affinity": affinity, "levels": rows}
+
+
+def summarize(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per level: the median over runs of every figure, and the range over runs of the
+    throughput ratio and the added p50."""
+    summary = []
+    for position, first in enumerate(runs[0]):
+        rows = [run[position] for run in runs]
+
+        def median(key: str, side: str | None = None, rows: list[dict[str, Any]] = rows) -> float:
+            return float(statistics.median((r[side] if side else r)[key] for r in rows))
+
+        ratios = [row["throughput_ratio"] for row in rows]
+        added = [row["added_p50_ms"] for row in rows]
+        summary.append(
+            {
+                "concurrency": first["concurrency"],
+                "requests": first["requests"],
+                "rounds": first["rounds"],
+                "runs": len(rows),
+                "direct": {key: median(key, "direct") for key in first["direct"]},
+                "proxy": {key: median(key, "proxy") for key in first["proxy"]},
+                "throughput_ratio": median("throughput_ratio"),
+                "throughput_ratio_range": [min(ratios), max(ratios)],
+                "added_mean_ms": median("added_mean_ms"),
+                "added_p50_ms": median("added_p50_ms"),
+                "added_p50_range_ms": [min(added), max(added)],
+                "added_p99_ms": median("added_p99_ms"),
+                "proxy_cpu_us_per_request": median("proxy_cpu_us_per_request"),
+            }
+        )
+    return summary
 
 
 if __name__ == "__main__":
