@@ -251,8 +251,9 @@ def build() -> dict[str, Any]:
 
     d.row("Proxy and engines")
     d.timeseries(
-        "Proxy latency (p50 / p99)",
-        "Request duration at the proxy, by job.",
+        "Proxy latency and overhead (p50 / p99)",
+        "Request duration at the proxy, and what it adds to each model turn beyond the "
+        "engines' own time, by job.",
         [
             (
                 _quantile(0.5, m.PROXY_REQUEST_DURATION, POD, "job_name"),
@@ -261,6 +262,14 @@ def build() -> dict[str, Any]:
             (
                 _quantile(0.99, m.PROXY_REQUEST_DURATION, POD, "job_name"),
                 "{{job_name}} p99",
+            ),
+            (
+                _quantile(0.5, m.PROXY_GENERATION_OVERHEAD, POD, "job_name"),
+                "{{job_name}} overhead p50",
+            ),
+            (
+                _quantile(0.99, m.PROXY_GENERATION_OVERHEAD, POD, "job_name"),
+                "{{job_name}} overhead p99",
             ),
         ],
         unit="s",
