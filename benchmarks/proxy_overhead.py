@@ -4,9 +4,9 @@ A run starts one embedded engine (tiny model, CPU, one torch thread) and one pro
 it, then for each concurrency level (default 1, 16 and 128 requests in flight) sends the same
 requests directly and through the proxy, alternating rounds, and prints side by side:
 throughput (requests/s) and its ratio proxy/direct, p50/p99 latency, the latency the proxy
-adds, and the proxy's CPU time per request (medians over the run's rounds). Each proxied
-request is its own session (a trajectory), so the proxy does its full per-request work:
-session bookkeeping, prefix check, version recording, metrics.
+adds, the proxy's CPU time per request and how busy each core was (medians over the run's
+rounds). Each proxied request is its own session (a trajectory), so the proxy does its full
+per-request work: session bookkeeping, prefix check, version recording, metrics.
 
 The benchmark makes several runs, each with a fresh engine and proxy, and ends with the median
 over runs of each figure and the range of the two targets (throughput ratio and added p50).
@@ -88,6 +88,30 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def core_ticks() -> dict[int, tuple[int, int]]:
+    """Per core: (idle ticks, all ticks) so far, from /proc/stat."""
+    ticks = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                name, *fields = line.split()
+                values = [int(x) for x in fields[:8]]
+                ticks[int(name[3:])] = (values[3] + values[4], sum(values))
+    return ticks
+
+
+def core_busy(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]
+) -> dict[str, float]:
+    """Per core: the fraction of time it was busy between two `core_ticks` readings."""
+    busy = {}
+    for core, (idle, total) in after.items():
+        idle0, total0 = before.get(core, (0, 0))
+        span = total - total0
+        busy[str(core)] = 1.0 - (idle - idle0) / span if span > 0 else 0.0
+    return busy
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of process `pid` so far: the sum over its live threads of the kernel's
     nanosecond run time (`schedstat`); utime + stime in clock ticks (10 ms) without it."""
@@ -155,15 +179,18 @@ async def run_load(
                 raise RuntimeError(f"{url}: HTTP {status}: {raw[:300]!r}")
 
     cpu_before = cpu_seconds(cpu_pid) if cpu_pid is not None else 0.0
+    ticks_before = core_ticks()
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - start
+    busy = core_busy(ticks_before, core_ticks())
     result = {
         "requests": len(latencies),
         "throughput_rps": len(latencies) / wall,
         "mean_ms": statistics.fmean(latencies) * 1000,
         "p50_ms": percentile(latencies, 0.5) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000,
+        **{f"core{core}_busy": fraction for core, fraction in busy.items()},
     }
     if cpu_pid is not None:
         result["cpu_us_per_request"] = (cpu_seconds(cpu_pid) - cpu_before) / len(latencies) * 1e6
@@ -228,6 +255,12 @@ def print_row(row: dict[str, Any]) -> None:
         f"{row['proxy_cpu_us_per_request']:>9.0f}",
         flush=True,
     )
+
+    def busy(side: dict[str, float]) -> str:
+        cores = sorted(k for k in side if k.startswith("core") and k.endswith("_busy"))
+        return " ".join(f"{k.removesuffix('_busy')} {side[k]:.0%}" for k in cores)
+
+    print(f"{'':>5} cores busy: direct {busy(d)} | proxied {busy(p)}", flush=True)
 
 
 def main() -> int:
