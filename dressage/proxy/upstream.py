@@ -128,7 +128,7 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._headers_done = True
         self._status = self._parser.get_status_code()
-        if self._status in (204, 304) or 100 <= self._status < 200:
+        if self._status in (204, 304):
             self._framed = True  # no body at all
 
     def on_body(self, body: bytes) -> None:
