@@ -31,15 +31,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
 from dressage_operator.testing import EmulatedCluster, emulated_cluster  # noqa: E402
 
+from dressage.testing import free_port, stop_process  # noqa: E402
+
 NAMESPACE = "bench"
 RESULT = ROOT / "benchmarks" / "results" / "operator_scale.json"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _rss_mib(pid: int) -> float:
@@ -96,7 +91,7 @@ CHILDREN_PER_JOB = 7  # ConfigMap, 3 Services, Deployment, 1 trainer pod, 1 engi
 def run(n_jobs: int, timeout: float) -> dict[str, Any]:
     with emulated_cluster(NAMESPACE) as c, tempfile.TemporaryDirectory() as tmp:
         c.http.timeout = httpx.Timeout(120.0)
-        health = _free_port()
+        health = free_port()
         log = (Path(tmp) / "operator.log").open("w")
         env = {
             **os.environ,
@@ -155,16 +150,12 @@ def run(n_jobs: int, timeout: float) -> dict[str, Any]:
             operator_cpu = _cpu_seconds(proc.pid) - idle_cpu
             emulator_cpu = time.process_time() - own_cpu
         finally:
-            proc.terminate()
+            stop_process(proc, grace_s=30)
             log.close()
             if os.environ.get("OPERATOR_LOG"):
                 Path(os.environ["OPERATOR_LOG"]).write_text(
                     (Path(tmp) / "operator.log").read_text()
                 )
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     return {
         "jobs": n_jobs,
         "converged": len(done),
