@@ -78,7 +78,7 @@ class LocalRun:
         session = await asyncio.to_thread(
             TrainerSession.open, spec, model_dir=model_dir, run_dir=RunDir(self.root)
         )
-        self.history.truncate(session.state.step)
+        self.history.resume(session.state.step, session.state.record)
         self.rewards = [float(r["reward"]) for r in self.history.read() if "reward" in r]
         if session.resumed:
             self.out(

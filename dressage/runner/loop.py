@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dressage.rollout.groups import Collector, TrainBatch
 from dressage.trainer.distributed import broadcast_object
@@ -93,25 +93,25 @@ async def train_loop(
         collected = clock()
         metrics = await asyncio.to_thread(session.trainer.train_step, batch)
         position = collector.state_dict() if collector is not None else {}
-        version, path = await asyncio.to_thread(session.commit_step, position)
+        record = StepRecord(
+            step=session.state.step + 1,
+            version=session.state.next_version(),
+            metrics=metrics,
+            dropped_groups=dict(batch.dropped_groups),
+            failed_groups=batch.failed_groups,
+            retries=batch.retries,
+            staleness_failures=batch.staleness_failures,
+            failure_reasons=dict(batch.failure_reasons),
+            rollout_seconds=collected - started,
+            train_seconds=clock() - collected,
+        )
+        # The checkpoint carries the record: a run killed between the commit and `sink`
+        # (while publishing) restores it on resume instead of losing the step's line.
+        version, path = await asyncio.to_thread(session.commit_step, position, record.to_dict())
         trained = clock()
         if main:
             assert collector is not None
             assert publisher is not None
             await publisher.publish(path, version)
             collector.on_weights_published(version)
-        sink(
-            StepRecord(
-                step=session.state.step,
-                version=version,
-                metrics=metrics,
-                dropped_groups=dict(batch.dropped_groups),
-                failed_groups=batch.failed_groups,
-                retries=batch.retries,
-                staleness_failures=batch.staleness_failures,
-                failure_reasons=dict(batch.failure_reasons),
-                rollout_seconds=collected - started,
-                train_seconds=trained - collected,
-                publish_seconds=clock() - trained,
-            )
-        )
+        sink(replace(record, train_seconds=trained - collected, publish_seconds=clock() - trained))

@@ -2,7 +2,9 @@
 
 `history.jsonl` in the run directory gets one line per completed step and survives restarts: a
 resumed run first truncates it to the checkpoint's step, so the report never shows a step
-twice. `write_report` turns it into `report.json` (summary + every step) and PNG plots.
+twice, and restores the checkpoint's own record of that step when a kill came between the
+checkpoint and the line (`resume`). `write_report` turns it into `report.json` (summary +
+every step) and PNG plots.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ class History:
         kept = [r for r in self.read() if int(r["step"]) <= step]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+
+    def resume(self, step: int, record: Mapping[str, Any] | None) -> None:
+        """Line the history up with the checkpoint of `step`: drop later records, and append
+        `record` (the checkpoint's record of `step`) when its line was never written."""
+        self.truncate(step)
+        records = self.read()
+        missing = not records or int(records[-1]["step"]) < step
+        if record is not None and int(record["step"]) == step and missing:
+            self.append(record)
 
     def append(self, record: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,9 @@ class TrainState:
     """Index of the newest published weight version; the trainer owns this sequence."""
     collector: dict[str, Any] = field(default_factory=dict)
     """The collector's `state_dict()` (its data position)."""
+    record: dict[str, Any] | None = None
+    """The run's history record of `step` as known when the step was committed (before its
+    weights were published), so a run killed before writing its history line can restore it."""
 
     @property
     def version(self) -> str:
@@ -93,6 +96,7 @@ class RunDir:
             step=int(raw["step"]),
             version_index=int(raw["version_index"]),
             collector=dict(raw.get("collector", {})),
+            record=raw.get("record"),
         )
 
     def load_optimizer(self, step: int, optimizer: torch.optim.Optimizer) -> None:

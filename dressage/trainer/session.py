@@ -93,8 +93,11 @@ class TrainerSession:
             return self.initial_model_dir
         return self.run_dir.weights_dir(self.state.version)
 
-    def commit_step(self, collector_state: Mapping[str, Any]) -> tuple[str, Path]:
-        """After an optimizer step: issue the next version and persist it (rank 0 writes).
+    def commit_step(
+        self, collector_state: Mapping[str, Any], record: Mapping[str, Any] | None = None
+    ) -> tuple[str, Path]:
+        """After an optimizer step: issue the next version and persist it (rank 0 writes),
+        with the step's history `record` in the checkpoint.
 
         Returns the new version label and the directory holding its weights. All ranks must
         call this together (it ends with a barrier).
@@ -105,6 +108,7 @@ class TrainerSession:
             step=self.state.step + 1,
             version_index=self.state.version_index + 1,
             collector=dict(collector_state),
+            record=None if record is None else dict(record),
         )
         path = self.run_dir.weights_dir(version)
         if self.env.is_main:

@@ -43,6 +43,27 @@ def test_history_truncates_to_the_resumed_checkpoint(tmp_path: Path) -> None:
     assert history.read()[-1]["reward"] == 0.9
 
 
+def test_resume_restores_the_checkpoints_record_when_its_line_was_never_written(
+    tmp_path: Path,
+) -> None:
+    history = History(tmp_path)
+    for step in range(1, 3):
+        history.append(_record(step, 0.1 * step).to_dict())
+    # Killed after step 3's checkpoint, before its history line.
+    history.resume(3, _record(3, 0.3).to_dict())
+    assert [r["step"] for r in history.read()] == [1, 2, 3]
+    # Resuming again, or with the line already written, adds nothing.
+    history.resume(3, _record(3, 0.3).to_dict())
+    assert [r["step"] for r in history.read()] == [1, 2, 3]
+    # Killed after step 4's line but before its checkpoint: back to step 3.
+    history.append(_record(4, 0.4).to_dict())
+    history.resume(3, _record(3, 0.3).to_dict())
+    assert [r["step"] for r in history.read()] == [1, 2, 3]
+    # A fresh run (no record) only truncates.
+    history.resume(0, None)
+    assert history.read() == []
+
+
 def test_summary_and_report_files(tmp_path: Path) -> None:
     history = History(tmp_path)
     for step in range(1, 13):

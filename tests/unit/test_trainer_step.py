@@ -183,3 +183,13 @@ def test_dist_env_from_torchrun_and_operator_variables() -> None:
 def test_dist_env_errors_name_the_variable(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         dist_env_from(environ)
+
+
+def test_the_checkpoint_keeps_the_steps_history_record(model_dir: Path, tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    session = TrainerSession.open(_spec(learning_rate=1e-3), model_dir=model_dir, run_dir=run)
+    session.trainer.train_step(synthetic_batch(1))
+    session.commit_step({"next_prompt": 8}, {"step": 1, "reward": 0.5})
+    saved = run.load_state()
+    assert saved is not None
+    assert saved.record == {"step": 1, "reward": 0.5}
