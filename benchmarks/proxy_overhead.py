@@ -16,7 +16,8 @@ so one run can read several milliseconds high or low. Figures are written to
 `benchmarks/results/proxy_overhead.json`.
 
     python benchmarks/proxy_overhead.py [--levels 1,16,128] [--runs 5] [--rounds 5]
-                                        [--requests 512] [--placement isolated|shared]
+                                        [--requests 512]
+                                        [--placement engine-alone|proxy-alone|shared]
 
 Each round sends at least 16 requests per client (2048 at 128 concurrent), so the burst of
 the round's start is a small part of it.
@@ -34,21 +35,26 @@ with higher throughput has the lower mean, even where its p50 is higher, and a c
 alone can be a change in the shape of the latency distribution (how evenly the engine's
 batches fill) rather than time the proxy adds to each request.
 
-Placement. The engine here is CPU-bound torch: on a small machine every microsecond the proxy
-spends is taken from the engine, and the throughput ratio then measures the proxy's CPU cost
-as much as the latency it adds. In a deployment the proxy runs in its own pod, next to
-engines on GPUs, so it never takes compute from them. Both situations are measured:
+Placement. The engine here is CPU-bound torch: on a small machine every microsecond another
+process spends on the engine's core is taken from the engine, and the figures then measure
+that process's CPU as much as the latency the proxy adds. In a deployment the engine runs on
+its own GPU, and neither the proxy (its own pod) nor the agents take compute from it. Three
+placements can be measured:
 
-- `isolated` (the default with two cores or more): the engine and the load generator are
-  pinned to one set of cores and the proxy to the remaining core, for the direct and the
-  proxied rounds alike, so the ratio shows the latency and queueing the proxy adds, as in a
-  deployment;
+- `engine-alone` (the default with two cores or more): the engine pinned to the first core,
+  the proxy and the load generator to the remaining ones, for the direct and the proxied rounds
+  alike. This is the deployment's situation: the ratio and the added latency are what the proxy
+  adds in front of an engine that owns its compute.
+- `proxy-alone`: the proxy pinned to the last core, the engine and the load generator to the
+  others. The load generator then takes part of the engine's core, and how much depends on how
+  its wakeups fall: through the proxy they come at a different rhythm than direct, which likely
+  costs the engine throughput that is not the proxy's own CPU.
 - `shared`: no pinning, all three processes share every core (what a local run on a laptop
   does), so the ratio also pays for the proxy's CPU.
 
 The machine may be shared with other work, so absolute figures are noisy; the ratios of one
 run and the proxy's CPU per request are what matter. Pinned processes cannot move away from a
-core that other work keeps busy, so on a busy shared machine isolated latencies at low
+core that other work keeps busy, so on a busy shared machine pinned latencies at low
 concurrency can be noisier than shared ones.
 """
 
@@ -127,14 +133,19 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
 
 
-def split_cores(placement: str) -> tuple[set[int], set[int]] | None:
-    """(engine and load generator cores, proxy cores) for `isolated`, None for `shared`."""
+def split_cores(placement: str) -> tuple[set[int], set[int], set[int]] | None:
+    """(engine cores, proxy cores, load generator cores) for a pinned placement, None for
+    `shared`."""
     if placement == "shared":
         return None
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
-        raise SystemExit("--placement isolated needs at least two cores; use shared")
-    return set(cores[:-1]), {cores[-1]}
+        raise SystemExit(f"--placement {placement} needs at least two cores; use shared")
+    if placement == "engine-alone":
+        rest = set(cores[1:])
+        return {cores[0]}, rest, rest
+    others = set(cores[:-1])
+    return others, {cores[-1]}, others
 
 
 @contextlib.contextmanager
@@ -281,10 +292,11 @@ def main() -> int:
     parser.add_argument("--engine-batch", type=int, default=128, help="engine max batch size")
     parser.add_argument(
         "--placement",
-        choices=("isolated", "shared"),
-        default="isolated" if len(os.sched_getaffinity(0)) >= 2 else "shared",
-        help="isolated: engine and load generator on some cores, the proxy on another; "
-        "shared: no pinning (default: isolated with two cores or more)",
+        choices=("engine-alone", "proxy-alone", "shared"),
+        default="engine-alone" if len(os.sched_getaffinity(0)) >= 2 else "shared",
+        help="engine-alone: the engine on one core, the proxy and the load generator on the "
+        "others; proxy-alone: the proxy on one core, the engine and the load generator on the "
+        "others; shared: no pinning (default: engine-alone with two cores or more)",
     )
     parser.add_argument("--output", type=Path, default=RESULTS, help="result JSON file")
     args = parser.parse_args()
@@ -335,7 +347,7 @@ HEADER = (
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
     """Start a fresh engine and proxy (pinned per `--placement`) and measure every level."""
     split = split_cores(args.placement)
-    engine_cores, proxy_cores = split if split is not None else (None, None)
+    engine_cores, proxy_cores, load_cores = split if split is not None else (None, None, None)
     with contextlib.ExitStack() as stack:
         cache = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         with pinned(engine_cores):
@@ -345,7 +357,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             )
         with pinned(proxy_cores):
             proxy = stack.enter_context(start_proxy([engine.base_url], "--max-concurrency", "1024"))
-        stack.enter_context(pinned(engine_cores))  # the load generator, this process
+        stack.enter_context(pinned(load_cores))  # the load generator, this process
         affinity = {
             "engine": sorted(os.sched_getaffinity(engine.process.pid)),
             "proxy": sorted(os.sched_getaffinity(proxy.process.pid)),
