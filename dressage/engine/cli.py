@@ -113,6 +113,7 @@ async def _serve(server: object, host: str, port: int, log_level: str) -> int:
     import uvicorn
 
     from dressage.engine.server import EngineServer
+    from dressage.serving import http_protocol
 
     assert isinstance(server, EngineServer)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -128,7 +129,7 @@ async def _serve(server: object, host: str, port: int, log_level: str) -> int:
     )
     config = uvicorn.Config(
         server.app,
-        http=_no_delay_protocol(),
+        http=http_protocol(),
         log_level=log_level,
         access_log=False,
         lifespan="on",
@@ -166,24 +167,3 @@ async def _serve(server: object, host: str, port: int, log_level: str) -> int:
         print(server.fatal_error, file=sys.stderr)
         return 1
     return 0
-
-
-def _no_delay_protocol() -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol with Nagle's algorithm off on every accepted connection.
-
-    uvicorn writes a response's headers and its body in two writes. asyncio's default event
-    loop leaves Nagle on for accepted sockets (uvloop turns it off), so the body waits until
-    the client acknowledges the headers, and a client in delayed-ACK mode (one sending
-    requests back to back) holds that for about 40 ms: most back-to-back requests took 44 ms
-    instead of 2.
-    """
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
-    class NoDelayProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            sock = transport.get_extra_info("socket")
-            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            super().connection_made(transport)
-
-    return NoDelayProtocol

@@ -106,6 +106,7 @@ def serve(config: ProxyConfig) -> None:
     import uvicorn
 
     from dressage.proxy.server import create_app
+    from dressage.serving import http_protocol
 
     app = create_app(config)
     # Every request allocates hundreds of short-lived objects while the heap is mostly
@@ -131,7 +132,7 @@ def serve(config: ProxyConfig) -> None:
     uv_config = uvicorn.Config(
         app,
         loop=_available("uvloop", "auto"),
-        http=_available("httptools", "auto"),
+        http=http_protocol(),
         log_level="warning",
         access_log=False,
         proxy_headers=False,  # client addresses are never used: skip X-Forwarded-* parsing
