@@ -84,7 +84,8 @@ class CoalescingTransport:
 
 def http_protocol() -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (httptools when installed, else h11) with Nagle off and each
-    event-loop pass's writes sent as one; pass it as `uvicorn.Config(http=...)`."""
+    answer's header block sent with its body (`CoalescingTransport`); pass it as
+    `uvicorn.Config(http=...)`."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     class SingleWriteProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
