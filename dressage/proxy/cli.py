@@ -2,9 +2,9 @@
 
 Flags derive from `ProxyConfig` (one flag per field, its docstring as help); the reference's
 names are kept: `--dressage-partial-rollout`, `--record-token-versions`,
-`--max-partial-rollout-preempts`, `--mask-nonlast-version-tokens`. `--config JOB.yaml` (or
-`$DRESSAGE_JOB_CONFIG`) takes defaults from an `AsyncRLJob`; explicit flags win. Once
-listening it prints `proxy ready on http://HOST:PORT` (with the real port when `--port 0`).
+`--max-partial-rollout-preempts`. `--config JOB.yaml` (or `$DRESSAGE_JOB_CONFIG`) takes
+defaults from an `AsyncRLJob`; explicit flags win. Once listening it prints
+`proxy ready on http://HOST:PORT` (with the real port when `--port 0`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def serve(config: ProxyConfig) -> None:
     """Serve the proxy until interrupted (uvicorn with uvloop/httptools when installed)."""
     import uvicorn
 
-    from dressage.proxy.server import create_app
+    from dressage.proxy.app import create_app
     from dressage.serving import http_protocol
 
     app = create_app(config)

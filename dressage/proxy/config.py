@@ -33,8 +33,6 @@ class ProxyConfig(BaseModel):
     max_partial_rollout_preempts: int | None = Field(default=None, ge=0)
     """Most version switches one partial-rollout trajectory may span (N allows N+1 versions);
     beyond it the proxy answers 502 `partial_rollout_staleness_exceeded`. Unset: no limit."""
-    mask_nonlast_version_tokens: bool = False
-    """Segment records ask for loss only on tokens of the last real output version."""
     max_concurrency: int = Field(default=256, ge=1)
     """Generations admitted at once; beyond it requests get 429 `too_many_requests`."""
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
@@ -91,7 +89,6 @@ def defaults_from_job(job: AsyncRLJob) -> dict[str, Any]:
     return {
         "partial_rollout": spec.partial_rollout,
         "record_token_versions": spec.proxy.record_token_versions,
-        "mask_nonlast_version_tokens": spec.proxy.mask_nonlast_version_tokens,
         "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
         "max_concurrency": spec.proxy.max_concurrency,
         "model": spec.model.tokenizer or spec.model.source,

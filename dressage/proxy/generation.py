@@ -1,18 +1,24 @@
 """Generations against the engines: routing, retries, pauses and partial-rollout resumes.
 
 One `Generation` is one model turn. It is sent to an engine as SGLang's `/generate` with
-logprobs; when a weight-update pause (`PauseGate`) aborts it on the engine:
+logprobs. The generator holds the proxy's version rule (`dressage.proxy.staleness`), which
+decides what happens when a weight-update pause (`PauseGate`) aborts a turn on the engine:
 
-- with partial rollout, it waits for `continue`, then resubmits the prompt plus the tokens
-  generated so far with the remaining token budget; each piece's tokens keep the versions the
-  engine reported for them (`meta_info.weight_versions`, else `meta_info.weight_version`);
-- without partial rollout, the partial output is discarded and the turn is generated again
-  from its prompt after `continue`, so a turn never mixes versions.
+- when the rule resumes partial output (partial rollout), the turn waits for `continue`, then
+  resubmits the prompt plus the tokens generated so far with the remaining token budget; each
+  piece's tokens keep the versions the engine reported for them (`meta_info.weight_versions`,
+  else `meta_info.weight_version`);
+- otherwise the partial output is discarded and the turn is generated again from its prompt
+  after `continue`, so a turn never mixes versions.
 
-Either way the interruption counts as a preempt. Engine failures: a request that never reached
-its engine (connection refused) or whose engine died before any token of this turn came back is
-sent to another healthy engine; an engine dying after part of the turn was received answers
-502 `engine_failed`; an engine silent beyond the timeout answers 504 `engine_timeout`.
+Either way the interruption counts as a preempt. The rule also checks the turn's versions
+against the session's earlier ones, after every piece when it resumes, else once at the end;
+its `StalenessRefusal` propagates to the caller.
+
+Engine failures: a request that never reached its engine (connection refused) or whose engine
+died before any token of this turn came back is sent to another healthy engine; an engine
+dying after part of the turn was received answers 502 `engine_failed`; an engine silent beyond
+the timeout answers 504 `engine_timeout`.
 
 The engines are called through `EngineConnections` (pooled keep-alive connections): it is
 on the hot path, and its CPU per request is most of what the proxy adds to a generation.
@@ -31,6 +37,7 @@ from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.routing import EnginePool
 from dressage.proxy.sessions import Session
+from dressage.proxy.staleness import VersionRule
 from dressage.proxy.upstream import (
     ConnectFailed,
     ConnectionLost,
@@ -211,9 +218,6 @@ class Generation:
         return [dict(span) for span in self.spans]
 
 
-VersionCheck = Callable[[list[str | None]], None]
-
-
 class Generator:
     """Runs generations for sessions against the engine pool."""
 
@@ -223,7 +227,7 @@ class Generator:
         connections: EngineConnections,
         pool: EnginePool,
         gate: PauseGate,
-        partial_rollout: bool,
+        rule: VersionRule,
         engine_timeout_s: float,
         pause_timeout_s: float,
         on_preempt: Callable[[], None],
@@ -232,7 +236,7 @@ class Generator:
         self.connections = connections
         self.pool = pool
         self.gate = gate
-        self.partial_rollout = partial_rollout
+        self.rule = rule
         self.engine_timeout_s = engine_timeout_s
         self.pause_timeout_s = pause_timeout_s
         self.on_preempt = on_preempt
@@ -243,10 +247,12 @@ class Generator:
         session: Session,
         input_ids: list[int],
         sampling_params: dict[str, Any],
-        check_versions: VersionCheck,
     ) -> Generation:
-        """Generate one turn; `check_versions` sees the turn's versions after every piece
-        (partial rollout) or once at the end, and raises to refuse the trajectory."""
+        """Generate one turn of `session`; raises the rule's `StalenessRefusal` when its
+        versions may not join the session's earlier ones."""
+        rule = self.rule
+        resume = rule.resumes_partial_output
+        earlier = session.versions_seen
         max_new = sampling_params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
         min_new = sampling_params.get("min_new_tokens")
         gen = Generation()
@@ -274,20 +280,20 @@ class Generator:
             )
             if preempted:
                 self.on_preempt()
-            if preempted and not self.partial_rollout:
+            if preempted and not resume:
                 gen = Generation(preempts=gen.preempts + 1)
                 continue
             gen.add(piece)
-            if self.partial_rollout:
-                check_versions(gen.versions)
+            if resume:
+                rule.check(earlier, gen.versions)
             if not preempted:
                 break
             gen.preempts += 1
             if isinstance(max_new, int) and len(gen.output_ids) >= max_new:
                 gen.finish_reason = {"type": "length", "length": len(gen.output_ids)}
                 break
-        if not self.partial_rollout:
-            check_versions(gen.versions)
+        if not resume:
+            rule.check(earlier, gen.versions)
         return gen
 
     async def _call(

@@ -11,7 +11,7 @@ exactly what a training `Sample` needs and converts to one with `record_to_sampl
     version_spans                full_versions run-length encoded: [[version, count], ...]
     dressage_start_token_version, dressage_end_token_version
     reward, status ("finished" | "refused"), refusal (error body or null),
-    closed_reason, turns, preempts, mask_nonlast_version_tokens, record_token_versions
+    closed_reason, turns, preempts, record_token_versions
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ def segment_record(
     *,
     reward: float | None,
     record_token_versions: bool,
-    mask_nonlast_versions: bool,
 ) -> dict[str, Any]:
     """The record of one segment of a finalized session."""
     versions: list[str | None] = (
@@ -57,7 +56,6 @@ def segment_record(
         turns=segment.turns,
         preempts=segment.preempts,
         record_token_versions=record_token_versions,
-        mask_nonlast_version_tokens=mask_nonlast_versions,
     )
     return record
 
@@ -67,17 +65,10 @@ def session_records(
     *,
     reward: float | None,
     record_token_versions: bool,
-    mask_nonlast_versions: bool,
 ) -> list[dict[str, Any]]:
     """Records of every segment of a closed session, in segment order."""
     return [
-        segment_record(
-            session,
-            segment,
-            reward=reward,
-            record_token_versions=record_token_versions,
-            mask_nonlast_versions=mask_nonlast_versions,
-        )
+        segment_record(session, segment, reward=reward, record_token_versions=record_token_versions)
         for segment in session.segments
     ]
 

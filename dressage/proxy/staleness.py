@@ -1,21 +1,46 @@
-"""Rollout-side staleness checks: the partial-rollout version-span limit and the non-partial
-refusal. Pure functions over version labels.
+"""Rollout-side staleness: the version rule every generated turn is checked against.
+
+The rule is chosen once from the proxy's config (`version_rule`) and handed to the generator:
+
+- `PartialRolloutSpanLimit` (`--dressage-partial-rollout`): a generation interrupted by a
+  weight update resumes from its partial output, so a trajectory may mix versions; with
+  `--max-partial-rollout-preempts N` it may span at most N+1 of them
+  (`raise_if_partial_version_span_exceeded`, 502 `partial_rollout_staleness_exceeded`);
+- `SingleVersion` (without partial rollout): an interrupted generation starts over from its
+  prompt, and a trajectory keeps the one version of its first turn
+  (`raise_if_version_changed`, 409 `version_changed_without_partial_rollout`).
 
 Versions are counted in observation order, non-real versions (missing, empty, `unknown`,
-`-1`) are dropped, and `version_switches = max(0, version_span - 1)`. With
-`--max-partial-rollout-preempts N` a trajectory may span at most N+1 versions.
+`-1`) are dropped, and `version_switches = max(0, version_span - 1)`. Everything here is pure.
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dressage.proxy import errors
 from dressage.rollout.versions import distinct_real_versions
 
+if TYPE_CHECKING:
+    from dressage.proxy.config import ProxyConfig
 
-class PartialRolloutStalenessExceeded(Exception):
+
+class StalenessRefusal(Exception):
+    """A turn the version rule refuses; the proxy stops the trajectory and answers
+    `status` with the error `error_name` and `detail`."""
+
+    error_name: ClassVar[str]
+    status: ClassVar[int]
+
+    def __init__(self, message: str, detail: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class PartialRolloutStalenessExceeded(StalenessRefusal):
     """A partial-rollout trajectory would span more versions than the limit allows.
 
     `detail` holds `versions`, `version_span`, `version_switches`, `max_preempts` and
@@ -26,15 +51,15 @@ class PartialRolloutStalenessExceeded(Exception):
     status = 502
 
     def __init__(self, detail: dict[str, Any]) -> None:
-        self.detail = detail
         super().__init__(
             f"partial rollout spans {detail['version_span']} versions "
             f"({detail['version_switches']} switches), more than max_preempts="
-            f"{detail['max_preempts']} allows"
+            f"{detail['max_preempts']} allows",
+            detail,
         )
 
 
-class VersionChangedWithoutPartialRollout(Exception):
+class VersionChangedWithoutPartialRollout(StalenessRefusal):
     """Without partial rollout, a trajectory continued under another version than before.
 
     Answered as HTTP 409 `version_changed_without_partial_rollout`; `detail` holds `versions`
@@ -46,10 +71,10 @@ class VersionChangedWithoutPartialRollout(Exception):
     status = 409
 
     def __init__(self, detail: dict[str, Any]) -> None:
-        self.detail = detail
         super().__init__(
             f"trajectory would continue under version(s) {detail['candidate_versions']} after "
-            f"earlier turns under {detail['session_versions']}, and partial rollout is off"
+            f"earlier turns under {detail['session_versions']}, and partial rollout is off",
+            detail,
         )
 
 
@@ -70,7 +95,7 @@ def partial_version_span_detail(
     }
 
 
-def _raise_if_partial_version_span_exceeded(
+def raise_if_partial_version_span_exceeded(
     session_versions: Iterable[object],
     candidate_versions: Iterable[object],
     max_preempts: int | None,
@@ -85,6 +110,10 @@ def _raise_if_partial_version_span_exceeded(
     detail = partial_version_span_detail(session_versions, candidate_versions, max_preempts)
     if detail["version_switches"] > max_preempts:
         raise PartialRolloutStalenessExceeded(detail)
+
+
+_raise_if_partial_version_span_exceeded = raise_if_partial_version_span_exceeded
+"""The reference design's name of the span check."""
 
 
 def raise_if_version_changed(
@@ -103,3 +132,52 @@ def raise_if_version_changed(
                 "candidate_versions": candidate,
             }
         )
+
+
+class VersionRule(abc.ABC):
+    """How a trajectory's turns may relate to weight versions."""
+
+    resumes_partial_output: ClassVar[bool]
+    """Whether a generation interrupted by a weight update resumes from its partial output
+    (its tokens keeping their versions) rather than starting over from its prompt."""
+
+    @abc.abstractmethod
+    def check(
+        self, session_versions: Iterable[object], candidate_versions: Iterable[object]
+    ) -> None:
+        """Raise a `StalenessRefusal` when a turn with `candidate_versions` may not join a
+        trajectory whose earlier responses had `session_versions`."""
+
+
+@dataclass(frozen=True)
+class PartialRolloutSpanLimit(VersionRule):
+    """Partial rollout: versions may mix, at most `max_preempts` switches (None: no limit)."""
+
+    max_preempts: int | None = None
+    resumes_partial_output: ClassVar[bool] = True
+
+    def check(
+        self, session_versions: Iterable[object], candidate_versions: Iterable[object]
+    ) -> None:
+        raise_if_partial_version_span_exceeded(
+            session_versions, candidate_versions, self.max_preempts
+        )
+
+
+@dataclass(frozen=True)
+class SingleVersion(VersionRule):
+    """Without partial rollout: every turn of a trajectory comes from one version."""
+
+    resumes_partial_output: ClassVar[bool] = False
+
+    def check(
+        self, session_versions: Iterable[object], candidate_versions: Iterable[object]
+    ) -> None:
+        raise_if_version_changed(session_versions, candidate_versions)
+
+
+def version_rule(config: ProxyConfig) -> VersionRule:
+    """The rule of `config`: its partial-rollout setting and span limit."""
+    if config.partial_rollout:
+        return PartialRolloutSpanLimit(config.max_partial_rollout_preempts)
+    return SingleVersion()

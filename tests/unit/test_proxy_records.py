@@ -24,9 +24,7 @@ def test_record_holds_every_training_field_and_converts_to_a_sample() -> None:
     session = _session_with_two_versions().get("traj-1")
     assert session is not None
     session.close()
-    (record,) = session_records(
-        session, reward=1.5, record_token_versions=True, mask_nonlast_versions=False
-    )
+    (record,) = session_records(session, reward=1.5, record_token_versions=True)
     assert record["parent_traj_id"] == "traj-1"
     assert record["group_id"] == "prompt-7"
     assert record["segment_index"] == 0
@@ -47,25 +45,22 @@ def test_record_holds_every_training_field_and_converts_to_a_sample() -> None:
     assert sample.to_dict()["version_spans"] == record["version_spans"]
 
 
-def test_mask_nonlast_versions_from_the_record_or_explicitly() -> None:
+def test_records_keep_the_raw_loss_mask_and_masking_is_asked_explicitly() -> None:
     session = _session_with_two_versions().get("traj-1")
     assert session is not None
     session.close()
-    (record,) = session_records(
-        session, reward=None, record_token_versions=True, mask_nonlast_versions=True
-    )
-    assert record["loss_mask"] == [1, 1, 1, 0, 1]  # the record keeps the raw mask
-    assert record_to_sample(record).loss_mask == (0, 0, 1, 0, 1)
-    assert record_to_sample(record, mask_nonlast_versions=False).loss_mask == (1, 1, 1, 0, 1)
+    (record,) = session_records(session, reward=None, record_token_versions=True)
+    assert "mask_nonlast_version_tokens" not in record
+    assert record["loss_mask"] == [1, 1, 1, 0, 1]
+    assert record_to_sample(record).loss_mask == (1, 1, 1, 0, 1)
+    assert record_to_sample(record, mask_nonlast_versions=True).loss_mask == (0, 0, 1, 0, 1)
 
 
 def test_without_recording_versions_are_null() -> None:
     session = _session_with_two_versions().get("traj-1")
     assert session is not None
     session.close()
-    (record,) = session_records(
-        session, reward=0.0, record_token_versions=False, mask_nonlast_versions=False
-    )
+    (record,) = session_records(session, reward=0.0, record_token_versions=False)
     assert set(record["full_versions"]) == {None}
     assert record["dressage_end_token_version"] is None
 

@@ -1,0 +1,132 @@
+"""`create_app(config)`: the proxy's ASGI app, its route table and its lifespan.
+
+The lifespan opens the engine connections, builds the generator with the config's version
+rule (`dressage.proxy.staleness.version_rule`) and runs the background loops; leaving it stops
+the loops and closes the connections. The HTTP API is documented in `dressage.proxy.server`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+
+from dressage.asgi import Answer, App, HttpRequest, Route
+from dressage.proxy import errors
+from dressage.proxy.answers import error_response
+from dressage.proxy.background import expiry_loop, health_loop
+from dressage.proxy.chat import ChatTokenizer, load_chat_tokenizer
+from dressage.proxy.config import ProxyConfig
+from dressage.proxy.endpoints import control, openai_chat, sessions, sglang
+from dressage.proxy.errors import ProxyError
+from dressage.proxy.generation import Generator, PauseGate
+from dressage.proxy.metrics import ProxyMetrics
+from dressage.proxy.middleware import Body, EndpointFn, Handler, endpoint
+from dressage.proxy.routing import EnginePool
+from dressage.proxy.sessions import SessionStore
+from dressage.proxy.staleness import version_rule
+from dressage.proxy.state import ProxyState
+from dressage.proxy.upstream import EngineConnections
+
+GET, POST, DELETE = ("GET",), ("POST",), ("DELETE",)
+
+
+def create_app(
+    config: ProxyConfig,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    tokenizer: ChatTokenizer | None = None,
+) -> App:
+    """The proxy app. `clock` drives session expiry; `tokenizer` overrides `config.model`."""
+    if tokenizer is None and config.model:
+        tokenizer = load_chat_tokenizer(config.model)
+    store = SessionStore(config.session_ttl_s)
+    state = ProxyState(
+        config=config,
+        clock=clock,
+        store=store,
+        pool=EnginePool(config.engine_urls),
+        gate=PauseGate(),
+        metrics=ProxyMetrics(lambda: float(len(store))),
+        tokenizer=tokenizer,
+    )
+    for engine in state.pool.engines:
+        state.metrics.engine_healthy.labels(engine.url).set(1)
+    rule = version_rule(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        connections = EngineConnections()
+        state.connections = connections
+        state.generator = Generator(
+            connections=connections,
+            pool=state.pool,
+            gate=state.gate,
+            rule=rule,
+            engine_timeout_s=config.engine_timeout_s,
+            pause_timeout_s=config.pause_timeout_s,
+            on_preempt=state.metrics.preempts.inc,
+            on_retry=state.metrics.engine_retries.inc,
+        )
+        state.tasks = [
+            asyncio.create_task(health_loop(state, connections)),
+            asyncio.create_task(expiry_loop(state)),
+        ]
+        try:
+            yield
+        finally:
+            for task in state.tasks:
+                task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)
+            await connections.close()
+
+    return App(_routes(state), fallback=_no_route, lifespan=lifespan)
+
+
+def _routes(state: ProxyState) -> list[Route]:
+    """The route table: path, endpoint (metered under its name) and methods."""
+
+    def on(
+        name: str,
+        fn: EndpointFn,
+        *,
+        body: Body = Body.NONE,
+        auth: bool = True,
+        limited: bool = False,
+    ) -> Handler:
+        return endpoint(state, name, fn, body=body, auth=auth, limited=limited)
+
+    generate = on("generate", sglang.generate, body=Body.JSON, limited=True)
+    chat = on("chat_completions", openai_chat.chat_completions, body=Body.JSON, limited=True)
+    models = on("models", openai_chat.models)
+    return [
+        Route("/health", on("health", control.health, auth=False), GET),
+        Route("/metrics", on("metrics", control.metrics, auth=False), GET),
+        Route("/generate", generate, POST),
+        Route("/v1/chat/completions", chat, POST),
+        Route("/s/{session_id}/v1/chat/completions", chat, POST),
+        Route("/v1/models", models, GET),
+        Route("/s/{session_id}/v1/models", models, GET),
+        Route("/sessions", on("sessions", sessions.create_session, body=Body.JSON), POST),
+        Route("/sessions/{session_id}", on("sessions", sessions.get_session), GET),
+        Route("/sessions/{session_id}", on("sessions", sessions.delete_session), DELETE),
+        Route(
+            "/sessions/{session_id}/finalize",
+            on("finalize", sessions.finalize, body=Body.OPTIONAL_JSON),
+            POST,
+        ),
+        Route("/segments", on("segments", sessions.segments), GET),
+        Route("/pause_generation", on("pause", control.pause, body=Body.OPTIONAL_JSON), POST),
+        Route("/continue_generation", on("continue", control.continue_generation), POST),
+    ]
+
+
+def _no_route(request: HttpRequest, known_path: bool) -> Answer:
+    if known_path:
+        err = ProxyError(
+            405, errors.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on {request.path}"
+        )
+    else:
+        err = ProxyError(404, errors.NOT_FOUND, f"no endpoint {request.path}")
+    return error_response(err)

@@ -1,0 +1,42 @@
+"""The loops a serving proxy runs beside its requests: engine health and session expiry."""
+
+from __future__ import annotations
+
+import asyncio
+
+from dressage.proxy.state import ProxyState
+from dressage.proxy.upstream import EngineConnections, UpstreamError
+
+
+async def health_loop(state: ProxyState, connections: EngineConnections) -> None:
+    """Probe every engine's `/health`; an engine is routed to only while it answers 200."""
+    interval = state.config.health_interval_s
+
+    async def probe(url: str) -> None:
+        try:
+            reply = await connections.request(
+                "GET", url, "/health", timeout_s=min(5.0, interval * 2)
+            )
+            ok = reply.status == 200
+            reason = f"health check answered HTTP {reply.status}"
+        except UpstreamError as exc:
+            ok, reason = False, f"health check failed: {type(exc).__name__}: {exc}"
+        if ok:
+            state.pool.mark_up(url)
+        elif state.pool[url].healthy or state.pool[url].last_error != reason:
+            state.pool.mark_down(url, reason)
+        state.metrics.engine_healthy.labels(url).set(1 if ok else 0)
+
+    while True:
+        await asyncio.gather(*(probe(e.url) for e in state.pool.engines))
+        await asyncio.sleep(interval)
+
+
+async def expiry_loop(state: ProxyState) -> None:
+    """Drop idle sessions and unread records past the session TTL, a few times per TTL."""
+    interval = min(30.0, max(0.05, state.config.session_ttl_s / 4))
+    while True:
+        await asyncio.sleep(interval)
+        expired = state.store.expire(state.clock())
+        if expired:
+            state.metrics.expired_sessions.inc(len(expired))

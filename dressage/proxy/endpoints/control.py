@@ -1,0 +1,94 @@
+"""Control and observation: `/pause_generation`, `/continue_generation`, `/health`,
+`/metrics`.
+
+Pause closes the proxy's gate (new generations wait) and then pauses every engine; continue
+resumes the engines and then opens the gate. The answer reports each engine's result, 502
+`engine_error` when one did not take the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from dressage.asgi import Answer, HttpRequest
+from dressage.proxy import errors
+from dressage.proxy.answers import error_response, json_response
+from dressage.proxy.errors import ProxyError, invalid
+from dressage.proxy.state import ProxyState
+from dressage.proxy.upstream import UpstreamError
+
+PAUSE_MODES = ("abort", "in_place", "retract")
+_ENGINE_COMMAND_TIMEOUT_S = 30.0
+
+
+async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
+    mode = body.get("mode", "abort")
+    if mode not in PAUSE_MODES:
+        raise invalid("mode must be abort, in_place or retract", "mode")
+    state.gate.pause()
+    failures = await _broadcast(state, "/pause_generation", {"mode": mode})
+    return _control_answer(state, failures)
+
+
+async def continue_generation(
+    state: ProxyState, request: HttpRequest, body: dict[str, Any]
+) -> Answer:
+    failures = await _broadcast(state, "/continue_generation", {})
+    state.gate.resume()
+    return _control_answer(state, failures)
+
+
+async def _broadcast(state: ProxyState, path: str, body: dict[str, Any]) -> dict[str, str | None]:
+    """POST `body` to `path` on every engine; each engine's failure, None where it took it."""
+    connections = state.connections
+    assert connections is not None, "engines are commanded only while the app serves"
+    content = orjson.dumps(body)
+
+    async def send(url: str) -> str | None:
+        try:
+            reply = await connections.request(
+                "POST", url, path, content, timeout_s=_ENGINE_COMMAND_TIMEOUT_S
+            )
+        except UpstreamError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if reply.status >= 400:
+            return f"HTTP {reply.status}: {reply.body[:200].decode(errors='replace')}"
+        return None
+
+    urls = [e.url for e in state.pool.engines]
+    answers = await asyncio.gather(*(send(url) for url in urls))
+    return dict(zip(urls, answers, strict=True))
+
+
+def _control_answer(state: ProxyState, failures: dict[str, str | None]) -> Answer:
+    results = {url: "ok" if failure is None else failure for url, failure in failures.items()}
+    data = {"paused": state.gate.paused, "epoch": state.gate.epoch, "engines": results}
+    failed = sum(failure is not None for failure in failures.values())
+    if failed:
+        err = ProxyError(
+            502, errors.ENGINE_ERROR, f"{failed} engine(s) did not take the command", detail=data
+        )
+        return error_response(err)
+    return json_response(data)
+
+
+async def health(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
+    healthy = bool(state.pool.healthy())
+    return json_response(
+        {
+            "status": "ok" if healthy else errors.NO_HEALTHY_ENGINE,
+            "engines": state.pool.snapshot(),
+            "paused": state.gate.paused,
+            "active_sessions": len(state.store),
+            "finished_sessions": state.store.finished_count,
+            "inflight": state.inflight,
+        },
+        200 if healthy else 503,
+    )
+
+
+async def metrics(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
+    return Answer(state.metrics.render(), content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,37 @@
+"""`ProxyState`: everything one proxy app owns, shared by its endpoints (no module globals)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dressage.proxy.chat import ChatTokenizer
+from dressage.proxy.config import ProxyConfig
+from dressage.proxy.generation import Generator, PauseGate
+from dressage.proxy.metrics import ProxyMetrics
+from dressage.proxy.routing import EnginePool
+from dressage.proxy.sessions import SessionStore
+from dressage.proxy.upstream import EngineConnections
+
+
+@dataclass
+class ProxyState:
+    """The state of one app instance. `connections` and `generator` exist while it serves
+    (they are made in its lifespan, on the serving event loop)."""
+
+    config: ProxyConfig
+    clock: Callable[[], float]
+    """Drives session expiry and activity times."""
+    store: SessionStore
+    pool: EnginePool
+    gate: PauseGate
+    metrics: ProxyMetrics
+    tokenizer: ChatTokenizer | None
+    """The chat template's tokenizer; None without `--model` (no chat endpoints)."""
+    connections: EngineConnections | None = None
+    generator: Generator | None = None
+    inflight: int = 0
+    """Generating requests admitted now (bounded by `--max-concurrency`)."""
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    """Background loops running while the app serves."""
