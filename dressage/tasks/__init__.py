@@ -1,19 +1,13 @@
 """Verifiable tasks: deterministic prompt generators and multi-turn environments with
 rule-based rewards.
 
-A task is looked up by the job's `spec.task.name` with `get_task(spec.task)`.
+Modules: `base` (the `Task`, `Environment` and `Episode` interfaces), `registry` (`get_task`
+looks up the job's `spec.task.name`), `arithmetic` and `household` (the built-in ones), `codec`
+(prompts and conversations as token ids through the model's tokenizer).
 """
 
-from dressage.tasks.base import (
-    Environment,
-    Episode,
-    Prompt,
-    Step,
-    Task,
-    get_task,
-    is_environment,
-    task_names,
-)
+from dressage.tasks.base import Environment, Episode, Prompt, Step, Task, is_environment
+from dressage.tasks.registry import get_task, register_task, task_names
 
 __all__ = [
     "Environment",
@@ -23,5 +17,6 @@ __all__ = [
     "Task",
     "get_task",
     "is_environment",
+    "register_task",
     "task_names",
 ]

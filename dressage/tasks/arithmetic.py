@@ -12,7 +12,7 @@ import random
 import re
 
 from dressage.api.job import TaskSpec
-from dressage.tasks.base import Prompt, register_task
+from dressage.tasks.base import Prompt
 
 DEFAULT_MAX_OPERAND = 49
 _LEADING_NUMBER = re.compile(r"\s*(\d+)")
@@ -53,7 +53,7 @@ def extract_answer(completion: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _from_spec(spec: TaskSpec) -> ArithmeticTask:
+def from_spec(spec: TaskSpec) -> ArithmeticTask:
     unknown = set(spec.params) - {"maxOperand"}
     if unknown:
         raise ValueError(f"spec.task.params: unknown arithmetic settings {sorted(unknown)}")
@@ -63,6 +63,3 @@ def _from_spec(spec: TaskSpec) -> ArithmeticTask:
     if not isinstance(raw, int) or isinstance(raw, bool):
         raise ValueError(f"spec.task.params.maxOperand must be an integer, got {raw!r}")
     return ArithmeticTask(seed=spec.seed, dataset_size=spec.dataset_size, max_operand=raw)
-
-
-register_task(ArithmeticTask.name, _from_spec)

@@ -1,4 +1,4 @@
-"""The task interfaces and the registry that maps `spec.task.name` to a task.
+"""The task interfaces: single-turn tasks and multi-turn environments.
 
 Two kinds of task, both deterministic and offline, both indexed: what prompt `i` holds is a pure
 function of the task's seed and `i`, so a collector's data position (an integer) is all a
@@ -92,32 +92,4 @@ def is_environment(task: Task | Environment) -> TypeIs[Environment]:
 
 
 TaskFactory = Callable[[TaskSpec], Task | Environment]
-_REGISTRY: dict[str, TaskFactory] = {}
-
-
-def register_task(name: str, factory: TaskFactory) -> None:
-    """Make `name` available as `spec.task.name`."""
-    _REGISTRY[name] = factory
-
-
-def task_names() -> list[str]:
-    """Registered task names."""
-    _load_builtin_tasks()
-    return sorted(_REGISTRY)
-
-
-def get_task(spec: TaskSpec) -> Task | Environment:
-    """The task or environment named by `spec.name`, configured from `spec`."""
-    _load_builtin_tasks()
-    try:
-        factory = _REGISTRY[spec.name]
-    except KeyError:
-        raise ValueError(
-            f"spec.task.name: unknown task {spec.name!r}; known tasks: {', '.join(task_names())}"
-        ) from None
-    return factory(spec)
-
-
-def _load_builtin_tasks() -> None:
-    # Imported lazily so registering does not depend on import order.
-    from dressage.tasks import arithmetic, household  # noqa: F401
+"""Builds a task from the job's `spec.task` (its seed, size and params)."""

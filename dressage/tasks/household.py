@@ -30,7 +30,7 @@ import random
 import re
 
 from dressage.api.job import TaskSpec
-from dressage.tasks.base import Step, register_task
+from dressage.tasks.base import Step
 
 OBJECTS = ("key", "mug", "pen", "cup", "hat", "map", "cap", "egg", "jar")
 """Objects that fill the boxes; each instance uses `boxes` distinct ones."""
@@ -121,7 +121,7 @@ class HouseholdEnvironment:
         return HouseholdEpisode(contents, goal, self.max_turns, rng)
 
 
-def _from_spec(spec: TaskSpec) -> HouseholdEnvironment:
+def from_spec(spec: TaskSpec) -> HouseholdEnvironment:
     unknown = set(spec.params) - {"boxes"}
     if unknown:
         raise ValueError(f"spec.task.params: unknown household settings {sorted(unknown)}")
@@ -131,6 +131,3 @@ def _from_spec(spec: TaskSpec) -> HouseholdEnvironment:
     return HouseholdEnvironment(
         seed=spec.seed, dataset_size=spec.dataset_size, boxes=raw, max_turns=spec.max_turns
     )
-
-
-register_task(HouseholdEnvironment.name, _from_spec)
