@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("dressage.runner.cli", "run an AsyncRLJob locally (CPU, embedded engine)"),
     "engine": ("dressage.engine.cli", "the embedded CPU inference engine"),
     "proxy": ("dressage.proxy.cli", "the rollout proxy"),
-    "train": ("dressage.trainer.cli", "the trainer (torchrun entry point)"),
+    "train": ("dressage.orchestrator.train_cli", "the trainer gang (torchrun entry point)"),
 }
 
 

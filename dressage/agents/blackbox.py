@@ -18,14 +18,9 @@ import asyncio
 import os
 from collections.abc import Sequence
 
-from dressage.rollout.groups import Group
-from dressage.rollout.sync_rollout import (
-    ProxyRolloutClient,
-    RolloutError,
-    SamplingSettings,
-    collect_group,
-    group_id_of,
-)
+from dressage.agents.groups import collect_group, group_id_of
+from dressage.data.groups import Group
+from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.tasks.base import Task
 
 AGENT_ERROR = "agent_failed"

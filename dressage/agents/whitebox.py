@@ -15,14 +15,9 @@ span limit) fails the trajectory and so the group, which the collector retries w
 
 from __future__ import annotations
 
-from dressage.rollout.groups import Group
-from dressage.rollout.sync_rollout import (
-    ProxyRolloutClient,
-    SamplingSettings,
-    collect_group,
-    group_id_of,
-    sample_seed,
-)
+from dressage.agents.groups import collect_group, group_id_of, sample_seed
+from dressage.data.groups import Group
+from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
 from dressage.tasks.base import Environment
 from dressage.tasks.codec import Conversation, PromptCodec
 

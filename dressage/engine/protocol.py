@@ -48,6 +48,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dressage.data.spans import expand_version_spans, spans_from_sglang
+
 UNKNOWN_VERSION = "unknown"
 """Version label reported for tokens whose version the server did not send."""
 
@@ -236,19 +238,12 @@ class GenerateResponse(ResponseModel):
         spans = self.meta_info.weight_versions
         if not spans:
             return [self.meta_info.weight_version or UNKNOWN_VERSION] * n
-        versions: list[str] = []
-        for span in spans:
-            if span.start != len(versions) or span.end < span.start:
-                raise ValueError(
-                    f"meta_info.weight_versions span {span.model_dump()} does not continue at "
-                    f"token {len(versions)}"
-                )
-            versions.extend([span.version] * (span.end - span.start))
-        if len(versions) != n:
-            raise ValueError(
-                f"meta_info.weight_versions cover {len(versions)} tokens, output has {n}"
-            )
-        return versions
+        raw = [span.model_dump() for span in spans]
+        try:
+            runs = spans_from_sglang(raw, n)
+        except ValueError as exc:
+            raise ValueError(f"meta_info.{exc}") from None
+        return [UNKNOWN_VERSION if v is None else v for v in expand_version_spans(runs)]
 
 
 class UpdateWeightsFromDiskRequest(RequestModel):

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from dressage.data.spans import VersionSpan, extend_spans, spans_to_sglang
 from dressage.engine.model import Decoder, KVCache, ModelShape, ModelWeights
 from dressage.engine.protocol import SamplingParams
 from dressage.engine.sampling import GREEDY_EPS, SamplingSpec, request_seed, sample
@@ -64,8 +65,8 @@ class Request:
     created: float = dataclasses.field(default_factory=time.monotonic)
     output_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
-    spans: list[list[Any]] = dataclasses.field(default_factory=list)
-    """[version, start, end] over output token indices, in order."""
+    spans: list[VersionSpan] = dataclasses.field(default_factory=list)
+    """The output tokens' versions as runs, in order."""
     finish_reason: dict[str, Any] | None = None
     text_end: int | None = None
     """Where `text` is cut when a stop string matched (None: not cut)."""
@@ -379,13 +380,9 @@ class Scheduler:
             spec = SamplingSpec(params.temperature, params.top_p, params.top_k, params.min_p)
             assert request.generator is not None
             token, logprob = sample(logits, spec, request.generator)
-        index = len(request.output_ids)
         request.output_ids.append(token)
         request.logprobs.append(logprob)
-        if request.spans and request.spans[-1][0] == self._version:
-            request.spans[-1][2] = index + 1
-        else:
-            request.spans.append([self._version, index, index + 1])
+        extend_spans(request.spans, (VersionSpan(self._version, 1),))
         finish = self._check_finished(request, token, stop_ids)
         if finish is not None:
             self._running.remove(request)
@@ -446,15 +443,14 @@ class Scheduler:
         text = self._decode(request.output_ids, request.params)
         if request.text_end is not None:
             text = text[: request.text_end]
-        spans = [{"version": v, "start": s, "end": e} for v, s, e in request.spans]
         meta: dict[str, Any] = {
             "id": request.rid,
             "finish_reason": request.finish_reason,
             "prompt_tokens": len(request.prompt_ids),
             "completion_tokens": len(request.output_ids),
             "cached_tokens": 0,
-            "weight_version": request.spans[-1][0] if request.spans else self._version,
-            "weight_versions": spans,
+            "weight_version": request.spans[-1].version if request.spans else self._version,
+            "weight_versions": spans_to_sglang(request.spans),
             "e2e_latency": time.monotonic() - request.created,
         }
         if request.return_logprob:

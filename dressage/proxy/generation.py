@@ -33,6 +33,13 @@ from typing import Any
 
 import orjson
 
+from dressage.data.spans import (
+    VersionSpan,
+    expand_version_spans,
+    extend_spans,
+    spans_from_sglang,
+    spans_to_sglang,
+)
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.routing import EnginePool
@@ -101,8 +108,8 @@ class Piece:
     weight_version: str | None
     cached_tokens: int
     raw_logprobs: list[Any]
-    runs: list[tuple[str | None, int]]
-    """`versions` run-length encoded: (version, tokens), no empty run."""
+    runs: list[VersionSpan]
+    """`versions` run-length encoded, no empty run."""
     engine_latency: float | None = None
     """The engine's own time for this piece (`meta_info.e2e_latency`), when it reports it."""
 
@@ -130,26 +137,16 @@ def parse_piece(data: object, url: str) -> Piece:
     weight_version = None if weight_version is None else str(weight_version)
     spans = meta.get("weight_versions")
     versions: list[str | None]
-    runs: list[tuple[str | None, int]] = []
+    runs: list[VersionSpan]
     if spans:
-        versions = []
-        for span in spans:
-            try:
-                start, end, version = int(span["start"]), int(span["end"]), span["version"]
-            except (KeyError, TypeError, ValueError):
-                raise bad(f"weight_versions span {span!r}") from None
-            if start != len(versions) or end < start:
-                raise bad(f"weight_versions span {span!r} does not continue at {len(versions)}")
-            label = None if version is None else str(version)
-            versions.extend([label] * (end - start))
-            if end > start:
-                runs.append((label, end - start))
-        if len(versions) != n:
-            raise bad(f"weight_versions cover {len(versions)} tokens, output has {n}")
+        try:
+            runs = spans_from_sglang(spans, n)
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+        versions = expand_version_spans(runs)
     else:
         versions = [weight_version] * n
-        if n:
-            runs.append((weight_version, n))
+        runs = [VersionSpan(weight_version, n)] if n else []
     latency = meta.get("e2e_latency")
     finish = meta.get("finish_reason")
     if not isinstance(finish, dict):
@@ -187,8 +184,8 @@ class Generation:
     pieces: int = 0
     cached_tokens: int = 0
     engine_url: str | None = None
-    spans: list[dict[str, Any]] = field(default_factory=list)
-    """`versions` as `meta_info.weight_versions` spans, kept up to date by `add`."""
+    spans: list[VersionSpan] = field(default_factory=list)
+    """`versions` as runs, kept up to date by `add`."""
     engine_latency: float | None = None
     """The engines' reported time summed over the pieces; None when none reported it."""
 
@@ -200,13 +197,7 @@ class Generation:
         self.logprobs += piece.logprobs
         self.versions += piece.versions
         self.raw_logprobs += piece.raw_logprobs
-        end = self.spans[-1]["end"] if self.spans else 0
-        for version, count in piece.runs:
-            if self.spans and self.spans[-1]["version"] == version:
-                self.spans[-1]["end"] += count
-            else:
-                self.spans.append({"version": version, "start": end, "end": end + count})
-            end += count
+        extend_spans(self.spans, piece.runs)
         self.texts.append(piece.text)
         if piece.engine_latency is not None:
             self.engine_latency = (self.engine_latency or 0.0) + piece.engine_latency
@@ -215,7 +206,7 @@ class Generation:
 
     def version_spans(self) -> list[dict[str, Any]]:
         """`meta_info.weight_versions` of the whole turn (one span per run of a version)."""
-        return [dict(span) for span in self.spans]
+        return spans_to_sglang(self.spans)
 
 
 class Generator:

@@ -1,8 +1,9 @@
-"""Segment records: the JSON the proxy hands to the trainer side, and their `Sample`s.
+"""Segment records: the JSON the proxy hands to the trainer side (`GET /segments`).
 
-A record is one segment of one trajectory, finished when its session was finalized. It holds
-exactly what a training `Sample` needs and converts to one with `record_to_sample` (pure);
-`sample_to_record` is the inverse. Record fields:
+A record is one segment of one trajectory, finished when its session was finalized. Its sample
+fields are encoded by the data layer's wire codec (`dressage.data.codec`: `sample_to_record`,
+and `record_to_sample` on the trainer side); this module adds the session's fields. Record
+fields:
 
     session_id, parent_traj_id, instance_id, group_id, segment_index,
     prompt_tokens, response_tokens, loss_mask, rollout_log_probs,
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dressage.data.codec import record_to_sample, sample_to_record
+from dressage.data.samples import Sample
 from dressage.proxy.sessions import Segment, Session
-from dressage.rollout.artifacts.samples import Sample, mask_nonlast_version_tokens
 
-_IDENTITY_KEYS = ("session_id", "instance_id", "status", "closed_reason", "turns", "preempts")
+__all__ = ["record_to_sample", "sample_to_record", "segment_record", "session_records"]
 
 
 def segment_record(
@@ -71,49 +73,3 @@ def session_records(
         segment_record(session, segment, reward=reward, record_token_versions=record_token_versions)
         for segment in session.segments
     ]
-
-
-def sample_to_record(sample: Sample) -> dict[str, Any]:
-    """The record fields a `Sample` determines (identity, tokens, versions, reward)."""
-    record = sample.to_dict()
-    prompt_length = sample.prompt_length
-    record.update(
-        prompt_tokens=list(sample.tokens[:prompt_length]),
-        response_tokens=list(sample.tokens[prompt_length:]),
-        response_versions=list(sample.response_versions),
-    )
-    return record
-
-
-def record_to_sample(
-    record: dict[str, Any], *, mask_nonlast_versions: bool | None = None
-) -> Sample:
-    """The training `Sample` of a segment record.
-
-    Applies `mask_nonlast_version_tokens` when the record asks for it (the proxy's
-    `--mask-nonlast-version-tokens`) or when `mask_nonlast_versions` says so explicitly.
-    Raises `ValueError` naming the field when the record is inconsistent.
-    """
-    for key in ("prompt_tokens", "response_tokens", "loss_mask", "rollout_log_probs"):
-        if not isinstance(record.get(key), list):
-            raise ValueError(f"segment record field {key!r} must be a list")
-    response_versions = record.get("response_versions")
-    if response_versions is None:
-        response_versions = [None] * len(record["response_tokens"])
-    metadata = {k: record[k] for k in _IDENTITY_KEYS if k in record}
-    sample = Sample.build(
-        prompt_tokens=record["prompt_tokens"],
-        response_tokens=record["response_tokens"],
-        response_versions=response_versions,
-        rollout_log_probs=record["rollout_log_probs"],
-        loss_mask=record["loss_mask"],
-        reward=record.get("reward"),
-        group_id=record.get("group_id", record.get("instance_id")),
-        parent_traj_id=record.get("parent_traj_id", record.get("session_id")),
-        segment_index=int(record.get("segment_index", 0)),
-        metadata=metadata,
-    )
-    mask = record.get("mask_nonlast_version_tokens", False)
-    if mask_nonlast_versions is not None:
-        mask = mask_nonlast_versions
-    return mask_nonlast_version_tokens(sample) if mask else sample

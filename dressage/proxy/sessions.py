@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dressage.data.versions import normalized_versions
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError
-from dressage.rollout.versions import normalized_versions
 
 
 @dataclass

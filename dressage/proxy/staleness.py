@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dressage.data.versions import distinct_real_versions
 from dressage.proxy import errors
-from dressage.rollout.versions import distinct_real_versions
 
 if TYPE_CHECKING:
     from dressage.proxy.config import ProxyConfig

@@ -1,4 +1,4 @@
-"""The asynchronous collector shared by the fully and partial async rollout modes.
+"""The asynchronous collector of the `fully_async` and `partial_async` rollout modes.
 
 Two halves, as in the reference's filtering flow:
 
@@ -12,9 +12,10 @@ Two halves, as in the reference's filtering flow:
    window, pending groups outside it are removed, and each new group is checked once more.
    Groups are dropped whole and every drop is counted by reason.
 
-A failed group (`GroupFailed`, for example the proxy's 502 `partial_rollout_staleness_exceeded`)
-is retried as a whole prompt group up to `max_retries` times and dropped after that. Nothing is
-lost silently: `CollectorStats` accounts for every prompt group that was started.
+The two modes differ only in the proxy (partial rollout on or off), not here. Failed groups
+follow the one retry policy (`dressage.rollout.retry`): whole-group retries with backoff and
+jitter, and a breaker that fails `next_batch` with `RolloutBroken` when rollout keeps failing.
+Nothing is lost silently: `CollectorStats` accounts for every prompt group that was started.
 
 Data position: `state_dict()` records the next prompt index the worker would start. Groups in
 flight or queued at a checkpoint are not replayed after a restart (they are counted as dropped
@@ -25,50 +26,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Protocol
 
-from dressage.rollout.artifacts.samples import Sample
-from dressage.rollout.groups import Group, GroupFailed, GroupRollout, TrainBatch
+from dressage.data.groups import Group, GroupRollout, TrainBatch
+from dressage.data.samples import Sample
+from dressage.rollout.retry import GroupAttempts, RetryPolicy, RolloutBroken
 from dressage.rollout.staleness import StalenessConfig, StalenessGroupFilter
+from dressage.rollout.stats import CollectorStats
 
 log = logging.getLogger(__name__)
 
-RETRIES_EXHAUSTED = "retries_exhausted"
-SHUTDOWN = "shutdown"
-ROLLOUT_ERROR = "rollout_error"
+SHUTDOWN: Final = "shutdown"
 
 
-@dataclass
-class CollectorStats:
-    """Running totals of one collector; the runner exports them as Prometheus counters.
+class Collector(Protocol):
+    """What the training loop needs from a collector: one `TrainBatch` per trainer step.
 
-    Invariant once closed: `groups_started == groups_trained + sum(dropped.values())`.
+    `state_dict()`/`load_state_dict()` carry the data position (which prompts were already
+    used) through checkpoints, so a resumed run neither repeats nor skips prompts.
+    `on_weights_published(version)` tells the collector a new weight version is live on the
+    engines. `stats` are the running totals the job's metrics export.
     """
 
-    groups_started: int = 0
-    groups_completed: int = 0
-    groups_trained: int = 0
-    retries: int = 0
-    failures: Counter[str] = field(default_factory=Counter)
-    """Failed attempts by reason (each attempt's failure counts once)."""
-    staleness_failures: int = 0
-    """Failed attempts caused by a staleness control (the proxy's version-span limit)."""
-    dropped: Counter[str] = field(default_factory=Counter)
-    """Dropped prompt groups by reason: staleness verdicts, exhausted retries, shutdown."""
+    stats: CollectorStats
 
-    def snapshot(self) -> CollectorStats:
-        return CollectorStats(
-            groups_started=self.groups_started,
-            groups_completed=self.groups_completed,
-            groups_trained=self.groups_trained,
-            retries=self.retries,
-            failures=self.failures.copy(),
-            staleness_failures=self.staleness_failures,
-            dropped=self.dropped.copy(),
-        )
+    async def next_batch(self) -> TrainBatch: ...
+
+    def on_weights_published(self, version: str) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class CollectorClosed(Exception):
@@ -84,23 +75,23 @@ class AsyncRolloutCollector:
         *,
         batch_size: int,
         concurrency: int,
-        max_retries: int,
+        retry: RetryPolicy,
         staleness: StalenessConfig,
         num_prompts: int | None = None,
         queue_size: int | None = None,
     ) -> None:
-        if batch_size < 1 or concurrency < 1 or max_retries < 0:
-            raise ValueError("batch_size and concurrency must be >= 1, max_retries >= 0")
-        self._rollout = rollout
+        if batch_size < 1 or concurrency < 1:
+            raise ValueError("batch_size and concurrency must be >= 1")
         self.batch_size = batch_size
         self.concurrency = concurrency
-        self.max_retries = max_retries
         self.num_prompts = num_prompts
         """Stop after this many prompts (None: the prompt stream is endless)."""
         self.filter = StalenessGroupFilter(staleness)
         self.stats = CollectorStats()
+        self._attempts = GroupAttempts(rollout, retry, self.stats)
         self.next_prompt = 0
         self.version: str | None = None
+        # Groups, or None: a wake-up for `next_batch` (data exhausted, or the breaker opened).
         self._completed: asyncio.Queue[Group | None] = asyncio.Queue(
             maxsize=queue_size if queue_size is not None else max(batch_size, concurrency)
         )
@@ -179,6 +170,9 @@ class AsyncRolloutCollector:
         try:
             while self.num_prompts is None or self.next_prompt < self.num_prompts:
                 await self._slots.acquire()
+                if self._attempts.broken is not None:
+                    self._slots.release()
+                    break
                 index = self.next_prompt
                 self.next_prompt += 1
                 self.stats.groups_started += 1
@@ -198,46 +192,34 @@ class AsyncRolloutCollector:
 
     def _signal_if_finished(self) -> None:
         if self._exhausted and not self._in_flight and not self._closed:
-            # Wakes next_batch() when the data is used up; the queue may be full, so this
-            # must not block the callback that calls it.
+            self._wake()
+
+    def _wake(self) -> None:
+        # The queue may be full, so waking `next_batch` must not block the caller.
+        if not self._closed:
             asyncio.get_running_loop().create_task(self._completed.put(None))
 
     async def _run_group(self, index: int) -> None:
-        for attempt in range(self.max_retries + 1):
-            try:
-                group = await self._rollout(index, attempt)
-            except GroupFailed as exc:
-                self._record_failure(exc.reason, staleness=exc.staleness)
-            except asyncio.CancelledError:
-                self.stats.dropped[SHUTDOWN] += 1
-                raise
-            except Exception:
-                log.exception("prompt group %d failed (attempt %d)", index, attempt)
-                self._record_failure(ROLLOUT_ERROR, staleness=False)
-            else:
-                self.stats.groups_completed += 1
-                try:
-                    await self._completed.put(group)
-                except asyncio.CancelledError:
-                    self.stats.dropped[SHUTDOWN] += 1
-                    raise
-                return
-            if attempt < self.max_retries:
-                self.stats.retries += 1
-        self.stats.dropped[RETRIES_EXHAUSTED] += 1
-
-    def _record_failure(self, reason: str, *, staleness: bool) -> None:
-        self.stats.failures[reason] += 1
-        if staleness:
-            self.stats.staleness_failures += 1
+        try:
+            group = await self._attempts.run(index)
+            if group is not None:
+                await self._completed.put(group)
+            elif self._attempts.broken is not None:
+                self._wake()
+        except asyncio.CancelledError:
+            self.stats.dropped[SHUTDOWN] += 1
+            raise
+        except RolloutBroken:
+            self._wake()
 
     # --- the batch sink ------------------------------------------------------------------
 
     async def next_batch(self) -> TrainBatch:
         """The next trainer batch of `batch_size` groups, all inside the staleness window.
 
-        Raises `CollectorClosed` when the data is exhausted before a full batch is collected.
-        The batch carries the drops, failures and retries counted since the previous batch.
+        Raises `CollectorClosed` when the data is exhausted before a full batch is collected,
+        and `RolloutBroken` when the retry policy's breaker opened. The batch carries the
+        drops, failures and retries counted since the previous batch.
         """
         if self._closed:
             raise CollectorClosed("collector is closed")
@@ -245,23 +227,21 @@ class AsyncRolloutCollector:
             raise CollectorClosed("the data buffer is exhausted")
         self.start()
         while len(self._pending) < self.batch_size:
+            if self._attempts.broken is not None:
+                raise self._attempts.broken
             group = await self._completed.get()
             if group is None:
-                self._drained = True
-                raise CollectorClosed("the data buffer is exhausted")
+                if self._attempts.broken is not None:
+                    raise self._attempts.broken
+                if self._exhausted and not self._in_flight:
+                    self._drained = True
+                    raise CollectorClosed("the data buffer is exhausted")
+                continue
             self._admit(group)
         groups, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size :]
         self.stats.groups_trained += len(groups)
-        before, now = self._last_batch_stats, self.stats.snapshot()
-        self._last_batch_stats = now
-        return TrainBatch(
-            groups=tuple(groups),
-            dropped_groups=dict(now.dropped - before.dropped),
-            failed_groups=sum((now.failures - before.failures).values()),
-            failure_reasons=dict(now.failures - before.failures),
-            retries=now.retries - before.retries,
-            staleness_failures=now.staleness_failures - before.staleness_failures,
-        )
+        before, self._last_batch_stats = self._last_batch_stats, self.stats.snapshot()
+        return self.stats.batch(groups, since=before)
 
     def _admit(self, group: Group) -> None:
         before = self.filter.drop_counts.copy()

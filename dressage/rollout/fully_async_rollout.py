@@ -6,14 +6,14 @@ without partial rollout the proxy regenerates each interrupted turn from its pro
 new weights, and refuses a trajectory whose later turn would come from another version than its
 earlier ones. Every trajectory is therefore single-version, and batch-level staleness control
 (`keepVersions`) is what keeps groups of old versions out of the trainer.
-"""
 
-from __future__ import annotations
+The collector is `dressage.rollout.collector.AsyncRolloutCollector`, shared with
+`partial_async`: the modes differ in the proxy's settings, not in how groups are scheduled.
+"""
 
 from dressage.rollout.collector import AsyncRolloutCollector
 
+FullyAsyncRolloutCollector = AsyncRolloutCollector
+"""The asynchronous collector, as the reference names it for this mode."""
 
-class FullyAsyncRolloutCollector(AsyncRolloutCollector):
-    """The asynchronous collector with the proxy's partial rollout off."""
-
-    partial_rollout = False
+__all__ = ["FullyAsyncRolloutCollector"]

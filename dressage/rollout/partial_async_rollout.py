@@ -1,31 +1,22 @@
 """`partial_async` rollout: interrupted generations resume under the new weights.
 
-Same worker and batch sink as `fully_async`, with the proxy's partial rollout on: a weight
-update pauses generation through the proxy, and each in-flight generation resumes from its
-partial output under the new version, its tokens keeping their own versions. The proxy's
-version-span limit (`--max-partial-rollout-preempts`) refuses a trajectory that would span too
-many versions with HTTP 502 `partial_rollout_staleness_exceeded`; the rollout function turns
-that into a `GroupFailed(staleness=True)`, and this collector retries the whole prompt group
-(the old partial trajectory is never resumed) and counts the staleness failure. Both controls
-may be on at once: the span limit bounds drift inside a trajectory, `keepVersions` bounds which
-groups enter a batch.
+Same worker and batch sink as `fully_async` (`dressage.rollout.collector`), with the proxy's
+partial rollout on: a weight update pauses generation through the proxy, and each in-flight
+generation resumes from its partial output under the new version, its tokens keeping their own
+versions. The proxy's version-span limit (`--max-partial-rollout-preempts`) refuses a
+trajectory that would span too many versions with HTTP 502
+`partial_rollout_staleness_exceeded`; the proxy client raises that as a staleness
+`GroupFailed`, and the collector's retry policy retries the whole prompt group (the old partial
+trajectory is never resumed) and counts the staleness failure
+(`CollectorStats.staleness_failures`, `staleness_failure_rate`). Both controls may be on at
+once: the span limit bounds drift inside a trajectory, `keepVersions` bounds which groups enter
+a batch.
 """
 
-from __future__ import annotations
+from dressage.proxy.errors import PARTIAL_ROLLOUT_STALENESS_EXCEEDED
+from dressage.rollout.collector import AsyncRolloutCollector
 
-from dressage.rollout.fully_async_rollout import FullyAsyncRolloutCollector
+PartialAsyncRolloutCollector = AsyncRolloutCollector
+"""The asynchronous collector, as the reference names it for this mode."""
 
-PARTIAL_ROLLOUT_STALENESS_EXCEEDED = "partial_rollout_staleness_exceeded"
-"""The proxy's error name for a trajectory over the version-span limit."""
-
-
-class PartialAsyncRolloutCollector(FullyAsyncRolloutCollector):
-    """The asynchronous collector with the proxy's partial rollout on."""
-
-    partial_rollout = True
-
-    @property
-    def staleness_failure_rate(self) -> float:
-        """Staleness failures per started prompt group (0 before any group started)."""
-        started = self.stats.groups_started
-        return self.stats.staleness_failures / started if started else 0.0
+__all__ = ["PARTIAL_ROLLOUT_STALENESS_EXCEEDED", "PartialAsyncRolloutCollector"]

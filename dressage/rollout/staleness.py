@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
-from dressage.rollout.versions import normalize_version
+from dressage.data.versions import normalize_version
 
 KEEP_VERSIONS_SETTING = "dressage_staleness_keep_versions"
 

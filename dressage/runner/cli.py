@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def _main(local: LocalRun) -> int:
     from dressage.engine.errors import EngineError
-    from dressage.rollout.sync_rollout import RolloutError
+    from dressage.proxy.client import RolloutError
+    from dressage.rollout.retry import RolloutBroken
     from dressage.runner.processes import ChildFailed
 
     task = asyncio.current_task()
@@ -75,7 +76,7 @@ async def _main(local: LocalRun) -> int:
     except asyncio.CancelledError:
         local.out("interrupted: stopping child processes")
         return EXIT_INTERRUPTED
-    except (ChildFailed, RolloutError, EngineError, ValueError) as exc:
+    except (ChildFailed, RolloutError, RolloutBroken, EngineError, ValueError) as exc:
         print(f"dressage run: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:

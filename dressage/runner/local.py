@@ -1,11 +1,11 @@
 """`dressage run`: execute an AsyncRLJob on one machine.
 
-Wiring, in order: the initial model (built and warm-started when the job asks, cached), the
-trainer session (resumed from `<workdir>/<job>/` when a checkpoint exists), engine processes
-serving the session's current weights and version, the proxy in front of them, the
-`/metrics` endpoint, the collector for `spec.rollout.mode`, then the training loop. The
-trainer runs in this process (world size 1). On the way out, whatever the reason, children
-are stopped and the run report is written.
+In order: the initial model (built and warm-started when the job asks, cached), the trainer
+session (resumed from `<workdir>/<job>/` when a checkpoint exists), engine processes serving
+the session's current weights and version, the proxy in front of them, the `/metrics`
+endpoint, then the job's pipeline (`dressage.orchestrator.pipeline`, the same as every trainer
+rank's on a cluster). The trainer runs in this process (world size 1). On the way out,
+whatever the reason, children are stopped and the run report is written.
 """
 
 from __future__ import annotations
@@ -19,20 +19,16 @@ from pathlib import Path
 import torch
 
 from dressage.api.job import AsyncRLJob
+from dressage.data.samples import VERSION_SPAN_MEAN
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
-from dressage.rollout.artifacts.samples import VERSION_SPAN_MEAN
-from dressage.rollout.sync_rollout import ProxyRolloutClient
-from dressage.runner.collectors import make_collector, weight_update_pause_mode
-from dressage.runner.loop import StepRecord, sync_engines, train_loop
-from dressage.runner.metrics import RunMetrics
+from dressage.orchestrator.loop import StepRecord
+from dressage.orchestrator.metrics import RunMetrics
+from dressage.orchestrator.pipeline import Endpoints, run_pipeline
 from dressage.runner.processes import ChildProcess, python_module
 from dressage.runner.report import History, write_report
-from dressage.tasks import get_task
-from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.trainer import grpo
 from dressage.trainer.checkpoint import RunDir
-from dressage.trainer.publish import WeightPublisher
 from dressage.trainer.session import TrainerSession
 
 ENGINE_READY = "engine ready on "
@@ -94,37 +90,18 @@ class LocalRun:
         port = self.options.metrics_port
         bound = self.metrics.serve(spec.local.metrics_port if port is None else port)
         self.out(f"metrics on http://127.0.0.1:{bound}/metrics")
-        self.metrics.set_version(session.state.version_index, session.state.version)
-        self.metrics.step.set(session.state.step)
-
-        proxy = ProxyRolloutClient(proxy_url)
-        source = TaskPrompts(get_task(spec.task), PromptCodec.from_pretrained(model_dir))
-        collector = make_collector(spec, source=source, proxy=proxy, run_tag=self.job.metadata.name)
-        collector.load_state_dict(session.state.collector)
-        publisher = WeightPublisher(
-            engine_urls, proxy=proxy, pause_mode=weight_update_pause_mode(spec)
+        await run_pipeline(
+            self.job,
+            session,
+            endpoints=Endpoints(proxy_url=proxy_url, engine_urls=engine_urls),
+            steps=self.options.steps,
+            metrics=self.metrics,
+            sink=self._on_step,
+            log=self.out,
         )
-        try:
-            await sync_engines(session, publisher)
-            self.out(
-                f"training {self.job.metadata.name}: steps {session.state.step + 1}.."
-                f"{self.options.steps}, {spec.rollout.batch_size} groups x "
-                f"{spec.rollout.group_size} samples per step, mode {spec.rollout.mode.value}"
-            )
-            await train_loop(
-                session,
-                steps=self.options.steps,
-                collector=collector,
-                publisher=publisher,
-                sink=lambda record: self._on_step(record, session),
-            )
-        finally:
-            await publisher.aclose()
-            await collector.aclose()
 
-    def _on_step(self, record: StepRecord, session: TrainerSession) -> None:
+    def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
-        self.metrics.observe(record, session.state.version_index)
         self.rewards.append(record.metrics.get(grpo.REWARD, 0.0))
         self.out(progress_line(record, self.options.steps, self.rewards))
         if record.failure_reasons:

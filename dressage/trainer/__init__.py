@@ -1,9 +1,10 @@
-"""The GRPO trainer (torch).
+"""The GRPO trainer: a torch library, wired into a run by `dressage.orchestrator`.
 
-Modules: `loss` (pure tensor math), `batch` (samples -> padded tensors), `policy` (token
-logprobs and entropy of a causal LM), `grpo` (one optimizer step, data-parallel), `checkpoint`
-(resumable state), `publish` (weight versions pushed to the engines), `distributed`
-(torch.distributed set-up from the torchrun environment), `cli` (`dressage train`).
+Modules: `loss` (pure tensor math), `batch` (batches -> padded tensors, advantages, the one
+place non-last-version tokens are masked, sharding), `grpo` (the policy's token logprobs and
+entropy, one data-parallel optimizer step), `checkpoint` (resumable state), `session` (a
+trainer bound to its run directory), `distributed` (torch.distributed set-up from the torchrun
+environment), `testing` (batches and tiny models for tests).
 
 Importing this package does not import torch; its modules do.
 """

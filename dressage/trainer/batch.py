@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from dressage.rollout.artifacts.samples import Sample, mask_nonlast_version_tokens
-from dressage.rollout.groups import TrainBatch
+from dressage.data.groups import TrainBatch
+from dressage.data.samples import Sample, mask_nonlast_version_tokens
 from dressage.trainer.loss import group_advantages
 
 

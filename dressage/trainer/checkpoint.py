@@ -24,12 +24,7 @@ from typing import Any
 
 import torch
 
-VERSION_PREFIX = "v"
-
-
-def version_label(index: int) -> str:
-    """The label of the `index`-th weight version: `v0` is the initial weights."""
-    return f"{VERSION_PREFIX}{index}"
+from dressage.data.versions import version_label
 
 
 @dataclass

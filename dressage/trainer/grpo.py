@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from dressage.rollout.artifacts.samples import version_span_stats
-from dressage.rollout.groups import TrainBatch
+from dressage.data.groups import TrainBatch
+from dressage.data.samples import version_span_stats
 from dressage.trainer.batch import score_batch, shard, to_tensors, trained_token_count
 from dressage.trainer.distributed import DistEnv, all_reduce_sum
 from dressage.trainer.loss import LossInputs, grpo_loss, token_logprobs_and_entropy

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from dressage.api.job import AsyncRLJobSpec
-from dressage.trainer.checkpoint import RunDir, TrainState, version_label
+from dressage.data.versions import version_label
+from dressage.trainer.checkpoint import RunDir, TrainState
 from dressage.trainer.distributed import DistEnv, barrier
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from dressage.data.groups import Group, TrainBatch
+from dressage.data.samples import Sample
 from dressage.model.tiny import TinyModelConfig, build_tiny_model
-from dressage.rollout.artifacts.samples import Sample
-from dressage.rollout.groups import Group, TrainBatch
 
 SMALL = TinyModelConfig(
     hidden_size=32,

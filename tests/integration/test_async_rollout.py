@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from dressage.engine.testing import start_engine
+from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
 from dressage.proxy.testing import start_proxy
-from dressage.rollout.sync_rollout import ProxyRolloutClient, SamplingSettings
 from dressage.trainer.testing import small_model
 from tests.integration.proxy_support import wait_for
 from tests.integration.test_run_local import Runner

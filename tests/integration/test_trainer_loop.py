@@ -9,17 +9,17 @@ import pytest
 import torch
 
 from dressage.api.job import AsyncRLJobSpec
+from dressage.data.groups import TrainBatch
 from dressage.engine.client import EngineClient
 from dressage.engine.testing import start_engine
+from dressage.orchestrator.collectors import make_collector
+from dressage.orchestrator.loop import StepRecord, train_loop
+from dressage.orchestrator.publish import WeightPublisher
+from dressage.proxy.client import ProxyRolloutClient
 from dressage.proxy.testing import start_proxy
-from dressage.rollout.groups import TrainBatch
-from dressage.rollout.sync_rollout import ProxyRolloutClient
-from dressage.runner.collectors import make_collector
-from dressage.runner.loop import StepRecord, train_loop
 from dressage.tasks import get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.trainer.checkpoint import RunDir
-from dressage.trainer.publish import WeightPublisher
 from dressage.trainer.session import TrainerSession
 from dressage.trainer.testing import small_model
 

@@ -13,8 +13,8 @@ import pytest
 
 from dressage.agents.whitebox import WhiteboxAgentRollout
 from dressage.engine.testing import start_engine
+from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.proxy.testing import start_proxy
-from dressage.rollout.sync_rollout import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.tasks.base import Step
 from dressage.tasks.codec import Conversation, PromptCodec
 from tests.integration.proxy_support import tiny_checkpoint, update_weights

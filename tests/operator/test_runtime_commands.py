@@ -21,8 +21,8 @@ from torch.distributed.run import get_args_parser
 
 from dressage import cli
 from dressage.api import AsyncRLJob, load_job
+from dressage.orchestrator import train_cli as trainer_cli
 from dressage.proxy import cli as proxy_cli
-from dressage.trainer import cli as trainer_cli
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 CONFIG = OperatorConfig()

@@ -11,19 +11,11 @@ import asyncio
 
 import pytest
 
-from dressage.rollout.artifacts.samples import Sample
-from dressage.rollout.collector import (
-    RETRIES_EXHAUSTED,
-    SHUTDOWN,
-    AsyncRolloutCollector,
-    CollectorClosed,
-)
-from dressage.rollout.fully_async_rollout import FullyAsyncRolloutCollector
-from dressage.rollout.groups import Group, GroupFailed
-from dressage.rollout.partial_async_rollout import (
-    PARTIAL_ROLLOUT_STALENESS_EXCEEDED,
-    PartialAsyncRolloutCollector,
-)
+from dressage.data.groups import Group, GroupFailed
+from dressage.data.samples import Sample
+from dressage.proxy.errors import PARTIAL_ROLLOUT_STALENESS_EXCEEDED
+from dressage.rollout.collector import SHUTDOWN, AsyncRolloutCollector, CollectorClosed
+from dressage.rollout.retry import RETRIES_EXHAUSTED, ROLLOUT_BROKEN, RetryPolicy, RolloutBroken
 from dressage.rollout.staleness import StalenessConfig
 
 GROUP_SIZE = 3
@@ -70,16 +62,19 @@ def collector(
     batch: int = 2,
     concurrency: int = 2,
     retries: int = 2,
-    cls: type[AsyncRolloutCollector] = FullyAsyncRolloutCollector,
 ) -> AsyncRolloutCollector:
-    return cls(
+    return AsyncRolloutCollector(
         engines.rollout,
         num_prompts=n,
         batch_size=batch,
         concurrency=concurrency,
-        max_retries=retries,
+        retry=no_backoff(retries),
         staleness=StalenessConfig(keep),
     )
+
+
+def no_backoff(retries: int, breaker_after: int = 64) -> RetryPolicy:
+    return RetryPolicy(max_retries=retries, backoff_s=0.0, breaker_after=breaker_after)
 
 
 async def test_batches_hold_whole_groups() -> None:
@@ -122,11 +117,11 @@ class Script:
 async def test_stale_groups_are_dropped_whole_and_counted() -> None:
     """Groups finishing under a version outside the window never reach the trainer."""
     script = Script()
-    c = FullyAsyncRolloutCollector(
+    c = AsyncRolloutCollector(
         script.rollout,
         batch_size=2,
         concurrency=6,
-        max_retries=0,
+        retry=no_backoff(0),
         staleness=StalenessConfig(keep_versions=1),
     )
     async with c:
@@ -148,11 +143,11 @@ async def test_stale_groups_are_dropped_whole_and_counted() -> None:
 
 async def test_window_advance_removes_pending_groups() -> None:
     script = Script()
-    c = FullyAsyncRolloutCollector(
+    c = AsyncRolloutCollector(
         script.rollout,
         batch_size=3,
         concurrency=4,
-        max_retries=0,
+        retry=no_backoff(0),
         staleness=StalenessConfig(keep_versions=1),
     )
     async with c:
@@ -176,12 +171,12 @@ async def test_failed_group_is_retried_then_dropped() -> None:
             raise GroupFailed(PARTIAL_ROLLOUT_STALENESS_EXCEEDED, "502", staleness=True)
         return group_for(index, "v0")
 
-    c = PartialAsyncRolloutCollector(
+    c = AsyncRolloutCollector(
         rollout,
         num_prompts=3,
         batch_size=2,
         concurrency=1,
-        max_retries=2,
+        retry=no_backoff(2),
         staleness=StalenessConfig(2),
     )
     async with c:
@@ -196,8 +191,7 @@ async def test_failed_group_is_retried_then_dropped() -> None:
     assert c.stats.failures[PARTIAL_ROLLOUT_STALENESS_EXCEEDED] == 3
     assert c.stats.staleness_failures == 3
     assert c.stats.dropped[RETRIES_EXHAUSTED] == 1
-    assert isinstance(c, PartialAsyncRolloutCollector)
-    assert c.staleness_failure_rate == 1.0
+    assert c.stats.staleness_failure_rate == 1.0
 
 
 async def test_unexpected_errors_fail_the_group_not_the_worker() -> None:
@@ -206,12 +200,12 @@ async def test_unexpected_errors_fail_the_group_not_the_worker() -> None:
             raise ConnectionError("engine went away")
         return group_for(index, "v0")
 
-    c = FullyAsyncRolloutCollector(
+    c = AsyncRolloutCollector(
         rollout,
         num_prompts=2,
         batch_size=2,
         concurrency=2,
-        max_retries=1,
+        retry=no_backoff(1),
         staleness=StalenessConfig(),
     )
     async with c:
@@ -274,3 +268,51 @@ async def test_data_position_resumes_without_repeating_prompts() -> None:
     assert all(index_of(g) >= state["next_prompt"] for g in batch.groups)
     with pytest.raises(ValueError, match="next_prompt"):
         collector(engines).load_state_dict({"next_prompt": -1})
+
+
+async def test_a_dead_rollout_path_fails_the_run_instead_of_waiting_forever() -> None:
+    """Every attempt fails (the proxy is down): the breaker opens and `next_batch` raises
+    `RolloutBroken` naming the failure, with every started group accounted for."""
+
+    async def rollout(index: int, attempt: int) -> Group:
+        raise GroupFailed("ConnectError", "POST /generate: ConnectError: connection refused")
+
+    c = AsyncRolloutCollector(
+        rollout,
+        batch_size=2,
+        concurrency=3,
+        retry=no_backoff(1, breaker_after=4),
+        staleness=StalenessConfig(),
+    )
+    async with c:
+        with pytest.raises(RolloutBroken, match=r"4 prompt groups in a row.*ConnectError x\d+"):
+            await c.next_batch()
+        with pytest.raises(RolloutBroken):
+            await c.next_batch()
+    stats = c.stats
+    assert stats.dropped[RETRIES_EXHAUSTED] >= 4
+    assert stats.groups_trained == 0
+    assert stats.groups_started == sum(stats.dropped.values())
+    assert set(stats.dropped) <= {RETRIES_EXHAUSTED, ROLLOUT_BROKEN, SHUTDOWN}
+
+
+async def test_a_success_closes_the_breaker_count() -> None:
+    """Drops that alternate with completed groups never open the breaker."""
+
+    async def rollout(index: int, attempt: int) -> Group:
+        if index % 2:
+            raise GroupFailed("engine_error")
+        return group_for(index, "v0")
+
+    c = AsyncRolloutCollector(
+        rollout,
+        num_prompts=12,
+        batch_size=6,
+        concurrency=1,
+        retry=no_backoff(0, breaker_after=2),
+        staleness=StalenessConfig(),
+    )
+    async with c:
+        batch = await c.next_batch()
+    assert [index_of(g) for g in batch.groups] == [0, 2, 4, 6, 8, 10]
+    assert batch.dropped_groups == {RETRIES_EXHAUSTED: 5}

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dressage.data.spans import VersionSpan
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generation, parse_piece
 
@@ -42,8 +43,8 @@ def test_engine_spans_give_per_token_versions() -> None:
     ]
     piece = parse_piece(_answer(3, "2", spans), "http://e")
     assert piece.versions == ["1", "1", "2"]
-    assert piece.runs == [("1", 2), ("2", 1)]
-    assert parse_piece(_answer(2), "http://e").runs == [("v1", 2)]
+    assert piece.runs == [VersionSpan("1", 2), VersionSpan("2", 1)]
+    assert parse_piece(_answer(2), "http://e").runs == [VersionSpan("v1", 2)]
     assert parse_piece(_answer(0), "http://e").runs == []
 
 

@@ -45,7 +45,8 @@ def test_record_holds_every_training_field_and_converts_to_a_sample() -> None:
     assert sample.to_dict()["version_spans"] == record["version_spans"]
 
 
-def test_records_keep_the_raw_loss_mask_and_masking_is_asked_explicitly() -> None:
+def test_records_and_their_samples_keep_the_raw_loss_mask() -> None:
+    """Masking non-last-version tokens is the trainer's (`score_batch`), not the records'."""
     session = _session_with_two_versions().get("traj-1")
     assert session is not None
     session.close()
@@ -53,7 +54,6 @@ def test_records_keep_the_raw_loss_mask_and_masking_is_asked_explicitly() -> Non
     assert "mask_nonlast_version_tokens" not in record
     assert record["loss_mask"] == [1, 1, 1, 0, 1]
     assert record_to_sample(record).loss_mask == (1, 1, 1, 0, 1)
-    assert record_to_sample(record, mask_nonlast_versions=True).loss_mask == (0, 0, 1, 0, 1)
 
 
 def test_without_recording_versions_are_null() -> None:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dressage.data.versions import normalize_version, version_span, version_switches
 from dressage.rollout.artifacts.samples import (
     VERSION_SPAN_MAX,
     VERSION_SPAN_MEAN,
@@ -19,7 +20,6 @@ from dressage.rollout.artifacts.samples import (
     mask_nonlast_version_tokens,
     version_span_stats,
 )
-from dressage.rollout.versions import normalize_version, version_span, version_switches
 
 labels = st.one_of(
     st.none(),
@@ -40,10 +40,13 @@ def _sample(versions: list[object], mask: list[int] | None = None, prompt: int =
 
 
 @given(st.lists(labels, max_size=40))
-def test_version_spans_round_trip_full_versions(versions: list[object]) -> None:
+def test_version_spans_round_trip_a_samples_full_versions(versions: list[object]) -> None:
+    sample = _sample(versions, prompt=0)
     normalized = [normalize_version(v) for v in versions]
-    spans = compress_versions(versions)
+    assert list(sample.full_versions) == normalized
+    spans = sample.version_spans
     assert expand_version_spans(spans) == normalized
+    assert compress_versions(normalized) == spans
     # Runs are maximal: neighbours never share a version.
     assert all(a.version != b.version for a, b in itertools.pairwise(spans))
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dressage.data.versions import normalize_version
 from dressage.rollout.artifacts.samples import Sample
 from dressage.rollout.staleness import (
     DropReason,
@@ -19,7 +20,6 @@ from dressage.rollout.staleness import (
     config_from_args,
     trajectory_version_infos,
 )
-from dressage.rollout.versions import normalize_version
 
 REPO = Path(__file__).resolve().parents[2]
 

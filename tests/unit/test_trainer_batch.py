@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dressage.data.groups import Group, TrainBatch
 from dressage.rollout.artifacts.samples import Sample
-from dressage.rollout.groups import Group, TrainBatch
 from dressage.trainer.batch import ScoredSample, score_batch, shard, to_tensors
 
 

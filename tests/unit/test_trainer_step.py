@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from dressage.api.job import AsyncRLJobSpec, ModelSpec, TrainingSpec
+from dressage.data.groups import Group, TrainBatch
+from dressage.data.versions import version_label
 from dressage.rollout.artifacts.samples import Sample
-from dressage.rollout.groups import Group, TrainBatch
 from dressage.trainer.batch import ScoredSample, to_tensors
-from dressage.trainer.checkpoint import RunDir, TrainState, version_label
+from dressage.trainer.checkpoint import RunDir, TrainState
 from dressage.trainer.distributed import DistEnv, dist_env_from
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
 from dressage.trainer.loss import token_logprobs_and_entropy

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dressage.rollout.versions import (
+from dressage.data.versions import (
     distinct_real_versions,
     normalize_version,
     normalized_versions,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dressage.asgi import Answer, HttpRequest
+from dressage.data.versions import version_span
 from dressage.proxy import errors
 from dressage.proxy.answers import json_response
 from dressage.proxy.endpoints.fields import session_ids
@@ -17,7 +18,6 @@ from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.records import session_records
 from dressage.proxy.sessions import Session
 from dressage.proxy.state import ProxyState
-from dressage.rollout.versions import version_span
 
 _BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
 

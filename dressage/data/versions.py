@@ -1,19 +1,38 @@
-"""Weight-version labels: which ones are real, and spans counted in observation order.
+"""Weight-version labels: which ones are real, the initial label, spans in observation order.
 
-A weight version is an opaque label issued by the trainer each time it publishes weights.
-Labels are compared as strings (`3` and `"3"` are the same version) and ordered only by when
-they are first observed, never by sorting. A version is *real* unless it is missing, empty,
-`unknown` or `-1`; non-real versions carry no information and are ignored by every count here.
+A weight version is an opaque label issued by the trainer each time it publishes weights
+(`version_label(i)`: `v0` for the initial weights, then `v1`, `v2`, ...). Labels are compared
+as strings (`3` and `"3"` are the same version) and ordered only by when they are first
+observed, never by sorting. A version is *real* unless it is missing, empty, `unknown` or `-1`;
+non-real versions carry no information and are ignored by every count here.
+
+Labels are normalised where they enter the data model (`Sample` construction, the staleness
+tracker's `observe`); code holding a `Sample` can trust its versions are canonical.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 Version = str | int | None
 """A version label as it arrives from engines, samples or manifests."""
 
 NON_REAL_LABELS = frozenset({"", "unknown", "-1", "none", "null"})
+
+VERSION_PREFIX: Final = "v"
+
+
+def version_label(index: int) -> str:
+    """The label of the `index`-th published weight version (`v0`: the initial weights)."""
+    if index < 0:
+        raise ValueError(f"a weight version index must be >= 0, got {index}")
+    return f"{VERSION_PREFIX}{index}"
+
+
+INITIAL_VERSION: Final = version_label(0)
+"""The label engines serve before the trainer publishes anything. The trainer's version counter
+starts here, so every component that labels the initial weights agrees with it."""
 
 
 def normalize_version(version: object) -> str | None:

@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from dressage.rollout.groups import Collector, TrainBatch
+from dressage.data.groups import TrainBatch
+from dressage.orchestrator.publish import WeightPublisher
+from dressage.rollout.collector import Collector
 from dressage.trainer.distributed import broadcast_object
-from dressage.trainer.publish import WeightPublisher
 from dressage.trainer.session import TrainerSession
 
 

@@ -1,4 +1,4 @@
-"""Prometheus figures of a run, served on `/metrics` by `dressage run`.
+"""The job's Prometheus figures, served on `/metrics` by `dressage run` and trainer rank 0.
 
 Names come from `dressage.metrics`; the batch statistics `staleness/version_span_mean|max|min`
 are exported as `dressage_staleness_version_span_mean|max|min`. Each run has its own registry
@@ -13,12 +13,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from dressage import metrics as names
-from dressage.rollout.artifacts.samples import (
-    VERSION_SPAN_MAX,
-    VERSION_SPAN_MEAN,
-    VERSION_SPAN_MIN,
-)
-from dressage.runner.loop import StepRecord
+from dressage.data.samples import VERSION_SPAN_MAX, VERSION_SPAN_MEAN, VERSION_SPAN_MIN
+from dressage.orchestrator.loop import StepRecord
 from dressage.trainer import grpo
 
 _GAUGES = {

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dressage.engine.client import EngineClient
-from dressage.rollout.sync_rollout import ProxyRolloutClient
+from dressage.proxy.client import ProxyRolloutClient
 
 
 class WeightPublisher:

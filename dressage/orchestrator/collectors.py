@@ -1,28 +1,25 @@
-"""Pick the collector for a job's `spec.rollout.mode`.
+"""The agent and the collector a job's spec asks for.
 
-All three modes roll out the same prompt groups through the proxy (`group_rollout`: one answer
-per trajectory for a single-turn task, our multi-turn agent loop for an environment, or the
-job's blackbox program); they differ only in scheduling: `sync` collects a batch and waits for
-training, `fully_async` and `partial_async` keep a background worker generating while the
-trainer trains, with batch-level staleness control at the batch sink.
+All three rollout modes roll out the same prompt groups through the proxy (`group_rollout`:
+one answer per trajectory for a single-turn task, our multi-turn agent loop for an environment,
+or the job's blackbox program); they differ only in scheduling: `sync` collects a batch and
+waits for training, `fully_async` and `partial_async` keep a background worker generating
+while the trainer trains, with batch-level staleness control at the batch sink. Both follow the
+job's retry policy (`spec.rollout.maxRetries`).
 """
 
 from __future__ import annotations
 
 from dressage.agents.blackbox import BlackboxRollout
+from dressage.agents.single_turn import PromptSource, SingleTurnRollout
 from dressage.agents.whitebox import WhiteboxAgentRollout
 from dressage.api.job import AsyncRLJobSpec, RolloutMode
-from dressage.rollout.fully_async_rollout import FullyAsyncRolloutCollector
-from dressage.rollout.groups import Collector, GroupRollout
-from dressage.rollout.partial_async_rollout import PartialAsyncRolloutCollector
+from dressage.data.groups import GroupRollout
+from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
+from dressage.rollout.collector import AsyncRolloutCollector, Collector
+from dressage.rollout.retry import RetryPolicy
 from dressage.rollout.staleness import StalenessConfig
-from dressage.rollout.sync_rollout import (
-    PromptSource,
-    ProxyRolloutClient,
-    SamplingSettings,
-    SingleTurnRollout,
-    SyncCollector,
-)
+from dressage.rollout.sync_rollout import SyncCollector
 from dressage.tasks.base import is_environment
 from dressage.tasks.codec import TaskPrompts
 
@@ -32,6 +29,14 @@ def sampling_of(spec: AsyncRLJobSpec) -> SamplingSettings:
         max_new_tokens=spec.rollout.max_new_tokens,
         temperature=spec.rollout.temperature,
         top_p=spec.rollout.top_p,
+    )
+
+
+def retry_policy_of(spec: AsyncRLJobSpec) -> RetryPolicy:
+    """Whole-group retries per `spec.rollout.maxRetries`; the breaker opens when four batches'
+    worth of prompt groups in a row were dropped after their last retry."""
+    return RetryPolicy(
+        max_retries=spec.rollout.max_retries, breaker_after=4 * spec.rollout.batch_size
     )
 
 
@@ -46,47 +51,32 @@ def weight_update_pause_mode(spec: AsyncRLJobSpec) -> str:
     return "in_place" if spec.rollout.mode is RolloutMode.SYNC else "abort"
 
 
-def async_collector(spec: AsyncRLJobSpec, rollout: GroupRollout) -> Collector:
-    """The async collector for `spec.rollout.mode` around any group rollout."""
-    cls = (
-        PartialAsyncRolloutCollector
-        if spec.rollout.mode is RolloutMode.PARTIAL_ASYNC
-        else FullyAsyncRolloutCollector
-    )
-    return cls(
-        rollout,
-        batch_size=spec.rollout.batch_size,
-        concurrency=spec.rollout.concurrency,
-        max_retries=spec.rollout.max_retries,
-        staleness=StalenessConfig(keep_versions=spec.staleness.keep_versions),
-    )
-
-
 def make_collector(
     spec: AsyncRLJobSpec, *, source: PromptSource, proxy: ProxyRolloutClient, run_tag: str
 ) -> Collector:
-    """The collector for `spec.rollout.mode`, talking to the proxy."""
-    rollout = spec.rollout
-    if rollout.mode is RolloutMode.SYNC:
+    """The collector for `spec.rollout.mode`, rolling out the job's agent through the proxy."""
+    rollout = group_rollout(spec, source=source, proxy=proxy, run_tag=run_tag)
+    if spec.rollout.mode is RolloutMode.SYNC:
         return SyncCollector(
-            source=source,
-            client=proxy,
-            group_size=rollout.group_size,
-            batch_size=rollout.batch_size,
-            sampling=sampling_of(spec),
-            max_retries=rollout.max_retries,
-            concurrency=rollout.concurrency,
-            seed=spec.training.seed,
-            run_tag=run_tag,
-            rollout=group_rollout(spec, source=source, proxy=proxy, run_tag=run_tag),
+            rollout,
+            batch_size=spec.rollout.batch_size,
+            concurrency=spec.rollout.concurrency,
+            retry=retry_policy_of(spec),
         )
-    return async_collector(spec, group_rollout(spec, source=source, proxy=proxy, run_tag=run_tag))
+    return AsyncRolloutCollector(
+        rollout,
+        batch_size=spec.rollout.batch_size,
+        concurrency=spec.rollout.concurrency,
+        retry=retry_policy_of(spec),
+        staleness=StalenessConfig(keep_versions=spec.staleness.keep_versions),
+    )
 
 
 def group_rollout(
     spec: AsyncRLJobSpec, *, source: PromptSource, proxy: ProxyRolloutClient, run_tag: str
 ) -> GroupRollout:
-    """How one prompt group is produced: the whitebox loop, or the job's blackbox program."""
+    """How one prompt group is produced: the whitebox loop, the job's blackbox program, or one
+    answer per trajectory."""
     if isinstance(source, TaskPrompts) and is_environment(source.task):
         if spec.task.agent == "blackbox":
             raise ValueError(

@@ -10,10 +10,12 @@ Rank 0 collects batches through the proxy (`--proxy-url` or `DRESSAGE_PROXY_URL`
 weights to the engines (`--engine-urls` or `DRESSAGE_ENGINE_URLS`, comma-separated), writes
 weights and checkpoints under `--workdir` (or `DRESSAGE_WORKDIR`; default
 `<spec.storage.mountPath>/<job>`), and serves `/metrics` on `--metrics-port` (or
-`DRESSAGE_METRICS_PORT`; default 9400). `--config` falls back to `DRESSAGE_JOB_CONFIG`, and
-`DRESSAGE_ROLLOUT_MAX_RETRIES` overrides `spec.rollout.maxRetries`. Every rank resumes from
-the same checkpoint. The engines and the proxy are not started here: on a cluster they are
-their own pods, and locally `dressage run` starts them.
+`DRESSAGE_METRICS_PORT`; default 9400). `--config` falls back to `DRESSAGE_JOB_CONFIG`,
+`DRESSAGE_ROLLOUT_MAX_RETRIES` overrides `spec.rollout.maxRetries`, and `DRESSAGE_PROXY_TOKEN`
+is the proxy's bearer token when it requires one. Every rank resumes from the same checkpoint
+and runs the job's pipeline (`dressage.orchestrator.pipeline`), as `dressage run` does. The
+engines and the proxy are not started here: on a cluster they are their own pods, and locally
+`dressage run` starts them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +40,7 @@ JOB_CONFIG_ENV = "DRESSAGE_JOB_CONFIG"
 METRICS_PORT_ENV = "DRESSAGE_METRICS_PORT"
 WORKDIR_ENV = "DRESSAGE_WORKDIR"
 MAX_RETRIES_ENV = "DRESSAGE_ROLLOUT_MAX_RETRIES"
+PROXY_TOKEN_ENV = "DRESSAGE_PROXY_TOKEN"
 ENV_VARS = (
     JOB_CONFIG_ENV,
     ENGINE_URLS_ENV,
@@ -45,6 +48,7 @@ ENV_VARS = (
     METRICS_PORT_ENV,
     WORKDIR_ENV,
     MAX_RETRIES_ENV,
+    PROXY_TOKEN_ENV,
 )
 """Every variable `dressage train` reads (each the fallback of a flag, or of the job's field)."""
 DEFAULT_METRICS_PORT = 9400
@@ -75,9 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mask-nonlast-version-tokens",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="train only tokens of a sample's last weight version (default: the job's "
+        help="train only tokens of a sample's last weight version, or not (default: the job's "
         "spec.proxy.maskNonlastVersionTokens)",
     )
     parser.add_argument("--cache-dir", type=Path, default=None, help="model and warm-start cache")
@@ -95,6 +99,8 @@ class Wiring:
     workdir: Path | None
     max_retries: int | None
     """`spec.rollout.maxRetries` override (`$DRESSAGE_ROLLOUT_MAX_RETRIES`)."""
+    proxy_token: str | None = None
+    """The proxy's bearer token (`$DRESSAGE_PROXY_TOKEN`), when the proxy requires one."""
 
 
 def _env_int(environ: Mapping[str, str], name: str) -> int | None:
@@ -136,6 +142,7 @@ def resolve_wiring(args: argparse.Namespace, environ: Mapping[str, str]) -> Wiri
         metrics_port=DEFAULT_METRICS_PORT if port is None else port,
         workdir=workdir,
         max_retries=max_retries,
+        proxy_token=environ.get(PROXY_TOKEN_ENV) or None,
     )
 
 
@@ -159,12 +166,9 @@ def run(args: argparse.Namespace) -> int:
 
 async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> int:
     from dressage.model.warmstart import initial_model_dir
-    from dressage.rollout.sync_rollout import ProxyRolloutClient
-    from dressage.runner.collectors import make_collector, weight_update_pause_mode
-    from dressage.runner.loop import StepRecord, sync_engines, train_loop
-    from dressage.runner.metrics import RunMetrics
-    from dressage.tasks import get_task
-    from dressage.tasks.codec import PromptCodec, TaskPrompts
+    from dressage.orchestrator.loop import StepRecord
+    from dressage.orchestrator.metrics import RunMetrics
+    from dressage.orchestrator.pipeline import Endpoints, run_pipeline
     from dressage.trainer.checkpoint import RunDir
     from dressage.trainer.distributed import (
         barrier,
@@ -174,7 +178,6 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
         shutdown_distributed,
     )
     from dressage.trainer.grpo import quiet_transformers
-    from dressage.trainer.publish import WeightPublisher
     from dressage.trainer.session import TrainerSession, trainer_config
 
     quiet_transformers()
@@ -187,8 +190,6 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
     cache_dir: Path = args.cache_dir or root / "cache"
     config = trainer_config(spec)
     if args.mask_nonlast_version_tokens is not None:
-        from dataclasses import replace
-
         config = replace(config, mask_nonlast_version_tokens=args.mask_nonlast_version_tokens)
     steps = args.steps or spec.training.steps
     try:
@@ -201,41 +202,34 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
         session = TrainerSession.open(
             spec, model_dir=model_dir, run_dir=RunDir(root), env=env, device=device, config=config
         )
-        if env.is_main:
-            state = session.state
-            print(
-                f"rank 0/{env.world_size}: step {state.step}, version {state.version}", flush=True
-            )
         if not env.is_main:
-            await train_loop(
-                session, steps=steps, collector=None, publisher=None, sink=lambda _: None
-            )
+            await run_pipeline(job, session, endpoints=None, steps=steps)
             return 0
-
+        state = session.state
+        print(f"rank 0/{env.world_size}: step {state.step}, version {state.version}", flush=True)
         metrics = RunMetrics(job.metadata.name)
         port = metrics.serve(wiring.metrics_port, host="0.0.0.0")
         print(f"metrics on :{port}/metrics", flush=True)
-        proxy = ProxyRolloutClient(wiring.proxy_url)
-        source = TaskPrompts(get_task(spec.task), PromptCodec.from_pretrained(model_dir))
-        collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
-        collector.load_state_dict(session.state.collector)
-        publisher = WeightPublisher(
-            wiring.engine_urls, proxy=proxy, pause_mode=weight_update_pause_mode(spec)
-        )
 
         def sink(record: StepRecord) -> None:
-            metrics.observe(record, session.state.version_index)
             reward = record.metrics.get("reward", 0.0)
             print(f"step {record.step} version {record.version} reward {reward:.3f}", flush=True)
 
         try:
-            await sync_engines(session, publisher)
-            await train_loop(
-                session, steps=steps, collector=collector, publisher=publisher, sink=sink
+            await run_pipeline(
+                job,
+                session,
+                endpoints=Endpoints(
+                    proxy_url=wiring.proxy_url,
+                    engine_urls=wiring.engine_urls,
+                    proxy_token=wiring.proxy_token,
+                ),
+                steps=steps,
+                metrics=metrics,
+                sink=sink,
+                log=lambda line: print(line, flush=True),
             )
         finally:
-            await publisher.aclose()
-            await collector.aclose()
             metrics.close()
         return 0
     finally:

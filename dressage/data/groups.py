@@ -1,0 +1,73 @@
+"""Messages between agents, rollout and training: prompt groups and trainer batches.
+
+A *prompt group* is one prompt rolled out `group_size` times (the GRPO group). It is the drop
+unit everywhere: GRPO normalises advantages within a group, so dropping part of one would bias
+the update. Agents produce groups (`GroupRollout`), rollout schedules and filters them, and the
+trainer consumes one `TrainBatch` per optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from dressage.data.samples import Sample
+
+
+@dataclass(frozen=True)
+class Group:
+    """One GRPO group: the samples of the trajectories generated for one prompt.
+
+    Every sample carries its reward. A trajectory may have several samples (segments), which
+    share `parent_traj_id`; advantages are computed per group over the samples' rewards.
+    """
+
+    group_id: str
+    samples: tuple[Sample, ...]
+
+    def rewards(self) -> list[float]:
+        """Rewards of the samples (a sample without one counts 0)."""
+        return [0.0 if s.reward is None else float(s.reward) for s in self.samples]
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """The groups of one optimizer step, with what the collector saw while assembling them."""
+
+    groups: tuple[Group, ...]
+    dropped_groups: Mapping[str, int] = field(default_factory=dict)
+    """Groups dropped while collecting this batch, by reason (e.g. `stale_version`)."""
+    failed_groups: int = 0
+    """Failed prompt-group attempts (each retry counts)."""
+    retries: int = 0
+    """Prompt-group retries performed."""
+    staleness_failures: int = 0
+    """Rollouts refused by a staleness control (e.g. `partial_rollout_staleness_exceeded`)."""
+    failure_reasons: Mapping[str, int] = field(default_factory=dict)
+    """Failed group attempts by reason (the proxy's error code, else the error's first words)."""
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [s for g in self.groups for s in g.samples]
+
+    def rewards(self) -> list[float]:
+        return [r for g in self.groups for r in g.rewards()]
+
+
+class GroupFailed(Exception):
+    """A prompt group could not be completed; collectors retry it as a whole.
+
+    `reason` is the stable name counted in metrics (for example the proxy's
+    `partial_rollout_staleness_exceeded`); `staleness` marks failures caused by a staleness
+    control, which are counted separately as staleness failures.
+    """
+
+    def __init__(self, reason: str, message: str = "", *, staleness: bool = False) -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+        self.staleness = staleness
+
+
+GroupRollout = Callable[[int, int], Awaitable[Group]]
+"""Rolls out one prompt group: `(prompt_index, attempt) -> Group`, raising `GroupFailed`.
+Every agent implements it; every collector schedules it."""

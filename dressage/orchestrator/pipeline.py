@@ -1,0 +1,99 @@
+"""One job's run, wired in order and torn down in reverse: the same for `dressage run` and for
+every rank of `dressage train`.
+
+Rank 0 (the only rank under `dressage run`):
+
+1. the proxy's client (`ProxyRolloutClient`) for the job's proxy;
+2. the prompts: the job's task with the model's tokenizer (`TaskPrompts`);
+3. the collector for `spec.rollout.mode`, rolling out the job's agent;
+4. resume: the collector's data position from the trainer session's checkpoint;
+5. the weight publisher for the job's engines;
+6. engine sync: engines that serve another version than the session's get its weights;
+7. the training loop, each step's record exported on the job's `/metrics` and handed to the
+   entry point's sink;
+8. close: collector, publisher and proxy client, whatever ended the loop.
+
+The other ranks train on rank 0's batches (`train_loop` without collector and publisher).
+Starting engines and proxies is the entry points' business: local child processes under
+`dressage run`, pods of the operator on a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dressage.api.job import AsyncRLJob
+from dressage.orchestrator.collectors import make_collector, weight_update_pause_mode
+from dressage.orchestrator.loop import StepRecord, StepSink, sync_engines, train_loop
+from dressage.orchestrator.metrics import RunMetrics
+from dressage.orchestrator.publish import WeightPublisher
+from dressage.proxy.client import ProxyRolloutClient
+from dressage.rollout.collector import Collector
+from dressage.tasks import get_task
+from dressage.tasks.codec import PromptCodec, TaskPrompts
+from dressage.trainer.session import TrainerSession
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where rank 0 finds the job's proxy and engines."""
+
+    proxy_url: str
+    engine_urls: Sequence[str]
+    proxy_token: str | None = None
+    """Bearer token of the proxy, when it requires one."""
+
+
+async def run_pipeline(
+    job: AsyncRLJob,
+    session: TrainerSession,
+    *,
+    endpoints: Endpoints | None,
+    steps: int,
+    metrics: RunMetrics | None = None,
+    sink: StepSink = lambda record: None,
+    log: Callable[[str], None] = lambda line: None,
+) -> None:
+    """Train `session` until step `steps`; rank 0 needs `endpoints`."""
+    if not session.env.is_main:
+        await train_loop(session, steps=steps, collector=None, publisher=None, sink=sink)
+        return
+    if endpoints is None:
+        raise ValueError("rank 0 needs the proxy and engine endpoints")
+    spec = job.spec
+    if metrics is not None:
+        metrics.set_version(session.state.version_index, session.state.version)
+        metrics.step.set(session.state.step)
+
+    def record_step(record: StepRecord) -> None:
+        if metrics is not None:
+            metrics.observe(record, session.state.version_index)
+        sink(record)
+
+    proxy = ProxyRolloutClient(endpoints.proxy_url, token=endpoints.proxy_token)
+    collector: Collector | None = None
+    publisher: WeightPublisher | None = None
+    try:
+        codec = PromptCodec.from_pretrained(session.initial_model_dir)
+        source = TaskPrompts(get_task(spec.task), codec)
+        collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
+        collector.load_state_dict(session.state.collector)
+        publisher = WeightPublisher(
+            endpoints.engine_urls, proxy=proxy, pause_mode=weight_update_pause_mode(spec)
+        )
+        await sync_engines(session, publisher)
+        log(
+            f"training {job.metadata.name}: steps {session.state.step + 1}..{steps}, "
+            f"{spec.rollout.batch_size} groups x {spec.rollout.group_size} samples per step, "
+            f"mode {spec.rollout.mode.value}"
+        )
+        await train_loop(
+            session, steps=steps, collector=collector, publisher=publisher, sink=record_step
+        )
+    finally:
+        if collector is not None:
+            await collector.aclose()
+        if publisher is not None:
+            await publisher.aclose()
+        await proxy.aclose()

@@ -1,0 +1,178 @@
+"""The proxy's client: the endpoints that agents, collectors and the weight publisher call.
+
+One `ProxyRolloutClient` per process, created and closed by whoever wires the job (the
+orchestrator). Every HTTP failure becomes a `RolloutError` carrying the proxy's stable error
+name (`dressage.proxy.errors`), so the collectors count failures by reason and retry the whole
+prompt group; the proxy's staleness refusals are marked as staleness failures here, in one
+place, from the error name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+
+from dressage.data.codec import record_to_sample
+from dressage.data.groups import GroupFailed
+from dressage.data.samples import Sample
+from dressage.proxy import errors
+
+STALENESS_REFUSALS: Final = frozenset({errors.PARTIAL_ROLLOUT_STALENESS_EXCEEDED})
+"""Proxy error names that a staleness control answers (counted as staleness failures)."""
+
+
+class RolloutError(GroupFailed):
+    """One trajectory's rollout failed; `code` is the proxy's stable error name if any.
+
+    It is a `GroupFailed`, so every collector retries the whole prompt group; the proxy's
+    `partial_rollout_staleness_exceeded` marks it as a staleness failure.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+        # The counting label: the proxy's error code, else the start of the message.
+        reason = code or message.split(":", 2)[-1].strip()[:60] or "rollout_error"
+        super().__init__(reason, message, staleness=code in STALENESS_REFUSALS)
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """The job's sampling settings for one generation (`spec.rollout`)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+class ProxyRolloutClient:
+    """The proxy endpoints a whitebox agent and the collector use.
+
+    Two HTTP clients: one for trajectories and one for the control plane (pause/continue). A
+    pause parks every in-flight generation at the proxy until continue; if continue had to queue
+    for a connection behind those parked requests, it would never be sent. The trajectory pool
+    keeps httpx's default size on purpose: httpcore scans every pooled connection each time a
+    request finishes, so a pool of hundreds of connections costs quadratic CPU on the event
+    loop; requests beyond the pool wait in the client instead.
+    """
+
+    def __init__(self, base_url: str, *, timeout_s: float = 600.0, token: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers
+        )
+        self._control = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        await self._control.aclose()
+
+    async def _post(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        headers: Mapping[str, str] | None = None,
+        control: bool = False,
+    ) -> Any:
+        client = self._control if control else self._client
+        try:
+            response = await client.post(self.base_url + path, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise RolloutError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
+        return self._answer(f"POST {path}", response)
+
+    @staticmethod
+    def _answer(what: str, response: httpx.Response) -> Any:
+        if response.status_code >= 400:
+            code: str | None = None
+            message = response.text[:300]
+            try:
+                error = response.json().get("error", {})
+                code = error.get("code") or error.get("type")
+                message = error.get("message", message)
+            except (ValueError, AttributeError):
+                pass
+            raise RolloutError(
+                f"{what}: HTTP {response.status_code} {code or ''}: {message}",
+                status=response.status_code,
+                code=code,
+            )
+        return response.json()
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingSettings,
+        *,
+        session_id: str,
+        instance_id: str,
+        seed: int | None = None,
+    ) -> list[int]:
+        """Generate one answer in session `session_id`; returns the output token ids."""
+        params: dict[str, Any] = {
+            "max_new_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+        }
+        if seed is not None:
+            params["sampling_seed"] = seed
+        body = {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
+        data = await self._post(
+            "/generate", body, headers={"X-Session-Id": session_id, "X-Instance-Id": instance_id}
+        )
+        return [int(t) for t in data["output_ids"]]
+
+    async def create_session(self, session_id: str, instance_id: str) -> None:
+        """Open a session ahead of an agent that cannot send `X-Instance-Id` itself."""
+        await self._post("/sessions", {"session_id": session_id, "instance_id": instance_id})
+
+    async def refusal(self, session_id: str) -> str | None:
+        """The stable error name the proxy stopped `session_id` with, if it did."""
+        try:
+            response = await self._client.get(f"{self.base_url}/sessions/{session_id}")
+        except httpx.HTTPError as exc:
+            raise RolloutError(f"GET /sessions: {type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            return None
+        refusal = response.json().get("refusal")
+        if not isinstance(refusal, dict):
+            return None
+        code = refusal.get("code") or refusal.get("type")
+        return str(code) if code else None
+
+    def session_base_url(self, session_id: str) -> str:
+        """An OpenAI base URL that carries the session in its path, for unmodified agents."""
+        return f"{self.base_url}/s/{session_id}/v1"
+
+    async def finalize(self, session_id: str, reward: float | None) -> None:
+        await self._post(f"/sessions/{session_id}/finalize", {"reward": reward})
+
+    async def discard(self, session_id: str) -> None:
+        """Forget a session (best effort: a failed trajectory's session may not exist)."""
+        with contextlib.suppress(httpx.HTTPError):
+            await self._client.delete(f"{self.base_url}/sessions/{session_id}")
+
+    async def segments(self, instance_id: str) -> list[Sample]:
+        """Drain the finished segment records of `instance_id` as training samples."""
+        try:
+            response = await self._client.get(
+                self.base_url + "/segments", params={"instance_id": instance_id, "drain": "true"}
+            )
+        except httpx.HTTPError as exc:
+            raise RolloutError(f"GET /segments: {type(exc).__name__}: {exc}") from exc
+        data = self._answer("GET /segments", response)
+        return [record_to_sample(r) for r in data["segments"]]
+
+    async def pause(self, mode: str = "in_place") -> None:
+        await self._post("/pause_generation", {"mode": mode}, control=True)
+
+    async def resume(self) -> None:
+        await self._post("/continue_generation", {}, control=True)

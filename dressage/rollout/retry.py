@@ -1,0 +1,137 @@
+"""The one retry policy of every collector: whole-group retries, backoff, a breaker.
+
+A prompt group whose rollout fails (`GroupFailed`: an HTTP error, the proxy's 502
+`partial_rollout_staleness_exceeded`, an agent program that crashed) is retried whole, with
+fresh sessions, up to `max_retries` times; attempt `k` waits `backoff_s * 2**(k-1)` seconds
+(capped at `max_backoff_s`) times a jitter factor in [0.5, 1.5), so a brief outage (an engine
+restarting) does not burn every retry at once and retries of many groups do not arrive
+together. A group that exhausts its retries is dropped as `retries_exhausted`.
+
+The breaker: when `breaker_after` groups in a row are dropped that way, rollout is broken (the
+proxy or every engine is down, the agent program cannot start) rather than unlucky, and
+`RolloutBroken` is raised to the training loop with the failure reasons, instead of the
+collector waiting forever for a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from dressage.data.groups import Group, GroupFailed, GroupRollout
+from dressage.rollout.stats import CollectorStats
+
+log = logging.getLogger(__name__)
+
+RETRIES_EXHAUSTED: Final = "retries_exhausted"
+ROLLOUT_BROKEN: Final = "rollout_broken"
+"""The drop reason of a group abandoned because the breaker had opened."""
+ROLLOUT_ERROR: Final = "rollout_error"
+"""The failure reason of an unexpected exception in an agent (logged with its traceback)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failed prompt groups are retried, and when rollout counts as broken."""
+
+    max_retries: int = 3
+    """Retries after the first attempt (`spec.rollout.maxRetries`)."""
+    backoff_s: float = 0.5
+    """Wait before the first retry; doubles with every further retry."""
+    max_backoff_s: float = 10.0
+    breaker_after: int = 64
+    """Consecutive prompt groups dropped after exhausting their retries that open the breaker."""
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ValueError("backoff_s and max_backoff_s must be >= 0")
+        if self.breaker_after < 1:
+            raise ValueError(f"breaker_after must be >= 1, got {self.breaker_after}")
+
+    def delay(self, attempt: int, jitter: float) -> float:
+        """Seconds to wait before `attempt` (1 = the first retry); `jitter` is in [0, 1)."""
+        if attempt < 1:
+            return 0.0
+        base = min(self.max_backoff_s, self.backoff_s * 2.0 ** (attempt - 1))
+        return float(base * (0.5 + jitter))
+
+
+class RolloutBroken(RuntimeError):
+    """The breaker opened: rollout keeps failing, so the run stops with the reasons."""
+
+
+class GroupAttempts:
+    """Runs prompt groups under a `RetryPolicy`, counting into a collector's `CollectorStats`.
+
+    Shared by the synchronous and the asynchronous collector. `sleep` and `jitter` are
+    injectable so tests can run the backoff on a fake clock.
+    """
+
+    def __init__(
+        self,
+        rollout: GroupRollout,
+        policy: RetryPolicy,
+        stats: CollectorStats,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.rollout = rollout
+        self.policy = policy
+        self.stats = stats
+        self._sleep = sleep
+        self._jitter = jitter
+        self._dropped_in_a_row = 0
+        self._recent: Counter[str] = Counter()
+        self.broken: RolloutBroken | None = None
+        """Set once the breaker opened; every later `run` raises it."""
+
+    async def run(self, index: int) -> Group | None:
+        """Prompt `index` as a group, or None when it was dropped after its last retry (the
+        drop that opens the breaker returns None too, with `broken` set).
+
+        Raises `RolloutBroken` when the breaker is already open at an attempt; the group is
+        then counted as dropped under `rollout_broken`.
+        """
+        for attempt in range(self.policy.max_retries + 1):
+            if self.broken is not None:
+                self.stats.dropped[ROLLOUT_BROKEN] += 1
+                raise self.broken
+            if attempt:
+                self.stats.retries += 1
+                await self._sleep(self.policy.delay(attempt, self._jitter()))
+            try:
+                group = await self.rollout(index, attempt)
+            except GroupFailed as exc:
+                self._failed(exc.reason, staleness=exc.staleness)
+            except Exception:
+                log.exception("prompt group %d failed (attempt %d)", index, attempt)
+                self._failed(ROLLOUT_ERROR, staleness=False)
+            else:
+                self.stats.groups_completed += 1
+                self._dropped_in_a_row = 0
+                self._recent.clear()
+                return group
+        self.stats.dropped[RETRIES_EXHAUSTED] += 1
+        self._dropped_in_a_row += 1
+        if self._dropped_in_a_row >= self.policy.breaker_after and self.broken is None:
+            reasons = ", ".join(f"{r} x{n}" for r, n in self._recent.most_common(5))
+            self.broken = RolloutBroken(
+                f"rollout is failing: {self._dropped_in_a_row} prompt groups in a row were "
+                f"dropped after {self.policy.max_retries + 1} attempts each; failures: "
+                f"{reasons}. Is the proxy, an engine or the agent program down?"
+            )
+        return None
+
+    def _failed(self, reason: str, *, staleness: bool) -> None:
+        self.stats.failures[reason] += 1
+        self._recent[reason] += 1
+        if staleness:
+            self.stats.staleness_failures += 1
