@@ -12,5 +12,7 @@ echo "== ruff"
 ruff check .
 echo "== mypy"
 mypy
+echo "== import contract (pyproject.toml [tool.importlinter])"
+lint-imports --no-cache
 echo "== pytest"
 python -m pytest "$@"
