@@ -1,5 +1,6 @@
 """The project's own tiny model, built offline (no download): a standard Hugging Face Llama
-checkpoint with a character-level tokenizer and a chat template.
+checkpoint with a character-level tokenizer and a chat template (`tiny`, `tokenizer`), and the
+warm start that teaches it a task's answer format before RL (`warmstart`).
 
 Importing this package does not import torch; building a model does.
 """

@@ -156,16 +156,13 @@ async def _stream(client: openai.AsyncOpenAI, proxy: ProxyProcess) -> None:
         max_tokens=5,
         stream=True,
     )
-    text = ""
     finish = None
     async for chunk in stream:
         if chunk.choices:
-            text += chunk.choices[0].delta.content or ""
             finish = chunk.choices[0].finish_reason or finish
     assert finish in ("stop", "length")
     (record,) = await _records(proxy, "chat-stream")
     assert sum(record["loss_mask"]) == len(record["response_tokens"]) <= 5
-    assert isinstance(text, str)
 
 
 async def test_missing_session_id_is_a_clear_400(proxy: ProxyProcess) -> None:

@@ -37,7 +37,6 @@ def test_record_holds_every_training_field_and_converts_to_a_sample() -> None:
     assert record["preempts"] == 1
     assert record["status"] == "finished"
     sample = record_to_sample(record)
-    assert isinstance(sample, Sample)
     assert sample.tokens == (1, 2, 10, 11, 12, 5, 13)
     assert sample.rollout_log_probs == (-0.1, -0.2, -0.3, 0.0, -0.4)
     assert sample.reward == 1.5
