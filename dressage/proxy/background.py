@@ -9,10 +9,19 @@ from dressage.proxy.upstream import EngineConnections, UpstreamError
 
 
 async def health_loop(state: ProxyState, connections: EngineConnections) -> None:
-    """Probe every engine's `/health`; an engine is routed to only while it answers 200."""
+    """Probe every engine's `/health`; an engine is routed to only while it answers 200.
+
+    No engine is judged while generation is paused for a weight update, nor by a probe that a
+    pause overlapped: SGLang's `/health` generates a token, so it blocks while the engine is
+    paused (`tokenizer_manager.generate_request` waits on `is_pause_cond`, v0.5.2) and would
+    time out, marking every engine down exactly when the generations parked at the gate are
+    about to resume.
+    """
     interval = state.config.health_interval_s
+    gate = state.gate
 
     async def probe(url: str) -> None:
+        epoch = gate.epoch
         try:
             reply = await connections.request(
                 "GET", url, "/health", timeout_s=min(5.0, interval * 2)
@@ -21,6 +30,8 @@ async def health_loop(state: ProxyState, connections: EngineConnections) -> None
             reason = f"health check answered HTTP {reply.status}"
         except UpstreamError as exc:
             ok, reason = False, f"health check failed: {type(exc).__name__}: {exc}"
+        if gate.paused or gate.epoch != epoch:
+            return
         if ok:
             state.pool.mark_up(url)
         elif state.pool[url].healthy or state.pool[url].last_error != reason:
@@ -28,7 +39,8 @@ async def health_loop(state: ProxyState, connections: EngineConnections) -> None
         state.metrics.engine_healthy.labels(url).set(1 if ok else 0)
 
     while True:
-        await asyncio.gather(*(probe(e.url) for e in state.pool.engines))
+        if not gate.paused:
+            await asyncio.gather(*(probe(e.url) for e in state.pool.engines))
         await asyncio.sleep(interval)
 
 
