@@ -3,6 +3,8 @@ release), owned by its job, named deterministically and wired to the others."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,13 +107,21 @@ def test_engines_and_proxy_flags() -> None:
     assert loaded.spec == job.spec
 
 
-def test_hash_changes_with_the_spec_only() -> None:
+def test_hash_changes_with_what_the_child_contains_only() -> None:
+    """The drift check compares hashes: a change the child carries changes its hash, a change
+    it does not carry (another role's settings) leaves it, so that child is not patched."""
     job = load_job(EXAMPLES[0])
     before = children.build_proxy_deployment(job, OWNER, CONFIG)
     job.spec.proxy.replicas += 1
     after = children.build_proxy_deployment(job, OWNER, CONFIG)
-    assert before["metadata"]["annotations"] != after["metadata"]["annotations"]
-    assert children.build_proxy_deployment(job, OWNER, CONFIG) == after
+
+    def hash_of(obj: dict[str, Any]) -> str:
+        value: str = obj["metadata"]["annotations"][naming.ANNOTATION_HASH]
+        return value
+
+    assert hash_of(before) != hash_of(after)
+    job.spec.trainer.nodes += 1
+    assert hash_of(children.build_proxy_deployment(job, OWNER, CONFIG)) == hash_of(after)
 
 
 def test_rbac_rules_are_valid_and_least_privilege() -> None:
@@ -129,3 +139,24 @@ def test_rbac_rules_are_valid_and_least_privilege() -> None:
     assert OWNER.reference()["blockOwnerDeletion"] is True
     assert verbs[("", "pods")] == {"get", "list", "watch", "create", "delete"}
     assert "*" not in str(CLUSTER_RULES)
+
+
+README = Path(__file__).resolve().parents[2] / "operator" / "README.md"
+ENV_NAME = re.compile(r"`([A-Z][A-Z0-9_]{3,})(?:=[^`]*)?`")
+
+
+def test_readme_lists_the_trainer_environment_the_builders_set() -> None:
+    text = README.read_text()
+    trainer = text[text.index("- trainer `") : text.index("- engine `")]
+    listed = set(ENV_NAME.findall(trainer))
+    job = load_job(EXAMPLES[0].parent / "multi-node-partial-rollout.yaml")
+    assert listed == set(children.trainer_env(job, OWNER, 0))
+
+
+def test_readme_lists_the_operator_variables_config_reads() -> None:
+    listed = {n for n in ENV_NAME.findall(README.read_text()) if n.startswith("DRESSAGE_OPERATOR_")}
+    assert len(listed) == len(dataclasses.fields(OperatorConfig))
+    values = {"PORT": "1234", "SECONDS": "7.5", "TEMPLATE": "http://x/{job}"}
+    for name in listed:
+        value = next((v for k, v in values.items() if name.endswith(k)), "registry/image:1")
+        assert OperatorConfig.from_env({name: value}) != OperatorConfig(), f"{name} is not read"
