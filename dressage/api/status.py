@@ -105,7 +105,7 @@ class StalenessStatus(ApiModel):
 class AsyncRLJobStatus(ApiModel):
     """Observed state of an asynchronous RL job."""
 
-    phase: JobPhase = JobPhase.PENDING
+    phase: JobPhase = Field(default=JobPhase.PENDING, strict=False)
     """Lifecycle phase."""
     conditions: list[Condition] = Field(default_factory=list)
     """Conditions with reasons and messages."""

@@ -16,6 +16,7 @@ from dressage_operator.config import OperatorConfig
 from dressage_operator.rbac import CLUSTER_RULES, cluster_role
 
 from dressage.api import AsyncRLJob, load_job
+from dressage.api.job import OPERATOR_ENGINE_FLAGS, OPERATOR_ENV
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 K8S_VERSION = "1.33.0"
@@ -160,3 +161,25 @@ def test_readme_lists_the_operator_variables_config_reads() -> None:
     for name in listed:
         value = next((v for k, v in values.items() if name.endswith(k)), "registry/image:1")
         assert OperatorConfig.from_env({name: value}) != OperatorConfig(), f"{name} is not read"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_the_model_reserves_every_variable_and_engine_flag_the_builders_set(
+    example: Path,
+) -> None:
+    """`template.env` and `inference.extraArgs` cannot override the operator's wiring: the
+    job model refuses exactly what these builders set."""
+    job = load_job(example)
+    set_by_builders = set(children.trainer_env(job, OWNER, 0))
+    for container in (
+        children.build_engine_pod(job, OWNER, CONFIG, 0)["spec"]["containers"][0],
+        children.build_proxy_deployment(job, OWNER, CONFIG)["spec"]["template"]["spec"][
+            "containers"
+        ][0],
+    ):
+        user = {e.name for e in job.spec.inference.template.env + job.spec.proxy.template.env}
+        set_by_builders |= {e["name"] for e in container["env"]} - user
+    assert set_by_builders <= OPERATOR_ENV
+    engine = children.engine_command(job)[3 : -len(job.spec.inference.extra_args) or None]
+    flags = {a for a in engine if a.startswith("--")}
+    assert flags <= set(OPERATOR_ENGINE_FLAGS)

@@ -245,6 +245,12 @@ def test_ttl_deletes_the_finished_job(cluster: EmulatedCluster, operator: Operat
         ("bad-model", {"model": None}, "spec.model"),
         ("bad-type", {"rollout": {"groupSize": "many"}}, "spec.rollout.groupSize"),
         ("bad-mode", {"rollout": {"mode": "sometimes"}}, "spec.rollout.mode"),
+        (
+            "bad-env",
+            {"trainer": {"template": {"env": [{"name": "MASTER_ADDR", "value": "x"}]}}},
+            "spec.trainer.template.env[0].name",
+        ),
+        ("bad-cpu", {"proxy": {"resources": {"limits": {"cpu": "2 cores"}}}}, "limits.cpu"),
     ],
 )
 def test_invalid_spec_is_refused_with_the_field_named_and_not_retried(
