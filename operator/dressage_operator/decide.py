@@ -562,7 +562,7 @@ def settle(
         if conflicted:
             delay = min(delay, CONFLICT_RETRY_SECONDS)
         if refused:
-            delay = backoff(obs.refused_cycles)
+            delay = min(delay, backoff(obs.refused_cycles))
         delay = max(delay, MIN_DELAY_SECONDS)
     return Outcome(
         status=status,

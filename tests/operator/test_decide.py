@@ -290,6 +290,17 @@ def test_a_refused_child_is_a_condition_and_an_event_from_the_first_failure() ->
     assert ok.delay == CONFIG.resync_seconds
 
 
+def test_a_refusal_backs_off_but_keeps_an_earlier_deadline() -> None:
+    start = timestamp(NOW - timedelta(seconds=100))
+    status = AsyncRLJobStatus(phase=JobPhase.PENDING, start_time=start)
+    obs = Observed(generation=1, status=status, now=NOW, refused_cycles=4)
+    plan = decide(_job(activeDeadlineSeconds=103), OWNER, CONFIG, obs)
+    assert settle(plan, obs, CONFIG, [REFUSAL]).delay == 3
+    later = Observed(generation=1, status=status, now=NOW, refused_cycles=4)
+    plan = decide(_job(), OWNER, CONFIG, later)
+    assert settle(plan, later, CONFIG, [REFUSAL]).delay == BACKOFF_SECONDS[-1]
+
+
 def test_a_conflict_retries_soon_without_a_condition() -> None:
     obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW)
     conflict = ChildResult("Pod", "job-a-trainer-0", "create", Applied.CONFLICT, 409, "exists")
