@@ -5,8 +5,9 @@ real loopback HTTP port in its own thread and event loop, so kopf, httpx and the
 talk to it exactly as to an API server. kmock 0.8 is a plain object store; `DressageKube` adds
 what the operator relies on: `uid`, increasing `resourceVersion`, `creationTimestamp` and
 `generation` (bumped only when `.spec` changes), 201 on create, and namespace defaulting.
-What it still does not do (schema validation, garbage collection, label selectors, `/status`
-separation) is tested elsewhere with real schemas, or stated in the tests.
+What it still does not do (schema validation beyond the rules below, garbage collection,
+label selectors, `/status` separation) is tested elsewhere with real schemas, or stated in the
+tests.
 
 Like a real API server, it refuses invalid Pods and Deployments (their pod template) on create
 and on patch, for this subset of the API server's validation (`refusals`):

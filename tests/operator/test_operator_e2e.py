@@ -1,9 +1,10 @@
 """The operator under kopf against a Kubernetes API emulation over real HTTP (kmock).
 
 The emulation stores objects and streams watch events but has no kubelet, no garbage
-collector and no schema validation: the tests play the kubelet by patching pod status, check
-owner references instead of cascading deletion, and validate every generated object against
-the real Kubernetes schemas (kubernetes-validate, strict) themselves.
+collector and only the few validation rules `dressage_operator.testing` lists: the tests play
+the kubelet by patching pod status, check owner references instead of cascading deletion, and
+validate every generated object against the real Kubernetes schemas (kubernetes-validate,
+strict) themselves.
 """
 
 from __future__ import annotations
