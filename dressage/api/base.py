@@ -1,7 +1,9 @@
 """Shared pydantic base for the job model: camelCase on the wire, snake_case in Python.
 
 Every model of the API forbids unknown fields, so a typo in a manifest is an error that names
-the field instead of a setting silently ignored.
+the field instead of a setting silently ignored. Scalars are strict, as the CRD's types are:
+`"yes"` is not a boolean and `"2"` not an integer (an integer is a number, as in the CRD).
+Enum fields say `strict=False` so that they take their string values.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ class ApiModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
+        strict=True,
         use_attribute_docstrings=True,
         validate_default=True,
     )

@@ -7,10 +7,12 @@ field descriptions, so they are written for the user of a manifest.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
+from pydantic_core import PydanticCustomError
 
 from dressage.api.base import ApiModel
 
@@ -18,6 +20,104 @@ API_GROUP = "dressage.io"
 API_VERSION = "v1alpha1"
 KIND = "AsyncRLJob"
 PLURAL = "asyncrljobs"
+
+
+ENV_VAR_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+"""What Kubernetes accepts as an environment variable name (`IsEnvVarName`)."""
+QUANTITY_PATTERN = r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$"
+"""A non-negative Kubernetes resource quantity: `8`, `1.5`, `500m`, `64Gi`, `1e3`."""
+OPERATOR_ENV = frozenset(
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NNODES",
+        "NPROC_PER_NODE",
+        "WORLD_SIZE",
+        "NODE_RANK",
+        "RANK",
+        "LOCAL_RANK",
+        "DRESSAGE_JOB_CONFIG",
+        "DRESSAGE_ENGINE_URLS",
+        "DRESSAGE_PROXY_URL",
+        "DRESSAGE_METRICS_PORT",
+        "DRESSAGE_WORKDIR",
+        "DRESSAGE_ROLLOUT_MAX_RETRIES",
+    }
+)
+"""Environment variables the operator (or torchrun) sets in a job's pods: the rendezvous and
+the wiring between trainer, engines and proxy. A job's `template.env` cannot override them."""
+OPERATOR_ENGINE_FLAGS = {
+    "--model-path": "set spec.model.source",
+    "--model": "set spec.model.source",
+    "--tokenizer-path": "set spec.model.tokenizer",
+    "--tp-size": "set spec.inference.tensorParallelSize",
+    "--tp": "set spec.inference.tensorParallelSize",
+    "--tensor-parallel-size": "set spec.inference.tensorParallelSize",
+    "--dtype": "set spec.model.dtype",
+    "--host": "the engine listens on 0.0.0.0",
+    "--port": "the engine Service's port is fixed",
+    "--weight-version": "the trainer stamps weight versions",
+    "--enable-metrics": "metrics are always on",
+}
+"""SGLang flags the operator puts on the engine command line, with what to do instead."""
+
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+_ENV_VAR_NAME = re.compile(ENV_VAR_NAME_PATTERN)
+
+
+def _quantity(value: str) -> str:
+    if not _QUANTITY.match(value):
+        raise PydanticCustomError(
+            "quantity",
+            "{value!r} is not a Kubernetes quantity (a non-negative number with an optional "
+            "suffix: 8, 1.5, 500m, 64Gi, 1e3)",
+            {"value": value},
+        )
+    return value
+
+
+def _env_var_name(name: str) -> str:
+    if not _ENV_VAR_NAME.match(name):
+        raise PydanticCustomError(
+            "env_var_name",
+            "{name!r} is not a valid environment variable name: letters, digits, '_', '-' or "
+            "'.', not starting with a digit",
+            {"name": name},
+        )
+    if name in OPERATOR_ENV:
+        raise PydanticCustomError(
+            "env_var_reserved",
+            "{name} is set by the operator (rendezvous and wiring of the job's pods) and "
+            "cannot be overridden",
+            {"name": name},
+        )
+    return name
+
+
+def _engine_arg(arg: str) -> str:
+    flag = arg.split("=", 1)[0]
+    if flag in OPERATOR_ENGINE_FLAGS:
+        raise PydanticCustomError(
+            "engine_flag_reserved",
+            "{flag} is set by the operator on the engine command line ({instead})",
+            {"flag": flag, "instead": OPERATOR_ENGINE_FLAGS[flag]},
+        )
+    return arg
+
+
+Quantity = Annotated[
+    str,
+    AfterValidator(_quantity),
+    WithJsonSchema({"type": "string", "pattern": QUANTITY_PATTERN}),
+]
+EnvVarName = Annotated[
+    str,
+    AfterValidator(_env_var_name),
+    WithJsonSchema({"type": "string", "minLength": 1, "pattern": ENV_VAR_NAME_PATTERN}),
+]
+EngineArg = Annotated[str, AfterValidator(_engine_arg)]
+ImageRef = Annotated[str, Field(pattern=r"^\S+$")]
+"""A container image reference: no whitespace anywhere."""
 
 
 class RolloutMode(StrEnum):
@@ -101,17 +201,17 @@ class TaskSpec(ApiModel):
 class ResourceRequirements(ApiModel):
     """Kubernetes container resources (requests and limits)."""
 
-    requests: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict)
     """Resource requests, e.g. `{"cpu": "8", "memory": "64Gi"}`."""
-    limits: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
     """Resource limits, e.g. `{"nvidia.com/gpu": "8"}`."""
 
 
 class EnvVar(ApiModel):
     """A plain environment variable."""
 
-    name: str = Field(min_length=1)
-    """Variable name."""
+    name: EnvVarName
+    """Variable name (letters, digits, `_`, `-`, `.`; not one the operator sets)."""
     value: str = ""
     """Variable value."""
 
@@ -148,7 +248,7 @@ class TrainerSpec(ApiModel):
     """Number of trainer pods (one torchrun node each)."""
     gpus_per_node: int = Field(default=1, ge=0)
     """GPUs per trainer pod; 0 trains on CPU with the gloo backend."""
-    image: str | None = None
+    image: ImageRef | None = None
     """Trainer image; defaults to the runtime image of the operator's release."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     """Container resources; the GPU limit is added from `gpusPerNode`."""
@@ -163,10 +263,11 @@ class InferenceSpec(ApiModel):
     """Number of engine servers."""
     tensor_parallel_size: int = Field(default=1, ge=1)
     """GPUs per engine (SGLang `--tp-size`)."""
-    image: str | None = None
+    image: ImageRef | None = None
     """SGLang image; defaults to the SGLang image of the operator's release."""
-    extra_args: list[str] = Field(default_factory=list)
-    """Extra SGLang server arguments, appended verbatim."""
+    extra_args: list[EngineArg] = Field(default_factory=list)
+    """Extra SGLang server arguments, appended verbatim; not the flags the operator sets
+    (`--model-path`, `--tp-size`, `--dtype`, `--host`, `--port`, ...)."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     """Container resources; the GPU limit is added from `tensorParallelSize`."""
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
@@ -178,7 +279,7 @@ class ProxySpec(ApiModel):
 
     replicas: int = Field(default=1, ge=1)
     """Number of proxy pods behind the proxy Service."""
-    image: str | None = None
+    image: ImageRef | None = None
     """Proxy image; defaults to the runtime image of the operator's release."""
     partial_rollout: bool = False
     """Resume generations interrupted by a weight update from their partial output
@@ -210,7 +311,7 @@ class StalenessSpec(ApiModel):
 class RolloutSpec(ApiModel):
     """How trajectories are collected."""
 
-    mode: RolloutMode = RolloutMode.FULLY_ASYNC
+    mode: RolloutMode = Field(default=RolloutMode.FULLY_ASYNC, strict=False)
     """`sync` alternates rollout and training; `fully_async` overlaps them;
     `partial_async` also resumes generations interrupted by weight updates."""
     max_retries: int = Field(default=3, ge=0)
@@ -350,8 +451,6 @@ class AsyncRLJobSpec(ApiModel):
 class AsyncRLJob(ApiModel):
     """An `AsyncRLJob` custom resource (apiVersion, kind, metadata, spec)."""
 
-    model_config = ApiModel.model_config | {"extra": "ignore"}
-
     api_version: Literal["dressage.io/v1alpha1"] = Field(
         default="dressage.io/v1alpha1", alias="apiVersion"
     )
@@ -362,3 +461,6 @@ class AsyncRLJob(ApiModel):
     """Object metadata."""
     spec: AsyncRLJobSpec
     """Desired state."""
+    status: dict[str, Any] | None = Field(default=None, exclude=True)
+    """The observed state the operator writes (`AsyncRLJobStatus`); not part of the job's
+    definition, so it is never dumped."""

@@ -39,6 +39,9 @@ class ConditionType(StrEnum):
     PROXY_READY = "ProxyReady"
     METRICS_AVAILABLE = "MetricsAvailable"
     """Whether the last scrape of the trainer's /metrics succeeded."""
+    CHILDREN_APPLIED = "ChildrenApplied"
+    """False while the API server refuses a child (pod, Service, ...); the message says which
+    and quotes the server."""
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
@@ -102,7 +105,7 @@ class StalenessStatus(ApiModel):
 class AsyncRLJobStatus(ApiModel):
     """Observed state of an asynchronous RL job."""
 
-    phase: JobPhase = JobPhase.PENDING
+    phase: JobPhase = Field(default=JobPhase.PENDING, strict=False)
     """Lifecycle phase."""
     conditions: list[Condition] = Field(default_factory=list)
     """Conditions with reasons and messages."""

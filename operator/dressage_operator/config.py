@@ -1,4 +1,8 @@
-"""Operator-wide settings: images, intervals and the scrape target, from flags or env."""
+"""Operator-wide settings: images, intervals and the scrape target.
+
+`OperatorConfig.from_env` reads the `DRESSAGE_OPERATOR_*` variables; `main` overrides them with
+its flags and hands the result to the handlers through kopf's memo.
+"""
 
 from __future__ import annotations
 

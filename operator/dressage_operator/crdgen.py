@@ -1,7 +1,8 @@
 """`python -m dressage_operator.crdgen [--check]`: write or check the CRD under `crds/`.
 
 The CRD is generated from the job model (`dressage.api.crd`); `--check` exits 1 when the file
-on disk differs, which is what CI and the chart's copy check use.
+on disk differs (`tests/unit/test_crd.py` runs it). The chart carries a byte-for-byte copy
+(`scripts/sync-chart-crds.sh`), compared by `tests/chart/test_crds_in_step.py`.
 """
 
 from __future__ import annotations

@@ -13,14 +13,31 @@ Lifecycle:
 - `spec.suspend` deletes all pods and the proxy (Suspended); clearing it recreates them.
 - `activeDeadlineSeconds` past `status.startTime` -> Failed (DeadlineExceeded).
 - Finished jobs are deleted `ttlSecondsAfterFinished` after `status.completionTime`.
+
+A cycle has two pure steps around the handler's writes: `decide` turns what was observed into a
+`Plan` (children to create or delete and a provisional status), the handler applies the plan
+and reports one `ChildResult` per write, and `settle` turns plan and results into the status
+written once, the Events to post and the delay until the next cycle. A child the API server
+refuses shows at once as `ChildrenApplied=False` with the server's message, and a Warning
+Event; the cycle is retried with backoff.
+
+Counters are recorded before the pods they count go: a gang restart is counted in one cycle
+(status written, no pod deleted) and the old gang is deleted in the next, which sees the new
+gang number in the status it reads. A crash or failed status write in between repeats the
+count's cycle instead of losing it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
 
+from dressage.api.crd import MAX_JOB_NAME_LENGTH
 from dressage.api.job import AsyncRLJob
+from dressage.api.loader import JobValidationError, validate_job
 from dressage.api.status import (
     AsyncRLJobStatus,
     Condition,
@@ -37,6 +54,16 @@ from dressage_operator.staleness import ScrapeResult
 REASON_INVALID_SPEC = "InvalidSpec"
 WAIT_FOR_TERMINATION_SECONDS = 2.0
 """Requeue delay while old pods with the names we need are still terminating."""
+CONFLICT_RETRY_SECONDS = 1.0
+"""Requeue delay after a create conflicted (the pod index lagged, or an old pod terminates)."""
+BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+"""Requeue delays after consecutive cycles that failed: a child refused, or the cycle raised."""
+MIN_DELAY_SECONDS = 0.05
+
+
+def backoff(failed_cycles: int) -> float:
+    """The delay after `failed_cycles` + 1 consecutive failed cycles."""
+    return BACKOFF_SECONDS[min(failed_cycles, len(BACKOFF_SECONDS) - 1)]
 
 
 def timestamp(now: datetime) -> str:
@@ -50,9 +77,38 @@ def parse_timestamp(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+def spec_errors(
+    body: Mapping[str, Any], source: str
+) -> tuple[AsyncRLJob | None, tuple[tuple[str, str], ...]]:
+    """Validate a job object as read from the API server: the job model, plus the checks the
+    CRD makes with CEL (for API servers that skipped them). Returns the job (None when the
+    model refuses it) and every `(field, message)` at fault."""
+    errors: list[tuple[str, str]] = []
+    job = None
+    try:
+        job = validate_job(dict(body), source)
+    except JobValidationError as exc:
+        errors += exc.errors
+    name = str((body.get("metadata") or {}).get("name", ""))
+    if len(name) > MAX_JOB_NAME_LENGTH or not name[:1].isalpha():
+        errors.append(
+            (
+                "metadata.name",
+                f"must start with a letter and be at most {MAX_JOB_NAME_LENGTH} characters",
+            )
+        )
+    return job, tuple(errors)
+
+
+def scrape_due(previous: AsyncRLJobStatus, now: datetime, next_scrape: datetime | None) -> bool:
+    """Whether this cycle reads the job's metrics: only a running job, at most once per
+    scrape interval (the caller keeps `next_scrape`)."""
+    return previous.phase is JobPhase.RUNNING and (next_scrape is None or now >= next_scrape)
+
+
 @dataclass(frozen=True)
 class Observed:
-    """Everything `decide` looks at besides the spec."""
+    """Everything `decide` and `settle` look at besides the spec."""
 
     generation: int
     status: AsyncRLJobStatus
@@ -63,6 +119,12 @@ class Observed:
     handled_failures: frozenset[str] = frozenset()
     """uids of failed engine pods already counted (the pod index may lag a deletion)."""
     scrape: ScrapeResult | None = None
+    spec_errors: tuple[tuple[str, str], ...] = ()
+    """`(field, message)` pairs the spec fails on (`spec_errors`); any makes the job Failed."""
+    infrastructure_checked: tuple[int, datetime | None] = (-1, None)
+    """(generation, time) of the last ConfigMap/Service check that every write passed."""
+    refused_cycles: int = 0
+    """Consecutive previous cycles in which the API server refused a child (the backoff)."""
 
 
 @dataclass(frozen=True)
@@ -77,15 +139,75 @@ class Plan:
     """What to do this cycle."""
 
     status: AsyncRLJobStatus
+    """The status before the writes' results are known (`settle` completes it)."""
     create_pods: list[Obj] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
     ensure_infrastructure: bool = False
+    """Get-or-create-or-patch the ConfigMap and Services: when the generation changed, after
+    a check that did not pass, and once per resync interval (to undo manual drift)."""
     ensure_proxy: bool = False
     delete_proxy: bool = False
     delete_job: bool = False
     requeue_after: float | None = None
     events: list[Event] = field(default_factory=list)
     handled_failures: frozenset[str] = frozenset()
+    invalid: bool = False
+    """The spec is invalid: nothing is written but the status."""
+
+
+class Applied(StrEnum):
+    """How one write of the plan went."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    DELETED = "deleted"
+    CONFLICT = "conflict"
+    """409 on create: the name is still taken (an old pod terminating, or the index lagged)."""
+    NOT_OWNED = "not-owned"
+    """An object with the child's name exists and another owner's: left alone."""
+    REFUSED = "refused"
+    """The API server answered with an error (422 Invalid, 403 Forbidden, ...)."""
+
+
+VERB_OF_EVENT = {"create": "FailedCreate", "patch": "FailedUpdate", "delete": "FailedDelete"}
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """One write of the plan (create, patch or delete of a child) and the API server's answer."""
+
+    kind: str
+    name: str
+    verb: str
+    """`create`, `patch` or `delete`."""
+    applied: Applied
+    code: int | None = None
+    """HTTP status of a refusal or conflict."""
+    message: str = ""
+    """The API server's message."""
+    field: str = ""
+    """The first field the API server names (`details.causes[].field`), if any."""
+
+    def describe(self) -> str:
+        text = f"{self.kind} {self.name}: {self.verb} refused (HTTP {self.code}): {self.message}"
+        if self.field and self.field not in self.message:
+            text += f" (field {self.field})"
+        return text
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of a cycle: what to write, post and remember, and when to run again."""
+
+    status: AsyncRLJobStatus
+    events: list[Event]
+    delay: float | None
+    """Seconds until the next cycle; None ends the job's loop (the job is being deleted)."""
+    result: str
+    """`ok`, `retry` (a conflict), `refused` or `invalid`: the reconcile counter's label."""
+    infrastructure_checked: tuple[int, datetime | None]
+    refused_cycles: int
 
 
 class _Conditions:
@@ -138,6 +260,8 @@ def _role(desired: int, ready: int, previous: RoleStatus) -> RoleStatus:
 
 
 class _Decider:
+    """The decision for a valid spec, as a few small steps sharing the plan being built."""
+
     def __init__(
         self, job: AsyncRLJob, owner: Owner, config: OperatorConfig, obs: Observed
     ) -> None:
@@ -245,9 +369,15 @@ class _Decider:
         self.conds.set(ConditionType.SUSPENDED, True, "JobSuspended", "spec.suspend is true")
         self.set_phase(JobPhase.SUSPENDED, "suspended: pods deleted, job kept")
 
+    def infrastructure_due(self) -> bool:
+        generation, checked_at = self.obs.infrastructure_checked
+        if generation != self.obs.generation or checked_at is None:
+            return True
+        return (self.obs.now - checked_at).total_seconds() >= self.config.resync_seconds
+
     def run_active(self) -> None:
         spec = self.spec
-        self.plan.ensure_infrastructure = True
+        self.plan.ensure_infrastructure = self.infrastructure_due()
         suspended = self.conds.get(ConditionType.SUSPENDED)
         if suspended and suspended.status == "True":
             self.conds.set(ConditionType.SUSPENDED, False, "JobResumed", "spec.suspend is false")
@@ -306,9 +436,10 @@ class _Decider:
         why = f"trainer pod {first.name} failed" + (f": {first.reason}" if first.reason else "")
         self.st.trainer.failed += len(failed)
         if self.st.restarts < limit:
+            # Counted now, deleted next cycle (as an old gang): the count is written first.
             self.st.restarts += 1
             self.st.trainer.restarts = self.st.restarts
-            self.delete(current)
+            self.requeue(0.0)
             self.set_phase(JobPhase.RESTARTING, f"{why}; gang restart {self.st.restarts}/{limit}")
             self.reconcile_engines()
             self.plan.ensure_proxy = True
@@ -365,6 +496,79 @@ class _Decider:
             self.conds.set(ctype, ok, reason, f"{role.ready}/{role.desired} ready")
 
 
-def decide(job: AsyncRLJob, owner: Owner, config: OperatorConfig, obs: Observed) -> Plan:
-    """Compute this cycle's actions and the job's next status."""
+def decide(job: AsyncRLJob | None, owner: Owner, config: OperatorConfig, obs: Observed) -> Plan:
+    """Compute this cycle's actions and the job's provisional status. `job` is None, or
+    `obs.spec_errors` is not empty, when the spec is invalid: then the plan writes nothing but
+    a Failed status naming each field, and is not retried before the resync (or a change)."""
+    if job is None or obs.spec_errors:
+        status = invalid_spec_status(obs.status, list(obs.spec_errors), obs.generation, obs.now)
+        return Plan(
+            status=status,
+            requeue_after=config.resync_seconds,
+            handled_failures=obs.handled_failures,
+            invalid=True,
+        )
     return _Decider(job, owner, config, obs).run()
+
+
+def settle(
+    plan: Plan, obs: Observed, config: OperatorConfig, results: Sequence[ChildResult]
+) -> Outcome:
+    """The status to write, the Events to post and the next delay, from the plan and what the
+    API server answered to each of its writes.
+
+    `ChildrenApplied` is False while a child is refused, its reason naming the kind
+    (`PodRefused`) and its message each refused child, the API server's message and field; a
+    Warning Event per refused write is posted when the refusal is new or says something else.
+    A refusal backs off (`BACKOFF_SECONDS`); a conflict retries soon."""
+    status = plan.status.model_copy(deep=True)
+    events = list(plan.events)
+    if plan.invalid:
+        return Outcome(
+            status=status,
+            events=events,
+            delay=plan.requeue_after,
+            result="invalid",
+            infrastructure_checked=obs.infrastructure_checked,
+            refused_cycles=0,
+        )
+    conds = _Conditions(status, obs.now, obs.generation)
+    refused = [r for r in results if r.applied is Applied.REFUSED]
+    conflicted = any(r.applied is Applied.CONFLICT for r in results)
+    if refused:
+        message = "; ".join(r.describe() for r in refused)
+        previous = conds.get(ConditionType.CHILDREN_APPLIED)
+        if previous is None or previous.status != "False" or previous.message != message:
+            events += [Event("Warning", VERB_OF_EVENT[r.verb], r.describe()) for r in refused]
+        conds.set(ConditionType.CHILDREN_APPLIED, False, f"{refused[0].kind}Refused", message)
+    else:
+        conds.set(ConditionType.CHILDREN_APPLIED, True, "Applied")
+
+    checked = obs.infrastructure_checked
+    if plan.ensure_infrastructure:
+        infra = {"ConfigMap", "Service"}
+        failed = any(
+            r.kind in infra and r.applied in (Applied.REFUSED, Applied.CONFLICT) for r in results
+        )
+        checked = (-1, None) if failed else (obs.generation, obs.now)
+
+    delay: float | None = None
+    if not plan.delete_job:
+        delay = config.resync_seconds
+        if status.phase is JobPhase.RUNNING:
+            delay = min(delay, config.scrape_seconds)
+        if plan.requeue_after is not None:
+            delay = min(delay, plan.requeue_after)
+        if conflicted:
+            delay = min(delay, CONFLICT_RETRY_SECONDS)
+        if refused:
+            delay = min(delay, backoff(obs.refused_cycles))
+        delay = max(delay, MIN_DELAY_SECONDS)
+    return Outcome(
+        status=status,
+        events=events,
+        delay=delay,
+        result="refused" if refused else "retry" if conflicted else "ok",
+        infrastructure_checked=checked,
+        refused_cycles=obs.refused_cycles + 1 if refused else 0,
+    )

@@ -1,10 +1,15 @@
 """kopf handlers: thin glue between Kubernetes events and `decide`.
 
 One daemon per `AsyncRLJob` runs the reconcile loop: read the job, look at its pods (an
-in-memory kopf index fed by the pod watch) and proxy, read its metrics when due, `decide`, write
-the status (once, only when it changed), then apply the plan. Pod, Deployment and job events
+in-memory kopf index fed by the pod watch) and proxy, read its metrics when due, `decide`,
+apply the plan (collecting the API server's answer to each write), `settle` the status from
+both, write it (once, only when it changed) and post the Events. Pod, Deployment and job events
 only wake the loop, so each job has exactly one writer and reconciles are level-triggered: a
 restarted operator converges from whatever it finds, without duplicate children.
+
+The operator's configuration travels in kopf's memo: `main` passes `kopf.Memo(config=...)` to
+`kopf.run`; without one (`kopf run -m dressage_operator.handlers`) it is read from the
+`DRESSAGE_OPERATOR_*` environment at startup.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import httpx
@@ -23,16 +28,26 @@ import kopf
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 
-from dressage.api.crd import MAX_JOB_NAME_LENGTH
-from dressage.api.job import API_GROUP, API_VERSION, PLURAL
-from dressage.api.loader import JobValidationError, validate_job
-from dressage.api.status import AsyncRLJobStatus, JobPhase
+from dressage.api.job import API_GROUP, API_VERSION, PLURAL, AsyncRLJob
+from dressage.api.status import AsyncRLJobStatus
 from dressage_operator import children, naming
 from dressage_operator.config import OperatorConfig
-from dressage_operator.decide import Observed, Plan, decide, invalid_spec_status, timestamp
+from dressage_operator.decide import (
+    Applied,
+    ChildResult,
+    Observed,
+    Plan,
+    backoff,
+    decide,
+    scrape_due,
+    settle,
+    spec_errors,
+    timestamp,
+)
 from dressage_operator.kube import (
     Conflict,
     Kube,
+    KubeError,
     client_from_connection,
     object_path,
     resource_path,
@@ -43,16 +58,7 @@ from dressage_operator.staleness import ScrapeResult, scrape
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 FINALIZER = "dressage.io/finalizer"
-ERROR_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 SETTLE_SECONDS = 0.1
-
-_config_override: OperatorConfig | None = None
-
-
-def use_config(config: OperatorConfig | None) -> None:
-    """Set the configuration the next operator start uses (the CLI does; tests may)."""
-    global _config_override
-    _config_override = config
 
 
 def configure_settings(settings: kopf.OperatorSettings) -> None:
@@ -86,10 +92,12 @@ class JobState:
 
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     handled_failures: frozenset[str] = frozenset()
-    next_scrape: float = 0.0
+    next_scrape: datetime | None = None
     errors: int = 0
-    infrastructure_checked: tuple[int, float] = (-1, 0.0)
-    """(generation, monotonic time) of the last ConfigMap/Service drift check."""
+    """Consecutive cycles that raised (the API server unreachable, say): the error backoff."""
+    refused_cycles: int = 0
+    infrastructure_checked: tuple[int, datetime | None] = (-1, None)
+    """(generation, time) of the last ConfigMap/Service check that every write passed."""
 
 
 @dataclass
@@ -129,7 +137,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure_settings(settings)
     # One line per HTTP request to the API server or a scrape target is noise, not a log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    config = _config_override or OperatorConfig.from_env()
+    # The CLI passes its configuration in the memo; `kopf run -m` leaves it to the env.
+    config = getattr(memo, "config", None) or OperatorConfig.from_env()
     metrics = OperatorMetrics()
     server = None
     if config.metrics_port:
@@ -230,7 +239,7 @@ async def _cycle(
     except Exception as exc:
         runtime.metrics.errors.inc()
         result = "error"
-        delay = ERROR_BACKOFF_SECONDS[min(state.errors, len(ERROR_BACKOFF_SECONDS) - 1)]
+        delay = backoff(state.errors)
         state.errors += 1
         logger.exception(f"reconcile of {namespace}/{name} failed, retrying in {delay}s: {exc}")
     runtime.metrics.reconciles.labels(result=result).inc()
@@ -260,19 +269,6 @@ def merge_patch(old: Any, new: Any) -> Any:
     return patch
 
 
-def _extra_errors(body: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Cluster-only checks the CRD also makes (CEL), for API servers that skipped them."""
-    name = str((body.get("metadata") or {}).get("name", ""))
-    if len(name) > MAX_JOB_NAME_LENGTH or not name[:1].isalpha():
-        return [
-            (
-                "metadata.name",
-                f"must start with a letter and be at most {MAX_JOB_NAME_LENGTH} characters",
-            )
-        ]
-    return []
-
-
 async def reconcile(
     runtime: Runtime,
     state: JobState,
@@ -281,49 +277,30 @@ async def reconcile(
     pods: kopf.Index[tuple[str, str], PodInfo],
     logger: Logger,
 ) -> tuple[float | None, str]:
+    """Read, decide, apply, settle, write: one cycle. Returns (delay or None, result)."""
     kube, config = runtime.kube, runtime.config
     job_path = resource_path(f"{API_GROUP}/{API_VERSION}", PLURAL, namespace, name)
     body = await kube.get(job_path)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None, "ok"
     now = datetime.now(UTC)
-    generation = int(body["metadata"].get("generation") or 1)
     previous = _status_of(body)
-
-    errors = _extra_errors(body)
-    job = None
-    try:
-        job = validate_job(body, f"{namespace}/{name}")
-    except JobValidationError as exc:
-        errors = exc.errors + errors
-    if job is None or errors:
-        # Not retried: the loop only re-validates when the job changes (or on resync) and
-        # writes nothing unless the verdict changes.
-        status = invalid_spec_status(previous, errors, generation, now)
-        if await _write_status(kube, job_path, body, status):
-            logger.error(f"invalid spec: {status.message}")
-        runtime.metrics.jobs.update(namespace, name, status)
-        return config.resync_seconds, "invalid"
-
+    job, errors = spec_errors(body, f"{namespace}/{name}")
     owner = children.Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
-    proxy_path = object_path(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": naming.proxy(name), "namespace": namespace},
-        }
-    )
-    proxy = await kube.get(proxy_path)
+    proxy: children.Obj | None = None
     scrape_result: ScrapeResult | None = None
-    loop_now = time.monotonic()
-    if previous.phase is JobPhase.RUNNING and loop_now >= state.next_scrape:
-        state.next_scrape = loop_now + config.scrape_seconds
-        url = config.scrape_url(namespace, name)
-        scrape_result = await scrape(
-            runtime.scraper, url, config.scrape_timeout_seconds, timestamp(now)
+    if job is not None and not errors:
+        proxy = await kube.get(
+            resource_path("apps/v1", "deployments", namespace, naming.proxy(name))
         )
+        if scrape_due(previous, now, state.next_scrape):
+            state.next_scrape = now + timedelta(seconds=config.scrape_seconds)
+            url = config.scrape_url(namespace, name)
+            scrape_result = await scrape(
+                runtime.scraper, url, config.scrape_timeout_seconds, timestamp(now)
+            )
     observed = Observed(
-        generation=generation,
+        generation=int(body["metadata"].get("generation") or 1),
         status=previous,
         now=now,
         pods=tuple(pods.get((namespace, name), ())),
@@ -331,43 +308,43 @@ async def reconcile(
         proxy_ready=int(((proxy or {}).get("status") or {}).get("readyReplicas") or 0),
         handled_failures=state.handled_failures,
         scrape=scrape_result,
+        spec_errors=errors,
+        infrastructure_checked=state.infrastructure_checked,
+        refused_cycles=state.refused_cycles,
     )
     plan = decide(job, owner, config, observed)
+    results: list[ChildResult] = []
+    if job is not None and not plan.invalid:
+        results = await _apply(kube, job, owner, config, plan, proxy)
+    outcome = settle(plan, observed, config, results)
     state.handled_failures = plan.handled_failures
-    # Status first: counters (gang restarts) are recorded before the pods they count go.
-    await _write_status(kube, job_path, body, plan.status)
-    runtime.metrics.jobs.update(namespace, name, plan.status, version_span_limit(job.spec))
-    for event in plan.events:
+    state.infrastructure_checked = outcome.infrastructure_checked
+    state.refused_cycles = outcome.refused_cycles
+
+    written = await _write_status(kube, job_path, body, outcome.status)
+    if written and plan.invalid:
+        logger.error(f"invalid spec: {outcome.status.message}")
+    for result in results:
+        if result.applied is Applied.REFUSED:
+            logger.warning(result.describe())
+        elif result.applied is Applied.NOT_OWNED:
+            logger.warning(
+                f"{result.kind} {namespace}/{result.name} exists and is not owned by this job;"
+                " left alone"
+            )
+    limit = None if job is None else version_span_limit(job.spec)
+    runtime.metrics.jobs.update(namespace, name, outcome.status, limit)
+    for event in outcome.events:
         kopf.event(
             kopf.Body(cast(kopf.RawBody, body)),
             type=event.type,
             reason=event.reason,
             message=event.message,
         )
-    # Config and Services change only with the spec: check them when it changed, after a
-    # retry, and on every resync (to undo manual drift), not on every pod event.
-    checked_generation, checked_at = state.infrastructure_checked
-    if (
-        plan.ensure_infrastructure
-        and checked_generation == generation
-        and loop_now - checked_at < config.resync_seconds
-    ):
-        plan.ensure_infrastructure = False
-    retry = await _apply(kube, job, owner, config, plan, proxy, logger)
-    if plan.ensure_infrastructure:
-        state.infrastructure_checked = (-1, 0.0) if retry else (generation, loop_now)
     if plan.delete_job:
         await kube.delete(job_path)
         logger.info(f"deleted {namespace}/{name}: ttlSecondsAfterFinished passed")
-        return None, "ok"
-    delay = config.resync_seconds
-    if plan.status.phase is JobPhase.RUNNING:
-        delay = min(delay, config.scrape_seconds)
-    if plan.requeue_after is not None:
-        delay = min(delay, plan.requeue_after)
-    if retry:
-        delay = min(delay, 1.0)
-    return max(delay, 0.05), "retry" if retry else "ok"
+    return outcome.delay, outcome.result
 
 
 async def _write_status(
@@ -381,66 +358,76 @@ async def _write_status(
     return True
 
 
+def _refused(kind: str, name: str, verb: str, exc: KubeError) -> ChildResult:
+    field = next((f for f, _ in exc.causes if f), "")
+    applied = Applied.CONFLICT if isinstance(exc, Conflict) else Applied.REFUSED
+    return ChildResult(kind, name, verb, applied, exc.status, exc.message, field)
+
+
 async def _ensure(
     kube: Kube,
     desired: children.Obj,
     owner: children.Owner,
-    logger: Logger,
     live: children.Obj | None = None,
     fetched: bool = False,
-) -> bool:
-    """Get-or-create, then patch on drift; objects owned by someone else are left alone.
-    Returns True when the caller should retry soon."""
+) -> ChildResult:
+    """Get-or-create, then patch on drift; objects owned by someone else are left alone."""
+    kind, name = desired["kind"], desired["metadata"]["name"]
     path = object_path(desired)
-    if not fetched:
-        live = await kube.get(path)
-    if live is None:
-        try:
+    verb = "create"
+    try:
+        if not fetched:
+            live = await kube.get(path)
+        if live is None:
             await kube.create(desired)
-        except Conflict:
-            return True
-        return False
-    refs = live.get("metadata", {}).get("ownerReferences") or []
-    if not any(ref.get("uid") == owner.uid for ref in refs):
-        logger.warning(f"{desired['kind']} {path} exists and is not owned by this job; left alone")
-        return False
-    want = desired["metadata"]["annotations"][naming.ANNOTATION_HASH]
-    have = (live["metadata"].get("annotations") or {}).get(naming.ANNOTATION_HASH)
-    if have != want:
+            return ChildResult(kind, name, verb, Applied.CREATED)
+        refs = live.get("metadata", {}).get("ownerReferences") or []
+        if not any(ref.get("uid") == owner.uid for ref in refs):
+            return ChildResult(kind, name, verb, Applied.NOT_OWNED)
+        want = desired["metadata"]["annotations"][naming.ANNOTATION_HASH]
+        have = (live["metadata"].get("annotations") or {}).get(naming.ANNOTATION_HASH)
+        if have == want:
+            return ChildResult(kind, name, "patch", Applied.UNCHANGED)
+        verb = "patch"
         await kube.patch(path, {k: v for k, v in desired.items() if k != "status"})
-    return False
+        return ChildResult(kind, name, verb, Applied.UPDATED)
+    except KubeError as exc:
+        return _refused(kind, name, verb, exc)
+
+
+async def _delete(kube: Kube, kind: str, path: str, name: str) -> ChildResult:
+    try:
+        await kube.delete(path)
+    except KubeError as exc:
+        return _refused(kind, name, "delete", exc)
+    return ChildResult(kind, name, "delete", Applied.DELETED)
 
 
 async def _apply(
     kube: Kube,
-    job: Any,
+    job: AsyncRLJob,
     owner: children.Owner,
     config: OperatorConfig,
     plan: Plan,
     proxy: children.Obj | None,
-    logger: Logger,
-) -> bool:
-    retry = False
+) -> list[ChildResult]:
+    """Make the plan's writes; each answer, refusals included, becomes a `ChildResult`."""
+    results: list[ChildResult] = []
     if plan.ensure_infrastructure:
         for obj in children.build_infrastructure(job, owner):
-            retry |= await _ensure(kube, obj, owner, logger)
+            results.append(await _ensure(kube, obj, owner))
     if plan.ensure_proxy:
         desired = children.build_proxy_deployment(job, owner, config)
-        retry |= await _ensure(kube, desired, owner, logger, live=proxy, fetched=True)
+        results.append(await _ensure(kube, desired, owner, live=proxy, fetched=True))
     if plan.delete_proxy:
-        await kube.delete(
-            resource_path("apps/v1", "deployments", owner.namespace, naming.proxy(owner.name))
-        )
-    await asyncio.gather(
-        *(kube.delete(resource_path("v1", "pods", owner.namespace, n)) for n in plan.delete_pods)
+        proxy_name = naming.proxy(owner.name)
+        path = resource_path("apps/v1", "deployments", owner.namespace, proxy_name)
+        results.append(await _delete(kube, "Deployment", path, proxy_name))
+    ns = owner.namespace
+    results += await asyncio.gather(
+        *(_delete(kube, "Pod", resource_path("v1", "pods", ns, n), n) for n in plan.delete_pods)
     )
-
-    async def create(pod: children.Obj) -> bool:
-        try:
-            await kube.create(pod)
-        except Conflict:
-            return True  # the index lagged, or the old pod is still terminating
-        return False
-
-    results = await asyncio.gather(*(create(pod) for pod in plan.create_pods))
-    return retry or any(results)
+    results += await asyncio.gather(
+        *(_ensure(kube, pod, owner, live=None, fetched=True) for pod in plan.create_pods)
+    )
+    return results

@@ -26,11 +26,48 @@ PLURALS = {
 
 
 class KubeError(Exception):
-    """An API error other than the expected 404/409."""
+    """An API error other than the expected 404/409, with what the API server said.
 
-    def __init__(self, status: int, message: str) -> None:
+    `message` is the `Status` body's message (or the raw text when the answer is not a
+    `Status`), `reason` its machine-readable reason (`Invalid`, `Forbidden`, ...) and `causes`
+    the `(field, message)` pairs of `details.causes`.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        reason: str = "",
+        causes: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+        self.message = message
+        self.reason = reason
+        self.causes = causes
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> KubeError:
+        """Read a Kubernetes `Status` answer; anything else keeps its first 300 characters."""
+        error = Conflict if response.status_code == 409 else KubeError
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or body.get("kind") != "Status":
+            return error(response.status_code, response.text[:300])
+        details = body.get("details") or {}
+        causes = tuple(
+            (str(c.get("field") or ""), str(c.get("message") or ""))
+            for c in details.get("causes") or ()
+            if isinstance(c, dict)
+        )
+        return error(
+            response.status_code,
+            str(body.get("message") or response.reason_phrase),
+            str(body.get("reason") or ""),
+            causes,
+        )
 
 
 class Conflict(KubeError):
@@ -108,10 +145,8 @@ class Kube:
 
     @staticmethod
     def _check(response: httpx.Response) -> None:
-        if response.status_code == 409:
-            raise Conflict(409, response.text[:300])
         if response.status_code >= 400:
-            raise KubeError(response.status_code, response.text[:300])
+            raise KubeError.from_response(response)
 
     async def get(self, path: str) -> Obj | None:
         response = await self.client.get(path)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import kopf
 
-from dressage_operator import handlers
+from dressage_operator import handlers  # noqa: F401  (registers the kopf handlers)
 from dressage_operator.config import OperatorConfig
 
 
@@ -66,7 +66,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         scrape_seconds=args.scrape_seconds,
         scrape_url_template=args.scrape_url_template,
     )
-    handlers.use_config(config)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -77,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=liveness,
+        memo=kopf.Memo(config=config),
     )
     return 0
 

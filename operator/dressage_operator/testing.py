@@ -5,8 +5,29 @@ real loopback HTTP port in its own thread and event loop, so kopf, httpx and the
 talk to it exactly as to an API server. kmock 0.8 is a plain object store; `DressageKube` adds
 what the operator relies on: `uid`, increasing `resourceVersion`, `creationTimestamp` and
 `generation` (bumped only when `.spec` changes), 201 on create, and namespace defaulting.
-What it still does not do (schema validation, garbage collection, label selectors, `/status`
-separation) is tested elsewhere with real schemas, or stated in the tests.
+What it still does not do (schema validation beyond the rules below, garbage collection,
+label selectors, `/status` separation) is tested elsewhere with real schemas, or stated in the
+tests.
+
+Like a real API server, it refuses invalid Pods and Deployments (their pod template) on create
+and on patch, for this subset of the API server's validation (`refusals`):
+
+- env var names: `[-._a-zA-Z][-._a-zA-Z0-9]*` (Kubernetes `IsEnvVarName`) -> 422 `Invalid`,
+  field `spec.containers[i].env[j].name`;
+- resource quantities in `resources.requests`/`limits`: a value outside the Kubernetes quantity
+  grammar (`1`, `1.5`, `100m`, `64Gi`, `1e3`, ...) -> 400 `BadRequest`, as the real server's
+  decoder answers (its message names the rule, not the field); a negative one -> 422,
+  field `...resources.requests[cpu]`; a request above its limit -> 422;
+- duplicate volume names -> 422, field `spec.volumes[i].name`; a mount of an undeclared
+  volume -> 422, field `spec.containers[i].volumeMounts[j].name`;
+- duplicate mount paths in one container -> 422, field `...volumeMounts[j].mountPath`;
+- a container image with leading or trailing whitespace, or none -> 422, field
+  `spec.containers[i].image` (the real server accepts inner spaces; the kubelet then fails
+  the pod with `InvalidImageName`, which is not emulated).
+
+A 422 answer is a `Status` as the API server writes it: `reason: Invalid`, the message
+`<Kind> "<name>" is invalid: <field>: <detail>[, ...]` and one `details.causes[]` entry
+(`reason`, `field`, `message`) per problem.
 """
 
 from __future__ import annotations
@@ -16,12 +37,15 @@ import copy
 import itertools
 import logging
 import os
+import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +78,187 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     ),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
+
+
+ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+ENV_VAR_NAME_MESSAGE = (
+    "a valid environment variable name must consist of alphabetic characters, digits, '_', "
+    "'-', or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or "
+    "'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')"
+)
+QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
+QUANTITY_MESSAGE = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+_SUFFIX = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+}
+
+
+def parse_quantity(text: str) -> Decimal | None:
+    """The value of a Kubernetes quantity (`500m` -> 0.5, `1Gi` -> 1073741824), None when
+    `text` is not one."""
+    match = QUANTITY.match(text)
+    if match is None:
+        return None
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        if suffix[:1] in ("e", "E"):
+            return Decimal(number) * Decimal(10) ** int(suffix[1:])
+        return Decimal(number) * _SUFFIX[suffix]
+    except InvalidOperation:
+        return None
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One problem the emulated API server finds in an object, as in `details.causes[]`."""
+
+    field: str
+    reason: str
+    """`FieldValueInvalid`, `FieldValueDuplicate`, `FieldValueNotFound`, `FieldValueRequired`."""
+    message: str
+
+
+class BadRequest(Exception):
+    """The object cannot be decoded (a quantity outside the grammar): a 400, no field."""
+
+
+def _invalid(field: str, value: object, detail: str) -> Cause:
+    return Cause(field, "FieldValueInvalid", f"Invalid value: {_quote(value)}: {detail}")
+
+
+def _quote(value: object) -> str:
+    return '"' + str(value).replace('"', '\\"') + '"'
+
+
+def _container_refusals(path: str, container: Obj, volumes: set[str]) -> list[Cause]:
+    causes: list[Cause] = []
+    image = container.get("image")
+    if not image:
+        causes.append(Cause(f"{path}.image", "FieldValueRequired", "Required value"))
+    elif str(image).strip() != image:
+        causes.append(
+            _invalid(f"{path}.image", image, "must not have leading or trailing whitespace")
+        )
+    for j, env in enumerate(container.get("env") or ()):
+        name = str(env.get("name", ""))
+        if not ENV_VAR_NAME.match(name):
+            causes.append(_invalid(f"{path}.env[{j}].name", name, ENV_VAR_NAME_MESSAGE))
+    resources = container.get("resources") or {}
+    values: dict[str, dict[str, Decimal]] = {}
+    for kind in ("requests", "limits"):
+        for resource, raw in (resources.get(kind) or {}).items():
+            value = parse_quantity(str(raw))
+            if value is None:
+                raise BadRequest(QUANTITY_MESSAGE)
+            field = f"{path}.resources.{kind}[{resource}]"
+            if value < 0:
+                causes.append(_invalid(field, raw, "must be greater than or equal to 0"))
+            values.setdefault(kind, {})[resource] = value
+    for resource, request in values.get("requests", {}).items():
+        limit = values.get("limits", {}).get(resource)
+        if limit is not None and request > limit:
+            raw = resources["requests"][resource]
+            causes.append(
+                _invalid(
+                    f"{path}.resources.requests",
+                    raw,
+                    f"must be less than or equal to {resource} limit of "
+                    f"{resources['limits'][resource]}",
+                )
+            )
+    paths: set[str] = set()
+    for j, mount in enumerate(container.get("volumeMounts") or ()):
+        name, mount_path = mount.get("name"), mount.get("mountPath")
+        if name not in volumes:
+            causes.append(
+                Cause(
+                    f"{path}.volumeMounts[{j}].name",
+                    "FieldValueNotFound",
+                    f"Not found: {_quote(name)}",
+                )
+            )
+        if mount_path in paths:
+            causes.append(
+                _invalid(f"{path}.volumeMounts[{j}].mountPath", mount_path, "must be unique")
+            )
+        paths.add(mount_path)
+    return causes
+
+
+def pod_spec_refusals(spec: Obj, path: str = "spec") -> list[Cause]:
+    """What the emulated API server refuses in a pod spec (see the module docstring).
+    Raises `BadRequest` for a quantity outside the grammar."""
+    causes: list[Cause] = []
+    volumes: set[str] = set()
+    for i, volume in enumerate(spec.get("volumes") or ()):
+        name = volume.get("name")
+        if name in volumes:
+            causes.append(
+                Cause(
+                    f"{path}.volumes[{i}].name",
+                    "FieldValueDuplicate",
+                    f"Duplicate value: {_quote(name)}",
+                )
+            )
+        volumes.add(name)
+    for key in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(key) or ()):
+            causes += _container_refusals(f"{path}.{key}[{i}]", container, volumes)
+    return causes
+
+
+def refusals(obj: Obj) -> list[Cause]:
+    """What the emulated API server refuses in a Pod or a Deployment; nothing for other kinds."""
+    kind = obj.get("kind")
+    if kind == "Pod":
+        return pod_spec_refusals(obj.get("spec") or {})
+    if kind == "Deployment":
+        template = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        return pod_spec_refusals(template, "spec.template.spec")
+    return []
+
+
+def _refuse(obj: Mapping[str, Any], resource: Any) -> None:
+    """Raise the API server's answer to an invalid object, if it is one."""
+    kind = str(obj.get("kind") or getattr(resource, "kind", "") or "")
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    try:
+        causes = refusals({**obj, "kind": kind})
+    except BadRequest as exc:
+        raise kmock.KubernetesError(
+            status=400,
+            reason="BadRequest",
+            message=f'{kind} in version "v1" cannot be handled as a {kind}: {exc}',
+            details={},
+        ) from None
+    if not causes:
+        return
+    errors = [f"{c.field}: {c.message}" for c in causes]
+    listed = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+    details: dict[str, Any] = {
+        "name": name,
+        "kind": kind.lower(),
+        "causes": [{"reason": c.reason, "message": c.message, "field": c.field} for c in causes],
+    }
+    group = getattr(resource, "group", "")
+    if group:
+        details["group"] = group
+    raise kmock.KubernetesError(
+        status=422,
+        reason="Invalid",
+        message=f'{kind} "{name}" is invalid: {listed}',
+        details=details,
+    )
 
 
 @attrs.define(kw_only=True)
@@ -108,6 +313,7 @@ class DressageKube(kmock.KubernetesEmulator):
         )
 
     def _on_create(self, request: rendering.Request) -> None:
+        _refuse(request.data, request.resource)
         meta = request.data.setdefault("metadata", {})
         if request.namespace and not meta.get("namespace"):
             meta["namespace"] = request.namespace
@@ -130,7 +336,8 @@ class DressageKube(kmock.KubernetesEmulator):
             return
         current = copy.deepcopy(self.objects[key].raw)
         if request.subresource != "status" and "spec" in request.data:
-            patched = dicts.merge_patch_dict(current, request.data)
+            patched = dicts.merge_patch_dict(copy.deepcopy(current), request.data)
+            _refuse(patched, request.resource)
             if patched.get("spec") != current.get("spec"):
                 meta["generation"] = int(current.get("metadata", {}).get("generation", 1)) + 1
 

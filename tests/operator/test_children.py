@@ -3,6 +3,8 @@ release), owned by its job, named deterministically and wired to the others."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from dressage_operator.config import OperatorConfig
 from dressage_operator.rbac import CLUSTER_RULES, cluster_role
 
 from dressage.api import AsyncRLJob, load_job
+from dressage.api.job import OPERATOR_ENGINE_FLAGS, OPERATOR_ENV
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 K8S_VERSION = "1.33.0"
@@ -105,13 +108,21 @@ def test_engines_and_proxy_flags() -> None:
     assert loaded.spec == job.spec
 
 
-def test_hash_changes_with_the_spec_only() -> None:
+def test_hash_changes_with_what_the_child_contains_only() -> None:
+    """The drift check compares hashes: a change the child carries changes its hash, a change
+    it does not carry (another role's settings) leaves it, so that child is not patched."""
     job = load_job(EXAMPLES[0])
     before = children.build_proxy_deployment(job, OWNER, CONFIG)
     job.spec.proxy.replicas += 1
     after = children.build_proxy_deployment(job, OWNER, CONFIG)
-    assert before["metadata"]["annotations"] != after["metadata"]["annotations"]
-    assert children.build_proxy_deployment(job, OWNER, CONFIG) == after
+
+    def hash_of(obj: dict[str, Any]) -> str:
+        value: str = obj["metadata"]["annotations"][naming.ANNOTATION_HASH]
+        return value
+
+    assert hash_of(before) != hash_of(after)
+    job.spec.trainer.nodes += 1
+    assert hash_of(children.build_proxy_deployment(job, OWNER, CONFIG)) == hash_of(after)
 
 
 def test_rbac_rules_are_valid_and_least_privilege() -> None:
@@ -129,3 +140,46 @@ def test_rbac_rules_are_valid_and_least_privilege() -> None:
     assert OWNER.reference()["blockOwnerDeletion"] is True
     assert verbs[("", "pods")] == {"get", "list", "watch", "create", "delete"}
     assert "*" not in str(CLUSTER_RULES)
+
+
+README = Path(__file__).resolve().parents[2] / "operator" / "README.md"
+ENV_NAME = re.compile(r"`([A-Z][A-Z0-9_]{3,})(?:=[^`]*)?`")
+
+
+def test_readme_lists_the_trainer_environment_the_builders_set() -> None:
+    text = README.read_text()
+    trainer = text[text.index("- trainer `") : text.index("- engine `")]
+    listed = set(ENV_NAME.findall(trainer))
+    job = load_job(EXAMPLES[0].parent / "multi-node-partial-rollout.yaml")
+    assert listed == set(children.trainer_env(job, OWNER, 0))
+
+
+def test_readme_lists_the_operator_variables_config_reads() -> None:
+    listed = {n for n in ENV_NAME.findall(README.read_text()) if n.startswith("DRESSAGE_OPERATOR_")}
+    assert len(listed) == len(dataclasses.fields(OperatorConfig))
+    values = {"PORT": "1234", "SECONDS": "7.5", "TEMPLATE": "http://x/{job}"}
+    for name in listed:
+        value = next((v for k, v in values.items() if name.endswith(k)), "registry/image:1")
+        assert OperatorConfig.from_env({name: value}) != OperatorConfig(), f"{name} is not read"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_the_model_reserves_every_variable_and_engine_flag_the_builders_set(
+    example: Path,
+) -> None:
+    """`template.env` and `inference.extraArgs` cannot override the operator's wiring: the
+    job model refuses exactly what these builders set."""
+    job = load_job(example)
+    set_by_builders = set(children.trainer_env(job, OWNER, 0))
+    for container in (
+        children.build_engine_pod(job, OWNER, CONFIG, 0)["spec"]["containers"][0],
+        children.build_proxy_deployment(job, OWNER, CONFIG)["spec"]["template"]["spec"][
+            "containers"
+        ][0],
+    ):
+        user = {e.name for e in job.spec.inference.template.env + job.spec.proxy.template.env}
+        set_by_builders |= {e["name"] for e in container["env"]} - user
+    assert set_by_builders <= OPERATOR_ENV
+    engine = children.engine_command(job)[3 : -len(job.spec.inference.extra_args) or None]
+    flags = {a for a in engine if a.startswith("--")}
+    assert flags <= set(OPERATOR_ENGINE_FLAGS)

@@ -8,7 +8,17 @@ from pathlib import Path
 
 from dressage_operator.children import Owner
 from dressage_operator.config import OperatorConfig
-from dressage_operator.decide import Observed, Plan, decide, invalid_spec_status, timestamp
+from dressage_operator.decide import (
+    BACKOFF_SECONDS,
+    Applied,
+    ChildResult,
+    Observed,
+    Plan,
+    decide,
+    invalid_spec_status,
+    settle,
+    timestamp,
+)
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.staleness import ScrapeResult, parse_staleness
@@ -72,8 +82,9 @@ def _decide(job: AsyncRLJob, status: AsyncRLJobStatus | None = None, **obs: obje
     return decide(job, OWNER, CONFIG, observed)
 
 
-def _cond(plan: Plan, ctype: str) -> tuple[str, str, str]:
-    c = next(c for c in plan.status.conditions if c.type == ctype)
+def _cond(plan: Plan | AsyncRLJobStatus, ctype: str) -> tuple[str, str, str]:
+    status = plan.status if isinstance(plan, Plan) else plan
+    c = next(c for c in status.conditions if c.type == ctype)
     return c.status, c.reason, c.message
 
 
@@ -109,13 +120,20 @@ def test_failed_trainer_restarts_the_whole_gang_and_counts_it() -> None:
         _pod("inference", 1),
     )
     plan = _decide(_job(), pods=pods)
-    assert sorted(plan.delete_pods) == ["job-a-trainer-0", "job-a-trainer-1"]
+    # The restart is counted first; no pod goes before the count is written.
+    assert plan.delete_pods == []
+    assert plan.requeue_after == 0
     assert plan.status.restarts == 1
     assert plan.status.trainer.failed == 1
     assert plan.status.phase is JobPhase.RESTARTING
     assert "OOMKilled" in plan.status.message
     assert "1/3" in plan.status.message
-    # Next cycle: old gang still visible (terminating) -> wait, then new gang with gang=1.
+    # Next cycle, with the count written: the old gang goes, counted once.
+    deleting = _decide(_job(), status=plan.status, pods=pods)
+    assert sorted(deleting.delete_pods) == ["job-a-trainer-0", "job-a-trainer-1"]
+    assert (deleting.status.restarts, deleting.status.trainer.failed) == (1, 1)
+    assert deleting.status.phase is JobPhase.RESTARTING
+    # Old gang still visible (terminating) -> wait, then new gang with gang=1.
     old = tuple(
         p if p.role != "trainer" else _pod("trainer", p.index, terminating=True) for p in pods
     )
@@ -227,6 +245,107 @@ def test_condition_transition_time_is_kept_when_unchanged() -> None:
         ),
     )
     assert later.status.conditions == first.status.conditions
+
+
+REFUSAL = ChildResult(
+    kind="Pod",
+    name="job-a-trainer-0",
+    verb="create",
+    applied=Applied.REFUSED,
+    code=422,
+    message='Pod "job-a-trainer-0" is invalid: spec.containers[0].env[0].name: Invalid value',
+    field="spec.containers[0].env[0].name",
+)
+
+
+def test_a_refused_child_is_a_condition_and_an_event_from_the_first_failure() -> None:
+    obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW)
+    plan = decide(_job(), OWNER, CONFIG, obs)
+    created = ChildResult("Pod", "job-a-engine-0", "create", Applied.CREATED)
+    out = settle(plan, obs, CONFIG, [created, REFUSAL])
+    status, reason, message = _cond(out.status, "ChildrenApplied")
+    assert (status, reason) == ("False", "PodRefused")
+    assert "job-a-trainer-0" in message
+    assert "HTTP 422" in message
+    assert "spec.containers[0].env[0].name" in message
+    assert [(e.type, e.reason) for e in out.events if e.reason == "FailedCreate"] == [
+        ("Warning", "FailedCreate")
+    ]
+    assert "spec.containers[0].env[0].name" in out.events[-1].message
+    assert out.status.phase is JobPhase.PENDING  # retried, not failed
+    assert (out.result, out.delay, out.refused_cycles) == ("refused", BACKOFF_SECONDS[0], 1)
+
+    # The same refusal again: no second Event, a longer backoff.
+    again_obs = Observed(generation=1, status=out.status, now=NOW, refused_cycles=1)
+    again = settle(decide(_job(), OWNER, CONFIG, again_obs), again_obs, CONFIG, [REFUSAL])
+    assert not [e for e in again.events if e.reason == "FailedCreate"]
+    assert again.delay == BACKOFF_SECONDS[1]
+    assert again.status.conditions == out.status.conditions
+
+    # Accepted at last: the condition clears and the backoff resets.
+    ok_obs = Observed(generation=1, status=again.status, now=NOW, refused_cycles=2)
+    ok = settle(decide(_job(), OWNER, CONFIG, ok_obs), ok_obs, CONFIG, [created])
+    assert _cond(ok.status, "ChildrenApplied")[:2] == ("True", "Applied")
+    assert (ok.result, ok.refused_cycles) == ("ok", 0)
+    assert ok.delay == CONFIG.resync_seconds
+
+
+def test_a_refusal_backs_off_but_keeps_an_earlier_deadline() -> None:
+    start = timestamp(NOW - timedelta(seconds=100))
+    status = AsyncRLJobStatus(phase=JobPhase.PENDING, start_time=start)
+    obs = Observed(generation=1, status=status, now=NOW, refused_cycles=4)
+    plan = decide(_job(activeDeadlineSeconds=103), OWNER, CONFIG, obs)
+    assert settle(plan, obs, CONFIG, [REFUSAL]).delay == 3
+    later = Observed(generation=1, status=status, now=NOW, refused_cycles=4)
+    plan = decide(_job(), OWNER, CONFIG, later)
+    assert settle(plan, later, CONFIG, [REFUSAL]).delay == BACKOFF_SECONDS[-1]
+
+
+def test_a_conflict_retries_soon_without_a_condition() -> None:
+    obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW)
+    conflict = ChildResult("Pod", "job-a-trainer-0", "create", Applied.CONFLICT, 409, "exists")
+    out = settle(decide(_job(), OWNER, CONFIG, obs), obs, CONFIG, [conflict])
+    assert _cond(out.status, "ChildrenApplied")[0] == "True"
+    assert (out.result, out.delay) == ("retry", 1.0)
+
+
+def test_infrastructure_is_checked_on_change_after_failure_and_per_resync() -> None:
+    def due(checked: tuple[int, datetime | None], generation: int = 1, seconds: int = 0) -> bool:
+        obs = Observed(
+            generation=generation,
+            status=AsyncRLJobStatus(),
+            now=NOW + timedelta(seconds=seconds),
+            infrastructure_checked=checked,
+        )
+        return decide(_job(), OWNER, CONFIG, obs).ensure_infrastructure
+
+    assert due((-1, None))
+    assert not due((1, NOW), seconds=1)
+    assert due((1, NOW), generation=2, seconds=1)
+    assert due((1, NOW), seconds=int(CONFIG.resync_seconds))
+
+    obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW)
+    plan = decide(_job(), OWNER, CONFIG, obs)
+    passed = settle(plan, obs, CONFIG, [])
+    assert passed.infrastructure_checked == (1, NOW)
+    service = ChildResult("Service", "job-a-engine", "create", Applied.REFUSED, 403, "quota")
+    failed = settle(plan, obs, CONFIG, [service])
+    assert failed.infrastructure_checked == (-1, None)
+    assert _cond(failed.status, "ChildrenApplied")[1] == "ServiceRefused"
+
+
+def test_an_invalid_spec_plans_no_writes_and_waits_for_the_resync() -> None:
+    errors = (("spec.trainer.nodes", "must be >= 1"),)
+    obs = Observed(generation=2, status=AsyncRLJobStatus(), now=NOW, spec_errors=errors)
+    plan = decide(None, OWNER, CONFIG, obs)
+    assert plan.invalid
+    assert (plan.create_pods, plan.ensure_infrastructure, plan.ensure_proxy) == ([], False, False)
+    out = settle(plan, obs, CONFIG, [])
+    assert (out.result, out.delay) == ("invalid", CONFIG.resync_seconds)
+    assert out.status.phase is JobPhase.FAILED
+    assert "spec.trainer.nodes: must be >= 1" in _cond(out.status, "SpecValid")[2]
+    # A valid job with a cluster-only error (from `spec_errors`) is refused the same way.
+    assert decide(_job(), OWNER, CONFIG, obs).invalid
 
 
 RUNTIME_METRICS = f"""

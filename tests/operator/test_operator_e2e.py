@@ -1,9 +1,10 @@
 """The operator under kopf against a Kubernetes API emulation over real HTTP (kmock).
 
 The emulation stores objects and streams watch events but has no kubelet, no garbage
-collector and no schema validation: the tests play the kubelet by patching pod status, check
-owner references instead of cascading deletion, and validate every generated object against
-the real Kubernetes schemas (kubernetes-validate, strict) themselves.
+collector and only the few validation rules `dressage_operator.testing` lists: the tests play
+the kubelet by patching pod status, check owner references instead of cascading deletion, and
+validate every generated object against the real Kubernetes schemas (kubernetes-validate,
+strict) themselves.
 """
 
 from __future__ import annotations
@@ -245,6 +246,12 @@ def test_ttl_deletes_the_finished_job(cluster: EmulatedCluster, operator: Operat
         ("bad-model", {"model": None}, "spec.model"),
         ("bad-type", {"rollout": {"groupSize": "many"}}, "spec.rollout.groupSize"),
         ("bad-mode", {"rollout": {"mode": "sometimes"}}, "spec.rollout.mode"),
+        (
+            "bad-env",
+            {"trainer": {"template": {"env": [{"name": "MASTER_ADDR", "value": "x"}]}}},
+            "spec.trainer.template.env[0].name",
+        ),
+        ("bad-cpu", {"proxy": {"resources": {"limits": {"cpu": "2 cores"}}}}, "limits.cpu"),
     ],
 )
 def test_invalid_spec_is_refused_with_the_field_named_and_not_retried(

@@ -89,3 +89,101 @@ def test_rollout_in_flight_beyond_proxy_admission_is_refused() -> None:
         _manifest(rollout={"concurrency": 48, "groupSize": 8}, proxy={"maxConcurrency": 512})
     )
     assert job.spec.proxy.max_concurrency == 512
+
+
+def _errors(manifest: dict[str, object]) -> dict[str, str]:
+    with pytest.raises(JobValidationError) as info:
+        validate_job(manifest)
+    return dict(info.value.errors)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "says"),
+    [
+        ({"suspend": "yes"}, "spec.suspend", "boolean"),
+        ({"proxy": {"partialRollout": 1}}, "spec.proxy.partialRollout", "boolean"),
+        ({"trainer": {"nodes": "2"}}, "spec.trainer.nodes", "integer"),
+        ({"trainer": {"nodes": 2.0}}, "spec.trainer.nodes", "integer"),
+        ({"rollout": {"temperature": "0.7"}}, "spec.rollout.temperature", "number"),
+    ],
+)
+def test_scalars_are_as_strict_as_the_crd(spec: dict[str, object], field: str, says: str) -> None:
+    """The CRD's `boolean`/`integer`/`number` types refuse strings; so does the model."""
+    assert says in _errors(_manifest(**spec))[field]
+
+
+def test_an_integer_is_a_number_and_enums_take_their_values() -> None:
+    job = validate_job(_manifest(rollout={"temperature": 1, "mode": "partial_async"}))
+    assert job.spec.rollout.temperature == 1.0
+    assert job.spec.rollout.mode is RolloutMode.PARTIAL_ASYNC
+
+
+def test_unknown_top_level_fields_are_refused_and_status_is_not_part_of_the_job() -> None:
+    manifest = _manifest()
+    manifest["specs"] = {}
+    assert "specs" in _errors(manifest)
+    live = {**_manifest(), "status": {"phase": "Running"}}
+    job = validate_job(live)
+    assert "status" not in job.to_wire()
+
+
+def _template(env: list[dict[str, str]]) -> dict[str, object]:
+    return {"nodes": 1, "template": {"env": env}}
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("1ABC", "not a valid environment variable name"),
+        ("A B", "not a valid environment variable name"),
+        ("A=B", "not a valid environment variable name"),
+        ("MASTER_ADDR", "MASTER_ADDR is set by the operator"),
+        ("NODE_RANK", "set by the operator"),
+        ("RANK", "set by the operator"),
+        ("DRESSAGE_ENGINE_URLS", "set by the operator"),
+    ],
+)
+def test_env_names_must_be_valid_and_not_the_operators(name: str, says: str) -> None:
+    env = [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": name, "value": "x"}]
+    errors = _errors(_manifest(trainer=_template(env)))
+    assert says in errors["spec.trainer.template.env[1].name"]
+
+
+def test_env_names_kubernetes_accepts_are_accepted() -> None:
+    names = ["NCCL_DEBUG", "my.env-name", "_X1", "DRESSAGE_LOG_LEVEL"]
+    job = validate_job(_manifest(inference={"template": {"env": [{"name": n} for n in names]}}))
+    assert [e.name for e in job.spec.inference.template.env] == names
+
+
+@pytest.mark.parametrize("value", ["8", "1.5", "500m", "64Gi", "1e3", ".5", "+2", "100k"])
+def test_kubernetes_quantities_are_accepted(value: str) -> None:
+    job = validate_job(_manifest(trainer={"resources": {"limits": {"memory": value}}}))
+    assert job.spec.trainer.resources.limits["memory"] == value
+
+
+@pytest.mark.parametrize("value", ["", "-1", "1 Gi", "1gi", "lots", "1.2.3", "0x10"])
+def test_bad_quantities_are_refused_naming_the_resource(value: str) -> None:
+    errors = _errors(_manifest(proxy={"resources": {"requests": {"cpu": value}}}))
+    assert "not a Kubernetes quantity" in errors["spec.proxy.resources.requests.cpu"]
+
+
+@pytest.mark.parametrize(
+    ("arg", "says"),
+    [
+        ("--port", "--port is set by the operator"),
+        ("--port=8000", "--port is set by the operator"),
+        ("--host", "--host is set by the operator"),
+        ("--model-path", "spec.model.source"),
+        ("--tp-size", "spec.inference.tensorParallelSize"),
+        ("--dtype=float16", "spec.model.dtype"),
+    ],
+)
+def test_engine_args_cannot_set_the_operators_flags(arg: str, says: str) -> None:
+    inference = {"extraArgs": ["--mem-fraction-static", "0.8", arg]}
+    errors = _errors(_manifest(inference=inference))
+    assert says in errors["spec.inference.extraArgs[2]"]
+
+
+def test_images_with_whitespace_are_refused() -> None:
+    errors = _errors(_manifest(trainer={"image": "registry/runtime: 1"}))
+    assert "spec.trainer.image" in errors
