@@ -34,13 +34,16 @@ from dressage.api.job import (
     PodTemplateOverrides,
     ResourceRequirements,
 )
+from dressage.data.versions import INITIAL_VERSION
 from dressage_operator import naming
 from dressage_operator.config import OperatorConfig
 
 Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
-INITIAL_WEIGHT_VERSION = "0"
-"""Weight version the engines report before the trainer publishes any."""
+INITIAL_WEIGHT_VERSION = INITIAL_VERSION
+"""Weight version the engines report before the trainer publishes any: the trainer's own label
+of its initial weights (`dressage.data.versions`), so a fresh engine is never mistaken for a
+newer version than the trainer's."""
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,7 @@ def trainer_command(job: AsyncRLJob) -> list[str]:
 def trainer_env(job: AsyncRLJob, owner: Owner, index: int) -> dict[str, str]:
     """The rendezvous and wiring environment of trainer node `index`: torchrun reads the
     rendezvous variables through its command line, `dressage train` the `DRESSAGE_*` ones
-    (`dressage.trainer.cli.ENV_VARS`)."""
+    (`dressage.orchestrator.train_cli.ENV_VARS`)."""
     spec = job.spec
     nproc = max(spec.trainer.gpus_per_node, 1)
     return {

@@ -9,7 +9,7 @@ import torch
 
 from dressage.api.job import AsyncRLJobSpec, ModelSpec, TrainingSpec
 from dressage.data.groups import Group, TrainBatch
-from dressage.data.versions import version_label
+from dressage.data.versions import INITIAL_VERSION, version_label
 from dressage.rollout.artifacts.samples import Sample
 from dressage.trainer.batch import ScoredSample, to_tensors
 from dressage.trainer.checkpoint import RunDir, TrainState
@@ -194,3 +194,9 @@ def test_the_checkpoint_keeps_the_steps_history_record(model_dir: Path, tmp_path
     saved = run.load_state()
     assert saved is not None
     assert saved.record == {"step": 1, "reward": 0.5}
+
+
+def test_the_trainer_starts_at_the_initial_version_engines_are_started_with() -> None:
+    state = TrainState()
+    assert state.version == INITIAL_VERSION
+    assert state.next_version() == "v1"
