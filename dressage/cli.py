@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "engine": ("dressage.engine.cli", "the embedded CPU inference engine"),
     "proxy": ("dressage.proxy.cli", "the rollout proxy"),
     "train": ("dressage.orchestrator.train_cli", "the trainer gang (torchrun entry point)"),
+    "stage-model": ("dressage.model.staging", "download a hub model once onto shared storage"),
 }
 
 

@@ -162,18 +162,59 @@ class WarmStartSpec(ApiModel):
     """Seed of the warm start's prompt stream (drawn apart from the RL prompts)."""
 
 
+class SecretKeySelector(ApiModel):
+    """A key of a Secret in the job's namespace (Kubernetes' `secretKeyRef`)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The Secret's name."""
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    """The key within the Secret."""
+
+
+BUILTIN_SOURCE_PREFIX = "builtin:"
+STAGED_MODELS_DIR = "models"
+"""Where staged models live on the job's storage: `<storage.mountPath>/models/<source>`."""
+
+
 class ModelSpec(ApiModel):
     """The policy model to train and serve."""
 
     source: str = Field(min_length=1)
-    """Where the initial weights come from: a Hugging Face model id or a path readable by the
-    trainer and the engines, or `builtin:tiny` for the small model the project builds offline."""
+    """Where the initial weights come from: a Hugging Face model id (staged once onto the job's
+    storage before anything starts), a path readable by the trainer, the engines and the proxy,
+    or `builtin:tiny` for the small model the project builds offline."""
+    revision: str | None = Field(default=None, min_length=1)
+    """Hub revision (branch, tag or commit) of a Hugging Face `source`; unset: the default
+    branch."""
+    token_secret: SecretKeySelector | None = None
+    """Secret key holding a Hugging Face token (`HF_TOKEN`) for gated or private models; only
+    the model-staging step receives it."""
     tokenizer: str | None = None
     """Tokenizer source when it differs from `source`."""
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
     """Parameter dtype on the engines and for training (CPU runs always use float32)."""
     warm_start: WarmStartSpec | None = None
     """Supervised warm start on the task before RL; unset starts RL from `source` as is."""
+
+    @property
+    def is_hub_id(self) -> bool:
+        """Whether `source` names a Hugging Face repository (`org/name` or `name`) to be
+        staged, rather than a path (absolute, or starting with `.` or `~`) or a built-in."""
+        source = self.source
+        return not (
+            source.startswith((BUILTIN_SOURCE_PREFIX, "/", ".", "~")) or source.count("/") > 1
+        )
+
+    def staged_path(self, mount_path: str) -> str:
+        """Where the trainer, the engines and the proxy read the model on the job's storage:
+        a hub id's staging directory (`<mount>/models/<org>--<name>[@<revision>]`), else
+        `source` itself."""
+        if not self.is_hub_id:
+            return self.source
+        name = self.source.replace("/", "--")
+        if self.revision:
+            name += "@" + self.revision.replace("/", "--")
+        return f"{mount_path.rstrip('/')}/{STAGED_MODELS_DIR}/{name}"
 
 
 class TaskSpec(ApiModel):
