@@ -71,7 +71,13 @@ class SamplingParams(RequestModel):
     min_p, stop, stop_token_ids, ignore_eos, skip_special_tokens, no_stop_trim and sampling_seed;
     it accepts the penalties, `n`, `logit_bias` and the grammar fields only at their neutral
     values and answers 400 otherwise.
+
+    Types are strict (an int is a valid float, nothing else converts): SGLang takes these
+    values as they come and fails on a string where it compares a number, so a body the
+    embedded engine accepts must be one SGLang accepts too.
     """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     max_new_tokens: int | None = Field(default=128, ge=0)
     """Maximum number of output tokens (None: until eos or the context length)."""
