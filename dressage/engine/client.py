@@ -237,7 +237,9 @@ class EngineClient:
         lacking = missing(version, features)
         if lacking:
             needs = "; ".join(f"{f.name} needs SGLang >= {f.since} ({f.what})" for f in lacking)
-            raise EngineVersionError(f"the engine runs SGLang {version}: {needs}", url=self.base_url)
+            raise EngineVersionError(
+                f"the engine runs SGLang {version}: {needs}", url=self.base_url
+            )
 
     async def _require_for(self, what: str, feature: Feature) -> None:
         version = await self.sglang_version()

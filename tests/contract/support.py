@@ -100,7 +100,11 @@ def generate_answer(
         meta["output_token_logprobs"] = [
             [-0.5, t, f"t{t}" if with_text else None] for t in output_ids
         ]
-    return {"text": "".join(f"t{t}" for t in output_ids), "output_ids": output_ids, "meta_info": meta}
+    return {
+        "text": "".join(f"t{t}" for t in output_ids),
+        "output_ids": output_ids,
+        "meta_info": meta,
+    }
 
 
 ABORT_BEFORE_PREFILL = {
@@ -112,7 +116,19 @@ ABORT_BEFORE_PREFILL = {
         "completion_tokens": 0,
     },
 }
-ABORT_WITH_REASON = {"meta_info": {"id": "0123456789abcdef", "finish_reason": finish_abort()}}
+QUEUE_FULL_ERROR = {
+    "object": "error",
+    "message": "The request queue is full.",
+    "type": "503",
+    "code": 503,
+}
+"""The HTTP 503 body of a request the scheduler refused (`FINISH_ABORT` with status 503 turned
+into `HTTPException` by the TokenizerManager, rendered by http_server's exception handler)."""
+
+
+def finish_abort_running(message: str = "Aborted by AbortReq.") -> dict[str, Any]:
+    """`FINISH_ABORT(message).to_json()` of a running request aborted by `/abort_request`."""
+    return {"type": "abort", "message": message, "status_code": None, "err_type": None}
 
 
 @dataclass
@@ -126,13 +142,13 @@ class Recorded:
 class FakeSGLang:
     """A loopback HTTP server answering as SGLang `version` does; records every request.
 
-    `answers` holds scripted `/generate` answers (dicts), used in order; when empty, a
-    `/generate` answers three tokens finished by length.
+    `answers` holds scripted `/generate` answers, `(status, body)` pairs used in order; when
+    empty, a `/generate` answers three tokens finished by length.
     """
 
     version: str = SGLANG_VERSION
     requests: list[Recorded] = field(default_factory=list)
-    answers: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[tuple[int, Any]] = field(default_factory=list)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -145,25 +161,41 @@ class FakeSGLang:
             with self.lock:
                 scripted = self.answers.pop(0) if self.answers else None
             if scripted is not None:
-                return 200, scripted
+                return scripted
             return 200, generate_answer(body, [5, 6, 7], finish_length(3))
         fixed: dict[str, tuple[int, Any]] = {
             "/update_weights_from_disk": (
                 200,
-                {"success": True, "message": "Succeeded to update model weights.",
-                 "num_paused_requests": 0},
+                {
+                    "success": True,
+                    "message": "Succeeded to update model weights.",
+                    "num_paused_requests": 0,
+                },
             ),
-            "/pause_generation": (200, {"message": "Generation paused successfully.",
-                                        "status": "ok"}),
-            "/continue_generation": (200, {"message": "Generation continued successfully.",
-                                           "status": "ok"}),
+            "/pause_generation": (
+                200,
+                {"message": "Generation paused successfully.", "status": "ok"},
+            ),
+            "/continue_generation": (
+                200,
+                {"message": "Generation continued successfully.", "status": "ok"},
+            ),
             "/abort_request": (200, None),
             "/get_weight_version": (200, {"weight_version": "default"}),
-            "/get_server_info": (200, {"model_path": "m", "weight_version": "default",
-                                       "version": self.version}),
-            "/get_model_info": (200, {"model_path": "m", "tokenizer_path": "m",
-                                      "is_generation": True, "preferred_sampling_params": None,
-                                      "weight_version": "default"}),
+            "/get_server_info": (
+                200,
+                {"model_path": "m", "weight_version": "default", "version": self.version},
+            ),
+            "/get_model_info": (
+                200,
+                {
+                    "model_path": "m",
+                    "tokenizer_path": "m",
+                    "is_generation": True,
+                    "preferred_sampling_params": None,
+                    "weight_version": "default",
+                },
+            ),
             "/health": (200, None),
             "/health_generate": (200, None),
         }

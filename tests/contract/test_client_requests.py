@@ -64,8 +64,14 @@ async def test_every_call_hits_a_route_sglang_serves() -> None:
         GenerateRequest(
             input_ids=[1, 2, 3],
             sampling_params=SamplingParams(
-                max_new_tokens=8, temperature=0.7, top_p=0.9, top_k=20, stop=["\n"],
-                stop_token_ids=[2], min_new_tokens=1, ignore_eos=False,
+                max_new_tokens=8,
+                temperature=0.7,
+                top_p=0.9,
+                top_k=20,
+                stop=["\n"],
+                stop_token_ids=[2],
+                min_new_tokens=1,
+                ignore_eos=False,
             ),
             return_logprob=True,
             rid="r-1",
@@ -99,7 +105,9 @@ async def test_a_seeded_generate_is_sent_only_to_a_release_that_takes_the_seed()
             else:
                 with pytest.raises(TypeError, match="sampling_seed"):
                     SGLangSamplingParams(max_new_tokens=4, sampling_seed=1)
-                with pytest.raises(EngineVersionError, match=r"sampling_seed needs SGLang >= 0\.5\.3"):
+                with pytest.raises(
+                    EngineVersionError, match=r"sampling_seed needs SGLang >= 0\.5\.3"
+                ):
                     await client.generate(seeded)
                 assert fake.posted("/generate") == []
 
@@ -173,5 +181,5 @@ async def test_require_names_what_the_engine_release_lacks() -> None:
     assert "pause_modes needs SGLang >= 0.5.6" in str(info.value)
     with fake_sglang(version="0.4.10.post2") as fake:
         async with EngineClient(fake.url) as client:
-            with pytest.raises(EngineVersionError, match="older than 0.5.2"):
+            with pytest.raises(EngineVersionError, match=r"older than 0\.5\.2"):
                 await client.require()
