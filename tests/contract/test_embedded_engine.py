@@ -21,6 +21,10 @@ from dressage.engine.sglang_support import EMBEDDED_ENGINE_SGLANG_VERSION
 from dressage.engine.testing import EngineProcess, start_engine
 from dressage.model import BUILTIN_TINY, resolve_model_source
 
+pytest.importorskip(
+    "sglang", reason="SGLang's pure-Python parts are not installed: run scripts/setup.sh"
+)
+
 pytestmark = [pytest.mark.contract, pytest.mark.integration]
 
 CASES: list[dict[str, Any]] = [

@@ -19,6 +19,10 @@ from dressage_operator import children
 
 from dressage.api import load_job
 
+pytest.importorskip(
+    "sglang", reason="SGLang's pure-Python parts are not installed: run scripts/setup.sh"
+)
+
 pytestmark = pytest.mark.contract
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
