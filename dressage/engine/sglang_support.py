@@ -44,8 +44,10 @@ class Feature:
 SAMPLING_SEED = Feature(
     "sampling_seed",
     "0.5.3",
-    "sampling_params.sampling_seed (per-request seed); 0.5.3 to 0.5.9 refuse an explicit null",
-    "sampling/sampling_params.py (SamplingParams.__init__ keyword sampling_seed)",
+    "sampling_params.sampling_seed (per-request seed; the sampler uses it only when the server "
+    "runs with --enable-deterministic-inference); 0.5.3 to 0.5.9 refuse an explicit null",
+    "sampling/sampling_params.py (SamplingParams.__init__ keyword sampling_seed), "
+    "layers/sampler.py, server_args.py (--enable-deterministic-inference)",
 )
 PAUSE_MODES = Feature(
     "pause_modes",
