@@ -142,8 +142,11 @@ class Recorded:
 class FakeSGLang:
     """A loopback HTTP server answering as SGLang `version` does; records every request.
 
-    `answers` holds scripted `/generate` answers, `(status, body)` pairs used in order; when
-    empty, a `/generate` answers three tokens finished by length.
+    `answers` holds scripted `/generate` answers, `(status, body)` pairs used in order. When
+    it is empty, a `/generate` is judged by SGLang's own classes (`check_generate_body`): a
+    `TypeError` answers 500 `Internal Server Error` (v0.5.2 `http_server.py` catches only
+    `ValueError`), a `ValueError` 400 `{"error": {"message"}}`, and an accepted body three
+    tokens finished by length.
     """
 
     version: str = SGLANG_VERSION
@@ -162,6 +165,12 @@ class FakeSGLang:
                 scripted = self.answers.pop(0) if self.answers else None
             if scripted is not None:
                 return scripted
+            try:
+                check_generate_body(body)
+            except TypeError:
+                return 500, b"Internal Server Error"
+            except ValueError as exc:
+                return 400, {"error": {"message": str(exc)}}
             return 200, generate_answer(body, [5, 6, 7], finish_length(3))
         fixed: dict[str, tuple[int, Any]] = {
             "/update_weights_from_disk": (
@@ -218,9 +227,13 @@ def fake_sglang(version: str = SGLANG_VERSION) -> Iterator[FakeSGLang]:
             with fake.lock:
                 fake.requests.append(Recorded(self.command, path, body))
             status, data = fake.answer(self.command, path, body)
-            payload = b"" if data is None else json.dumps(data).encode()
+            if isinstance(data, bytes):
+                payload, kind = data, "text/plain; charset=utf-8"
+            else:
+                payload = b"" if data is None else json.dumps(data).encode()
+                kind = "application/json"
             self.send_response(status)
-            self.send_header("content-type", "application/json")
+            self.send_header("content-type", kind)
             self.send_header("content-length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)

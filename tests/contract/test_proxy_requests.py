@@ -190,3 +190,21 @@ async def test_a_full_queue_reaches_the_agent_with_sglangs_message() -> None:
     # SGLang's flat error body (`{"object": "error", "message": ...}`) is read, not lost.
     assert answer.status_code >= 500, answer.text
     assert "The request queue is full." in answer.json()["error"]["message"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the proxy forwards sampling_params unchecked: a value of the wrong type (stop: 5) "
+    "is a TypeError in SGLang's SamplingParams, answered 500, which the proxy turns into 502 "
+    "engine_error; it must answer 400 naming sampling_params.stop before forwarding",
+)
+async def test_junk_sampling_params_are_the_agents_error_not_the_engines() -> None:
+    with fake_sglang() as fake:
+        async with running_proxy(fake.url) as proxy:
+            answer = await proxy.post(
+                "/generate",
+                json=_generate({"max_new_tokens": 4, "stop": 5}),
+                headers={"X-Session-Id": "s"},
+            )
+    assert answer.status_code == 400, answer.text
+    assert "stop" in answer.json()["error"]["message"]
