@@ -11,6 +11,7 @@ from dressage.engine.errors import (
     EngineRequestError,
     EngineServerError,
     EngineUnavailable,
+    EngineVersionError,
 )
 from dressage.engine.protocol import (
     FinishReason,
@@ -29,6 +30,7 @@ __all__ = [
     "EngineRequestError",
     "EngineServerError",
     "EngineUnavailable",
+    "EngineVersionError",
     "FinishReason",
     "GenerateRequest",
     "GenerateResponse",

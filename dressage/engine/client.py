@@ -22,6 +22,15 @@ timeouts a call made about 5 s after the previous one (a weight update once per 
 can be written into a connection the server is closing at that moment and fail with a read
 error, and a POST is never retried.
 
+SGLang releases. Features that arrived after `sglang_support.SGLANG_MIN_VERSION` are sent only
+to an engine whose release has them: the release comes from `sglang_version=` or, the first
+time a call needs it, from `GET /get_server_info` (`version`). A call that needs a missing
+feature raises `EngineVersionError` before sending anything, and `require(...)` checks a job's
+needs once at startup. Fields whose value is the default of every release are left out, so the
+same call works on old and new releases: `update_weights_from_disk` sends `flush_cache` only
+when it is False (every release flushes by default; before 0.5.6 always), and `pause_generation`
+sends `{}` for `abort` (the only behaviour before 0.5.6, the default since).
+
 An injected `httpx.AsyncClient` (the proxy shares one across engines) is used as is and never
 closed by this class; otherwise the client owns one and `aclose()` closes it.
 """
@@ -41,6 +50,7 @@ from dressage.engine.errors import (
     EngineRequestError,
     EngineServerError,
     EngineUnavailable,
+    EngineVersionError,
 )
 from dressage.engine.protocol import (
     AbortRequest,
@@ -51,6 +61,14 @@ from dressage.engine.protocol import (
     UpdateWeightsFromDiskRequest,
     UpdateWeightsResult,
     error_message,
+)
+from dressage.engine.sglang_support import (
+    PAUSE_MODES,
+    SAMPLING_SEED,
+    UPDATE_FLUSH_CACHE,
+    Feature,
+    check_supported_release,
+    missing,
 )
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
@@ -71,8 +89,12 @@ class EngineClient:
         generate_timeout: httpx.Timeout | float = DEFAULT_GENERATE_TIMEOUT,
         retries: int = 2,
         client: httpx.AsyncClient | None = None,
+        sglang_version: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        if sglang_version is not None:
+            check_supported_release(sglang_version)
+        self._sglang_version = sglang_version
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._generate_timeout = (
             generate_timeout
@@ -106,7 +128,7 @@ class EngineClient:
 
     async def generate(self, req: GenerateRequest) -> GenerateResponse:
         """`POST /generate` (non-streaming): the finished response."""
-        body = req.to_json()
+        body = await self._generate_body(req)
         body.pop("stream", None)
         response = await self._send(
             "POST", "/generate", json_body=body, request_timeout=self._generate_timeout
@@ -115,7 +137,7 @@ class EngineClient:
 
     async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[GenerateResponse]:
         """`POST /generate` with `stream: true`: cumulative snapshots, the last one finished."""
-        body = req.to_json() | {"stream": True}
+        body = await self._generate_body(req) | {"stream": True}
         url = self.base_url + "/generate"
         try:
             async with self._client.stream(
@@ -137,6 +159,17 @@ class EngineClient:
         except httpx.TransportError as exc:
             raise EngineUnavailable(f"{type(exc).__name__}: {exc}", url=url) from exc
 
+    async def _generate_body(self, req: GenerateRequest) -> dict[str, Any]:
+        body = req.to_json()
+        params = body["sampling_params"]
+        if "sampling_seed" in params:
+            if params["sampling_seed"] is None:
+                # No seed is the default everywhere; 0.5.3 to 0.5.9 refuse an explicit null.
+                del params["sampling_seed"]
+            else:
+                await self._require_for("sampling_params.sampling_seed", SAMPLING_SEED)
+        return body
+
     # --- weights and versions
 
     async def update_weights_from_disk(
@@ -149,14 +182,17 @@ class EngineClient:
     ) -> UpdateWeightsResult:
         """Load new weights from `model_path` and label them `weight_version`.
 
-        Raises `EngineRequestError` when the engine reports `success: false`.
+        Raises `EngineRequestError` when the engine reports `success: false`, and
+        `EngineVersionError` for `flush_cache=False` on a release without it.
         """
         req = UpdateWeightsFromDiskRequest(
             model_path=model_path,
             weight_version=weight_version,
             abort_all_requests=abort_all_requests,
-            flush_cache=flush_cache,
         )
+        if not flush_cache:
+            await self._require_for("flush_cache=False", UPDATE_FLUSH_CACHE)
+            req.flush_cache = False
         response = await self._send(
             "POST", "/update_weights_from_disk", json_body=req.model_dump(exclude_unset=True)
         )
@@ -173,12 +209,61 @@ class EngineClient:
     async def get_model_info(self) -> ModelInfo:
         return ModelInfo.model_validate(self._json(await self._send("GET", "/get_model_info")))
 
+    # --- SGLang release
+
+    async def sglang_version(self) -> str:
+        """The engine's SGLang release (given at construction, else `/get_server_info`)."""
+        if self._sglang_version is None:
+            data = self._json(await self._send("GET", "/get_server_info"))
+            version = data.get("version") if isinstance(data, dict) else None
+            if not isinstance(version, str):
+                raise EngineVersionError(
+                    "/get_server_info reports no SGLang release (`version`)", url=self.base_url
+                )
+            try:
+                check_supported_release(version)
+            except ValueError as exc:
+                raise EngineVersionError(str(exc), url=self.base_url) from None
+            self._sglang_version = version
+        return self._sglang_version
+
+    async def require(self, *features: Feature) -> None:
+        """`EngineVersionError` naming every feature of `features` the engine's release lacks.
+
+        Call it at startup with what the job needs (e.g. `PAUSE_MODES` for an `in_place`
+        weight-update pause, `SAMPLING_SEED` for seeded rollouts).
+        """
+        version = await self.sglang_version()
+        lacking = missing(version, features)
+        if lacking:
+            needs = "; ".join(f"{f.name} needs SGLang >= {f.since} ({f.what})" for f in lacking)
+            raise EngineVersionError(
+                f"the engine runs SGLang {version}: {needs}", url=self.base_url
+            )
+
+    async def _require_for(self, what: str, feature: Feature) -> None:
+        version = await self.sglang_version()
+        if missing(version, (feature,)):
+            raise EngineVersionError(
+                f"{what} needs SGLang >= {feature.since} ({feature.what}); the engine runs "
+                f"SGLang {version}",
+                url=self.base_url,
+            )
+
     # --- control
 
     async def pause_generation(self, mode: str = "abort") -> None:
-        """Pause: `abort` (abort in-flight requests), `in_place` or `retract` (hold them)."""
-        body = PauseGenerationRequest.model_validate({"mode": mode}).model_dump()
-        await self._send("POST", "/pause_generation", json_body=body)
+        """Pause: `abort` (abort in-flight requests), `in_place` or `retract` (hold them).
+
+        `in_place` and `retract` need SGLang >= 0.5.6 (`EngineVersionError` otherwise: an older
+        engine would abort every in-flight request instead of holding it).
+        """
+        req = PauseGenerationRequest.model_validate({"mode": mode})
+        if req.mode != "abort":
+            await self._require_for(f"pause mode {req.mode!r}", PAUSE_MODES)
+        await self._send(
+            "POST", "/pause_generation", json_body=req.model_dump(exclude_defaults=True)
+        )
 
     async def continue_generation(self) -> None:
         await self._send("POST", "/continue_generation", json_body={})

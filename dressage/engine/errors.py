@@ -5,6 +5,8 @@
 - `EngineRequestError`: the engine refused the request (HTTP 4xx); retrying the same request
   will fail the same way. The message is the server's and names the field at fault.
 - `EngineServerError`: the engine failed while handling the request (HTTP 5xx other than 503).
+- `EngineVersionError`: the engine's SGLang release lacks a feature the call needs (raised by
+  the client before sending; see `sglang_support`). Use a newer engine or drop the feature.
 """
 
 from __future__ import annotations
@@ -35,3 +37,7 @@ class EngineRequestError(EngineError):
 
 class EngineServerError(EngineError):
     """HTTP 5xx (except 503): the engine failed."""
+
+
+class EngineVersionError(EngineError):
+    """The engine's SGLang release is too old for what was asked (nothing was sent)."""

@@ -2,12 +2,17 @@
 
 Matched against SGLang's `python/sglang/srt/managers/io_struct.py`,
 `python/sglang/srt/entrypoints/http_server.py`, `python/sglang/srt/sampling/sampling_params.py`
-and `python/sglang/srt/utils/weight_versions.py` on the `main` branch after v0.5.x (the
-`GenerateReqInput` / `UpdateWeightFromDiskReqInput` / `PauseGenerationReqInput` / `AbortReq`
-dataclasses and `meta_info` as built by the TokenizerManager). Field names and defaults are
-SGLang's; a field SGLang has but Dressage does not use is left out of the request models, and
-unknown fields in requests are refused (the embedded engine answers 400 naming the field) rather
-than silently ignored. Response models allow extra fields, so newer SGLang servers still parse.
+and `python/sglang/srt/utils/weight_versions.py` (the `GenerateReqInput` /
+`UpdateWeightFromDiskReqInput` / `PauseGenerationReqInput` / `AbortReq` dataclasses and
+`meta_info` as built by the TokenizerManager). The models describe the newest API Dressage uses
+(every feature of `sglang_support.FEATURES`, all present from SGLang 0.5.19); which release has
+which field is in `sglang_support`, and `EngineClient` sends a field only to a release that has
+it. The contract tests (`tests/contract/`) check the bodies against the pinned release's own
+classes. Field names and defaults are SGLang's; a field SGLang has but Dressage does not use is
+left out of the request models, and unknown fields in requests are refused (the embedded engine
+answers 400 naming the field; SGLang's FastAPI layer drops unknown top-level fields silently,
+and answers 500 for an unknown `sampling_params` key) rather than silently ignored. Response
+models allow extra fields, so newer SGLang servers still parse.
 
 Endpoints (all JSON):
 
@@ -19,11 +24,15 @@ Endpoints (all JSON):
 - `POST /pause_generation` `PauseGenerationRequest`, `POST /continue_generation` ->
   `{"message": ..., "status": "ok"}`.
 - `POST /abort_request` `AbortRequest` -> empty 200.
-- `GET /get_weight_version` -> `{"weight_version": ...}`; `GET /get_model_info` -> `ModelInfo`.
+- `GET /get_weight_version` -> `{"weight_version": ...}`; `GET /get_model_info` -> `ModelInfo`;
+  `GET /get_server_info` -> the server's settings with `version`, its SGLang release.
 - `GET /health`, `GET /health_generate` -> 200 when ready, 503 otherwise (empty bodies).
 - Errors: HTTP 400 with `{"error": {"message": "..."}}` (SGLang's `_create_error_response`);
-  the message names the offending field. Some SGLang validation errors use the flat OpenAI
-  shape `{"object": "error", "message": ..., "code": 400}`; `error_message` reads both.
+  the message names the offending field. A `sampling_params` key SGLang's `SamplingParams`
+  does not take, or a value of the wrong type, is a `TypeError` there and answers HTTP 500
+  (the embedded engine does the same, naming the field). Some SGLang validation errors use
+  the flat OpenAI shape `{"object": "error", "message": ..., "code": 400}`; `error_message`
+  reads both.
 
 Finish reasons are SGLang's `to_json()` shapes: `{"type": "stop", "matched": <token id or
 string>}`, `{"type": "length", "length": n}`, `{"type": "abort", "message": ...}`.
@@ -34,9 +43,10 @@ Weight versions. `meta_info.weight_version` is the version label of the weights 
 the response (SGLang: the server's version when the response was built).
 `meta_info.weight_versions` is a list of spans `{"version": v, "start": s, "end": e}` over output
 token indices `[s, e)`, in order, covering every output token: the tokens of one response that
-came from different weight versions (a weight update landed mid-generation). SGLang `main`
-emits the same field with the same shape (`WeightVersionSpan`); older SGLang releases send only
-`weight_version`, so `GenerateResponse.token_versions()` falls back to that label for every token.
+came from different weight versions (a weight update landed mid-generation). SGLang emits the
+same field with the same shape from 0.5.19 (`add_weight_versions_to_meta_info`); older releases
+send only `weight_version`, so `GenerateResponse.token_versions()` falls back to that label for
+every token.
 
 No torch here: the proxy imports this module and its image has no torch.
 """
@@ -73,7 +83,13 @@ class SamplingParams(RequestModel):
     min_p, stop, stop_token_ids, ignore_eos, skip_special_tokens, no_stop_trim and sampling_seed;
     it accepts the penalties, `n`, `logit_bias` and the grammar fields only at their neutral
     values and answers 400 otherwise.
+
+    Types are strict (an int is a valid float, nothing else converts): SGLang takes these
+    values as they come and fails on a string where it compares a number, so a body the
+    embedded engine accepts must be one SGLang accepts too.
     """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     max_new_tokens: int | None = Field(default=128, ge=0)
     """Maximum number of output tokens (None: until eos or the context length)."""

@@ -3,7 +3,13 @@
 Handlers only validate, hand work to the scheduler thread and wait for its answer, so the event
 loop is never blocked by a forward pass or a checkpoint read. Every invalid request gets an HTTP
 400 in SGLang's shape, `{"error": {"message": "<field>: <problem>"}}`, naming the field; no
-request body can crash the server. Until the first weights are loaded, `/health`,
+request body can crash the server, with one exception kept from SGLang: a `sampling_params`
+key SGLang's `SamplingParams` does not take, or a value of the wrong type, answers HTTP 500
+(SGLang builds `SamplingParams(**sampling_params)`, and its `/generate` handler turns only
+`ValueError` into 400, so the `TypeError` surfaces as a server error, v0.5.2 and later); the
+message still names the field. `GET /get_server_info` reports the SGLang release whose API this
+engine serves (`sglang_support.EMBEDDED_ENGINE_SGLANG_VERSION`). Until the first weights are
+loaded, `/health`,
 `/health_generate` and `/generate` answer 503.
 
 The HTTP loop shares the process, and the interpreter lock, with the scheduler thread's forward
@@ -46,6 +52,7 @@ from dressage.engine.protocol import (
     UpdateWeightsFromDiskRequest,
 )
 from dressage.engine.scheduler import Request, Scheduler
+from dressage.engine.sglang_support import EMBEDDED_ENGINE_SGLANG_VERSION
 from dressage.model import resolve_model_source
 
 log = logging.getLogger(__name__)
@@ -86,6 +93,26 @@ def error_response(message: str, status: int = 400) -> Answer:
 
 def empty_response(status: int = 200) -> Answer:
     return Answer(b"", status, content_type="text/plain; charset=utf-8")
+
+
+_SAMPLING_TYPE_ERRORS = frozenset({"extra_forbidden", "int_from_float"})
+
+
+def validation_status(exc: ValidationError) -> int:
+    """500 when a `sampling_params` error is one SGLang raises as `TypeError`, else 400.
+
+    SGLang passes `sampling_params` as keywords to `SamplingParams`: an unknown key is a
+    `TypeError` at once, and a value of the wrong type one when `verify` compares it, and both
+    reach the client as HTTP 500. Range errors are `ValueError`s there: HTTP 400.
+    """
+    for error in exc.errors():
+        loc = error["loc"]
+        if not loc or loc[0] != "sampling_params":
+            continue
+        kind = str(error["type"])
+        if kind in _SAMPLING_TYPE_ERRORS or kind.endswith("_type"):
+            return 500
+    return 400
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -132,6 +159,7 @@ class EngineServer:
             ("/abort_request", self.abort_request, ("POST",)),
             ("/get_weight_version", self.get_weight_version, ("GET",)),
             ("/get_model_info", self.get_model_info, ("GET",)),
+            ("/get_server_info", self.get_server_info, ("GET",)),
             ("/health", self.health, ("GET",)),
             ("/health_generate", self.health_generate, ("GET",)),
         ]
@@ -244,7 +272,7 @@ class EngineServer:
             self._check_supported(req)
             prompt_ids = self._prompt_ids(req)
         except ValidationError as exc:
-            return error_response(describe_validation_error(exc))
+            return error_response(describe_validation_error(exc), validation_status(exc))
         except BadRequest as exc:
             return error_response(str(exc))
         if not self._ready():
@@ -371,6 +399,19 @@ class EngineServer:
                 "weight_version": self.scheduler.weight_version,
                 "model_type": "qwen2" if self.shape.architecture.startswith("Qwen2") else "llama",
                 "architectures": [self.shape.architecture],
+            }
+        )
+
+    async def get_server_info(self, request: HttpRequest) -> Answer:
+        """The engine's settings and the SGLang release whose API it serves (`version`)."""
+        return json_response(
+            {
+                "version": EMBEDDED_ENGINE_SGLANG_VERSION,
+                "model_path": self.config.model_source,
+                "weight_version": self.scheduler.weight_version,
+                "context_length": self.context_length,
+                "max_running_requests": self.config.max_batch_size,
+                "random_seed": self.config.seed,
             }
         )
 

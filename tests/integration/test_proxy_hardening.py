@@ -159,7 +159,6 @@ async def test_junk_never_crashes_the_proxy(proxy: ProxyProcess) -> None:
         b"null", b"1e999", b'"text"', b'{"input_ids": {"a": 1}, "session_id": "j"}',
         b'{"session_id": "j", "input_ids": [1.5]}', b'{"session_id": ["x"], "input_ids": [1]}',
         b'{"session_id": "j", "input_ids": [1], "sampling_params": {"max_new_tokens": "x"}}',
-        b'{"session_id": "j", "input_ids": [1], "sampling_params": {"stop": 5}}',
         b'{"session_id": "\xff\xfe", "input_ids": [1]}', b"\x00\x01\x02",
         b'{"session_id": "j", "input_ids": [' + b"1," * 100 + b"1]" + b"}" * 3,
     ]  # fmt: skip
@@ -174,6 +173,22 @@ async def test_junk_never_crashes_the_proxy(proxy: ProxyProcess) -> None:
             )
             assert 400 <= response.status_code < 500, (content, response.text)
         assert (await client.get("/health")).status_code == 200
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the proxy forwards sampling_params unchecked; the engine (like SGLang, whose "
+    "SamplingParams raises TypeError) answers 500 for stop: 5, and the proxy answers 502",
+)
+async def test_junk_sampling_params_are_refused_by_the_proxy(proxy: ProxyProcess) -> None:
+    content = b'{"session_id": "j", "input_ids": [1], "sampling_params": {"stop": 5}}'
+    async with httpx.AsyncClient(base_url=proxy.base_url, timeout=30, headers=AUTH) as client:
+        response = await client.post("/generate", content=content)
+        assert 400 <= response.status_code < 500, response.text
+        response = await client.post(
+            "/v1/chat/completions", content=content, headers={"X-Session-Id": "j"}
+        )
+        assert 400 <= response.status_code < 500, response.text
 
 
 async def test_idle_sessions_expire(proxy: ProxyProcess) -> None:

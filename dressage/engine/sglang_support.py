@@ -1,0 +1,109 @@
+"""Which SGLang releases Dressage supports, and which release each API feature needs.
+
+`SGLANG_PINNED_VERSION` is the release the engine image runs (`images/sglang/Dockerfile`,
+`lmsysorg/sglang:v0.5.2-cu126`) and the one the contract tests (`tests/contract/`) import.
+`SGLANG_MIN_VERSION` is the oldest release the client talks to at all: every endpoint Dressage
+calls exists there with a body Dressage can send (`/generate`, `/update_weights_from_disk` with
+`weight_version`, `/get_weight_version`, `/pause_generation`, `/continue_generation`,
+`/abort_request`, `/get_server_info` with `version`).
+
+`FEATURES` lists what arrived later, each with the first release that has it and the upstream
+file that shows it (read in the release wheels on PyPI, whose `sglang/srt/` tree is the tag's
+`python/sglang/srt/`). The client (`EngineClient`) reads the engine's release from
+`GET /get_server_info` (`version`) and sends only what that release accepts; `require` turns a
+job that needs a feature the engine lacks into one error at startup, naming the feature and the
+release it needs, instead of a silent difference at run time (SGLang ignores unknown top-level
+request fields, and before the pause modes every `/pause_generation` aborts all requests).
+
+The embedded engine implements every feature here and reports `EMBEDDED_ENGINE_SGLANG_VERSION`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SGLANG_PINNED_VERSION = "0.5.2"
+"""The release in the engine image and in the contract tests' environment."""
+SGLANG_MIN_VERSION = "0.5.2"
+"""The oldest release the client supports."""
+
+
+@dataclass(frozen=True)
+class Feature:
+    """An SGLang API feature Dressage uses that not every supported release has."""
+
+    name: str
+    since: str
+    """The first release that has it."""
+    what: str
+    upstream: str
+    """The file (under `python/sglang/srt/`) of release `since` that shows it."""
+
+
+SAMPLING_SEED = Feature(
+    "sampling_seed",
+    "0.5.3",
+    "sampling_params.sampling_seed (per-request seed; the sampler uses it only when the server "
+    "runs with --enable-deterministic-inference); 0.5.3 to 0.5.9 refuse an explicit null",
+    "sampling/sampling_params.py (SamplingParams.__init__ keyword sampling_seed), "
+    "layers/sampler.py, server_args.py (--enable-deterministic-inference)",
+)
+PAUSE_MODES = Feature(
+    "pause_modes",
+    "0.5.6",
+    "/pause_generation {mode: abort|in_place|retract}; before it the body is ignored and "
+    "every pause aborts all in-flight requests",
+    "managers/io_struct.py (PauseGenerationReqInput.mode), entrypoints/http_server.py",
+)
+UPDATE_FLUSH_CACHE = Feature(
+    "update_flush_cache",
+    "0.5.6",
+    "/update_weights_from_disk flush_cache (keep the prefix cache across an update)",
+    "managers/io_struct.py (UpdateWeightFromDiskReqInput.flush_cache)",
+)
+WEIGHT_VERSION_SPANS = Feature(
+    "weight_version_spans",
+    "0.5.19",
+    "meta_info.weight_versions: per-token weight version spans {version, start, end}",
+    "utils/weight_versions.py (add_weight_versions_to_meta_info)",
+)
+
+FEATURES: dict[str, Feature] = {
+    f.name: f for f in (SAMPLING_SEED, PAUSE_MODES, UPDATE_FLUSH_CACHE, WEIGHT_VERSION_SPANS)
+}
+"""Every versioned feature by name."""
+
+EMBEDDED_ENGINE_SGLANG_VERSION = "0.5.19"
+"""The SGLang release whose API the embedded engine serves (the first with every feature)."""
+
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """`0.5.3.post1` or `v0.5.3` -> `(0, 5, 3)`; ValueError naming the text otherwise."""
+    match = _RELEASE.match(text.strip())
+    if match is None:
+        raise ValueError(f"not an SGLang release version: {text!r}")
+    major, minor, patch = (int(g) for g in match.groups())
+    return major, minor, patch
+
+
+def supports(version: str, feature: Feature | str) -> bool:
+    """Whether SGLang release `version` has `feature`."""
+    f = FEATURES[feature] if isinstance(feature, str) else feature
+    return parse_version(version) >= parse_version(f.since)
+
+
+def missing(version: str, features: list[Feature] | tuple[Feature, ...]) -> list[Feature]:
+    """The features of `features` that release `version` lacks."""
+    return [f for f in features if not supports(version, f)]
+
+
+def check_supported_release(version: str) -> None:
+    """ValueError when `version` is older than `SGLANG_MIN_VERSION`."""
+    if parse_version(version) < parse_version(SGLANG_MIN_VERSION):
+        raise ValueError(
+            f"SGLang {version} is older than {SGLANG_MIN_VERSION}, the oldest release "
+            "Dressage supports"
+        )

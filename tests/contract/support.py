@@ -1,0 +1,274 @@
+"""Shared pieces of the contract tier: SGLang's own code at the installed release, and a
+recording fake SGLang server on loopback that answers in the shapes that release produces.
+
+Shapes (read in SGLang v0.5.2, `python/sglang/srt/`):
+- `entrypoints/http_server.py`: `/generate` returns the TokenizerManager's output dict;
+  `/update_weights_from_disk` `{"success", "message", "num_paused_requests"}`;
+  `/pause_generation` and `/continue_generation` `{"message": ..., "status": "ok"}`;
+  `/abort_request` an empty 200; `/get_weight_version` `{"weight_version"}`;
+  `/get_server_info` the server args plus `"version"`.
+- `managers/tokenizer_manager.py` `_handle_batch_output`: `meta_info` has `id`,
+  `finish_reason` (`FINISH_*.to_json()`, `managers/schedule_batch.py`), `prompt_tokens`,
+  `weight_version`, `completion_tokens`, `cached_tokens`, `e2e_latency`, and with
+  `return_logprob` `output_token_logprobs` as `(logprob, token_id, text_or_None)` tuples;
+  `_handle_abort_req`: an abort before prefill is `{"text": "", "meta_info": {"id",
+  "finish_reason": {"type": "abort", "message": "Abort before prefill"}, "prompt_tokens": 0,
+  "completion_tokens": 0}}` (no `output_ids`), and an abort carrying the scheduler's reason is
+  `{"meta_info": {"id", "finish_reason"}}` only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sglang = pytest.importorskip(
+    "sglang", reason="SGLang's pure-Python parts are not installed: run scripts/setup.sh"
+)
+
+from dressage.engine.sglang_support import SGLANG_PINNED_VERSION  # noqa: E402
+
+SGLANG_VERSION = metadata.version("sglang")
+"""The installed release; `test_installed_release_is_the_pin` keeps it the pinned one."""
+
+
+def http_server_source() -> str:
+    """The text of SGLang's `entrypoints/http_server.py` (read, not imported: importing it
+    starts uvloop and needs the GPU stack)."""
+    root = Path(sglang.__file__).parent
+    return (root / "srt" / "entrypoints" / "http_server.py").read_text()
+
+
+def sglang_routes() -> set[tuple[str, str]]:
+    """Every `(method, path)` SGLang's HTTP server routes."""
+    import re
+
+    routes: set[tuple[str, str]] = set()
+    for match in re.finditer(
+        r'@app\.(get|post|put|api_route)\(\s*"([^"]+)"(?:,\s*methods=\[([^\]]*)\])?',
+        http_server_source(),
+    ):
+        kind, path, methods = match.groups()
+        if kind == "api_route":
+            for m in re.findall(r'"(\w+)"', methods or ""):
+                routes.add((m.upper(), path))
+        else:
+            routes.add((kind.upper(), path))
+    return routes
+
+
+def finish_stop(matched: int | str = 2) -> dict[str, Any]:
+    return {"type": "stop", "matched": matched}
+
+
+def finish_length(n: int) -> dict[str, Any]:
+    return {"type": "length", "length": n}
+
+
+def finish_abort(message: str = "Abort in waiting queue") -> dict[str, Any]:
+    return {"type": "abort", "message": message}
+
+
+def generate_answer(
+    body: dict[str, Any],
+    output_ids: list[int],
+    finish_reason: dict[str, Any] | None,
+    *,
+    version: str = "default",
+) -> dict[str, Any]:
+    """A finished `/generate` answer as SGLang v0.5.2 builds it for `body`."""
+    meta: dict[str, Any] = {
+        "id": body.get("rid") or "0123456789abcdef",
+        "finish_reason": finish_reason,
+        "prompt_tokens": len(body.get("input_ids") or []),
+        "weight_version": version,
+        "completion_tokens": len(output_ids),
+        "cached_tokens": 0,
+        "e2e_latency": 0.01,
+    }
+    if body.get("return_logprob"):
+        with_text = bool(body.get("return_text_in_logprobs"))
+        meta["output_token_logprobs"] = [
+            [-0.5, t, f"t{t}" if with_text else None] for t in output_ids
+        ]
+    return {
+        "text": "".join(f"t{t}" for t in output_ids),
+        "output_ids": output_ids,
+        "meta_info": meta,
+    }
+
+
+ABORT_BEFORE_PREFILL = {
+    "text": "",
+    "meta_info": {
+        "id": "0123456789abcdef",
+        "finish_reason": {"type": "abort", "message": "Abort before prefill"},
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+    },
+}
+QUEUE_FULL_ERROR = {
+    "object": "error",
+    "message": "The request queue is full.",
+    "type": "503",
+    "code": 503,
+}
+"""The HTTP 503 body of a request the scheduler refused (`FINISH_ABORT` with status 503 turned
+into `HTTPException` by the TokenizerManager, rendered by http_server's exception handler)."""
+
+
+def finish_abort_running(message: str = "Aborted by AbortReq.") -> dict[str, Any]:
+    """`FINISH_ABORT(message).to_json()` of a running request aborted by `/abort_request`."""
+    return {"type": "abort", "message": message, "status_code": None, "err_type": None}
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    body: Any
+
+
+@dataclass
+class FakeSGLang:
+    """A loopback HTTP server answering as SGLang `version` does; records every request.
+
+    `answers` holds scripted `/generate` answers, `(status, body)` pairs used in order. When
+    it is empty, a `/generate` is judged by SGLang's own classes (`check_generate_body`): a
+    `TypeError` answers 500 `Internal Server Error` (v0.5.2 `http_server.py` catches only
+    `ValueError`), a `ValueError` 400 `{"error": {"message"}}`, and an accepted body three
+    tokens finished by length.
+    """
+
+    version: str = SGLANG_VERSION
+    requests: list[Recorded] = field(default_factory=list)
+    answers: list[tuple[int, Any]] = field(default_factory=list)
+    url: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def posted(self, path: str) -> list[Any]:
+        with self.lock:
+            return [r.body for r in self.requests if r.method == "POST" and r.path == path]
+
+    def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        if path == "/generate":
+            with self.lock:
+                scripted = self.answers.pop(0) if self.answers else None
+            if scripted is not None:
+                return scripted
+            try:
+                check_generate_body(body)
+            except TypeError:
+                return 500, b"Internal Server Error"
+            except ValueError as exc:
+                return 400, {"error": {"message": str(exc)}}
+            return 200, generate_answer(body, [5, 6, 7], finish_length(3))
+        fixed: dict[str, tuple[int, Any]] = {
+            "/update_weights_from_disk": (
+                200,
+                {
+                    "success": True,
+                    "message": "Succeeded to update model weights.",
+                    "num_paused_requests": 0,
+                },
+            ),
+            "/pause_generation": (
+                200,
+                {"message": "Generation paused successfully.", "status": "ok"},
+            ),
+            "/continue_generation": (
+                200,
+                {"message": "Generation continued successfully.", "status": "ok"},
+            ),
+            "/abort_request": (200, None),
+            "/get_weight_version": (200, {"weight_version": "default"}),
+            "/get_server_info": (
+                200,
+                {"model_path": "m", "weight_version": "default", "version": self.version},
+            ),
+            "/get_model_info": (
+                200,
+                {
+                    "model_path": "m",
+                    "tokenizer_path": "m",
+                    "is_generation": True,
+                    "preferred_sampling_params": None,
+                    "weight_version": "default",
+                },
+            ),
+            "/health": (200, None),
+            "/health_generate": (200, None),
+        }
+        return fixed.get(path, (404, {"detail": "Not Found"}))
+
+
+@contextmanager
+def fake_sglang(version: str = SGLANG_VERSION) -> Iterator[FakeSGLang]:
+    """Serve a `FakeSGLang` on a free loopback port for the duration of the block."""
+    fake = FakeSGLang(version=version)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw.strip() else None
+            path = self.path.split("?", 1)[0]
+            with fake.lock:
+                fake.requests.append(Recorded(self.command, path, body))
+            status, data = fake.answer(self.command, path, body)
+            if isinstance(data, bytes):
+                payload, kind = data, "text/plain; charset=utf-8"
+            else:
+                payload = b"" if data is None else json.dumps(data).encode()
+                kind = "application/json"
+            self.send_response(status)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = _serve
+        do_POST = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def check_generate_body(body: dict[str, Any]) -> None:
+    """SGLang accepts `body` on `/generate`: `GenerateReqInput(**body)` normalizes, and its
+    `sampling_params` build a `SamplingParams` that normalizes and verifies (the steps of
+    `TokenizerManager._create_tokenized_object`, v0.5.2)."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    req = GenerateReqInput(**body)
+    req.normalize_batch_and_arguments()
+    params = SamplingParams(**(body.get("sampling_params") or {}))
+    params.normalize(None)
+    params.verify(vocab_size=1 << 16)
+
+
+__all__ = ["SGLANG_PINNED_VERSION", "SGLANG_VERSION"]

@@ -1,0 +1,185 @@
+"""Every request `EngineClient` sends fits SGLang's own request types at the installed release.
+
+The client talks to a recording fake SGLang on loopback (`support.fake_sglang`) that reports
+the installed release in `/get_server_info`; each recorded body is then handed to SGLang's
+dataclass for that endpoint. Upstream, v0.5.2 (`python/sglang/srt/`):
+- `entrypoints/http_server.py`: the routes and their methods; `/generate` takes
+  `GenerateReqInput`, `/update_weights_from_disk` `UpdateWeightFromDiskReqInput`,
+  `/abort_request` `AbortReq`; `/pause_generation` and `/continue_generation` take no body
+  (`PauseGenerationReqInput` with `mode` arrives in v0.5.6).
+- `managers/io_struct.py`: those dataclasses (an unknown key is a `TypeError` here; FastAPI
+  would drop it silently, which is why the check is stricter than the server).
+- `sampling/sampling_params.py`: `SamplingParams(**sampling_params)`, `normalize`, `verify`;
+  no `sampling_seed` before v0.5.3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dressage.engine import EngineClient, EngineVersionError
+from dressage.engine.protocol import GenerateRequest, SamplingParams
+from dressage.engine.sglang_support import (
+    PAUSE_MODES,
+    SAMPLING_SEED,
+    SGLANG_PINNED_VERSION,
+    UPDATE_FLUSH_CACHE,
+    supports,
+)
+from tests.contract.support import SGLANG_VERSION, check_generate_body, fake_sglang, sglang_routes
+
+pytestmark = pytest.mark.contract
+
+
+def test_installed_release_is_the_pin() -> None:
+    assert SGLANG_VERSION == SGLANG_PINNED_VERSION
+    dockerfile = Path(__file__).resolve().parents[2] / "images" / "sglang" / "Dockerfile"
+    assert f"lmsysorg/sglang:v{SGLANG_PINNED_VERSION}-" in dockerfile.read_text()
+
+
+async def test_every_call_hits_a_route_sglang_serves() -> None:
+    routes = sglang_routes()
+    with fake_sglang() as fake:
+        async with EngineClient(fake.url) as client:
+            await client.generate(GenerateRequest(input_ids=[1, 2, 3]))
+            await client.update_weights_from_disk("/ckpt/step-1", "1")
+            await client.pause_generation("abort")
+            await client.continue_generation()
+            await client.abort_request("rid-1")
+            await client.get_weight_version()
+            await client.get_model_info()
+            await client.health()
+            await client.health_generate()
+        called = {(r.method, r.path) for r in fake.requests}
+    assert called, "the client sent nothing"
+    assert called <= routes, f"not routes of SGLang {SGLANG_VERSION}: {sorted(called - routes)}"
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        GenerateRequest(input_ids=[1, 2, 3]),
+        GenerateRequest(
+            input_ids=[1, 2, 3],
+            sampling_params=SamplingParams(
+                max_new_tokens=8,
+                temperature=0.7,
+                top_p=0.9,
+                top_k=20,
+                stop=["\n"],
+                stop_token_ids=[2],
+                min_new_tokens=1,
+                ignore_eos=False,
+            ),
+            return_logprob=True,
+            rid="r-1",
+        ),
+        GenerateRequest(text="hi", return_logprob=True, return_text_in_logprobs=True),
+        GenerateRequest(input_ids=[4], sampling_params=SamplingParams(sampling_seed=None)),
+    ],
+    ids=["default", "full", "text", "null-seed"],
+)
+async def test_generate_bodies_fit_generate_req_input(req: GenerateRequest) -> None:
+    with fake_sglang() as fake:
+        async with EngineClient(fake.url) as client:
+            await client.generate(req)
+            async for _ in client.generate_stream(req):
+                pass
+        bodies = fake.posted("/generate")
+    assert len(bodies) == 2
+    for body in bodies:
+        check_generate_body(body)
+
+
+async def test_a_seeded_generate_is_sent_only_to_a_release_that_takes_the_seed() -> None:
+    from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
+
+    seeded = GenerateRequest(input_ids=[1], sampling_params=SamplingParams(sampling_seed=7))
+    with fake_sglang() as fake:
+        async with EngineClient(fake.url) as client:
+            if supports(SGLANG_VERSION, SAMPLING_SEED):
+                await client.generate(seeded)
+                check_generate_body(fake.posted("/generate")[0])
+            else:
+                with pytest.raises(TypeError, match="sampling_seed"):
+                    SGLangSamplingParams(max_new_tokens=4, sampling_seed=1)
+                with pytest.raises(
+                    EngineVersionError, match=r"sampling_seed needs SGLang >= 0\.5\.3"
+                ):
+                    await client.generate(seeded)
+                assert fake.posted("/generate") == []
+
+
+@pytest.mark.parametrize("flush_cache", [True, False])
+@pytest.mark.parametrize("abort_all_requests", [False, True])
+async def test_update_bodies_fit_update_weight_from_disk_req_input(
+    flush_cache: bool, abort_all_requests: bool
+) -> None:
+    from sglang.srt.managers.io_struct import UpdateWeightFromDiskReqInput
+
+    with fake_sglang() as fake:
+        async with EngineClient(fake.url) as client:
+            call = client.update_weights_from_disk(
+                "/ckpt/step-2", "2", abort_all_requests=abort_all_requests, flush_cache=flush_cache
+            )
+            if flush_cache or supports(SGLANG_VERSION, UPDATE_FLUSH_CACHE):
+                await call
+            else:
+                with pytest.raises(EngineVersionError, match="flush_cache"):
+                    await call
+        bodies = fake.posted("/update_weights_from_disk")
+    for body in bodies:
+        req = UpdateWeightFromDiskReqInput(**body)
+        assert (req.model_path, req.weight_version) == ("/ckpt/step-2", "2")
+        assert req.abort_all_requests is abort_all_requests
+
+
+@pytest.mark.parametrize("mode", ["abort", "in_place", "retract"])
+async def test_pause_bodies_fit_the_release(mode: str) -> None:
+    from sglang.srt.managers import io_struct
+
+    with fake_sglang() as fake:
+        async with EngineClient(fake.url) as client:
+            if mode == "abort" or supports(SGLANG_VERSION, PAUSE_MODES):
+                await client.pause_generation(mode)
+                await client.continue_generation()
+            else:
+                with pytest.raises(EngineVersionError, match=r"pause mode .* >= 0\.5\.6"):
+                    await client.pause_generation(mode)
+        bodies = fake.posted("/pause_generation") + fake.posted("/continue_generation")
+    pause_type = getattr(io_struct, "PauseGenerationReqInput", None)
+    for body in bodies:
+        if pause_type is None:
+            # The release reads no body: anything but `{}` would be a request it ignores.
+            assert body == {}
+        else:
+            pause_type(**body)
+
+
+@pytest.mark.parametrize(("rid", "abort_all"), [("rid-1", False), (None, True)])
+async def test_abort_bodies_fit_abort_req(rid: str | None, abort_all: bool) -> None:
+    from sglang.srt.managers.io_struct import AbortReq
+
+    with fake_sglang() as fake:
+        async with EngineClient(fake.url) as client:
+            await client.abort_request(rid, abort_all=abort_all)
+        (body,) = fake.posted("/abort_request")
+    req = AbortReq(**body)
+    assert (req.rid, req.abort_all) == (rid or "", abort_all)
+
+
+async def test_require_names_what_the_engine_release_lacks() -> None:
+    with fake_sglang(version="0.5.2") as fake:
+        async with EngineClient(fake.url) as client:
+            await client.require()
+            with pytest.raises(EngineVersionError) as info:
+                await client.require(SAMPLING_SEED, PAUSE_MODES)
+    assert "SGLang 0.5.2" in str(info.value)
+    assert "sampling_seed needs SGLang >= 0.5.3" in str(info.value)
+    assert "pause_modes needs SGLang >= 0.5.6" in str(info.value)
+    with fake_sglang(version="0.4.10.post2") as fake:
+        async with EngineClient(fake.url) as client:
+            with pytest.raises(EngineVersionError, match=r"older than 0\.5\.2"):
+                await client.require()

@@ -1,0 +1,63 @@
+"""Every SGLang command line the operator builds parses with SGLang's own CLI parser.
+
+`operator/dressage_operator/children.py` `engine_command` builds the engine pod's
+`python -m sglang.launch_server ...`; the arguments after the module name must parse with the
+parser `ServerArgs.add_cli_args` builds (`python/sglang/srt/server_args.py`, v0.5.2; the
+flags used: `--model-path`, `--tp-size` (dest `tensor_parallel_size`), `--dtype`, `--host`,
+`--port`, `--weight-version`, `--enable-metrics`, `--tokenizer-path`, plus a job's
+`inference.extraArgs`).
+`ServerArgs.from_cli_args` is not called: it runs device checks that need an accelerator.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from dressage_operator import children
+
+from dressage.api import load_job
+
+pytest.importorskip(
+    "sglang", reason="SGLang's pure-Python parts are not installed: run scripts/setup.sh"
+)
+
+pytestmark = pytest.mark.contract
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _Refused(message)
+
+
+def _sglang_parser() -> argparse.ArgumentParser:
+    from sglang.srt.server_args import ServerArgs
+
+    parser = _Parser()
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_engine_command_parses_with_sglangs_parser(example: Path) -> None:
+    job = load_job(example)
+    cmd = children.engine_command(job)
+    assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
+    args = _sglang_parser().parse_args(cmd[3:])
+    assert args.model_path == job.spec.model.source
+    assert args.tensor_parallel_size == job.spec.inference.tensor_parallel_size
+    assert args.weight_version == children.INITIAL_WEIGHT_VERSION
+    assert args.enable_metrics is True
+    assert args.port == int(cmd[cmd.index("--port") + 1])
+
+
+def test_the_parser_refuses_what_sglang_does_not_know() -> None:
+    with pytest.raises(_Refused, match="--no-such-flag"):
+        _sglang_parser().parse_args(["--model-path", "m", "--no-such-flag"])
