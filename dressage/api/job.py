@@ -313,6 +313,10 @@ class InferenceSpec(ApiModel):
     """Container resources; the GPU limit is added from `tensorParallelSize`."""
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
     """Pod overrides for the engine pods."""
+    weight_update_timeout_seconds: float = Field(default=900.0, gt=0)
+    """How long one engine may take to load a published checkpoint
+    (`/update_weights_from_disk`): every tensor-parallel rank reads it from storage while
+    generation is paused, minutes for a large model on network storage."""
 
 
 class ProxySpec(ApiModel):

@@ -179,10 +179,13 @@ class EngineClient:
         *,
         abort_all_requests: bool = False,
         flush_cache: bool = True,
+        timeout_s: float | None = None,
     ) -> UpdateWeightsResult:
         """Load new weights from `model_path` and label them `weight_version`.
 
-        Raises `EngineRequestError` when the engine reports `success: false`, and
+        `timeout_s` bounds the whole update (default: the client's control timeout); a large
+        checkpoint read by every tensor-parallel rank can take minutes. Raises
+        `EngineRequestError` when the engine reports `success: false`, and
         `EngineVersionError` for `flush_cache=False` on a release without it.
         """
         req = UpdateWeightsFromDiskRequest(
@@ -194,7 +197,10 @@ class EngineClient:
             await self._require_for("flush_cache=False", UPDATE_FLUSH_CACHE)
             req.flush_cache = False
         response = await self._send(
-            "POST", "/update_weights_from_disk", json_body=req.model_dump(exclude_unset=True)
+            "POST",
+            "/update_weights_from_disk",
+            json_body=req.model_dump(exclude_unset=True),
+            request_timeout=(None if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)),
         )
         result = UpdateWeightsResult.model_validate(self._json(response))
         if not result.success:

@@ -80,7 +80,10 @@ async def run_pipeline(
         collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
         collector.load_state_dict(session.state.collector)
         publisher = WeightPublisher(
-            endpoints.engine_urls, proxy=proxy, pause_mode=weight_update_pause_mode(spec)
+            endpoints.engine_urls,
+            proxy=proxy,
+            pause_mode=weight_update_pause_mode(spec),
+            update_timeout_s=spec.inference.weight_update_timeout_seconds,
         )
         await sync_engines(session, publisher)
         log(

@@ -31,19 +31,27 @@ class WeightPublisher:
         *,
         proxy: ProxyRolloutClient | None = None,
         pause_mode: str = "in_place",
+        update_timeout_s: float | None = None,
     ) -> None:
         if not engine_urls:
             raise ValueError("a weight publisher needs at least one engine URL")
         self.engines = [EngineClient(url) for url in engine_urls]
         self.proxy = proxy
         self.pause_mode = pause_mode
+        self.update_timeout_s = update_timeout_s
+        """Bound on one engine's weight update (`spec.inference.weightUpdateTimeoutSeconds`)."""
 
     async def publish(self, model_path: Path, version: str) -> None:
         """Make the weights in `model_path` live on every engine as `version`."""
         await self._pause()
         try:
             await asyncio.gather(
-                *(e.update_weights_from_disk(str(model_path), version) for e in self.engines)
+                *(
+                    e.update_weights_from_disk(
+                        str(model_path), version, timeout_s=self.update_timeout_s
+                    )
+                    for e in self.engines
+                )
             )
         finally:
             await self._resume()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
+
+from dressage.engine.sglang_support import parse_version
 from dressage.proxy.state import ProxyState
 from dressage.proxy.upstream import EngineConnections, UpstreamError
 
@@ -32,6 +35,8 @@ async def health_loop(state: ProxyState, connections: EngineConnections) -> None
             ok, reason = False, f"health check failed: {type(exc).__name__}: {exc}"
         if gate.paused or gate.epoch != epoch:
             return
+        if ok and state.pool[url].release is None:
+            state.pool[url].release = await _release(connections, url)
         if ok:
             state.pool.mark_up(url)
         elif state.pool[url].healthy or state.pool[url].last_error != reason:
@@ -42,6 +47,23 @@ async def health_loop(state: ProxyState, connections: EngineConnections) -> None
         if not gate.paused:
             await asyncio.gather(*(probe(e.url) for e in state.pool.engines))
         await asyncio.sleep(interval)
+
+
+async def _release(connections: EngineConnections, url: str) -> str | None:
+    """The SGLang release an engine reports in `/get_server_info` (`version`), if it does."""
+    try:
+        reply = await connections.request("GET", url, "/get_server_info", timeout_s=10.0)
+        info = orjson.loads(reply.body) if reply.status == 200 else None
+    except (UpstreamError, ValueError):
+        return None
+    version = info.get("version") if isinstance(info, dict) else None
+    if not isinstance(version, str):
+        return None
+    try:
+        parse_version(version)
+    except ValueError:
+        return None
+    return version
 
 
 async def expiry_loop(state: ProxyState) -> None:

@@ -40,6 +40,7 @@ from dressage.data.spans import (
     spans_from_sglang,
     spans_to_sglang,
 )
+from dressage.engine.sglang_support import SAMPLING_SEED
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.routing import EnginePool
@@ -126,6 +127,10 @@ def parse_piece(data: object, url: str) -> Piece:
         raise bad("not a JSON object")
     meta = data.get("meta_info")
     output_ids = data.get("output_ids")
+    if isinstance(meta, dict) and output_ids is None and _is_abort(meta.get("finish_reason")):
+        # An abort of a request still queued ("Abort before prefill", SGLang v0.5.2
+        # `tokenizer_manager._handle_abort_req`) carries no output_ids: no token was made.
+        output_ids = []
     if not isinstance(meta, dict) or not isinstance(output_ids, list):
         raise bad("missing meta_info or output_ids")
     n = len(output_ids)
@@ -167,6 +172,10 @@ def parse_piece(data: object, url: str) -> Piece:
             else None
         ),
     )
+
+
+def _is_abort(finish: object) -> bool:
+    return isinstance(finish, dict) and finish.get("type") == "abort"
 
 
 @dataclass
@@ -290,8 +299,15 @@ class Generator:
     async def _call(
         self, session: Session, body: dict[str, Any], *, received: int
     ) -> tuple[str, Any]:
-        """POST /generate to the session's engine, moving to another one when it is down."""
+        """POST /generate to the session's engine, moving to another one when it is down.
+
+        An engine whose SGLang release has no `sampling_seed` (before 0.5.3) gets the body
+        without it: such a release refuses the keyword (TypeError, HTTP 500), and a seed only
+        ever changes sampling on servers started with `--enable-deterministic-inference`.
+        """
         content = dumps(body)
+        seedless: bytes | None = None
+        seeded = "sampling_seed" in body["sampling_params"]
         tried: set[str] = set()
         failures: dict[str, str] = {}
         while True:
@@ -308,10 +324,17 @@ class Generator:
                     detail={"engines": failures, "received_tokens": received},
                 ) from exc
             session.engine_url = engine.url
+            payload = content
+            if seeded and not engine.supports(SAMPLING_SEED):
+                if seedless is None:
+                    params = dict(body["sampling_params"])
+                    del params["sampling_seed"]
+                    seedless = dumps({**body, "sampling_params": params})
+                payload = seedless
             engine.inflight += 1
             try:
                 reply = await self.connections.request(
-                    "POST", engine.url, "/generate", content, timeout_s=self.engine_timeout_s
+                    "POST", engine.url, "/generate", payload, timeout_s=self.engine_timeout_s
                 )
             except ConnectFailed as exc:
                 # The request never reached the engine: another one can take it.

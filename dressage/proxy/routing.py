@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dressage.engine.sglang_support import SGLANG_MIN_VERSION, Feature, supports
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError
 
@@ -23,6 +24,14 @@ class EngineState:
     failures: int = 0
     """Consecutive failed health checks or requests."""
     last_error: str | None = None
+    release: str | None = None
+    """The SGLang release the engine reports (`/get_server_info` `version`); None until known,
+    and again after the engine was down (a replaced engine may run another image)."""
+
+    def supports(self, feature: Feature) -> bool:
+        """Whether the engine's release has `feature`; an unknown release is taken as the
+        oldest supported one, so nothing is sent that it might not accept."""
+        return supports(self.release or SGLANG_MIN_VERSION, feature)
 
 
 class EnginePool:
@@ -66,6 +75,7 @@ class EnginePool:
         engine.healthy = False
         engine.failures += 1
         engine.last_error = reason
+        engine.release = None
 
     def mark_up(self, url: str) -> None:
         engine = self._by_url[url]
@@ -75,6 +85,12 @@ class EnginePool:
 
     def snapshot(self) -> list[dict[str, object]]:
         return [
-            {"url": e.url, "healthy": e.healthy, "inflight": e.inflight, "last_error": e.last_error}
+            {
+                "url": e.url,
+                "healthy": e.healthy,
+                "inflight": e.inflight,
+                "last_error": e.last_error,
+                "sglang_version": e.release,
+            }
             for e in self.engines
         ]

@@ -32,3 +32,15 @@ async def running_proxy(engine_url: str, **settings: Any) -> AsyncIterator[httpx
         await inbox.put({"type": "lifespan.shutdown"})
         await outbox.get()
         await task
+
+
+async def engine_release_known(proxy: httpx.AsyncClient, timeout_s: float = 10.0) -> str:
+    """Wait until the proxy's health loop has read its engine's SGLang release; return it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        engines = (await proxy.get("/health")).json()["engines"]
+        if engines[0]["sglang_version"] is not None:
+            return str(engines[0]["sglang_version"])
+        assert loop.time() < deadline, f"the proxy never learned the engine's release: {engines}"
+        await asyncio.sleep(0.02)

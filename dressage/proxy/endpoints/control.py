@@ -3,7 +3,8 @@
 
 Pause closes the proxy's gate (new generations wait) and then pauses every engine; continue
 resumes the engines and then opens the gate. The answer reports each engine's result, 502
-`engine_error` when one did not take the command.
+`engine_error` when one did not take the command. Engines whose SGLang release predates the
+pause modes (before 0.5.6) get the body they act on, `{}`: every pause aborts there.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import orjson
 
 from dressage.asgi import Answer, HttpRequest
+from dressage.engine import sglang_support as sglang
 from dressage.proxy import errors
 from dressage.proxy.answers import error_response, json_response
 from dressage.proxy.errors import ProxyError, invalid
@@ -29,7 +31,7 @@ async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -
     if mode not in PAUSE_MODES:
         raise invalid("mode must be abort, in_place or retract", "mode")
     state.gate.pause()
-    failures = await _broadcast(state, "/pause_generation", {"mode": mode})
+    failures = await _broadcast(state, "/pause_generation", {"mode": mode}, legacy_body={})
     return _control_answer(state, failures)
 
 
@@ -41,16 +43,30 @@ async def continue_generation(
     return _control_answer(state, failures)
 
 
-async def _broadcast(state: ProxyState, path: str, body: dict[str, Any]) -> dict[str, str | None]:
-    """POST `body` to `path` on every engine; each engine's failure, None where it took it."""
+async def _broadcast(
+    state: ProxyState,
+    path: str,
+    body: dict[str, Any],
+    *,
+    legacy_body: dict[str, Any] | None = None,
+) -> dict[str, str | None]:
+    """POST `body` to `path` on every engine; each engine's failure, None where it took it.
+
+    `legacy_body` goes to engines whose release predates the pause modes (SGLang before 0.5.6
+    reads no body and aborts every in-flight request on a pause: the proxy then resumes or
+    regenerates them as after any abort, so `in_place` and `retract` become `abort` there).
+    """
     connections = state.connections
     assert connections is not None, "engines are commanded only while the app serves"
     content = orjson.dumps(body)
+    legacy = None if legacy_body is None else orjson.dumps(legacy_body)
 
     async def send(url: str) -> str | None:
+        engine = state.pool[url]
+        payload = content if legacy is None or engine.supports(sglang.PAUSE_MODES) else legacy
         try:
             reply = await connections.request(
-                "POST", url, path, content, timeout_s=_ENGINE_COMMAND_TIMEOUT_S
+                "POST", url, path, payload, timeout_s=_ENGINE_COMMAND_TIMEOUT_S
             )
         except UpstreamError as exc:
             return f"{type(exc).__name__}: {exc}"

@@ -12,7 +12,10 @@ import time
 import uuid
 from typing import Any
 
+from pydantic import ValidationError
+
 from dressage.asgi import Answer, HttpRequest
+from dressage.engine.protocol import SamplingParams
 from dressage.proxy.answers import json_response
 from dressage.proxy.endpoints.fields import check_budget, session_ids
 from dressage.proxy.errors import invalid
@@ -51,6 +54,7 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
     if body.get("stream"):
         raise invalid("stream is not supported on /generate", "stream")
     check_budget(params.get("max_new_tokens"), "sampling_params.max_new_tokens")
+    check_sampling_params(params)
     session_id, instance_id = session_ids(request, body)
     session = state.store.get_or_create(session_id, instance_id, state.clock())
     plan, gen, segment_index = await run_turn(state, session, input_ids, params)
@@ -92,3 +96,15 @@ def _are_token_ids(values: list[Any]) -> bool:
     token: prompts run to thousands of tokens and this runs on every turn.
     """
     return list(map(type, values)).count(int) == len(values) and min(values) >= 0
+
+
+def check_sampling_params(params: dict[str, Any]) -> None:
+    """A 400 naming the field when SGLang would refuse `params` (an unknown key or a value of
+    the wrong type is a TypeError in SGLang's `SamplingParams`, answered 500 there), checked
+    against the engine contract's model (`dressage.engine.protocol.SamplingParams`)."""
+    try:
+        SamplingParams.model_validate(params)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in ("sampling_params", *error["loc"]))
+        raise invalid(f"{field}: {error['msg']}", field) from None

@@ -1,0 +1,91 @@
+"""The weight publisher against a scripted engine on loopback: the update's time bound comes
+from the job, and a failed update still continues generation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from dressage.engine.errors import EngineError
+from dressage.orchestrator.publish import WeightPublisher
+from dressage.testing import free_port
+
+
+class SlowEngine:
+    """Answers pause/continue at once and holds `/update_weights_from_disk` until released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.paths: list[str] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                path = head.split(b" ", 2)[1].decode()
+                self.paths.append(path)
+                body: object = {"message": "ok", "status": "ok"}
+                if path == "/update_weights_from_disk":
+                    await self.release.wait()
+                    body = {"success": True, "message": "updated", "num_paused_requests": 0}
+                data = json.dumps(body).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(data), data)
+                )
+                await writer.drain()
+        finally:
+            writer.close()
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[str]:
+        port = free_port()
+        server = await asyncio.start_server(self.handle, "127.0.0.1", port)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            self.release.set()
+            server.close()
+
+
+async def test_an_update_past_its_time_bound_fails_and_generation_still_continues(
+    tmp_path: Path,
+) -> None:
+    engine = SlowEngine()
+    async with engine.serving() as url:
+        publisher = WeightPublisher([url], pause_mode="abort", update_timeout_s=0.3)
+        try:
+            with pytest.raises(EngineError):
+                await publisher.publish(tmp_path, "v1")
+        finally:
+            await publisher.aclose()
+    assert engine.paths == [
+        "/pause_generation",
+        "/update_weights_from_disk",
+        "/continue_generation",
+    ]
+
+
+async def test_an_update_within_its_time_bound_publishes(tmp_path: Path) -> None:
+    engine = SlowEngine()
+    engine.release.set()
+    async with engine.serving() as url:
+        publisher = WeightPublisher([url], pause_mode="abort", update_timeout_s=30.0)
+        try:
+            await publisher.publish(tmp_path, "v1")
+        finally:
+            await publisher.aclose()
+    assert engine.paths[-1] == "/continue_generation"
