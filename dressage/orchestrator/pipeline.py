@@ -20,6 +20,7 @@ Starting engines and proxies is the entry points' business: local child processe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,13 +72,14 @@ async def run_pipeline(
             metrics.observe(record, session.state.version_index)
         sink(record)
 
-    proxy = ProxyRolloutClient(endpoints.proxy_url, token=endpoints.proxy_token)
-    collector: Collector | None = None
-    publisher: WeightPublisher | None = None
-    try:
+    async with contextlib.AsyncExitStack() as opened:  # closed in reverse order, always
+        proxy = ProxyRolloutClient(endpoints.proxy_url, token=endpoints.proxy_token)
+        opened.push_async_callback(proxy.aclose)
         codec = PromptCodec.from_pretrained(session.initial_model_dir)
         source = TaskPrompts(get_task(spec.task), codec)
-        collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
+        collector: Collector = make_collector(
+            spec, source=source, proxy=proxy, run_tag=job.metadata.name
+        )
         collector.load_state_dict(session.state.collector)
         publisher = WeightPublisher(
             endpoints.engine_urls,
@@ -85,6 +87,8 @@ async def run_pipeline(
             pause_mode=weight_update_pause_mode(spec),
             update_timeout_s=spec.inference.weight_update_timeout_seconds,
         )
+        opened.push_async_callback(publisher.aclose)
+        opened.push_async_callback(collector.aclose)
         await sync_engines(session, publisher)
         log(
             f"training {job.metadata.name}: steps {session.state.step + 1}..{steps}, "
@@ -94,9 +98,3 @@ async def run_pipeline(
         await train_loop(
             session, steps=steps, collector=collector, publisher=publisher, sink=record_step
         )
-    finally:
-        if collector is not None:
-            await collector.aclose()
-        if publisher is not None:
-            await publisher.aclose()
-        await proxy.aclose()

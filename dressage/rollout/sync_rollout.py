@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dressage.data.groups import Group, GroupRollout, TrainBatch
-from dressage.rollout.retry import GroupAttempts, RetryPolicy, RolloutBroken
+from dressage.rollout.retry import ROLLOUT_BROKEN, GroupAttempts, RetryPolicy, RolloutBroken
 from dressage.rollout.stats import CollectorStats
 
 
@@ -58,6 +58,8 @@ class SyncCollector:
                 elif isinstance(result, BaseException) and not isinstance(result, RolloutBroken):
                     raise result
             if self._attempts.broken is not None:
+                # Every started group ends somewhere: the completed ones are abandoned with it.
+                self.stats.dropped[ROLLOUT_BROKEN] += len(groups)
                 raise self._attempts.broken
         self.stats.groups_trained += len(groups)
         return self.stats.batch(groups, since=before)

@@ -90,3 +90,37 @@ async def test_sync_loop_publishes_versions_that_the_next_batch_carries(tmp_path
     assert records[0].metrics["staleness/version_span_max"] == 1.0
     assert session.run_dir.latest_step() == 2
     assert session.run_dir.load_state() is not None
+
+
+@pytest.mark.parametrize("mode", ["sync", "fully_async"])
+async def test_a_dead_proxy_stops_the_pipeline_with_the_failures_named(
+    tmp_path: Path, mode: str
+) -> None:
+    """Every rollout attempt meets a refused connection: the retry policy's breaker stops the
+    run with `RolloutBroken` instead of the collector waiting for a batch forever."""
+    from dressage.api.job import AsyncRLJob
+    from dressage.orchestrator.pipeline import Endpoints, run_pipeline
+    from dressage.rollout.retry import RolloutBroken
+    from dressage.testing import free_port
+
+    torch.set_num_threads(1)
+    model_dir = small_model(tmp_path / "model")
+    job = AsyncRLJob.model_validate(
+        {
+            "apiVersion": "dressage.io/v1alpha1",
+            "kind": "AsyncRLJob",
+            "metadata": {"name": "dead-proxy"},
+            "spec": {
+                "model": {"source": str(model_dir)},
+                "rollout": {"mode": mode, "groupSize": 2, "batchSize": 1, "maxRetries": 1},
+                "training": {"steps": 2},
+            },
+        }
+    )
+    session = TrainerSession.open(job.spec, model_dir=model_dir, run_dir=RunDir(tmp_path / "r"))
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(RolloutBroken, match=r"in a row.*(ConnectError|connection)"):
+        await run_pipeline(
+            job, session, endpoints=Endpoints(proxy_url=dead, engine_urls=[dead]), steps=2
+        )
+    assert session.state.step == 0

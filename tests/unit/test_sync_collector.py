@@ -89,8 +89,10 @@ async def test_a_dead_rollout_path_opens_the_breaker() -> None:
     with pytest.raises(RolloutBroken, match=r"in a row.*ConnectError"):
         await collector.next_batch()
     # Every prompt tried got its attempts; none beyond the breaker's count was started anew.
-    assert collector.stats.groups_started <= 6
-    assert collector.stats.groups_trained == 0
+    stats = collector.stats
+    assert stats.groups_started <= 6
+    assert stats.groups_trained == 0
+    assert stats.groups_started == sum(stats.dropped.values())
 
 
 async def test_resume_from_state_continues_the_prompt_stream() -> None:
