@@ -101,4 +101,6 @@ def ddp_worker(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(ddp_worker())
+    from dressage.trainer.distributed import exit_process
+
+    raise SystemExit(exit_process(ddp_worker()))
