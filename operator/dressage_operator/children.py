@@ -14,6 +14,10 @@ Roles and how they are wired:
 - proxy: a Deployment `<job>-proxy` behind a ClusterIP Service `<job>-proxy`.
 - config: a ConfigMap `<job>-config` with the job manifest (`job.yaml`) the runtime loads with
   `dressage.api.load_job`.
+- model staging: when `spec.model.source` is a Hugging Face id, every pod that reads the model
+  (trainer, engines, proxy) starts with a `stage-model` init container that downloads it once
+  onto the job's storage (`ModelSpec.staged_path`); the token Secret reaches only that init
+  container. `dressage stage-model` is atomic and a no-op once staged, so the pods can race.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dressage.api.job import (
     API_GROUP,
     API_VERSION,
     KIND,
+    STAGED_MODELS_DIR,
     AsyncRLJob,
     ObjectMeta,
     PodTemplateOverrides,
@@ -40,6 +45,9 @@ from dressage_operator.config import OperatorConfig
 
 Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
+STAGE_MODEL_CONTAINER = "stage-model"
+STAGING_TOKEN_ENV = "HF_TOKEN"
+"""What `dressage stage-model` reads the Hugging Face token from (`dressage.model.staging`)."""
 INITIAL_WEIGHT_VERSION = INITIAL_VERSION
 """Weight version the engines report before the trainer publishes any: the trainer's own label
 of its initial weights (`dressage.data.versions`), so a fresh engine is never mistaken for a
@@ -132,6 +140,67 @@ def _volumes(job: AsyncRLJob, owner: Owner) -> tuple[list[Obj], list[Obj]]:
     return volumes, mounts
 
 
+def model_path(job: AsyncRLJob) -> str:
+    """Where every pod of the job reads the initial model: the staged copy of a hub id on the
+    job's storage, else `spec.model.source` itself."""
+    return job.spec.model.staged_path(job.spec.storage.mount_path)
+
+
+def proxy_model(job: AsyncRLJob) -> str:
+    """The proxy's `--model` (its chat tokenizer reads `tokenizer.json` from it): a local
+    `spec.model.tokenizer`, else the model directory; never a hub id (the job's validation
+    refuses a hub-id tokenizer)."""
+    return job.spec.model.tokenizer or model_path(job)
+
+
+def staging_init_containers(job: AsyncRLJob, config: OperatorConfig) -> list[Obj]:
+    """The `stage-model` init container of a pod that reads the model; none when the source
+    is a path or a built-in. It runs the trainer's image (a Dressage runtime image, also on
+    engine pods whose SGLang image lacks Dressage) and mounts only the job's storage; the
+    Hugging Face token comes from `spec.model.tokenSecret` and reaches no other container."""
+    spec = job.spec
+    model = spec.model
+    if not model.is_hub_id:
+        return []
+    command = [
+        "python",
+        "-m",
+        "dressage",
+        "stage-model",
+        "--source",
+        model.source,
+        "--dest",
+        model_path(job),
+    ]
+    if model.revision:
+        command += ["--revision", model.revision]
+    mount = spec.storage.mount_path.rstrip("/")
+    # The hub client's own cache and lock files go to the shared storage too: the image's
+    # home directory may not exist for the pods' user.
+    env: list[Obj] = [{"name": "HF_HOME", "value": f"{mount}/{STAGED_MODELS_DIR}/.hf-home"}]
+    if model.token_secret is not None:
+        env.append(
+            {
+                "name": STAGING_TOKEN_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": model.token_secret.name,
+                        "key": model.token_secret.key,
+                    }
+                },
+            }
+        )
+    return [
+        {
+            "name": STAGE_MODEL_CONTAINER,
+            "image": spec.trainer.image or config.runtime_image,
+            "command": command,
+            "env": env,
+            "volumeMounts": [{"name": "storage", "mountPath": spec.storage.mount_path}],
+        }
+    ]
+
+
 def _env(pairs: dict[str, str], template: PodTemplateOverrides) -> list[Obj]:
     env = [{"name": k, "value": v} for k, v in pairs.items()]
     env += [{"name": e.name, "value": e.value} for e in template.env]
@@ -141,6 +210,7 @@ def _env(pairs: dict[str, str], template: PodTemplateOverrides) -> list[Obj]:
 def _pod_spec(
     job: AsyncRLJob,
     owner: Owner,
+    config: OperatorConfig,
     template: PodTemplateOverrides,
     container: Obj,
     restart_policy: str,
@@ -153,6 +223,9 @@ def _pod_spec(
         "volumes": volumes + list(template.volumes),
         "enableServiceLinks": False,
     }
+    init = staging_init_containers(job, config)
+    if init:
+        spec["initContainers"] = init
     if template.node_selector:
         spec["nodeSelector"] = dict(template.node_selector)
     if template.tolerations:
@@ -174,12 +247,17 @@ def _template_meta(meta: Obj, template: PodTemplateOverrides) -> Obj:
 
 
 def runtime_manifest(job: AsyncRLJob, owner: Owner) -> str:
-    """The job manifest the runtime reads from `/etc/dressage/job.yaml`."""
+    """The job manifest the runtime reads from `/etc/dressage/job.yaml`: the job's spec, with
+    `model.source` naming where the pods read the model (the staged directory of a hub id), so
+    `dressage train` and `dressage proxy` load the staged copy and never the hub."""
+    spec = job.spec.model_copy(
+        update={"model": job.spec.model.model_copy(update={"source": model_path(job)})}
+    )
     clean = AsyncRLJob(
         metadata=ObjectMeta(
             name=owner.name, namespace=owner.namespace, labels=dict(job.metadata.labels)
         ),
-        spec=job.spec,
+        spec=spec,
     )
     return yaml.safe_dump(clean.to_wire(), sort_keys=False)
 
@@ -301,7 +379,7 @@ def build_trainer_pods(
             naming.ROLE_TRAINER,
             **{naming.LABEL_INDEX: str(index), naming.LABEL_GANG: str(gang)},
         )
-        spec = _pod_spec(job, owner, trainer.template, container, "Never")
+        spec = _pod_spec(job, owner, config, trainer.template, container, "Never")
         spec["hostname"] = name
         spec["subdomain"] = naming.trainer_service(owner.name)
         pods.append(
@@ -326,7 +404,7 @@ def engine_command(job: AsyncRLJob) -> list[str]:
         "-m",
         "sglang.launch_server",
         "--model-path",
-        spec.model.source,
+        model_path(job),
         "--tp-size",
         str(spec.inference.tensor_parallel_size),
         "--dtype",
@@ -367,7 +445,7 @@ def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, inde
         },
     }
     meta = _meta(job, owner, name, naming.ROLE_INFERENCE, **{naming.LABEL_INDEX: str(index)})
-    spec = _pod_spec(job, owner, inference.template, container, "Always")
+    spec = _pod_spec(job, owner, config, inference.template, container, "Always")
     spec["hostname"] = name
     spec["subdomain"] = naming.engine_service(owner.name)
     return _finish(
@@ -399,6 +477,8 @@ def proxy_command(job: AsyncRLJob, owner: Owner) -> list[str]:
         str(naming.PROXY_PORT),
         "--engine-urls",
         ",".join(engine_urls(job, owner)),
+        "--model",
+        proxy_model(job),
     ]
 
 
@@ -427,7 +507,7 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
                 "selector": {"matchLabels": naming.selector(owner.name, naming.ROLE_PROXY)},
                 "template": {
                     "metadata": pod_meta,
-                    "spec": _pod_spec(job, owner, proxy.template, container, "Always"),
+                    "spec": _pod_spec(job, owner, config, proxy.template, container, "Always"),
                 },
             },
         }

@@ -77,18 +77,39 @@ def parse_timestamp(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+def cluster_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
+    """What a valid job model still cannot do on a cluster, where the trainer, the engines and
+    the proxy are separate pods (`dressage run` has none of these limits)."""
+    errors: list[tuple[str, str]] = []
+    model = job.spec.model
+    tokenizer = model.tokenizer
+    if tokenizer and type(model)(source=tokenizer).is_hub_id:
+        errors.append(
+            (
+                "spec.model.tokenizer",
+                f"{tokenizer!r} is a Hugging Face id; only spec.model.source is staged onto "
+                "the job's storage and the proxy needs a local tokenizer.json: leave it unset "
+                "to use the model's own tokenizer, or give a path on the job's storage",
+            )
+        )
+    return errors
+
+
 def spec_errors(
     body: Mapping[str, Any], source: str
 ) -> tuple[AsyncRLJob | None, tuple[tuple[str, str], ...]]:
-    """Validate a job object as read from the API server: the job model, plus the checks the
-    CRD makes with CEL (for API servers that skipped them). Returns the job (None when the
-    model refuses it) and every `(field, message)` at fault."""
+    """Validate a job object as read from the API server: the job model, the checks the CRD
+    makes with CEL (for API servers that skipped them) and what a cluster cannot run
+    (`cluster_errors`). Returns the job (None when the model refuses it) and every
+    `(field, message)` at fault."""
     errors: list[tuple[str, str]] = []
     job = None
     try:
         job = validate_job(dict(body), source)
     except JobValidationError as exc:
         errors += exc.errors
+    if job is not None:
+        errors += cluster_errors(job)
     name = str((body.get("metadata") or {}).get("name", ""))
     if len(name) > MAX_JOB_NAME_LENGTH or not name[:1].isalpha():
         errors.append(

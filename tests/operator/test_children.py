@@ -18,6 +18,7 @@ from dressage_operator.rbac import CLUSTER_RULES, cluster_role
 from dressage.api import AsyncRLJob, load_job
 from dressage.api.job import OPERATOR_ENGINE_FLAGS, OPERATOR_ENV
 from dressage.data.versions import INITIAL_VERSION
+from dressage.model import staging
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 K8S_VERSION = "1.33.0"
@@ -94,7 +95,7 @@ def test_engines_and_proxy_flags() -> None:
     cmd = engine["spec"]["containers"][0]["command"]
     assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
     flags = dict(zip(cmd[3::2], cmd[4::2], strict=False))
-    assert flags["--model-path"] == "Qwen/Qwen3-8B"
+    assert flags["--model-path"] == "/dressage/models/Qwen--Qwen3-8B"
     assert flags["--tp-size"] == "2"
     # A fresh engine reports the trainer's label of its initial weights (the data layer's
     # INITIAL_VERSION; the trainer's side is pinned in test_trainer_step), or the staleness
@@ -109,7 +110,80 @@ def test_engines_and_proxy_flags() -> None:
     assert pcmd[pcmd.index("--engine-urls") + 1].count(",") == 3
     config = children.build_config_map(job, OWNER)
     loaded = AsyncRLJob.model_validate(yaml.safe_load(config["data"][naming.CONFIG_KEY]))
-    assert loaded.spec == job.spec
+    # The runtime reads the staged copy of the hub model; the rest of the spec is the job's.
+    assert loaded.spec.model.source == "/dressage/models/Qwen--Qwen3-8B"
+    assert loaded.spec.model_copy(update={"model": job.spec.model}) == job.spec
+
+
+def _hub_job(**model: Any) -> AsyncRLJob:
+    return AsyncRLJob.model_validate(
+        {
+            "metadata": {"name": "job-a"},
+            "spec": {
+                "model": {"source": "meta-llama/Llama-3.1-8B", **model},
+                "storage": {"persistentVolumeClaim": "shared", "mountPath": "/data"},
+            },
+        }
+    )
+
+
+def _pod_specs(job: AsyncRLJob) -> dict[str, dict[str, Any]]:
+    deployment = children.build_proxy_deployment(job, OWNER, CONFIG)
+    return {
+        "trainer": children.build_trainer_pods(job, OWNER, CONFIG, gang=0)[0]["spec"],
+        "engine": children.build_engine_pod(job, OWNER, CONFIG, 0)["spec"],
+        "proxy": deployment["spec"]["template"]["spec"],
+    }
+
+
+def test_a_hub_model_is_staged_before_any_pod_reads_it_and_only_staging_sees_the_token() -> None:
+    job = _hub_job(revision="v1.0", tokenSecret={"name": "hf", "key": "token"})
+    staged = "/data/models/meta-llama--Llama-3.1-8B@v1.0"
+    assert children.model_path(job) == staged
+    for role, spec in _pod_specs(job).items():
+        (init,) = spec["initContainers"]
+        assert init["name"] == children.STAGE_MODEL_CONTAINER, role
+        assert init["command"] == [
+            "python",
+            "-m",
+            "dressage",
+            "stage-model",
+            "--source",
+            "meta-llama/Llama-3.1-8B",
+            "--dest",
+            staged,
+            "--revision",
+            "v1.0",
+        ]
+        assert init["image"] == CONFIG.runtime_image
+        assert init["volumeMounts"] == [{"name": "storage", "mountPath": "/data"}]
+        token = [e for e in init["env"] if e["name"] == staging.TOKEN_ENV]
+        assert token == [
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+        ]
+        for container in spec["containers"]:
+            assert "HF_TOKEN" not in str(container), role
+    specs = _pod_specs(job)
+    engine_cmd = specs["engine"]["containers"][0]["command"]
+    assert engine_cmd[engine_cmd.index("--model-path") + 1] == staged
+    proxy_cmd = specs["proxy"]["containers"][0]["command"]
+    assert proxy_cmd[proxy_cmd.index("--model") + 1] == staged
+    manifest = yaml.safe_load(children.build_config_map(job, OWNER)["data"][naming.CONFIG_KEY])
+    assert manifest["spec"]["model"]["source"] == staged
+    for obj in _all_children(job):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_a_model_on_a_path_is_read_in_place_without_staging() -> None:
+    job = _hub_job()
+    job.spec.model.source = "/data/checkpoints/base"
+    job.spec.model.tokenizer = "/data/tokenizers/base"
+    for spec in _pod_specs(job).values():
+        assert "initContainers" not in spec
+    proxy_cmd = _pod_specs(job)["proxy"]["containers"][0]["command"]
+    assert proxy_cmd[proxy_cmd.index("--model") + 1] == "/data/tokenizers/base"
+    public = _hub_job()
+    assert "HF_TOKEN" not in str(_pod_specs(public)["trainer"]["initContainers"])
 
 
 def test_hash_changes_with_what_the_child_contains_only() -> None:

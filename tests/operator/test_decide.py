@@ -17,6 +17,7 @@ from dressage_operator.decide import (
     decide,
     invalid_spec_status,
     settle,
+    spec_errors,
     timestamp,
 )
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
@@ -346,6 +347,25 @@ def test_an_invalid_spec_plans_no_writes_and_waits_for_the_resync() -> None:
     assert "spec.trainer.nodes: must be >= 1" in _cond(out.status, "SpecValid")[2]
     # A valid job with a cluster-only error (from `spec_errors`) is refused the same way.
     assert decide(_job(), OWNER, CONFIG, obs).invalid
+
+
+def _body(**spec: object) -> dict[str, object]:
+    base: dict[str, object] = {"model": {"source": "Qwen/Qwen2.5-1.5B-Instruct"}}
+    base.update(spec)
+    return {
+        "apiVersion": "dressage.io/v1alpha1",
+        "kind": "AsyncRLJob",
+        "metadata": {"name": "job-a"},
+        "spec": base,
+    }
+
+
+def test_a_hub_id_tokenizer_is_refused_because_the_proxy_needs_a_local_one() -> None:
+    body = _body(model={"source": "Qwen/Qwen2.5-1.5B-Instruct", "tokenizer": "Qwen/Other"})
+    job, errors = spec_errors(body, "ns/job-a")
+    assert job is not None
+    assert [f for f, _ in errors] == ["spec.model.tokenizer"]
+    assert "Qwen/Other" in errors[0][1]
 
 
 RUNTIME_METRICS = f"""
