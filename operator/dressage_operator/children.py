@@ -422,6 +422,43 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     return cmd + list(spec.inference.extra_args)
 
 
+ENGINE_GENERATE_CHECK = "/health_generate"
+"""SGLang v0.5.2: `/health` and `/health_generate` are one handler. It answers 503 while the
+server starts, then submits a 1-token generation and polls every second, for up to
+`SGLANG_HEALTH_CHECK_TIMEOUT` (default 20 s), answering 200 once the scheduler responds, so
+even a healthy server takes about 1 s. While generation is paused for a weight update
+(`/pause_generation`) that generation waits: the check blocks, then answers 503."""
+ENGINE_LIVE_CHECK = "/get_model_info"
+"""SGLang v0.5.2: answered by the HTTP process from the tokenizer manager's fields (model
+path, weight version), with no generation and no round trip to the scheduler, so it keeps
+answering during a pause and a weight update. (`/get_server_info` asks the scheduler for its
+internal state, which a weight update can hold up; `/ping` is the SageMaker route.)"""
+ENGINE_STARTUP_PERIOD_SECONDS = 10
+ENGINE_STARTUP_FAILURES = 360
+"""With the period: an hour for the model to load (the HTTP port opens only once the
+scheduler has loaded it) before Kubernetes restarts the engine."""
+ENGINE_GENERATE_TIMEOUT_SECONDS = 30
+"""Above the generation check's own 20 s limit, so the probe sees its answer."""
+
+
+def engine_probes() -> Obj:
+    """The engine container's probes. The startup probe proves generation works (the model
+    loaded and a token came back); liveness and readiness then use an endpoint that keeps
+    answering while generation is paused, so a weight update never makes Kubernetes restart an
+    engine or mark it unready. The proxy does its own generation-aware health checks."""
+    live = {"httpGet": {"path": ENGINE_LIVE_CHECK, "port": "http"}, "timeoutSeconds": 5}
+    return {
+        "startupProbe": {
+            "httpGet": {"path": ENGINE_GENERATE_CHECK, "port": "http"},
+            "periodSeconds": ENGINE_STARTUP_PERIOD_SECONDS,
+            "timeoutSeconds": ENGINE_GENERATE_TIMEOUT_SECONDS,
+            "failureThreshold": ENGINE_STARTUP_FAILURES,
+        },
+        "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 6},
+        "readinessProbe": {**live, "periodSeconds": 10, "failureThreshold": 3},
+    }
+
+
 def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, index: int) -> Obj:
     """One SGLang engine; engines are independent and replaced one by one."""
     inference = job.spec.inference
@@ -433,16 +470,7 @@ def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, inde
         "env": _env({"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, inference.template),
         "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
         "resources": _resources(inference.resources, inference.tensor_parallel_size),
-        "readinessProbe": {
-            "httpGet": {"path": "/health", "port": "http"},
-            "periodSeconds": 10,
-            "failureThreshold": 3,
-        },
-        "startupProbe": {
-            "httpGet": {"path": "/health", "port": "http"},
-            "periodSeconds": 10,
-            "failureThreshold": 120,
-        },
+        **engine_probes(),
     }
     meta = _meta(job, owner, name, naming.ROLE_INFERENCE, **{naming.LABEL_INDEX: str(index)})
     spec = _pod_spec(job, owner, config, inference.template, container, "Always")

@@ -261,3 +261,20 @@ def test_the_model_reserves_every_variable_and_engine_flag_the_builders_set(
     engine = children.engine_command(job)[3 : -len(job.spec.inference.extra_args) or None]
     flags = {a for a in engine if a.startswith("--")}
     assert flags <= set(OPERATOR_ENGINE_FLAGS)
+
+
+def test_engine_probes_tolerate_model_load_and_weight_update_pauses() -> None:
+    """The startup probe proves a generation works and waits out a long model load; liveness
+    and readiness never hit SGLang's generation check, which blocks while a weight update
+    pauses generation, and no probe times out within the ~1 s that check takes."""
+    job = load_job(EXAMPLES[0].parent / "single-node-gpu.yaml")
+    (container,) = children.build_engine_pod(job, OWNER, CONFIG, 0)["spec"]["containers"]
+    startup = container["startupProbe"]
+    assert startup["httpGet"]["path"] in ("/health", "/health_generate")
+    assert startup["timeoutSeconds"] > 20  # SGLANG_HEALTH_CHECK_TIMEOUT's default
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60
+    for kind in ("livenessProbe", "readinessProbe"):
+        probe = container[kind]
+        assert probe["httpGet"]["path"] not in ("/health", "/health_generate"), kind
+        assert probe.get("timeoutSeconds", 1) > 1, kind
+        assert probe["periodSeconds"] * probe["failureThreshold"] >= 30, kind
