@@ -395,7 +395,11 @@ class StorageSpec(ApiModel):
     """Shared storage for checkpoints and weight sync between trainer and engines."""
 
     persistent_volume_claim: str | None = None
-    """Name of an existing ReadWriteMany PVC; unset uses an emptyDir (single-node only)."""
+    """Name of an existing ReadWriteMany PersistentVolumeClaim, mounted in every pod of the job.
+    Required on a cluster, where the trainer, the engines and the proxy are separate pods: the
+    staged model, the weights the trainer publishes for the engines to load and the
+    checkpoints live there (the operator refuses a job without one). `dressage run` ignores
+    it."""
     mount_path: str = "/dressage"
     """Where the storage is mounted in every pod."""
     size: str = "100Gi"

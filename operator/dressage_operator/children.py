@@ -45,6 +45,9 @@ from dressage_operator.config import OperatorConfig
 
 Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
+RUNTIME_UID = 1000
+RUNTIME_GID = 1000
+"""The user and group the job's pods run as (the runtime image's user)."""
 STAGE_MODEL_CONTAINER = "stage-model"
 STAGING_TOKEN_ENV = "HF_TOKEN"
 """What `dressage stage-model` reads the Hugging Face token from (`dressage.model.staging`)."""
@@ -120,6 +123,8 @@ def _resources(res: ResourceRequirements, gpus: int) -> Obj:
 
 def _volumes(job: AsyncRLJob, owner: Owner) -> tuple[list[Obj], list[Obj]]:
     storage = job.spec.storage
+    # The operator refuses a job without a claim (`decide.cluster_errors`); the emptyDir only
+    # keeps the builders total.
     if storage.persistent_volume_claim:
         storage_volume: Obj = {
             "name": "storage",
@@ -222,6 +227,10 @@ def _pod_spec(
         "containers": [container],
         "volumes": volumes + list(template.volumes),
         "enableServiceLinks": False,
+        # The images run as RUNTIME_UID; the kubelet makes the claim's files group-owned by
+        # RUNTIME_GID so that user can write them (only on a mismatch: large claims are not
+        # walked at every start).
+        "securityContext": {"fsGroup": RUNTIME_GID, "fsGroupChangePolicy": "OnRootMismatch"},
     }
     init = staging_init_containers(job, config)
     if init:

@@ -81,6 +81,15 @@ def cluster_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
     """What a valid job model still cannot do on a cluster, where the trainer, the engines and
     the proxy are separate pods (`dressage run` has none of these limits)."""
     errors: list[tuple[str, str]] = []
+    if not job.spec.storage.persistent_volume_claim:
+        errors.append(
+            (
+                "spec.storage.persistentVolumeClaim",
+                "required on a cluster: the trainer, the engines and the proxy are separate "
+                "pods that share the model, the weights the trainer publishes and the "
+                "checkpoints through it; name a ReadWriteMany PersistentVolumeClaim",
+            )
+        )
     model = job.spec.model
     tokenizer = model.tokenizer
     if tokenizer and type(model)(source=tokenizer).is_hub_id:

@@ -278,3 +278,11 @@ def test_engine_probes_tolerate_model_load_and_weight_update_pauses() -> None:
         assert probe["httpGet"]["path"] not in ("/health", "/health_generate"), kind
         assert probe.get("timeoutSeconds", 1) > 1, kind
         assert probe["periodSeconds"] * probe["failureThreshold"] >= 30, kind
+
+
+def test_every_pod_can_write_the_shared_claim_as_the_runtime_user() -> None:
+    job = _hub_job()
+    for role, spec in _pod_specs(job).items():
+        (storage,) = [v for v in spec["volumes"] if v["name"] == "storage"]
+        assert storage["persistentVolumeClaim"] == {"claimName": "shared"}, role
+        assert spec["securityContext"]["fsGroup"] == children.RUNTIME_GID, role

@@ -350,7 +350,10 @@ def test_an_invalid_spec_plans_no_writes_and_waits_for_the_resync() -> None:
 
 
 def _body(**spec: object) -> dict[str, object]:
-    base: dict[str, object] = {"model": {"source": "Qwen/Qwen2.5-1.5B-Instruct"}}
+    base: dict[str, object] = {
+        "model": {"source": "Qwen/Qwen2.5-1.5B-Instruct"},
+        "storage": {"persistentVolumeClaim": "shared"},
+    }
     base.update(spec)
     return {
         "apiVersion": "dressage.io/v1alpha1",
@@ -475,3 +478,15 @@ def test_pod_info_reads_phase_readiness_and_failure_reason() -> None:
     assert (info.index, info.gang, info.failed) == (1, 2, True)
     assert info.reason == "trainer: OOMKilled (exit code 137)"
     assert pod_info({"metadata": {"labels": {}}}) is None
+
+
+def test_a_job_without_shared_storage_is_refused_naming_the_claim() -> None:
+    job, errors = spec_errors(_body(storage={"mountPath": "/data"}), "ns/job-a")
+    assert job is not None
+    assert [f for f, _ in errors] == ["spec.storage.persistentVolumeClaim"]
+    obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW, spec_errors=errors)
+    out = settle(decide(job, OWNER, CONFIG, obs), obs, CONFIG, [])
+    status, reason, message = _cond(out.status, "SpecValid")
+    assert (status, reason) == ("False", "InvalidSpec")
+    assert message.startswith("spec.storage.persistentVolumeClaim: required on a cluster")
+    assert spec_errors(_body(), "ns/job-a")[1] == ()

@@ -26,6 +26,8 @@ from dressage import metrics as names
 from .conftest import MetricsServer, Operator, wait_for
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+CLUSTER_EXAMPLES = [p for p in EXAMPLES if not p.name.startswith("local-")]
+LOCAL_EXAMPLES = [p for p in EXAMPLES if p.name.startswith("local-")]
 K8S_VERSION = "1.33.0"
 
 
@@ -46,6 +48,7 @@ def _job(name: str, **spec: Any) -> dict[str, Any]:
         "model": {"source": "builtin:tiny"},
         "trainer": {"nodes": 2, "gpusPerNode": 0},
         "inference": {"replicas": 2},
+        "storage": {"persistentVolumeClaim": "shared"},
     }
     base.update(spec)
     return {
@@ -352,11 +355,7 @@ def test_operator_restart_converges_without_duplicates(
     shutil.which("kubectl") is None,
     reason="kubectl is not on PATH (scripts/install-tools.sh puts it in .tools/bin)",
 )
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
-def test_kubectl_apply_of_each_example_is_picked_up(
-    cluster: EmulatedCluster, operator: Operator, kubeconfig: Path, example: Path
-) -> None:
-    c = cluster
+def _kubectl_apply(c: EmulatedCluster, kubeconfig: Path, example: Path) -> str:
     done = subprocess.run(
         [
             "kubectl",
@@ -375,8 +374,17 @@ def test_kubectl_apply_of_each_example_is_picked_up(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    name = yaml.safe_load(example.read_text())["metadata"]["name"]
+    name: str = yaml.safe_load(example.read_text())["metadata"]["name"]
     assert f"asyncrljob.dressage.io/{name}" in done.stdout
+    return name
+
+
+@pytest.mark.parametrize("example", CLUSTER_EXAMPLES, ids=lambda p: p.name)
+def test_kubectl_apply_of_each_example_is_picked_up(
+    cluster: EmulatedCluster, operator: Operator, kubeconfig: Path, example: Path
+) -> None:
+    c = cluster
+    name = _kubectl_apply(c, kubeconfig, example)
     spec = yaml.safe_load(example.read_text())["spec"]
     expected = spec.get("trainer", {}).get("nodes", 1) + spec.get("inference", {}).get(
         "replicas", 1
@@ -386,3 +394,21 @@ def test_kubectl_apply_of_each_example_is_picked_up(
         lambda: _status(c, name).get("observedGeneration") and _status(c, name), what="status"
     )
     assert status["phase"] == "Pending"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
+@pytest.mark.parametrize("example", LOCAL_EXAMPLES, ids=lambda p: p.name)
+def test_a_local_example_without_shared_storage_is_refused_on_a_cluster(
+    cluster: EmulatedCluster, operator: Operator, kubeconfig: Path, example: Path
+) -> None:
+    """Trainer, engines and proxy are separate pods: without a claim they could not share
+    the weights, so the job is refused with the field named and no pod is created."""
+    c = cluster
+    name = _kubectl_apply(c, kubeconfig, example)
+    status = wait_for(
+        lambda: _status(c, name).get("phase") == "Failed" and _status(c, name), what="Failed"
+    )
+    cond = {x["type"]: x for x in status["conditions"]}["SpecValid"]
+    assert cond["status"] == "False"
+    assert cond["message"].startswith("spec.storage.persistentVolumeClaim: required")
+    assert not _pods(c, name)
