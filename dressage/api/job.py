@@ -105,6 +105,29 @@ def _engine_arg(arg: str) -> str:
     return arg
 
 
+MAX_PROXY_REPLICAS = 1
+"""A session (its turns, its finalize and its segment reads) lives in one proxy's memory and the
+proxy Service does not route a session's requests to one replica, so a job runs one proxy."""
+
+
+def _proxy_replicas(replicas: int) -> int:
+    if replicas > MAX_PROXY_REPLICAS:
+        raise PydanticCustomError(
+            "proxy_replicas",
+            "{replicas} proxy replicas: at most {limit} is supported, because a session lives "
+            "in one proxy's memory and the proxy Service would send its turns, finalize and "
+            "segment reads to different replicas; raise proxy.maxConcurrency instead",
+            {"replicas": replicas, "limit": MAX_PROXY_REPLICAS},
+        )
+    return replicas
+
+
+ProxyReplicas = Annotated[
+    int,
+    Field(ge=1),
+    AfterValidator(_proxy_replicas),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_PROXY_REPLICAS}),
+]
 Quantity = Annotated[
     str,
     AfterValidator(_quantity),
@@ -318,8 +341,11 @@ class InferenceSpec(ApiModel):
 class ProxySpec(ApiModel):
     """The rollout proxy between agents and engines."""
 
-    replicas: int = Field(default=1, ge=1)
-    """Number of proxy pods behind the proxy Service."""
+    replicas: ProxyReplicas = 1
+    """Number of proxy pods behind the proxy Service: 1. A session's turns, finalize and
+    segment reads must reach the proxy that holds it in memory, and the ClusterIP Service does
+    not route them to one replica, so more than one is refused until the proxy has sticky
+    routing; one proxy serves `maxConcurrency` generations."""
     image: ImageRef | None = None
     """Proxy image; defaults to the runtime image of the operator's release."""
     partial_rollout: bool = False

@@ -104,7 +104,7 @@ def test_engines_and_proxy_flags() -> None:
     assert cmd[-4:] == ["--mem-fraction-static", "0.85", "--context-length", "32768"]
     assert engine["spec"]["restartPolicy"] == "Always"
     proxy = children.build_proxy_deployment(job, OWNER, CONFIG)
-    assert proxy["spec"]["replicas"] == 2
+    assert proxy["spec"]["replicas"] == 1
     pcmd = proxy["spec"]["template"]["spec"]["containers"][0]["command"]
     assert pcmd[:4] == ["python", "-m", "dressage", "proxy"]
     assert pcmd[pcmd.index("--engine-urls") + 1].count(",") == 3
@@ -191,7 +191,7 @@ def test_hash_changes_with_what_the_child_contains_only() -> None:
     it does not carry (another role's settings) leaves it, so that child is not patched."""
     job = load_job(EXAMPLES[0])
     before = children.build_proxy_deployment(job, OWNER, CONFIG)
-    job.spec.proxy.replicas += 1
+    job.spec.proxy.image = "registry.example/dressage-runtime:other"
     after = children.build_proxy_deployment(job, OWNER, CONFIG)
 
     def hash_of(obj: dict[str, Any]) -> str:

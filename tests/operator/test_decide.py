@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import yaml
 from dressage_operator.children import Owner
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import (
@@ -27,6 +28,7 @@ from prometheus_client import generate_latest
 
 from dressage import metrics as names
 from dressage.api import AsyncRLJob, load_job, validate_job
+from dressage.api.crd import render_crd
 from dressage.api.status import AsyncRLJobStatus, JobPhase
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -490,3 +492,18 @@ def test_a_job_without_shared_storage_is_refused_naming_the_claim() -> None:
     assert (status, reason) == ("False", "InvalidSpec")
     assert message.startswith("spec.storage.persistentVolumeClaim: required on a cluster")
     assert spec_errors(_body(), "ns/job-a")[1] == ()
+
+
+def test_more_than_one_proxy_is_refused_because_sessions_live_in_one_replica() -> None:
+    job, errors = spec_errors(_body(proxy={"replicas": 2}), "ns/job-a")
+    assert job is None
+    (field, message), *_ = errors
+    assert field == "spec.proxy.replicas"
+    assert "a session lives in one proxy's memory" in message
+    crd = yaml.safe_load(render_crd())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    proxy = schema["properties"]["proxy"]
+    assert proxy["properties"]["replicas"]["maximum"] == 1
+    (rule,) = proxy["x-kubernetes-validations"]
+    assert rule["fieldPath"] == ".replicas"
+    assert "one proxy's memory" in rule["message"]

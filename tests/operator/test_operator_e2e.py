@@ -95,7 +95,7 @@ def test_create_makes_every_child_and_pod_status_drives_phases(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    job = c.create(_job("life", proxy={"replicas": 2}))
+    job = c.create(_job("life", proxy={"replicas": 1}))
     pods = wait_for(lambda: len(_pods(c, "life")) == 4 and _pods(c, "life"), what="pods")
     assert sorted(pods) == ["life-engine-0", "life-engine-1", "life-trainer-0", "life-trainer-1"]
     services = {s["metadata"]["name"]: s for s in c.items("v1", "services")}
@@ -119,7 +119,7 @@ def test_create_makes_every_child_and_pod_status_drives_phases(
     assert env["NODE_RANK"] == "1"
     assert services["life-trainer"]["spec"]["clusterIP"] == "None"
     (proxy,) = [d for d in deployments if d["metadata"]["name"] == "life-proxy"]
-    assert proxy["spec"]["replicas"] == 2
+    assert proxy["spec"]["replicas"] == 1
     assert wait_for(lambda: _status(c, "life").get("phase") == "Pending", what="Pending")
 
     _run_all(c, "life")
