@@ -42,10 +42,12 @@ OPERATOR_ENV = frozenset(
         "DRESSAGE_METRICS_PORT",
         "DRESSAGE_WORKDIR",
         "DRESSAGE_ROLLOUT_MAX_RETRIES",
+        "HOME",
     }
 )
-"""Environment variables the operator (or torchrun) sets in a job's pods: the rendezvous and
-the wiring between trainer, engines and proxy. A job's `template.env` cannot override them."""
+"""Environment variables the operator (or torchrun) sets in a job's pods: the rendezvous, the
+wiring between trainer, engines and proxy, and the engines' writable home. A job's
+`template.env` cannot override them."""
 OPERATOR_ENGINE_FLAGS = {
     "--model-path": "set spec.model.source",
     "--model": "set spec.model.source",
@@ -139,6 +141,24 @@ EnvVarName = Annotated[
     WithJsonSchema({"type": "string", "minLength": 1, "pattern": ENV_VAR_NAME_PATTERN}),
 ]
 EngineArg = Annotated[str, AfterValidator(_engine_arg)]
+
+RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
+"""The only capability the Restricted Pod Security Standard lets a container add."""
+
+
+def _volume(volume: dict[str, Any]) -> dict[str, Any]:
+    if "hostPath" in volume:
+        raise PydanticCustomError(
+            "host_path_volume",
+            "volume '{name}' is a hostPath volume: a job's pods do not mount node directories "
+            "(the Baseline and Restricted Pod Security Standards forbid it); use the job's "
+            "storage, a persistentVolumeClaim or an emptyDir",
+            {"name": volume.get("name", "")},
+        )
+    return volume
+
+
+Volume = Annotated[dict[str, Any], AfterValidator(_volume)]
 ImageRef = Annotated[str, Field(pattern=r"^\S+$")]
 """A container image reference: no whitespace anywhere."""
 
@@ -280,6 +300,40 @@ class EnvVar(ApiModel):
     """Variable value."""
 
 
+class PodSecuritySpec(ApiModel):
+    """How strictly one role's pods are locked down."""
+
+    profile: Literal["restricted", "baseline"] = "restricted"
+    """`restricted` (the default) meets the Restricted Pod Security Standard: the pods run as
+    `runAsUser` (never root), with no privilege escalation, every capability dropped, the
+    RuntimeDefault seccomp profile and no service-account token. `baseline` is the explicit
+    relaxation for GPU images that must run as their own user (often root, e.g. SGLang's
+    upstream images) or need capabilities: the image's user, the runtime's default
+    capabilities plus `addCapabilities`, privilege escalation allowed; seccomp RuntimeDefault
+    and no service-account token stay. Its pods need a namespace whose
+    `pod-security.kubernetes.io/enforce` level is `baseline` (`privileged` for a capability
+    outside Baseline's list, such as `IPC_LOCK` for RDMA)."""
+    run_as_user: int = Field(default=1000, ge=1)
+    """UID of the containers under `restricted` (the runtime images' user)."""
+    fs_group: int = Field(default=1000, ge=0)
+    """Group that the kubelet gives the job's storage to, so `runAsUser` can write it."""
+    add_capabilities: list[Annotated[str, Field(pattern=r"^[A-Z_]+$")]] = Field(
+        default_factory=list
+    )
+    """Linux capabilities added to the main container (`IPC_LOCK`, ...); under `restricted`
+    only `NET_BIND_SERVICE`."""
+
+    @model_validator(mode="after")
+    def _check_capabilities(self) -> PodSecuritySpec:
+        extra = sorted(set(self.add_capabilities) - RESTRICTED_CAPABILITIES)
+        if self.profile == "restricted" and extra:
+            raise ValueError(
+                f"addCapabilities {extra} are not allowed under the restricted profile "
+                "(only NET_BIND_SERVICE): set profile to 'baseline'"
+            )
+        return self
+
+
 class PodTemplateOverrides(ApiModel):
     """Pod-level settings merged into the pods the operator creates for one role."""
 
@@ -295,14 +349,16 @@ class PodTemplateOverrides(ApiModel):
     """Names of image pull secrets."""
     env: list[EnvVar] = Field(default_factory=list)
     """Extra environment variables for the main container."""
-    volumes: list[dict[str, Any]] = Field(default_factory=list)
-    """Extra volumes, passed through unchanged."""
+    volumes: list[Volume] = Field(default_factory=list)
+    """Extra volumes, passed through unchanged; `hostPath` volumes are refused."""
     volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
     """Extra volume mounts of the main container."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra pod labels."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Extra pod annotations."""
+    security: PodSecuritySpec = Field(default_factory=PodSecuritySpec)
+    """Pod security: the Restricted Pod Security Standard unless relaxed explicitly."""
 
 
 class TrainerSpec(ApiModel):

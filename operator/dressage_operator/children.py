@@ -36,6 +36,7 @@ from dressage.api.job import (
     STAGED_MODELS_DIR,
     AsyncRLJob,
     ObjectMeta,
+    PodSecuritySpec,
     PodTemplateOverrides,
     ResourceRequirements,
 )
@@ -45,9 +46,9 @@ from dressage_operator.config import OperatorConfig
 
 Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
-RUNTIME_UID = 1000
-RUNTIME_GID = 1000
-"""The user and group the job's pods run as (the runtime image's user)."""
+ENGINE_HOME = "/home/dressage"
+"""The engines' `HOME`, an emptyDir: SGLang and its kernels cache there, and the SGLang image
+has no home directory for the non-root user the pods run as."""
 STAGE_MODEL_CONTAINER = "stage-model"
 STAGING_TOKEN_ENV = "HF_TOKEN"
 """What `dressage stage-model` reads the Hugging Face token from (`dressage.model.staging`)."""
@@ -212,6 +213,33 @@ def _env(pairs: dict[str, str], template: PodTemplateOverrides) -> list[Obj]:
     return env
 
 
+def pod_security_context(security: PodSecuritySpec) -> Obj:
+    """The pod's security context: the Restricted Pod Security Standard's pod-level settings
+    unless the role is relaxed to `baseline` (then the image's own user). The kubelet makes the
+    job's storage group-owned by `fsGroup` so the pods' user can write it (only on a mismatch:
+    a large claim is not walked at every start)."""
+    context: Obj = {
+        "fsGroup": security.fs_group,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if security.profile == "restricted":
+        context.update(runAsNonRoot=True, runAsUser=security.run_as_user)
+    return context
+
+
+def container_security_context(security: PodSecuritySpec, with_capabilities: bool = True) -> Obj:
+    """A container's security context: no privilege escalation and every capability dropped
+    (`restricted`), plus the role's `addCapabilities` on the main container."""
+    add = sorted(security.add_capabilities) if with_capabilities else []
+    if security.profile == "restricted":
+        capabilities: Obj = {"drop": ["ALL"]}
+        if add:
+            capabilities["add"] = add
+        return {"allowPrivilegeEscalation": False, "capabilities": capabilities}
+    return {"capabilities": {"add": add}} if add else {}
+
+
 def _pod_spec(
     job: AsyncRLJob,
     owner: Owner,
@@ -227,12 +255,16 @@ def _pod_spec(
         "containers": [container],
         "volumes": volumes + list(template.volumes),
         "enableServiceLinks": False,
-        # The images run as RUNTIME_UID; the kubelet makes the claim's files group-owned by
-        # RUNTIME_GID so that user can write them (only on a mismatch: large claims are not
-        # walked at every start).
-        "securityContext": {"fsGroup": RUNTIME_GID, "fsGroupChangePolicy": "OnRootMismatch"},
+        "securityContext": pod_security_context(template.security),
+        # The job's pods never talk to the Kubernetes API.
+        "automountServiceAccountToken": False,
     }
+    container["securityContext"] = container_security_context(template.security)
     init = staging_init_containers(job, config)
+    for init_container in init:
+        init_container["securityContext"] = container_security_context(
+            template.security, with_capabilities=False
+        )
     if init:
         spec["initContainers"] = init
     if template.node_selector:
@@ -476,13 +508,17 @@ def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, inde
         "name": "sglang",
         "image": inference.image or config.sglang_image,
         "command": engine_command(job),
-        "env": _env({"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, inference.template),
+        "env": _env(
+            {"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH, "HOME": ENGINE_HOME}, inference.template
+        ),
         "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
         "resources": _resources(inference.resources, inference.tensor_parallel_size),
         **engine_probes(),
     }
     meta = _meta(job, owner, name, naming.ROLE_INFERENCE, **{naming.LABEL_INDEX: str(index)})
     spec = _pod_spec(job, owner, config, inference.template, container, "Always")
+    spec["volumes"].append({"name": "home", "emptyDir": {}})
+    container["volumeMounts"].append({"name": "home", "mountPath": ENGINE_HOME})
     spec["hostname"] = name
     spec["subdomain"] = naming.engine_service(owner.name)
     return _finish(

@@ -14,9 +14,16 @@ import yaml
 from dressage_operator import children, naming
 from dressage_operator.config import OperatorConfig
 from dressage_operator.rbac import CLUSTER_RULES, cluster_role
+from dressage_operator.testing import restricted_violations
+from pydantic import ValidationError
 
 from dressage.api import AsyncRLJob, load_job
-from dressage.api.job import OPERATOR_ENGINE_FLAGS, OPERATOR_ENV
+from dressage.api.job import (
+    OPERATOR_ENGINE_FLAGS,
+    OPERATOR_ENV,
+    PodSecuritySpec,
+    PodTemplateOverrides,
+)
 from dressage.data.versions import INITIAL_VERSION
 from dressage.model import staging
 
@@ -285,4 +292,45 @@ def test_every_pod_can_write_the_shared_claim_as_the_runtime_user() -> None:
     for role, spec in _pod_specs(job).items():
         (storage,) = [v for v in spec["volumes"] if v["name"] == "storage"]
         assert storage["persistentVolumeClaim"] == {"claimName": "shared"}, role
-        assert spec["securityContext"]["fsGroup"] == children.RUNTIME_GID, role
+        assert spec["securityContext"]["fsGroup"] == 1000, role
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_pod_meets_the_restricted_pod_security_standard(example: Path) -> None:
+    job = load_job(example)
+    job.spec.storage.persistent_volume_claim = "shared"
+    for role, spec in _pod_specs(job).items():
+        assert restricted_violations(spec) == [], role
+        assert spec["automountServiceAccountToken"] is False, role
+        assert spec["securityContext"]["runAsUser"] == 1000, role
+
+
+def test_baseline_is_the_explicit_relaxation_for_gpu_images() -> None:
+    """An engine image that must run as root with IPC_LOCK: the role says so in its template;
+    the other roles stay restricted."""
+    job = _hub_job()
+    job.spec.inference.template.security = PodSecuritySpec(
+        profile="baseline", add_capabilities=["IPC_LOCK"]
+    )
+    specs = _pod_specs(job)
+    engine = specs["engine"]
+    assert "runAsNonRoot" not in engine["securityContext"]
+    assert "runAsUser" not in engine["securityContext"]
+    (container,) = engine["containers"]
+    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert "capabilities" not in engine["initContainers"][0]["securityContext"]
+    assert restricted_violations(engine, "baseline") == []
+    assert restricted_violations(engine) != []
+    assert restricted_violations(specs["trainer"]) == []
+    kubernetes_validate.validate(
+        children.build_engine_pod(job, OWNER, CONFIG, 0), K8S_VERSION, strict=True
+    )
+
+
+def test_host_path_volumes_and_extra_capabilities_under_restricted_are_refused() -> None:
+    template = {"volumes": [{"name": "node", "hostPath": {"path": "/var/lib"}}]}
+    with pytest.raises(ValidationError, match="'node' is a hostPath volume"):
+        PodTemplateOverrides.model_validate(template)
+    with pytest.raises(ValidationError, match="set profile to 'baseline'"):
+        PodSecuritySpec.model_validate({"addCapabilities": ["IPC_LOCK"]})
+    assert PodSecuritySpec.model_validate({"addCapabilities": ["NET_BIND_SERVICE"]})

@@ -19,7 +19,7 @@ import httpx
 import kubernetes_validate
 import pytest
 import yaml
-from dressage_operator.testing import EmulatedCluster
+from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
 
 from dressage import metrics as names
 
@@ -412,3 +412,31 @@ def test_a_local_example_without_shared_storage_is_refused_on_a_cluster(
     assert cond["status"] == "False"
     assert cond["message"].startswith("spec.storage.persistentVolumeClaim: required")
     assert not _pods(c, name)
+
+
+def test_in_a_restricted_namespace_the_pods_are_admitted_and_a_relaxed_role_is_refused(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    c = cluster
+    c.label_namespace({ENFORCE_LABEL: "restricted"})
+    try:
+        c.create(_job("strict"))
+        wait_for(lambda: len(_pods(c, "strict")) == 4, what="4 admitted pods")
+        relaxed = {"replicas": 1, "template": {"security": {"profile": "baseline"}}}
+        c.create(_job("relaxed", inference=relaxed))
+        cond = wait_for(
+            lambda: (
+                {x["type"]: x for x in _status(c, "relaxed").get("conditions", [])}.get(
+                    "ChildrenApplied", {}
+                ).get("status")
+                == "False"
+                and {x["type"]: x for x in _status(c, "relaxed")["conditions"]}["ChildrenApplied"]
+            ),
+            what="ChildrenApplied=False",
+        )
+        assert cond["reason"] == "PodRefused"
+        assert "relaxed-engine-0" in cond["message"]
+        assert 'violates PodSecurity "restricted:latest"' in cond["message"]
+        assert sorted(_pods(c, "relaxed")) == ["relaxed-trainer-0", "relaxed-trainer-1"]
+    finally:
+        c.label_namespace({ENFORCE_LABEL: None})
