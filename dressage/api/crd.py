@@ -99,6 +99,17 @@ PROXY_RULES: list[Schema] = [
         "fieldPath": ".replicas",
         "reason": "FieldValueForbidden",
     },
+    {
+        "rule": (
+            "has(self.tokenSecret) == has(oldSelf.tokenSecret)"
+            " && (!has(self.tokenSecret) || self.tokenSecret == oldSelf.tokenSecret)"
+        ),
+        "message": (
+            "proxy.tokenSecret is immutable: the running trainer pods send the token they "
+            "started with"
+        ),
+        "fieldPath": ".tokenSecret",
+    },
 ]
 ROOT_RULES: list[Schema] = [
     {

@@ -43,10 +43,12 @@ OPERATOR_ENV = frozenset(
         "DRESSAGE_WORKDIR",
         "DRESSAGE_ROLLOUT_MAX_RETRIES",
         "HOME",
+        "DRESSAGE_PROXY_TOKEN",
     }
 )
 """Environment variables the operator (or torchrun) sets in a job's pods: the rendezvous, the
-wiring between trainer, engines and proxy, and the engines' writable home. A job's
+wiring between trainer, engines and proxy, the engines' writable home and the proxy token
+(from `proxy.tokenSecret`, never a plain value that would land in the job's ConfigMap). A job's
 `template.env` cannot override them."""
 OPERATOR_ENGINE_FLAGS = {
     "--model-path": "set spec.model.source",
@@ -414,6 +416,11 @@ class ProxySpec(ApiModel):
     (`--mask-nonlast-version-tokens`)."""
     max_concurrency: int = Field(default=256, ge=1)
     """Concurrent generations the proxy admits before answering 429."""
+    token_secret: SecretKeySelector | None = None
+    """Secret key holding the proxy's bearer token. When set, the proxy requires it on every
+    request and the trainer pods send it (both read it as `DRESSAGE_PROXY_TOKEN` from the
+    Secret when they start; the operator never reads it). Unset: the proxy is open to whoever
+    can reach its Service. Immutable while the job exists."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     """Container resources of a proxy pod."""
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)

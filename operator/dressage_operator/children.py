@@ -207,8 +207,25 @@ def staging_init_containers(job: AsyncRLJob, config: OperatorConfig) -> list[Obj
     ]
 
 
-def _env(pairs: dict[str, str], template: PodTemplateOverrides) -> list[Obj]:
+PROXY_TOKEN_ENV = "DRESSAGE_PROXY_TOKEN"
+"""What `dressage proxy` and `dressage train` read the proxy's bearer token from."""
+
+
+def proxy_token_env(job: AsyncRLJob) -> list[Obj]:
+    """`DRESSAGE_PROXY_TOKEN` from `spec.proxy.tokenSecret`, for the proxy and the trainer
+    pods only (engines never see it); nothing when the proxy is open."""
+    secret = job.spec.proxy.token_secret
+    if secret is None:
+        return []
+    ref = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
+    return [{"name": PROXY_TOKEN_ENV, "valueFrom": ref}]
+
+
+def _env(
+    pairs: dict[str, str], template: PodTemplateOverrides, secrets: list[Obj] | None = None
+) -> list[Obj]:
     env = [{"name": k, "value": v} for k, v in pairs.items()]
+    env += secrets or []
     env += [{"name": e.name, "value": e.value} for e in template.env]
     return env
 
@@ -406,7 +423,7 @@ def build_trainer_pods(
             "name": "trainer",
             "image": trainer.image or config.runtime_image,
             "command": trainer_command(job),
-            "env": _env(trainer_env(job, owner, index), trainer.template),
+            "env": _env(trainer_env(job, owner, index), trainer.template, proxy_token_env(job)),
             "ports": [
                 {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},
                 {"name": "metrics", "containerPort": naming.METRICS_PORT},
@@ -562,7 +579,9 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
         "name": "proxy",
         "image": proxy.image or config.runtime_image,
         "command": proxy_command(job, owner),
-        "env": _env({"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, proxy.template),
+        "env": _env(
+            {"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, proxy.template, proxy_token_env(job)
+        ),
         "ports": [{"name": "http", "containerPort": naming.PROXY_PORT}],
         "resources": _resources(proxy.resources, 0),
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
@@ -602,11 +621,46 @@ def build_proxy_service(job: AsyncRLJob, owner: Owner) -> Obj:
     )
 
 
-def build_infrastructure(job: AsyncRLJob, owner: Owner) -> list[Obj]:
-    """Children that live as long as the job: config and Services."""
-    return [
+def build_network_policy(job: AsyncRLJob, owner: Owner) -> Obj:
+    """`<job>-serving`: only the job's own pods (trainer, engines, proxy) reach its engines and
+    its proxy, on any port. Anything else that must reach them (a Prometheus scraping the
+    engines' or the proxy's `/metrics`, an agent outside the job) needs a policy of its own."""
+    return _finish(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": _meta(job, owner, naming.network_policy(owner.name), naming.ROLE_CONFIG),
+            "spec": {
+                "podSelector": {
+                    "matchLabels": {naming.LABEL_JOB: owner.name},
+                    "matchExpressions": [
+                        {
+                            "key": naming.LABEL_ROLE,
+                            "operator": "In",
+                            "values": [naming.ROLE_INFERENCE, naming.ROLE_PROXY],
+                        }
+                    ],
+                },
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {"from": [{"podSelector": {"matchLabels": {naming.LABEL_JOB: owner.name}}}]}
+                ],
+            },
+        }
+    )
+
+
+def build_infrastructure(
+    job: AsyncRLJob, owner: Owner, config: OperatorConfig | None = None
+) -> list[Obj]:
+    """Children that live as long as the job: config, Services and, when the operator is
+    configured for it, the NetworkPolicy of its engines and proxy."""
+    objs = [
         build_config_map(job, owner),
         build_trainer_service(job, owner),
         build_engine_service(job, owner),
         build_proxy_service(job, owner),
     ]
+    if config is not None and config.network_policies:
+        objs.append(build_network_policy(job, owner))
+    return objs

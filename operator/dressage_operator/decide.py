@@ -576,7 +576,7 @@ def settle(
 
     checked = obs.infrastructure_checked
     if plan.ensure_infrastructure:
-        infra = {"ConfigMap", "Service"}
+        infra = {"ConfigMap", "Service", "NetworkPolicy"}
         failed = any(
             r.kind in infra and r.applied in (Applied.REFUSED, Applied.CONFLICT) for r in results
         )

@@ -414,7 +414,7 @@ async def _apply(
     """Make the plan's writes; each answer, refusals included, becomes a `ChildResult`."""
     results: list[ChildResult] = []
     if plan.ensure_infrastructure:
-        for obj in children.build_infrastructure(job, owner):
+        for obj in children.build_infrastructure(job, owner, config):
             results.append(await _ensure(kube, obj, owner))
     if plan.ensure_proxy:
         desired = children.build_proxy_deployment(job, owner, config)

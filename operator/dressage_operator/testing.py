@@ -78,6 +78,9 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
     "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True),
+    "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(
+        kind="NetworkPolicy", namespaced=True
+    ),
     f"{API_GROUP}/{API_VERSION}/{PLURAL}": kmock.ResourceInfo(
         kind=KIND,
         namespaced=True,

@@ -23,9 +23,12 @@ from dressage.api.job import (
     OPERATOR_ENV,
     PodSecuritySpec,
     PodTemplateOverrides,
+    SecretKeySelector,
 )
 from dressage.data.versions import INITIAL_VERSION
 from dressage.model import staging
+from dressage.orchestrator import train_cli
+from dressage.proxy import cli as proxy_cli
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 K8S_VERSION = "1.33.0"
@@ -242,7 +245,12 @@ def test_readme_lists_the_trainer_environment_the_builders_set() -> None:
 def test_readme_lists_the_operator_variables_config_reads() -> None:
     listed = {n for n in ENV_NAME.findall(README.read_text()) if n.startswith("DRESSAGE_OPERATOR_")}
     assert len(listed) == len(dataclasses.fields(OperatorConfig))
-    values = {"PORT": "1234", "SECONDS": "7.5", "TEMPLATE": "http://x/{job}"}
+    values = {
+        "PORT": "1234",
+        "SECONDS": "7.5",
+        "TEMPLATE": "http://x/{job}",
+        "POLICIES": "true",
+    }
     for name in listed:
         value = next((v for k, v in values.items() if name.endswith(k)), "registry/image:1")
         assert OperatorConfig.from_env({name: value}) != OperatorConfig(), f"{name} is not read"
@@ -334,3 +342,43 @@ def test_host_path_volumes_and_extra_capabilities_under_restricted_are_refused()
     with pytest.raises(ValidationError, match="set profile to 'baseline'"):
         PodSecuritySpec.model_validate({"addCapabilities": ["IPC_LOCK"]})
     assert PodSecuritySpec.model_validate({"addCapabilities": ["NET_BIND_SERVICE"]})
+
+
+def test_the_proxy_token_reaches_exactly_the_proxy_and_the_trainers_by_reference() -> None:
+    job = _hub_job()
+    job.spec.proxy.token_secret = SecretKeySelector(name="proxy-auth", key="token")
+    ref = {"secretKeyRef": {"name": "proxy-auth", "key": "token"}}
+    specs = _pod_specs(job)
+    for role, spec in specs.items():
+        env = [e for c in spec["containers"] for e in c["env"]]
+        token = [e for e in env if e["name"] == "DRESSAGE_PROXY_TOKEN"]
+        expected = [] if role == "engine" else [{"name": "DRESSAGE_PROXY_TOKEN", "valueFrom": ref}]
+        assert token == expected, role
+        for init in spec.get("initContainers", []):
+            assert "DRESSAGE_PROXY_TOKEN" not in str(init)
+    config = children.build_config_map(job, OWNER)
+    manifest = yaml.safe_load(config["data"][naming.CONFIG_KEY])
+    assert manifest["spec"]["proxy"]["tokenSecret"] == {"name": "proxy-auth", "key": "token"}
+    with pytest.raises(ValidationError, match="DRESSAGE_PROXY_TOKEN is set by the operator"):
+        PodTemplateOverrides.model_validate(
+            {"env": [{"name": "DRESSAGE_PROXY_TOKEN", "value": "plain"}]}
+        )
+    assert train_cli.PROXY_TOKEN_ENV == proxy_cli._TOKEN_ENV == children.PROXY_TOKEN_ENV
+
+
+def test_the_network_policy_admits_only_the_jobs_own_pods_to_engines_and_proxy() -> None:
+    job = _hub_job()
+    assert "NetworkPolicy" not in [o["kind"] for o in children.build_infrastructure(job, OWNER)]
+    on = dataclasses.replace(CONFIG, network_policies=True)
+    (policy,) = [
+        o for o in children.build_infrastructure(job, OWNER, on) if o["kind"] == "NetworkPolicy"
+    ]
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == {naming.LABEL_JOB: "job-a"}
+    (expr,) = spec["podSelector"]["matchExpressions"]
+    assert (expr["key"], sorted(expr["values"])) == (naming.LABEL_ROLE, ["inference", "proxy"])
+    assert spec["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {naming.LABEL_JOB: "job-a"}}}]}
+    ]
+    assert spec["policyTypes"] == ["Ingress"]

@@ -102,7 +102,9 @@ def test_create_makes_every_child_and_pod_status_drives_phases(
     deployments = wait_for(lambda: c.items("apps/v1", "deployments"), what="proxy")
     configmap = c.get(c.path("v1", "configmaps", "life-config"))
     assert configmap is not None
-    children = [*pods.values(), *deployments, configmap]
+    policy = c.get(c.path("networking.k8s.io/v1", "networkpolicies", "life-serving"))
+    assert policy is not None
+    children = [*pods.values(), *deployments, configmap, policy]
     children += [services[n] for n in ("life-trainer", "life-engine", "life-proxy")]
     for obj in children:
         obj = {"apiVersion": obj.get("apiVersion", "v1"), **obj}
