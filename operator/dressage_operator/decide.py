@@ -7,7 +7,9 @@ children to create or delete and what the status becomes. The handlers apply the
 Lifecycle:
 - Pending -> Running when every trainer pod of the current gang is ready.
 - A failed trainer pod fails the whole gang: its pods are deleted and recreated with the next
-  gang number (`status.restarts`), up to `spec.failurePolicy.maxRestarts`; then Failed.
+  gang number (`status.restarts`), up to `spec.failurePolicy.maxRestarts`; then Failed. A
+  lost trainer pod (one of `status.gangPods` gone, or being deleted, without having failed:
+  force-deleted, its node lost) counts the same.
 - A failed engine pod is deleted and recreated alone; the trainer is not touched.
 - Every trainer pod Succeeded -> Succeeded; engines and proxy are torn down.
 - `spec.suspend` deletes all pods and the proxy (Suspended); clearing it recreates them.
@@ -394,6 +396,7 @@ class _Decider:
 
     def suspend(self) -> None:
         self.delete(self.trainers)
+        self.st.gang_pods = []
         self.teardown_serving()
         self.st.start_time = None
         self.conds.set(ConditionType.SUSPENDED, True, "JobSuspended", "spec.suspend is true")
@@ -433,9 +436,14 @@ class _Decider:
         current = {p.index: p for p in self.trainers if p.gang == gang}
         self.delete([p for p in self.trainers if p.gang != gang])
         failed = sorted((p for p in current.values() if p.failed), key=lambda p: p.index)
-        if failed:
-            self.trainer_failed(failed, list(current.values()))
+        lost = self.lost_trainers(current)
+        if failed or lost:
+            self.trainer_failed(failed, lost)
             return
+        self.st.gang_pods = sorted(
+            set(self.st.gang_pods)
+            | {p.name for i, p in current.items() if i < spec.trainer.nodes and not p.terminating}
+        )
         nodes = spec.trainer.nodes
         if all(i in current and current[i].succeeded for i in range(nodes)):
             self.finish(True, "TrainerCompleted", f"all {nodes} trainer pods completed")
@@ -460,11 +468,28 @@ class _Decider:
         elif self.st.phase is not JobPhase.RESTARTING:
             self.set_phase(JobPhase.PENDING, f"{ready}/{nodes} trainer pods ready")
 
-    def trainer_failed(self, failed: list[PodInfo], current: list[PodInfo]) -> None:
+    def lost_trainers(self, current: dict[int, PodInfo]) -> list[str]:
+        """Pods of the current gang seen created and now gone, or being deleted, without
+        having failed or succeeded: someone force-deleted them or their node was lost. The
+        operator deletes current-gang pods only when the job suspends or finishes."""
+        by_name = {p.name: p for p in current.values()}
+        lost = []
+        for name in self.st.gang_pods:
+            pod = by_name.get(name)
+            if pod is None or (pod.terminating and not (pod.failed or pod.succeeded)):
+                lost.append(name)
+        return lost
+
+    def trainer_failed(self, failed: list[PodInfo], lost: list[str]) -> None:
         limit = self.spec.failure_policy.max_restarts
-        first = failed[0]
-        why = f"trainer pod {first.name} failed" + (f": {first.reason}" if first.reason else "")
-        self.st.trainer.failed += len(failed)
+        if failed:
+            first = failed[0]
+            why = f"trainer pod {first.name} failed" + (f": {first.reason}" if first.reason else "")
+        else:
+            why = f"trainer pod {lost[0]} was lost (deleted without failing, or its node lost)"
+            self.event("Warning", "TrainerPodLost", why)
+        self.st.trainer.failed += len(failed) + len(lost)
+        self.st.gang_pods = []
         if self.st.restarts < limit:
             # Counted now, deleted next cycle (as an old gang): the count is written first.
             self.st.restarts += 1

@@ -506,3 +506,38 @@ def test_more_than_one_proxy_is_refused_because_sessions_live_in_one_replica() -
     assert proxy["properties"]["replicas"]["maximum"] == 1
     (rule,) = [r for r in proxy["x-kubernetes-validations"] if r["fieldPath"] == ".replicas"]
     assert "one proxy's memory" in rule["message"]
+
+
+def test_a_lost_trainer_pod_restarts_the_gang_and_is_counted_like_a_failed_one() -> None:
+    # The gang was seen created and running...
+    seen = _decide(_job(), pods=_running_pods())
+    assert seen.status.gang_pods == ["job-a-trainer-0", "job-a-trainer-1"]
+    # ...then trainer 1 vanished without failing (force-deleted, node lost).
+    pods = (_pod("trainer", 0), _pod("inference", 0), _pod("inference", 1))
+    plan = _decide(_job(), status=seen.status, pods=pods)
+    assert plan.create_pods == []  # not silently recreated into a half-old gang
+    assert (plan.status.restarts, plan.status.trainer.failed) == (1, 1)
+    assert plan.status.phase is JobPhase.RESTARTING
+    assert "job-a-trainer-1 was lost" in plan.status.message
+    assert [e.reason for e in plan.events] == ["TrainerPodLost", "Restarting"]
+    assert plan.status.gang_pods == []
+    # Next cycle: the old gang's survivor goes; the new gang is not counted as lost.
+    nxt = _decide(_job(), status=plan.status, pods=pods)
+    assert nxt.delete_pods == ["job-a-trainer-0"]
+    assert nxt.status.restarts == 1
+    # A pod being deleted by someone else, not failed, is lost as well.
+    terminating = (_pod("trainer", 0), _pod("trainer", 1, terminating=True))
+    again = _decide(_job(), status=seen.status, pods=terminating)
+    assert again.status.restarts == 1
+
+
+def test_pods_not_yet_created_or_deleted_by_suspend_are_not_lost() -> None:
+    fresh = _decide(_job(), pods=(_pod("trainer", 0),))
+    assert fresh.status.restarts == 0
+    assert fresh.status.gang_pods == ["job-a-trainer-0"]
+    seen = _decide(_job(), pods=_running_pods())
+    suspended = _decide(_job(suspend=True), status=seen.status, pods=_running_pods())
+    assert suspended.status.gang_pods == []
+    resumed = _decide(_job(), status=suspended.status, pods=())
+    assert resumed.status.restarts == 0
+    assert len(resumed.create_pods) == 4

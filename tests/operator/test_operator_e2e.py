@@ -183,6 +183,33 @@ def test_failed_trainer_pod_restarts_the_gang_and_counts_it(
     assert "maxRestarts=1" in failed["message"]
 
 
+def test_a_force_deleted_trainer_pod_restarts_the_gang_and_counts_it(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    """The emulation deletes at once, as a force delete or the pod GC after a lost node does:
+    the pod never passes through Failed."""
+    c = cluster
+    c.create(_job("lost"))
+    before = _uids(_run_all(c, "lost"))
+    c.delete(c.path("v1", "pods", "lost-trainer-1"))
+    wait_for(lambda: _status(c, "lost").get("restarts") == 1, what="restart counted")
+
+    def new_gang() -> bool:
+        trainers = [p for n, p in _pods(c, "lost").items() if "trainer" in n]
+        return len(trainers) == 2 and all(
+            p["metadata"]["labels"]["dressage.io/gang"] == "1" for p in trainers
+        )
+
+    wait_for(new_gang, what="a new gang")
+    after = _uids(_pods(c, "lost"))
+    assert after["lost-trainer-0"] != before["lost-trainer-0"]
+    assert after["lost-engine-0"] == before["lost-engine-0"]
+    status = _status(c, "lost")
+    assert status["trainer"]["failed"] == 1
+    assert "lost-trainer-1 was lost" in status["message"]
+    assert status["restarts"] == 1
+
+
 def test_failed_inference_pod_is_replaced_alone(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
