@@ -197,12 +197,21 @@ class Applied(StrEnum):
     CONFLICT = "conflict"
     """409 on create: the name is still taken (an old pod terminating, or the index lagged)."""
     NOT_OWNED = "not-owned"
-    """An object with the child's name exists and another owner's: left alone."""
+    """An object with the child's name exists and is another owner's (an earlier job of the
+    same name, whose children the garbage collector has yet to delete): left alone, and shown
+    like a refusal until it is gone."""
     REFUSED = "refused"
     """The API server answered with an error (422 Invalid, 403 Forbidden, ...)."""
 
 
 VERB_OF_EVENT = {"create": "FailedCreate", "patch": "FailedUpdate", "delete": "FailedDelete"}
+REASON_NOT_OWNED = "ChildNotOwned"
+
+
+def _event_reason(result: ChildResult) -> str:
+    if result.applied is Applied.NOT_OWNED:
+        return REASON_NOT_OWNED
+    return VERB_OF_EVENT[result.verb]
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,8 @@ class ChildResult:
     """The first field the API server names (`details.causes[].field`), if any."""
 
     def describe(self) -> str:
+        if self.applied is Applied.NOT_OWNED:
+            return f"{self.kind} {self.name} exists and is not this job's: {self.message}"
         text = f"{self.kind} {self.name}: {self.verb} refused (HTTP {self.code}): {self.message}"
         if self.field and self.field not in self.message:
             text += f" (field {self.field})"
@@ -307,8 +318,13 @@ class _Decider:
         self.plan = Plan(status=status, handled_failures=obs.handled_failures)
         self.st = status
         self.conds = _Conditions(status, obs.now, obs.generation)
-        self.trainers = [p for p in obs.pods if p.role == naming.ROLE_TRAINER]
-        self.engines = [p for p in obs.pods if p.role == naming.ROLE_INFERENCE]
+        # Pods with the job's labels but another job's uid are left by an earlier job of the
+        # same name (the garbage collector is deleting them): never adopted, never counted;
+        # their names are not taken over until they are gone.
+        own = [p for p in obs.pods if p.owner_uid == owner.uid]
+        self.foreign = {p.name for p in obs.pods if p.owner_uid != owner.uid}
+        self.trainers = [p for p in own if p.role == naming.ROLE_TRAINER]
+        self.engines = [p for p in own if p.role == naming.ROLE_INFERENCE]
 
     # --- helpers -------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -320,6 +336,12 @@ class _Decider:
             self.event("Warning" if warn else "Normal", phase.value, message)
         self.st.phase = phase
         self.st.message = message
+
+    def create(self, pod: Obj) -> None:
+        if pod["metadata"]["name"] in self.foreign:
+            self.requeue(WAIT_FOR_TERMINATION_SECONDS)
+        else:
+            self.plan.create_pods.append(pod)
 
     def delete(self, pods: list[PodInfo]) -> None:
         for pod in pods:
@@ -453,7 +475,7 @@ class _Decider:
         for pod in children.build_trainer_pods(self.job, self.owner, self.config, gang):
             name = pod["metadata"]["name"]
             if name not in present:
-                self.plan.create_pods.append(pod)
+                self.create(pod)
             elif current.get(int(pod["metadata"]["labels"][naming.LABEL_INDEX])) is None:
                 self.requeue(WAIT_FOR_TERMINATION_SECONDS)  # an old gang's pod is going away
         if self.st.start_time is None:
@@ -466,7 +488,13 @@ class _Decider:
         if ready >= nodes:
             self.set_phase(JobPhase.RUNNING, f"{nodes}/{nodes} trainer pods running")
         elif self.st.phase is not JobPhase.RESTARTING:
-            self.set_phase(JobPhase.PENDING, f"{ready}/{nodes} trainer pods ready")
+            message = f"{ready}/{nodes} trainer pods ready"
+            if self.foreign:
+                message += (
+                    f"; waiting for {len(self.foreign)} pods of an earlier job of this name "
+                    "to be deleted"
+                )
+            self.set_phase(JobPhase.PENDING, message)
 
     def lost_trainers(self, current: dict[int, PodInfo]) -> list[str]:
         """Pods of the current gang seen created and now gone, or being deleted, without
@@ -513,7 +541,7 @@ class _Decider:
             name = pod["metadata"]["name"]
             seen = by_name.get(name)
             if seen is None:
-                self.plan.create_pods.append(pod)
+                self.create(pod)
             elif (seen.failed or seen.succeeded) and not seen.terminating:
                 if seen.uid not in handled:
                     handled.add(seen.uid)
@@ -588,14 +616,15 @@ def settle(
             refused_cycles=0,
         )
     conds = _Conditions(status, obs.now, obs.generation)
-    refused = [r for r in results if r.applied is Applied.REFUSED]
+    refused = [r for r in results if r.applied in (Applied.REFUSED, Applied.NOT_OWNED)]
     conflicted = any(r.applied is Applied.CONFLICT for r in results)
     if refused:
         message = "; ".join(r.describe() for r in refused)
         previous = conds.get(ConditionType.CHILDREN_APPLIED)
         if previous is None or previous.status != "False" or previous.message != message:
-            events += [Event("Warning", VERB_OF_EVENT[r.verb], r.describe()) for r in refused]
-        conds.set(ConditionType.CHILDREN_APPLIED, False, f"{refused[0].kind}Refused", message)
+            events += [Event("Warning", _event_reason(r), r.describe()) for r in refused]
+        how = "NotOwned" if refused[0].applied is Applied.NOT_OWNED else "Refused"
+        conds.set(ConditionType.CHILDREN_APPLIED, False, f"{refused[0].kind}{how}", message)
     else:
         conds.set(ConditionType.CHILDREN_APPLIED, True, "Applied")
 
@@ -603,7 +632,8 @@ def settle(
     if plan.ensure_infrastructure:
         infra = {"ConfigMap", "Service", "NetworkPolicy"}
         failed = any(
-            r.kind in infra and r.applied in (Applied.REFUSED, Applied.CONFLICT) for r in results
+            r.kind in infra and r.applied in (Applied.REFUSED, Applied.CONFLICT, Applied.NOT_OWNED)
+            for r in results
         )
         checked = (-1, None) if failed else (obs.generation, obs.now)
 

@@ -66,6 +66,7 @@ def _pod(role: str, index: int, phase: str = "Running", gang: int = 0, **kw: obj
         "phase": phase,
         "ready": phase == "Running",
         "terminating": False,
+        "owner_uid": OWNER.uid,
     }
     fields.update(kw)
     return PodInfo(**fields)  # type: ignore[arg-type]
@@ -541,3 +542,54 @@ def test_pods_not_yet_created_or_deleted_by_suspend_are_not_lost() -> None:
     resumed = _decide(_job(), status=suspended.status, pods=())
     assert resumed.status.restarts == 0
     assert len(resumed.create_pods) == 4
+
+
+def test_pods_of_an_earlier_job_with_the_same_name_are_never_adopted() -> None:
+    """A job deleted and recreated under the same name: the old job's pods (another uid in
+    their owner reference) carry the same labels and names until the garbage collector
+    deletes them. They are not counted (old Succeeded trainers do not finish the new job) and
+    their names are not created over; the job waits."""
+    old = tuple(
+        _pod(role, i, phase, owner_uid="old-uid")
+        for role, i, phase in (
+            ("trainer", 0, "Succeeded"),
+            ("trainer", 1, "Succeeded"),
+            ("inference", 0, "Running"),
+        )
+    )
+    plan = _decide(_job(), pods=old)
+    assert plan.status.phase is JobPhase.PENDING
+    assert "earlier job of this name" in plan.status.message
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["job-a-engine-1"]
+    assert plan.delete_pods == []
+    assert plan.requeue_after is not None
+    assert plan.requeue_after <= 2
+    assert (plan.status.trainer.ready, plan.status.inference.ready) == (0, 0)
+    # Once they are gone the job creates its own.
+    assert len(_decide(_job(), status=plan.status, pods=()).create_pods) == 4
+    info = pod_info(
+        {
+            "metadata": {
+                "name": "job-a-trainer-0",
+                "labels": {"dressage.io/job": "job-a", "dressage.io/role": "trainer"},
+                "ownerReferences": [{"uid": "old-uid", "controller": True}],
+            }
+        }
+    )
+    assert info is not None
+    assert info.owner_uid == "old-uid"
+
+
+def test_a_child_owned_by_someone_else_blocks_like_a_refusal() -> None:
+    obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW)
+    plan = decide(_job(), OWNER, CONFIG, obs)
+    foreign = ChildResult(
+        "ConfigMap", "job-a-config", "create", Applied.NOT_OWNED, message="owned by uid old"
+    )
+    out = settle(plan, obs, CONFIG, [foreign])
+    status, reason, message = _cond(out.status, "ChildrenApplied")
+    assert (status, reason) == ("False", "ConfigMapNotOwned")
+    assert "job-a-config exists and is not this job's: owned by uid old" in message
+    assert out.infrastructure_checked == (-1, None)
+    assert out.result == "refused"
+    assert [e.reason for e in out.events] == ["ChildNotOwned"]

@@ -469,3 +469,61 @@ def test_in_a_restricted_namespace_the_pods_are_admitted_and_a_relaxed_role_is_r
         assert sorted(_pods(c, "relaxed")) == ["relaxed-trainer-0", "relaxed-trainer-1"]
     finally:
         c.label_namespace({ENFORCE_LABEL: None})
+
+
+def test_a_job_recreated_under_the_same_name_never_adopts_the_earlier_jobs_children(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    """The earlier job's children (its uid in their owner reference) are still there, as
+    while the garbage collector works through them: the new job leaves them alone and shows
+    why, and once they are gone it creates its own."""
+    c = cluster
+    old_ref = {
+        "apiVersion": "dressage.io/v1alpha1",
+        "kind": "AsyncRLJob",
+        "name": "reborn",
+        "uid": "uid-of-the-earlier-job",
+        "controller": True,
+    }
+    labels = {"dressage.io/job": "reborn", "dressage.io/role": "trainer", "dressage.io/gang": "0"}
+    meta = {"labels": labels, "ownerReferences": [old_ref]}
+    c.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "reborn-config", **meta},
+            "data": {"job.yaml": "old"},
+        }
+    )
+    for i in range(2):
+        pod_meta = {"name": f"reborn-trainer-{i}", **meta}
+        pod_meta["labels"] = {**labels, "dressage.io/index": str(i)}
+        spec = {"containers": [{"name": "trainer", "image": "old:1"}]}
+        c.create({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec})
+        _set_phase(c, f"reborn-trainer-{i}", "Succeeded")
+    old_uids = _uids(_pods(c, "reborn"))
+    job = c.create(_job("reborn"))
+
+    def applied() -> dict[str, Any]:
+        conds = {x["type"]: x for x in _status(c, "reborn").get("conditions", [])}
+        return conds.get("ChildrenApplied", {})
+
+    cond = wait_for(lambda: applied().get("status") == "False" and applied(), what="NotOwned")
+    assert cond["reason"] == "ConfigMapNotOwned"
+    assert "uid-of-the-earlier-job" in cond["message"]
+    assert _status(c, "reborn")["phase"] == "Pending"  # the old Succeeded pods do not count
+    assert _uids(_pods(c, "reborn")) == old_uids
+    configmap = c.get(c.path("v1", "configmaps", "reborn-config"))
+    assert configmap is not None
+    assert configmap["data"] == {"job.yaml": "old"}
+
+    # The garbage collector deletes the earlier job's children.
+    c.delete(c.path("v1", "configmaps", "reborn-config"))
+    for name in old_uids:
+        c.delete(c.path("v1", "pods", name))
+    wait_for(lambda: len(_pods(c, "reborn")) == 4, what="the new job's own pods")
+    for obj in [*_pods(c, "reborn").values(), c.get(c.path("v1", "configmaps", "reborn-config"))]:
+        assert obj is not None
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    wait_for(lambda: applied().get("status") == "True", what="ChildrenApplied=True")
+    c.delete(c.path("v1", "configmaps", "reborn-config"))
