@@ -73,8 +73,15 @@ SPEC_RULES: list[Schema] = [
 # Transition rules: fields that cannot change once the job exists.
 MODEL_RULES: list[Schema] = [
     {
-        "rule": "self.source == oldSelf.source",
-        "message": "model.source is immutable: the checkpoints of a job belong to one model",
+        "rule": (
+            "self.source == oldSelf.source"
+            " && has(self.revision) == has(oldSelf.revision)"
+            " && (!has(self.revision) || self.revision == oldSelf.revision)"
+        ),
+        "message": (
+            "model.source and model.revision are immutable: the checkpoints of a job belong "
+            "to one model"
+        ),
         "fieldPath": ".source",
     },
 ]

@@ -230,7 +230,7 @@ class ModelSpec(ApiModel):
     or `builtin:tiny` for the small model the project builds offline."""
     revision: str | None = Field(default=None, min_length=1)
     """Hub revision (branch, tag or commit) of a Hugging Face `source`; unset: the default
-    branch."""
+    branch. Immutable while the job exists."""
     token_secret: SecretKeySelector | None = None
     """Secret key holding a Hugging Face token (`HF_TOKEN`) for gated or private models; only
     the model-staging step receives it."""
