@@ -596,6 +596,9 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
             "metadata": _meta(job, owner, name, naming.ROLE_PROXY),
             "spec": {
                 "replicas": proxy.replicas,
+                # Sessions live in the proxy's memory: a rolling update would run an old and a
+                # new proxy side by side behind the Service and split sessions between them.
+                "strategy": {"type": "Recreate"},
                 "selector": {"matchLabels": naming.selector(owner.name, naming.ROLE_PROXY)},
                 "template": {
                     "metadata": pod_meta,

@@ -115,6 +115,8 @@ def test_engines_and_proxy_flags() -> None:
     assert engine["spec"]["restartPolicy"] == "Always"
     proxy = children.build_proxy_deployment(job, OWNER, CONFIG)
     assert proxy["spec"]["replicas"] == 1
+    # One proxy at a time, also while its template rolls out: sessions live in its memory.
+    assert proxy["spec"]["strategy"] == {"type": "Recreate"}
     pcmd = proxy["spec"]["template"]["spec"]["containers"][0]["command"]
     assert pcmd[:4] == ["python", "-m", "dressage", "proxy"]
     assert pcmd[pcmd.index("--engine-urls") + 1].count(",") == 3
