@@ -366,6 +366,7 @@ def _refused(kind: str, name: str, verb: str, exc: KubeError) -> ChildResult:
 
 
 def _owned(live: children.Obj, owner: children.Owner) -> bool:
+    """Whether an existing object is this job's child (its uid, not just its name)."""
     refs = live.get("metadata", {}).get("ownerReferences") or []
     return any(ref.get("uid") == owner.uid for ref in refs)
 
@@ -387,8 +388,8 @@ async def _ensure(
         if live is None:
             await kube.create(desired)
             return ChildResult(kind, name, verb, Applied.CREATED)
-        refs = live.get("metadata", {}).get("ownerReferences") or []
-        if not any(ref.get("uid") == owner.uid for ref in refs):
+        if not _owned(live, owner):
+            refs = live.get("metadata", {}).get("ownerReferences") or []
             owners = ", ".join(f"{r.get('kind')} uid {r.get('uid')}" for r in refs) or "none"
             message = f"owned by {owners}, not by uid {owner.uid}; left alone until it is deleted"
             return ChildResult(kind, name, verb, Applied.NOT_OWNED, message=message)
