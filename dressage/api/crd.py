@@ -20,7 +20,14 @@ from typing import Any
 
 import yaml
 
-from dressage.api.job import API_GROUP, API_VERSION, KIND, PLURAL, AsyncRLJobSpec
+from dressage.api.job import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    MAX_PROXY_REPLICAS,
+    PLURAL,
+    AsyncRLJobSpec,
+)
 from dressage.api.status import AsyncRLJobStatus
 
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
@@ -66,8 +73,15 @@ SPEC_RULES: list[Schema] = [
 # Transition rules: fields that cannot change once the job exists.
 MODEL_RULES: list[Schema] = [
     {
-        "rule": "self.source == oldSelf.source",
-        "message": "model.source is immutable: the checkpoints of a job belong to one model",
+        "rule": (
+            "self.source == oldSelf.source"
+            " && has(self.revision) == has(oldSelf.revision)"
+            " && (!has(self.revision) || self.revision == oldSelf.revision)"
+        ),
+        "message": (
+            "model.source and model.revision are immutable: the checkpoints of a job belong "
+            "to one model"
+        ),
         "fieldPath": ".source",
     },
 ]
@@ -80,6 +94,28 @@ STORAGE_RULES: list[Schema] = [
         ),
         "message": "storage.persistentVolumeClaim is immutable: checkpoints live there",
         "fieldPath": ".persistentVolumeClaim",
+    },
+]
+PROXY_RULES: list[Schema] = [
+    {
+        "rule": f"!has(self.replicas) || self.replicas <= {MAX_PROXY_REPLICAS}",
+        "message": (
+            f"proxy.replicas: at most {MAX_PROXY_REPLICAS} is supported: a session lives in "
+            "one proxy's memory and the proxy Service would spread its requests over replicas"
+        ),
+        "fieldPath": ".replicas",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": (
+            "has(self.tokenSecret) == has(oldSelf.tokenSecret)"
+            " && (!has(self.tokenSecret) || self.tokenSecret == oldSelf.tokenSecret)"
+        ),
+        "message": (
+            "proxy.tokenSecret is immutable: the running trainer pods send the token they "
+            "started with"
+        ),
+        "fieldPath": ".tokenSecret",
     },
 ]
 ROOT_RULES: list[Schema] = [
@@ -220,6 +256,7 @@ def spec_schema() -> Schema:
     spec["x-kubernetes-validations"] = copy.deepcopy(SPEC_RULES)
     spec["properties"]["model"]["x-kubernetes-validations"] = copy.deepcopy(MODEL_RULES)
     spec["properties"]["storage"]["x-kubernetes-validations"] = copy.deepcopy(STORAGE_RULES)
+    spec["properties"]["proxy"]["x-kubernetes-validations"] = copy.deepcopy(PROXY_RULES)
     return spec
 
 

@@ -42,10 +42,14 @@ OPERATOR_ENV = frozenset(
         "DRESSAGE_METRICS_PORT",
         "DRESSAGE_WORKDIR",
         "DRESSAGE_ROLLOUT_MAX_RETRIES",
+        "HOME",
+        "DRESSAGE_PROXY_TOKEN",
     }
 )
-"""Environment variables the operator (or torchrun) sets in a job's pods: the rendezvous and
-the wiring between trainer, engines and proxy. A job's `template.env` cannot override them."""
+"""Environment variables the operator (or torchrun) sets in a job's pods: the rendezvous, the
+wiring between trainer, engines and proxy, the engines' writable home and the proxy token
+(from `proxy.tokenSecret`, never a plain value that would land in the job's ConfigMap). A job's
+`template.env` cannot override them."""
 OPERATOR_ENGINE_FLAGS = {
     "--model-path": "set spec.model.source",
     "--model": "set spec.model.source",
@@ -105,6 +109,29 @@ def _engine_arg(arg: str) -> str:
     return arg
 
 
+MAX_PROXY_REPLICAS = 1
+"""A session (its turns, its finalize and its segment reads) lives in one proxy's memory and the
+proxy Service does not route a session's requests to one replica, so a job runs one proxy."""
+
+
+def _proxy_replicas(replicas: int) -> int:
+    if replicas > MAX_PROXY_REPLICAS:
+        raise PydanticCustomError(
+            "proxy_replicas",
+            "{replicas} proxy replicas: at most {limit} is supported, because a session lives "
+            "in one proxy's memory and the proxy Service would send its turns, finalize and "
+            "segment reads to different replicas; raise proxy.maxConcurrency instead",
+            {"replicas": replicas, "limit": MAX_PROXY_REPLICAS},
+        )
+    return replicas
+
+
+ProxyReplicas = Annotated[
+    int,
+    Field(ge=1),
+    AfterValidator(_proxy_replicas),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_PROXY_REPLICAS}),
+]
 Quantity = Annotated[
     str,
     AfterValidator(_quantity),
@@ -116,6 +143,24 @@ EnvVarName = Annotated[
     WithJsonSchema({"type": "string", "minLength": 1, "pattern": ENV_VAR_NAME_PATTERN}),
 ]
 EngineArg = Annotated[str, AfterValidator(_engine_arg)]
+
+RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
+"""The only capability the Restricted Pod Security Standard lets a container add."""
+
+
+def _volume(volume: dict[str, Any]) -> dict[str, Any]:
+    if "hostPath" in volume:
+        raise PydanticCustomError(
+            "host_path_volume",
+            "volume '{name}' is a hostPath volume: a job's pods do not mount node directories "
+            "(the Baseline and Restricted Pod Security Standards forbid it); use the job's "
+            "storage, a persistentVolumeClaim or an emptyDir",
+            {"name": volume.get("name", "")},
+        )
+    return volume
+
+
+Volume = Annotated[dict[str, Any], AfterValidator(_volume)]
 ImageRef = Annotated[str, Field(pattern=r"^\S+$")]
 """A container image reference: no whitespace anywhere."""
 
@@ -185,7 +230,7 @@ class ModelSpec(ApiModel):
     or `builtin:tiny` for the small model the project builds offline."""
     revision: str | None = Field(default=None, min_length=1)
     """Hub revision (branch, tag or commit) of a Hugging Face `source`; unset: the default
-    branch."""
+    branch. Immutable while the job exists."""
     token_secret: SecretKeySelector | None = None
     """Secret key holding a Hugging Face token (`HF_TOKEN`) for gated or private models; only
     the model-staging step receives it."""
@@ -257,6 +302,40 @@ class EnvVar(ApiModel):
     """Variable value."""
 
 
+class PodSecuritySpec(ApiModel):
+    """How strictly one role's pods are locked down."""
+
+    profile: Literal["restricted", "baseline"] = "restricted"
+    """`restricted` (the default) meets the Restricted Pod Security Standard: the pods run as
+    `runAsUser` (never root), with no privilege escalation, every capability dropped, the
+    RuntimeDefault seccomp profile and no service-account token. `baseline` is the explicit
+    relaxation for GPU images that must run as their own user (often root, e.g. SGLang's
+    upstream images) or need capabilities: the image's user, the runtime's default
+    capabilities plus `addCapabilities`, privilege escalation allowed; seccomp RuntimeDefault
+    and no service-account token stay. Its pods need a namespace whose
+    `pod-security.kubernetes.io/enforce` level is `baseline` (`privileged` for a capability
+    outside Baseline's list, such as `IPC_LOCK` for RDMA)."""
+    run_as_user: int = Field(default=1000, ge=1)
+    """UID of the containers under `restricted` (the runtime images' user)."""
+    fs_group: int = Field(default=1000, ge=0)
+    """Group that the kubelet gives the job's storage to, so `runAsUser` can write it."""
+    add_capabilities: list[Annotated[str, Field(pattern=r"^[A-Z_]+$")]] = Field(
+        default_factory=list
+    )
+    """Linux capabilities added to the main container (`IPC_LOCK`, ...); under `restricted`
+    only `NET_BIND_SERVICE`."""
+
+    @model_validator(mode="after")
+    def _check_capabilities(self) -> PodSecuritySpec:
+        extra = sorted(set(self.add_capabilities) - RESTRICTED_CAPABILITIES)
+        if self.profile == "restricted" and extra:
+            raise ValueError(
+                f"addCapabilities {extra} are not allowed under the restricted profile "
+                "(only NET_BIND_SERVICE): set profile to 'baseline'"
+            )
+        return self
+
+
 class PodTemplateOverrides(ApiModel):
     """Pod-level settings merged into the pods the operator creates for one role."""
 
@@ -272,14 +351,16 @@ class PodTemplateOverrides(ApiModel):
     """Names of image pull secrets."""
     env: list[EnvVar] = Field(default_factory=list)
     """Extra environment variables for the main container."""
-    volumes: list[dict[str, Any]] = Field(default_factory=list)
-    """Extra volumes, passed through unchanged."""
+    volumes: list[Volume] = Field(default_factory=list)
+    """Extra volumes, passed through unchanged; `hostPath` volumes are refused."""
     volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
     """Extra volume mounts of the main container."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra pod labels."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Extra pod annotations."""
+    security: PodSecuritySpec = Field(default_factory=PodSecuritySpec)
+    """Pod security: the Restricted Pod Security Standard unless relaxed explicitly."""
 
 
 class TrainerSpec(ApiModel):
@@ -322,8 +403,11 @@ class InferenceSpec(ApiModel):
 class ProxySpec(ApiModel):
     """The rollout proxy between agents and engines."""
 
-    replicas: int = Field(default=1, ge=1)
-    """Number of proxy pods behind the proxy Service."""
+    replicas: ProxyReplicas = 1
+    """Number of proxy pods behind the proxy Service: 1. A session's turns, finalize and
+    segment reads must reach the proxy that holds it in memory, and the ClusterIP Service does
+    not route them to one replica, so more than one is refused until the proxy has sticky
+    routing; one proxy serves `maxConcurrency` generations."""
     image: ImageRef | None = None
     """Proxy image; defaults to the runtime image of the operator's release."""
     partial_rollout: bool = False
@@ -336,6 +420,11 @@ class ProxySpec(ApiModel):
     (`--mask-nonlast-version-tokens`)."""
     max_concurrency: int = Field(default=256, ge=1)
     """Concurrent generations the proxy admits before answering 429."""
+    token_secret: SecretKeySelector | None = None
+    """Secret key holding the proxy's bearer token. When set, the proxy requires it on every
+    request and the trainer pods send it (both read it as `DRESSAGE_PROXY_TOKEN` from the
+    Secret when they start; the operator never reads it). Unset: the proxy is open to whoever
+    can reach its Service. Immutable while the job exists."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     """Container resources of a proxy pod."""
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
@@ -399,7 +488,11 @@ class StorageSpec(ApiModel):
     """Shared storage for checkpoints and weight sync between trainer and engines."""
 
     persistent_volume_claim: str | None = None
-    """Name of an existing ReadWriteMany PVC; unset uses an emptyDir (single-node only)."""
+    """Name of an existing ReadWriteMany PersistentVolumeClaim, mounted in every pod of the job.
+    Required on a cluster, where the trainer, the engines and the proxy are separate pods: the
+    staged model, the weights the trainer publishes for the engines to load and the
+    checkpoints live there (the operator refuses a job without one). `dressage run` ignores
+    it."""
     mount_path: str = "/dressage"
     """Where the storage is mounted in every pod."""
     size: str = "100Gi"

@@ -119,6 +119,9 @@ class AsyncRLJobStatus(ApiModel):
     """Proxy pods."""
     restarts: int = 0
     """Trainer gang restarts so far (limited by `spec.failurePolicy.maxRestarts`)."""
+    gang_pods: list[str] = Field(default_factory=list)
+    """Trainer pods of the current gang seen created: one of them gone without having failed
+    (force-deleted, its node lost) restarts the gang like a failed one."""
     staleness: StalenessStatus = Field(default_factory=StalenessStatus)
     """Staleness figures from the job's metrics."""
     start_time: str | None = None

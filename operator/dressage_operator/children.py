@@ -14,6 +14,10 @@ Roles and how they are wired:
 - proxy: a Deployment `<job>-proxy` behind a ClusterIP Service `<job>-proxy`.
 - config: a ConfigMap `<job>-config` with the job manifest (`job.yaml`) the runtime loads with
   `dressage.api.load_job`.
+- model staging: when `spec.model.source` is a Hugging Face id, every pod that reads the model
+  (trainer, engines, proxy) starts with a `stage-model` init container that downloads it once
+  onto the job's storage (`ModelSpec.staged_path`); the token Secret reaches only that init
+  container. `dressage stage-model` is atomic and a no-op once staged, so the pods can race.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from dressage.api.job import (
     API_GROUP,
     API_VERSION,
     KIND,
+    STAGED_MODELS_DIR,
     AsyncRLJob,
     ObjectMeta,
+    PodSecuritySpec,
     PodTemplateOverrides,
     ResourceRequirements,
 )
@@ -40,6 +46,12 @@ from dressage_operator.config import OperatorConfig
 
 Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
+ENGINE_HOME = "/home/dressage"
+"""The engines' `HOME`, an emptyDir: SGLang and its kernels cache there, and the SGLang image
+has no home directory for the non-root user the pods run as."""
+STAGE_MODEL_CONTAINER = "stage-model"
+STAGING_TOKEN_ENV = "HF_TOKEN"
+"""What `dressage stage-model` reads the Hugging Face token from (`dressage.model.staging`)."""
 INITIAL_WEIGHT_VERSION = INITIAL_VERSION
 """Weight version the engines report before the trainer publishes any: the trainer's own label
 of its initial weights (`dressage.data.versions`), so a fresh engine is never mistaken for a
@@ -112,6 +124,8 @@ def _resources(res: ResourceRequirements, gpus: int) -> Obj:
 
 def _volumes(job: AsyncRLJob, owner: Owner) -> tuple[list[Obj], list[Obj]]:
     storage = job.spec.storage
+    # The operator refuses a job without a claim (`decide.cluster_errors`); the emptyDir only
+    # keeps the builders total.
     if storage.persistent_volume_claim:
         storage_volume: Obj = {
             "name": "storage",
@@ -132,15 +146,121 @@ def _volumes(job: AsyncRLJob, owner: Owner) -> tuple[list[Obj], list[Obj]]:
     return volumes, mounts
 
 
-def _env(pairs: dict[str, str], template: PodTemplateOverrides) -> list[Obj]:
+def model_path(job: AsyncRLJob) -> str:
+    """Where every pod of the job reads the initial model: the staged copy of a hub id on the
+    job's storage, else `spec.model.source` itself."""
+    return job.spec.model.staged_path(job.spec.storage.mount_path)
+
+
+def proxy_model(job: AsyncRLJob) -> str:
+    """The proxy's `--model` (its chat tokenizer reads `tokenizer.json` from it): a local
+    `spec.model.tokenizer`, else the model directory; never a hub id (the job's validation
+    refuses a hub-id tokenizer)."""
+    return job.spec.model.tokenizer or model_path(job)
+
+
+def staging_init_containers(job: AsyncRLJob, config: OperatorConfig) -> list[Obj]:
+    """The `stage-model` init container of a pod that reads the model; none when the source
+    is a path or a built-in. It runs the trainer's image (a Dressage runtime image, also on
+    engine pods whose SGLang image lacks Dressage) and mounts only the job's storage; the
+    Hugging Face token comes from `spec.model.tokenSecret` and reaches no other container."""
+    spec = job.spec
+    model = spec.model
+    if not model.is_hub_id:
+        return []
+    command = [
+        "python",
+        "-m",
+        "dressage",
+        "stage-model",
+        "--source",
+        model.source,
+        "--dest",
+        model_path(job),
+    ]
+    if model.revision:
+        command += ["--revision", model.revision]
+    mount = spec.storage.mount_path.rstrip("/")
+    # The hub client's own cache and lock files go to the shared storage too: the image's
+    # home directory may not exist for the pods' user.
+    env: list[Obj] = [{"name": "HF_HOME", "value": f"{mount}/{STAGED_MODELS_DIR}/.hf-home"}]
+    if model.token_secret is not None:
+        env.append(
+            {
+                "name": STAGING_TOKEN_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": model.token_secret.name,
+                        "key": model.token_secret.key,
+                    }
+                },
+            }
+        )
+    return [
+        {
+            "name": STAGE_MODEL_CONTAINER,
+            "image": spec.trainer.image or config.runtime_image,
+            "command": command,
+            "env": env,
+            "volumeMounts": [{"name": "storage", "mountPath": spec.storage.mount_path}],
+        }
+    ]
+
+
+PROXY_TOKEN_ENV = "DRESSAGE_PROXY_TOKEN"
+"""What `dressage proxy` and `dressage train` read the proxy's bearer token from."""
+
+
+def proxy_token_env(job: AsyncRLJob) -> list[Obj]:
+    """`DRESSAGE_PROXY_TOKEN` from `spec.proxy.tokenSecret`, for the proxy and the trainer
+    pods only (engines never see it); nothing when the proxy is open."""
+    secret = job.spec.proxy.token_secret
+    if secret is None:
+        return []
+    ref = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
+    return [{"name": PROXY_TOKEN_ENV, "valueFrom": ref}]
+
+
+def _env(
+    pairs: dict[str, str], template: PodTemplateOverrides, secrets: list[Obj] | None = None
+) -> list[Obj]:
     env = [{"name": k, "value": v} for k, v in pairs.items()]
+    env += secrets or []
     env += [{"name": e.name, "value": e.value} for e in template.env]
     return env
+
+
+def pod_security_context(security: PodSecuritySpec) -> Obj:
+    """The pod's security context: the Restricted Pod Security Standard's pod-level settings
+    unless the role is relaxed to `baseline` (then the image's own user). The kubelet makes the
+    job's storage group-owned by `fsGroup` so the pods' user can write it (only on a mismatch:
+    a large claim is not walked at every start)."""
+    context: Obj = {
+        "fsGroup": security.fs_group,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if security.profile == "restricted":
+        context.update(runAsNonRoot=True, runAsUser=security.run_as_user)
+    return context
+
+
+def container_security_context(security: PodSecuritySpec, with_capabilities: bool = True) -> Obj:
+    """A container's security context: no privilege escalation and every capability dropped
+    (`restricted`), plus the role's `addCapabilities` on the main container."""
+    add = sorted(security.add_capabilities) if with_capabilities else []
+    if security.profile == "restricted":
+        capabilities: Obj = {"drop": ["ALL"]}
+        if add:
+            capabilities["add"] = add
+        return {"allowPrivilegeEscalation": False, "capabilities": capabilities}
+    return {"capabilities": {"add": add}} if add else {}
 
 
 def _pod_spec(
     job: AsyncRLJob,
     owner: Owner,
+    config: OperatorConfig,
     template: PodTemplateOverrides,
     container: Obj,
     restart_policy: str,
@@ -152,7 +272,18 @@ def _pod_spec(
         "containers": [container],
         "volumes": volumes + list(template.volumes),
         "enableServiceLinks": False,
+        "securityContext": pod_security_context(template.security),
+        # The job's pods never talk to the Kubernetes API.
+        "automountServiceAccountToken": False,
     }
+    container["securityContext"] = container_security_context(template.security)
+    init = staging_init_containers(job, config)
+    for init_container in init:
+        init_container["securityContext"] = container_security_context(
+            template.security, with_capabilities=False
+        )
+    if init:
+        spec["initContainers"] = init
     if template.node_selector:
         spec["nodeSelector"] = dict(template.node_selector)
     if template.tolerations:
@@ -174,12 +305,17 @@ def _template_meta(meta: Obj, template: PodTemplateOverrides) -> Obj:
 
 
 def runtime_manifest(job: AsyncRLJob, owner: Owner) -> str:
-    """The job manifest the runtime reads from `/etc/dressage/job.yaml`."""
+    """The job manifest the runtime reads from `/etc/dressage/job.yaml`: the job's spec, with
+    `model.source` naming where the pods read the model (the staged directory of a hub id), so
+    `dressage train` and `dressage proxy` load the staged copy and never the hub."""
+    spec = job.spec.model_copy(
+        update={"model": job.spec.model.model_copy(update={"source": model_path(job)})}
+    )
     clean = AsyncRLJob(
         metadata=ObjectMeta(
             name=owner.name, namespace=owner.namespace, labels=dict(job.metadata.labels)
         ),
-        spec=job.spec,
+        spec=spec,
     )
     return yaml.safe_dump(clean.to_wire(), sort_keys=False)
 
@@ -287,7 +423,7 @@ def build_trainer_pods(
             "name": "trainer",
             "image": trainer.image or config.runtime_image,
             "command": trainer_command(job),
-            "env": _env(trainer_env(job, owner, index), trainer.template),
+            "env": _env(trainer_env(job, owner, index), trainer.template, proxy_token_env(job)),
             "ports": [
                 {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},
                 {"name": "metrics", "containerPort": naming.METRICS_PORT},
@@ -301,7 +437,7 @@ def build_trainer_pods(
             naming.ROLE_TRAINER,
             **{naming.LABEL_INDEX: str(index), naming.LABEL_GANG: str(gang)},
         )
-        spec = _pod_spec(job, owner, trainer.template, container, "Never")
+        spec = _pod_spec(job, owner, config, trainer.template, container, "Never")
         spec["hostname"] = name
         spec["subdomain"] = naming.trainer_service(owner.name)
         pods.append(
@@ -326,7 +462,7 @@ def engine_command(job: AsyncRLJob) -> list[str]:
         "-m",
         "sglang.launch_server",
         "--model-path",
-        spec.model.source,
+        model_path(job),
         "--tp-size",
         str(spec.inference.tensor_parallel_size),
         "--dtype",
@@ -344,6 +480,43 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     return cmd + list(spec.inference.extra_args)
 
 
+ENGINE_GENERATE_CHECK = "/health_generate"
+"""SGLang v0.5.2: `/health` and `/health_generate` are one handler. It answers 503 while the
+server starts, then submits a 1-token generation and polls every second, for up to
+`SGLANG_HEALTH_CHECK_TIMEOUT` (default 20 s), answering 200 once the scheduler responds, so
+even a healthy server takes about 1 s. While generation is paused for a weight update
+(`/pause_generation`) that generation waits: the check blocks, then answers 503."""
+ENGINE_LIVE_CHECK = "/get_model_info"
+"""SGLang v0.5.2: answered by the HTTP process from the tokenizer manager's fields (model
+path, weight version), with no generation and no round trip to the scheduler, so it keeps
+answering during a pause and a weight update. (`/get_server_info` asks the scheduler for its
+internal state, which a weight update can hold up; `/ping` is the SageMaker route.)"""
+ENGINE_STARTUP_PERIOD_SECONDS = 10
+ENGINE_STARTUP_FAILURES = 360
+"""With the period: an hour for the model to load (the HTTP port opens only once the
+scheduler has loaded it) before Kubernetes restarts the engine."""
+ENGINE_GENERATE_TIMEOUT_SECONDS = 30
+"""Above the generation check's own 20 s limit, so the probe sees its answer."""
+
+
+def engine_probes() -> Obj:
+    """The engine container's probes. The startup probe proves generation works (the model
+    loaded and a token came back); liveness and readiness then use an endpoint that keeps
+    answering while generation is paused, so a weight update never makes Kubernetes restart an
+    engine or mark it unready. The proxy does its own generation-aware health checks."""
+    live = {"httpGet": {"path": ENGINE_LIVE_CHECK, "port": "http"}, "timeoutSeconds": 5}
+    return {
+        "startupProbe": {
+            "httpGet": {"path": ENGINE_GENERATE_CHECK, "port": "http"},
+            "periodSeconds": ENGINE_STARTUP_PERIOD_SECONDS,
+            "timeoutSeconds": ENGINE_GENERATE_TIMEOUT_SECONDS,
+            "failureThreshold": ENGINE_STARTUP_FAILURES,
+        },
+        "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 6},
+        "readinessProbe": {**live, "periodSeconds": 10, "failureThreshold": 3},
+    }
+
+
 def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, index: int) -> Obj:
     """One SGLang engine; engines are independent and replaced one by one."""
     inference = job.spec.inference
@@ -352,22 +525,17 @@ def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, inde
         "name": "sglang",
         "image": inference.image or config.sglang_image,
         "command": engine_command(job),
-        "env": _env({"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, inference.template),
+        "env": _env(
+            {"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH, "HOME": ENGINE_HOME}, inference.template
+        ),
         "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
         "resources": _resources(inference.resources, inference.tensor_parallel_size),
-        "readinessProbe": {
-            "httpGet": {"path": "/health", "port": "http"},
-            "periodSeconds": 10,
-            "failureThreshold": 3,
-        },
-        "startupProbe": {
-            "httpGet": {"path": "/health", "port": "http"},
-            "periodSeconds": 10,
-            "failureThreshold": 120,
-        },
+        **engine_probes(),
     }
     meta = _meta(job, owner, name, naming.ROLE_INFERENCE, **{naming.LABEL_INDEX: str(index)})
-    spec = _pod_spec(job, owner, inference.template, container, "Always")
+    spec = _pod_spec(job, owner, config, inference.template, container, "Always")
+    spec["volumes"].append({"name": "home", "emptyDir": {}})
+    container["volumeMounts"].append({"name": "home", "mountPath": ENGINE_HOME})
     spec["hostname"] = name
     spec["subdomain"] = naming.engine_service(owner.name)
     return _finish(
@@ -399,6 +567,8 @@ def proxy_command(job: AsyncRLJob, owner: Owner) -> list[str]:
         str(naming.PROXY_PORT),
         "--engine-urls",
         ",".join(engine_urls(job, owner)),
+        "--model",
+        proxy_model(job),
     ]
 
 
@@ -409,7 +579,9 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
         "name": "proxy",
         "image": proxy.image or config.runtime_image,
         "command": proxy_command(job, owner),
-        "env": _env({"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, proxy.template),
+        "env": _env(
+            {"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, proxy.template, proxy_token_env(job)
+        ),
         "ports": [{"name": "http", "containerPort": naming.PROXY_PORT}],
         "resources": _resources(proxy.resources, 0),
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
@@ -424,10 +596,13 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
             "metadata": _meta(job, owner, name, naming.ROLE_PROXY),
             "spec": {
                 "replicas": proxy.replicas,
+                # Sessions live in the proxy's memory: a rolling update would run an old and a
+                # new proxy side by side behind the Service and split sessions between them.
+                "strategy": {"type": "Recreate"},
                 "selector": {"matchLabels": naming.selector(owner.name, naming.ROLE_PROXY)},
                 "template": {
                     "metadata": pod_meta,
-                    "spec": _pod_spec(job, owner, proxy.template, container, "Always"),
+                    "spec": _pod_spec(job, owner, config, proxy.template, container, "Always"),
                 },
             },
         }
@@ -449,11 +624,46 @@ def build_proxy_service(job: AsyncRLJob, owner: Owner) -> Obj:
     )
 
 
-def build_infrastructure(job: AsyncRLJob, owner: Owner) -> list[Obj]:
-    """Children that live as long as the job: config and Services."""
-    return [
+def build_network_policy(job: AsyncRLJob, owner: Owner) -> Obj:
+    """`<job>-serving`: only the job's own pods (trainer, engines, proxy) reach its engines and
+    its proxy, on any port. Anything else that must reach them (a Prometheus scraping the
+    engines' or the proxy's `/metrics`, an agent outside the job) needs a policy of its own."""
+    return _finish(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": _meta(job, owner, naming.network_policy(owner.name), naming.ROLE_CONFIG),
+            "spec": {
+                "podSelector": {
+                    "matchLabels": {naming.LABEL_JOB: owner.name},
+                    "matchExpressions": [
+                        {
+                            "key": naming.LABEL_ROLE,
+                            "operator": "In",
+                            "values": [naming.ROLE_INFERENCE, naming.ROLE_PROXY],
+                        }
+                    ],
+                },
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {"from": [{"podSelector": {"matchLabels": {naming.LABEL_JOB: owner.name}}}]}
+                ],
+            },
+        }
+    )
+
+
+def build_infrastructure(
+    job: AsyncRLJob, owner: Owner, config: OperatorConfig | None = None
+) -> list[Obj]:
+    """Children that live as long as the job: config, Services and, when the operator is
+    configured for it, the NetworkPolicy of its engines and proxy."""
+    objs = [
         build_config_map(job, owner),
         build_trainer_service(job, owner),
         build_engine_service(job, owner),
         build_proxy_service(job, owner),
     ]
+    if config is not None and config.network_policies:
+        objs.append(build_network_policy(job, owner))
+    return objs

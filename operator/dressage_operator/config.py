@@ -31,6 +31,9 @@ class OperatorConfig:
     rank 0 through the headless Service (`naming.metrics_url`)."""
     metrics_port: int = 8080
     """Port of the operator's own Prometheus `/metrics`; 0 disables the server."""
+    network_policies: bool = False
+    """Give each job a NetworkPolicy that lets only the job's own pods reach its engines and
+    proxy (the chart's `networkPolicy.enabled`)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -45,6 +48,7 @@ class OperatorConfig:
             scrape_timeout_seconds=float(e.get(p + "SCRAPE_TIMEOUT_SECONDS", "3")),
             scrape_url_template=e.get(p + "SCRAPE_URL_TEMPLATE") or None,
             metrics_port=int(e.get(p + "METRICS_PORT", "8080")),
+            network_policies=e.get(p + "NETWORK_POLICIES", "").lower() in ("1", "true", "yes"),
         )
 
     def scrape_url(self, namespace: str, job: str) -> str:

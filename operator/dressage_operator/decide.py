@@ -7,7 +7,9 @@ children to create or delete and what the status becomes. The handlers apply the
 Lifecycle:
 - Pending -> Running when every trainer pod of the current gang is ready.
 - A failed trainer pod fails the whole gang: its pods are deleted and recreated with the next
-  gang number (`status.restarts`), up to `spec.failurePolicy.maxRestarts`; then Failed.
+  gang number (`status.restarts`), up to `spec.failurePolicy.maxRestarts`; then Failed. A
+  lost trainer pod (one of `status.gangPods` gone, or being deleted, without having failed:
+  force-deleted, its node lost) counts the same.
 - A failed engine pod is deleted and recreated alone; the trainer is not touched.
 - Every trainer pod Succeeded -> Succeeded; engines and proxy are torn down.
 - `spec.suspend` deletes all pods and the proxy (Suspended); clearing it recreates them.
@@ -77,18 +79,48 @@ def parse_timestamp(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+def cluster_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
+    """What a valid job model still cannot do on a cluster, where the trainer, the engines and
+    the proxy are separate pods (`dressage run` has none of these limits)."""
+    errors: list[tuple[str, str]] = []
+    if not job.spec.storage.persistent_volume_claim:
+        errors.append(
+            (
+                "spec.storage.persistentVolumeClaim",
+                "required on a cluster: the trainer, the engines and the proxy are separate "
+                "pods that share the model, the weights the trainer publishes and the "
+                "checkpoints through it; name a ReadWriteMany PersistentVolumeClaim",
+            )
+        )
+    model = job.spec.model
+    tokenizer = model.tokenizer
+    if tokenizer and type(model)(source=tokenizer).is_hub_id:
+        errors.append(
+            (
+                "spec.model.tokenizer",
+                f"{tokenizer!r} is a Hugging Face id; only spec.model.source is staged onto "
+                "the job's storage and the proxy needs a local tokenizer.json: leave it unset "
+                "to use the model's own tokenizer, or give a path on the job's storage",
+            )
+        )
+    return errors
+
+
 def spec_errors(
     body: Mapping[str, Any], source: str
 ) -> tuple[AsyncRLJob | None, tuple[tuple[str, str], ...]]:
-    """Validate a job object as read from the API server: the job model, plus the checks the
-    CRD makes with CEL (for API servers that skipped them). Returns the job (None when the
-    model refuses it) and every `(field, message)` at fault."""
+    """Validate a job object as read from the API server: the job model, the checks the CRD
+    makes with CEL (for API servers that skipped them) and what a cluster cannot run
+    (`cluster_errors`). Returns the job (None when the model refuses it) and every
+    `(field, message)` at fault."""
     errors: list[tuple[str, str]] = []
     job = None
     try:
         job = validate_job(dict(body), source)
     except JobValidationError as exc:
         errors += exc.errors
+    if job is not None:
+        errors += cluster_errors(job)
     name = str((body.get("metadata") or {}).get("name", ""))
     if len(name) > MAX_JOB_NAME_LENGTH or not name[:1].isalpha():
         errors.append(
@@ -165,12 +197,21 @@ class Applied(StrEnum):
     CONFLICT = "conflict"
     """409 on create: the name is still taken (an old pod terminating, or the index lagged)."""
     NOT_OWNED = "not-owned"
-    """An object with the child's name exists and another owner's: left alone."""
+    """An object with the child's name exists and is another owner's (an earlier job of the
+    same name, whose children the garbage collector has yet to delete): left alone, and shown
+    like a refusal until it is gone."""
     REFUSED = "refused"
     """The API server answered with an error (422 Invalid, 403 Forbidden, ...)."""
 
 
 VERB_OF_EVENT = {"create": "FailedCreate", "patch": "FailedUpdate", "delete": "FailedDelete"}
+REASON_NOT_OWNED = "ChildNotOwned"
+
+
+def _event_reason(result: ChildResult) -> str:
+    if result.applied is Applied.NOT_OWNED:
+        return REASON_NOT_OWNED
+    return VERB_OF_EVENT[result.verb]
 
 
 @dataclass(frozen=True)
@@ -190,6 +231,8 @@ class ChildResult:
     """The first field the API server names (`details.causes[].field`), if any."""
 
     def describe(self) -> str:
+        if self.applied is Applied.NOT_OWNED:
+            return f"{self.kind} {self.name} exists and is not this job's: {self.message}"
         text = f"{self.kind} {self.name}: {self.verb} refused (HTTP {self.code}): {self.message}"
         if self.field and self.field not in self.message:
             text += f" (field {self.field})"
@@ -275,8 +318,13 @@ class _Decider:
         self.plan = Plan(status=status, handled_failures=obs.handled_failures)
         self.st = status
         self.conds = _Conditions(status, obs.now, obs.generation)
-        self.trainers = [p for p in obs.pods if p.role == naming.ROLE_TRAINER]
-        self.engines = [p for p in obs.pods if p.role == naming.ROLE_INFERENCE]
+        # Pods with the job's labels but another job's uid are left by an earlier job of the
+        # same name (the garbage collector is deleting them): never adopted, never counted;
+        # their names are not taken over until they are gone.
+        own = [p for p in obs.pods if p.owner_uid == owner.uid]
+        self.foreign = {p.name for p in obs.pods if p.owner_uid != owner.uid}
+        self.trainers = [p for p in own if p.role == naming.ROLE_TRAINER]
+        self.engines = [p for p in own if p.role == naming.ROLE_INFERENCE]
 
     # --- helpers -------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -288,6 +336,12 @@ class _Decider:
             self.event("Warning" if warn else "Normal", phase.value, message)
         self.st.phase = phase
         self.st.message = message
+
+    def create(self, pod: Obj) -> None:
+        if pod["metadata"]["name"] in self.foreign:
+            self.requeue(WAIT_FOR_TERMINATION_SECONDS)
+        else:
+            self.plan.create_pods.append(pod)
 
     def delete(self, pods: list[PodInfo]) -> None:
         for pod in pods:
@@ -364,6 +418,7 @@ class _Decider:
 
     def suspend(self) -> None:
         self.delete(self.trainers)
+        self.st.gang_pods = []
         self.teardown_serving()
         self.st.start_time = None
         self.conds.set(ConditionType.SUSPENDED, True, "JobSuspended", "spec.suspend is true")
@@ -403,9 +458,14 @@ class _Decider:
         current = {p.index: p for p in self.trainers if p.gang == gang}
         self.delete([p for p in self.trainers if p.gang != gang])
         failed = sorted((p for p in current.values() if p.failed), key=lambda p: p.index)
-        if failed:
-            self.trainer_failed(failed, list(current.values()))
+        lost = self.lost_trainers(current)
+        if failed or lost:
+            self.trainer_failed(failed, lost)
             return
+        self.st.gang_pods = sorted(
+            set(self.st.gang_pods)
+            | {p.name for i, p in current.items() if i < spec.trainer.nodes and not p.terminating}
+        )
         nodes = spec.trainer.nodes
         if all(i in current and current[i].succeeded for i in range(nodes)):
             self.finish(True, "TrainerCompleted", f"all {nodes} trainer pods completed")
@@ -415,7 +475,7 @@ class _Decider:
         for pod in children.build_trainer_pods(self.job, self.owner, self.config, gang):
             name = pod["metadata"]["name"]
             if name not in present:
-                self.plan.create_pods.append(pod)
+                self.create(pod)
             elif current.get(int(pod["metadata"]["labels"][naming.LABEL_INDEX])) is None:
                 self.requeue(WAIT_FOR_TERMINATION_SECONDS)  # an old gang's pod is going away
         if self.st.start_time is None:
@@ -428,13 +488,36 @@ class _Decider:
         if ready >= nodes:
             self.set_phase(JobPhase.RUNNING, f"{nodes}/{nodes} trainer pods running")
         elif self.st.phase is not JobPhase.RESTARTING:
-            self.set_phase(JobPhase.PENDING, f"{ready}/{nodes} trainer pods ready")
+            message = f"{ready}/{nodes} trainer pods ready"
+            if self.foreign:
+                message += (
+                    f"; waiting for {len(self.foreign)} pods of an earlier job of this name "
+                    "to be deleted"
+                )
+            self.set_phase(JobPhase.PENDING, message)
 
-    def trainer_failed(self, failed: list[PodInfo], current: list[PodInfo]) -> None:
+    def lost_trainers(self, current: dict[int, PodInfo]) -> list[str]:
+        """Pods of the current gang seen created and now gone, or being deleted, without
+        having failed or succeeded: someone force-deleted them or their node was lost. The
+        operator deletes current-gang pods only when the job suspends or finishes."""
+        by_name = {p.name: p for p in current.values()}
+        lost = []
+        for name in self.st.gang_pods:
+            pod = by_name.get(name)
+            if pod is None or (pod.terminating and not (pod.failed or pod.succeeded)):
+                lost.append(name)
+        return lost
+
+    def trainer_failed(self, failed: list[PodInfo], lost: list[str]) -> None:
         limit = self.spec.failure_policy.max_restarts
-        first = failed[0]
-        why = f"trainer pod {first.name} failed" + (f": {first.reason}" if first.reason else "")
-        self.st.trainer.failed += len(failed)
+        if failed:
+            first = failed[0]
+            why = f"trainer pod {first.name} failed" + (f": {first.reason}" if first.reason else "")
+        else:
+            why = f"trainer pod {lost[0]} was lost (deleted without failing, or its node lost)"
+            self.event("Warning", "TrainerPodLost", why)
+        self.st.trainer.failed += len(failed) + len(lost)
+        self.st.gang_pods = []
         if self.st.restarts < limit:
             # Counted now, deleted next cycle (as an old gang): the count is written first.
             self.st.restarts += 1
@@ -458,7 +541,7 @@ class _Decider:
             name = pod["metadata"]["name"]
             seen = by_name.get(name)
             if seen is None:
-                self.plan.create_pods.append(pod)
+                self.create(pod)
             elif (seen.failed or seen.succeeded) and not seen.terminating:
                 if seen.uid not in handled:
                     handled.add(seen.uid)
@@ -533,22 +616,24 @@ def settle(
             refused_cycles=0,
         )
     conds = _Conditions(status, obs.now, obs.generation)
-    refused = [r for r in results if r.applied is Applied.REFUSED]
+    refused = [r for r in results if r.applied in (Applied.REFUSED, Applied.NOT_OWNED)]
     conflicted = any(r.applied is Applied.CONFLICT for r in results)
     if refused:
         message = "; ".join(r.describe() for r in refused)
         previous = conds.get(ConditionType.CHILDREN_APPLIED)
         if previous is None or previous.status != "False" or previous.message != message:
-            events += [Event("Warning", VERB_OF_EVENT[r.verb], r.describe()) for r in refused]
-        conds.set(ConditionType.CHILDREN_APPLIED, False, f"{refused[0].kind}Refused", message)
+            events += [Event("Warning", _event_reason(r), r.describe()) for r in refused]
+        how = "NotOwned" if refused[0].applied is Applied.NOT_OWNED else "Refused"
+        conds.set(ConditionType.CHILDREN_APPLIED, False, f"{refused[0].kind}{how}", message)
     else:
         conds.set(ConditionType.CHILDREN_APPLIED, True, "Applied")
 
     checked = obs.infrastructure_checked
     if plan.ensure_infrastructure:
-        infra = {"ConfigMap", "Service"}
+        infra = {"ConfigMap", "Service", "NetworkPolicy"}
         failed = any(
-            r.kind in infra and r.applied in (Applied.REFUSED, Applied.CONFLICT) for r in results
+            r.kind in infra and r.applied in (Applied.REFUSED, Applied.CONFLICT, Applied.NOT_OWNED)
+            for r in results
         )
         checked = (-1, None) if failed else (obs.generation, obs.now)
 

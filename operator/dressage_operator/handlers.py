@@ -288,11 +288,13 @@ async def reconcile(
     job, errors = spec_errors(body, f"{namespace}/{name}")
     owner = children.Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
     proxy: children.Obj | None = None
+    foreign_proxy = False
     scrape_result: ScrapeResult | None = None
     if job is not None and not errors:
         proxy = await kube.get(
             resource_path("apps/v1", "deployments", namespace, naming.proxy(name))
         )
+        foreign_proxy = proxy is not None and not _owned(proxy, owner)
         if scrape_due(previous, now, state.next_scrape):
             state.next_scrape = now + timedelta(seconds=config.scrape_seconds)
             url = config.scrape_url(namespace, name)
@@ -304,8 +306,10 @@ async def reconcile(
         status=previous,
         now=now,
         pods=tuple(pods.get((namespace, name), ())),
-        proxy_present=proxy is not None,
-        proxy_ready=int(((proxy or {}).get("status") or {}).get("readyReplicas") or 0),
+        proxy_present=proxy is not None and not foreign_proxy,
+        proxy_ready=0
+        if foreign_proxy
+        else int(((proxy or {}).get("status") or {}).get("readyReplicas") or 0),
         handled_failures=state.handled_failures,
         scrape=scrape_result,
         spec_errors=errors,
@@ -328,10 +332,7 @@ async def reconcile(
         if result.applied is Applied.REFUSED:
             logger.warning(result.describe())
         elif result.applied is Applied.NOT_OWNED:
-            logger.warning(
-                f"{result.kind} {namespace}/{result.name} exists and is not owned by this job;"
-                " left alone"
-            )
+            logger.warning(f"{namespace}/{result.describe()}")
     limit = None if job is None else version_span_limit(job.spec)
     runtime.metrics.jobs.update(namespace, name, outcome.status, limit)
     for event in outcome.events:
@@ -364,6 +365,12 @@ def _refused(kind: str, name: str, verb: str, exc: KubeError) -> ChildResult:
     return ChildResult(kind, name, verb, applied, exc.status, exc.message, field)
 
 
+def _owned(live: children.Obj, owner: children.Owner) -> bool:
+    """Whether an existing object is this job's child (its uid, not just its name)."""
+    refs = live.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == owner.uid for ref in refs)
+
+
 async def _ensure(
     kube: Kube,
     desired: children.Obj,
@@ -381,9 +388,11 @@ async def _ensure(
         if live is None:
             await kube.create(desired)
             return ChildResult(kind, name, verb, Applied.CREATED)
-        refs = live.get("metadata", {}).get("ownerReferences") or []
-        if not any(ref.get("uid") == owner.uid for ref in refs):
-            return ChildResult(kind, name, verb, Applied.NOT_OWNED)
+        if not _owned(live, owner):
+            refs = live.get("metadata", {}).get("ownerReferences") or []
+            owners = ", ".join(f"{r.get('kind')} uid {r.get('uid')}" for r in refs) or "none"
+            message = f"owned by {owners}, not by uid {owner.uid}; left alone until it is deleted"
+            return ChildResult(kind, name, verb, Applied.NOT_OWNED, message=message)
         want = desired["metadata"]["annotations"][naming.ANNOTATION_HASH]
         have = (live["metadata"].get("annotations") or {}).get(naming.ANNOTATION_HASH)
         if have == want:
@@ -414,8 +423,11 @@ async def _apply(
     """Make the plan's writes; each answer, refusals included, becomes a `ChildResult`."""
     results: list[ChildResult] = []
     if plan.ensure_infrastructure:
-        for obj in children.build_infrastructure(job, owner):
+        for obj in children.build_infrastructure(job, owner, config):
             results.append(await _ensure(kube, obj, owner))
+    if any(r.applied is Applied.NOT_OWNED for r in results):
+        # An earlier job's ConfigMap or Services: pods started now would mount its config.
+        return results
     if plan.ensure_proxy:
         desired = children.build_proxy_deployment(job, owner, config)
         results.append(await _ensure(kube, desired, owner, live=proxy, fetched=True))

@@ -21,6 +21,7 @@ PLURALS = {
     "Service": "services",
     "ConfigMap": "configmaps",
     "Deployment": "deployments",
+    "NetworkPolicy": "networkpolicies",
     "AsyncRLJob": "asyncrljobs",
 }
 

@@ -60,6 +60,11 @@ def proxy(job: str) -> str:
     return f"{job}-proxy"
 
 
+def network_policy(job: str) -> str:
+    """Name of the NetworkPolicy guarding the job's engines and proxy."""
+    return f"{job}-serving"
+
+
 def trainer_host(job: str, namespace: str, index: int) -> str:
     """DNS name of one trainer pod through the headless trainer Service."""
     return f"{trainer_pod(job, index)}.{trainer_service(job)}.{namespace}.svc"

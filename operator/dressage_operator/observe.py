@@ -24,6 +24,9 @@ class PodInfo:
     terminating: bool
     reason: str = ""
     """Why the pod failed, when it did (pod reason or container termination reason)."""
+    owner_uid: str = ""
+    """uid of the job in the pod's controller owner reference: a pod left by an earlier job
+    of the same name carries that job's uid."""
 
     @property
     def failed(self) -> bool:
@@ -77,4 +80,13 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
         ready=ready,
         terminating=bool(meta.get("deletionTimestamp")),
         reason=failure_reason(status) if phase == "Failed" else "",
+        owner_uid=controller_uid(meta),
     )
+
+
+def controller_uid(meta: Mapping[str, Any]) -> str:
+    """The uid of an object's controller owner reference, "" when it has none."""
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            return str(ref.get("uid", ""))
+    return ""

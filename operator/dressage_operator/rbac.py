@@ -44,6 +44,12 @@ CLUSTER_RULES: Final[list[Rule]] = [
         "resources": ["deployments"],
         "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
+    # The per-job NetworkPolicy of engines and proxy (when the chart's networkPolicy.enabled).
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
     # Events about jobs (kopf posting and phase transitions).
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
     # kopf discovers the API and, cluster-wide, the namespaces it serves.

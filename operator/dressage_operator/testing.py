@@ -25,6 +25,15 @@ and on patch, for this subset of the API server's validation (`refusals`):
   `spec.containers[i].image` (the real server accepts inner spaces; the kubelet then fails
   the pod with `InvalidImageName`, which is not emulated).
 
+In a namespace labelled `pod-security.kubernetes.io/enforce: restricted`
+(`EmulatedCluster.label_namespace`: kmock cannot serve Namespace objects, so the emulation keeps
+namespace labels itself) it also refuses a Pod
+that breaks the Restricted Pod Security Standard (`restricted_violations`: volume types,
+privileged, privilege escalation, capabilities, runAsNonRoot, runAsUser 0, seccomp, host
+namespaces) with 403 `Forbidden`, as the PodSecurity admission does; `baseline` refuses
+hostPath volumes, privileged containers and host namespaces. Deployments are admitted (the
+real admission only warns for them; their pods are the ones refused).
+
 A 422 answer is a `Status` as the API server writes it: `reason: Invalid`, the message
 `<Kind> "<name>" is invalid: <field>: <detail>[, ...]` and one `details.causes[]` entry
 (`reason`, `field`, `message`) per problem.
@@ -69,6 +78,9 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
     "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True),
+    "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(
+        kind="NetworkPolicy", namespaced=True
+    ),
     f"{API_GROUP}/{API_VERSION}/{PLURAL}": kmock.ResourceInfo(
         kind=KIND,
         namespaced=True,
@@ -217,6 +229,107 @@ def pod_spec_refusals(spec: Obj, path: str = "spec") -> list[Cause]:
     return causes
 
 
+ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+RESTRICTED_VOLUME_TYPES = frozenset(
+    {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+)
+
+
+def restricted_violations(spec: Obj, level: str = "restricted") -> list[str]:
+    """What the PodSecurity admission at `level` (`baseline` or `restricted`) finds wrong with
+    a pod spec, worded as it words it; empty when the pod is admitted."""
+    problems: list[str] = []
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    pod_ctx = spec.get("securityContext") or {}
+
+    def ctx(c: Obj) -> Obj:
+        return c.get("securityContext") or {}
+
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(key):
+            problems.append(f"host namespaces ({key}=true)")
+    host_path = [v["name"] for v in spec.get("volumes") or () if "hostPath" in v]
+    if host_path:
+        problems.append(f"hostPath volumes (volumes {', '.join(map(_quote, host_path))})")
+    privileged = [c["name"] for c in containers if ctx(c).get("privileged")]
+    if privileged:
+        names = ", ".join(map(_quote, privileged))
+        problems.append(f"privileged (containers {names} must not set privileged=true)")
+    if level != "restricted":
+        return problems
+    kinds = [
+        v["name"]
+        for v in spec.get("volumes") or ()
+        if not (set(v) - {"name"}) <= RESTRICTED_VOLUME_TYPES and "hostPath" not in v
+    ]
+    if kinds:
+        problems.append(f"restricted volume types (volumes {', '.join(map(_quote, kinds))})")
+    escalating = [
+        c["name"] for c in containers if ctx(c).get("allowPrivilegeEscalation") is not False
+    ]
+    if escalating:
+        problems.append(
+            f"allowPrivilegeEscalation != false (containers {', '.join(map(_quote, escalating))}"
+            " must set securityContext.allowPrivilegeEscalation=false)"
+        )
+    undropped = [
+        c["name"]
+        for c in containers
+        if "ALL" not in ((ctx(c).get("capabilities") or {}).get("drop") or ())
+    ]
+    if undropped:
+        problems.append(
+            f"unrestricted capabilities (containers {', '.join(map(_quote, undropped))} must "
+            'set securityContext.capabilities.drop=["ALL"])'
+        )
+    added = [
+        c["name"]
+        for c in containers
+        if set((ctx(c).get("capabilities") or {}).get("add") or ()) - {"NET_BIND_SERVICE"}
+    ]
+    if added:
+        problems.append(
+            f"unrestricted capabilities (containers {', '.join(map(_quote, added))} must not "
+            "include capabilities other than NET_BIND_SERVICE in securityContext.capabilities.add)"
+        )
+    root_ok = pod_ctx.get("runAsNonRoot") is True
+    as_root = [
+        c["name"]
+        for c in containers
+        if ctx(c).get("runAsNonRoot") is False or not (root_ok or ctx(c).get("runAsNonRoot"))
+    ]
+    if as_root:
+        problems.append(
+            "runAsNonRoot != true (pod or containers "
+            f"{', '.join(map(_quote, as_root))} must set securityContext.runAsNonRoot=true)"
+        )
+    if pod_ctx.get("runAsUser") == 0 or any(ctx(c).get("runAsUser") == 0 for c in containers):
+        problems.append("runAsUser=0 (pod and containers must not set runAsUser=0)")
+    pod_seccomp = (pod_ctx.get("seccompProfile") or {}).get("type")
+    no_seccomp = [
+        c["name"]
+        for c in containers
+        if ((ctx(c).get("seccompProfile") or {}).get("type") or pod_seccomp)
+        not in ("RuntimeDefault", "Localhost")
+    ]
+    if no_seccomp:
+        problems.append(
+            "seccompProfile (pod or containers "
+            f"{', '.join(map(_quote, no_seccomp))} must set securityContext.seccompProfile.type "
+            'to "RuntimeDefault" or "Localhost")'
+        )
+    return problems
+
+
 def refusals(obj: Obj) -> list[Cause]:
     """What the emulated API server refuses in a Pod or a Deployment; nothing for other kinds."""
     kind = obj.get("kind")
@@ -267,6 +380,8 @@ class DressageKube(kmock.KubernetesEmulator):
 
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _inflight: set[int] = attrs.field(factory=set, init=False)
+    namespace_labels: dict[str, dict[str, str]] = attrs.field(factory=dict, init=False)
+    """Labels of each namespace (the Pod Security admission reads the enforce level)."""
 
     async def _handle(self, request: rendering.Request) -> Any:
         # kmock records every request for assertions and matches each new one by scanning that
@@ -312,8 +427,33 @@ class DressageKube(kmock.KubernetesEmulator):
             {"op": "add", "path": "/metadata/resourceVersion", "value": str(next(self._versions))}
         )
 
+    def _enforced_level(self, namespace: str | None) -> str | None:
+        level = self.namespace_labels.get(namespace or "", {}).get(ENFORCE_LABEL)
+        return level if level in ("baseline", "restricted") else None
+
+    def _admit(self, request: rendering.Request) -> None:
+        """The PodSecurity admission of a Pod in an enforcing namespace: 403 Forbidden."""
+        data = request.data
+        kind = str(data.get("kind") or getattr(request.resource, "kind", "") or "")
+        if kind != "Pod":
+            return
+        level = self._enforced_level(request.namespace)
+        if level is None:
+            return
+        problems = restricted_violations(data.get("spec") or {}, level)
+        if problems:
+            name = (data.get("metadata") or {}).get("name", "")
+            raise kmock.KubernetesError(
+                status=403,
+                reason="Forbidden",
+                message=f'pods "{name}" is forbidden: violates PodSecurity "{level}:latest": '
+                + ", ".join(problems),
+                details={"name": name, "kind": "pods"},
+            )
+
     def _on_create(self, request: rendering.Request) -> None:
         _refuse(request.data, request.resource)
+        self._admit(request)
         meta = request.data.setdefault("metadata", {})
         if request.namespace and not meta.get("namespace"):
             meta["namespace"] = request.namespace
@@ -433,6 +573,16 @@ class EmulatedCluster:
         }
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         return path
+
+    def label_namespace(self, labels: Mapping[str, str | None], namespace: str = "") -> None:
+        """Set (or, with None, remove) labels of a namespace, as `kubectl label ns` would."""
+        assert self.emulator is not None
+        current = self.emulator.namespace_labels.setdefault(namespace or self.namespace, {})
+        for key, value in labels.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
 
     # --- user-side verbs over HTTP ---------------------------------------------------------
     def path(self, api_version: str, plural: str, name: str = "") -> str:

@@ -59,6 +59,7 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
         "watchNamespace": "team-a",
         "metrics": {"podMonitor": {"enabled": True}},
     },
+    "network-policies": {"networkPolicy": {"enabled": True}},
     "bring-your-own-rbac": {
         "rbac": {"create": False},
         "serviceAccount": {"create": False, "name": "dressage-sa"},
@@ -242,6 +243,15 @@ def test_default_deployment_runs_one_non_root_operator_watching_all_namespaces()
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["DRESSAGE_OPERATOR_RUNTIME_IMAGE"] == "ghcr.io/dressage/dressage-runtime:0.1.0"
     assert env["DRESSAGE_OPERATOR_SGLANG_IMAGE"] == "ghcr.io/dressage/dressage-sglang:0.1.0"
+    assert env["DRESSAGE_OPERATOR_NETWORK_POLICIES"] == "false"
+
+
+def test_network_policies_are_switched_on_by_one_value(tmp_path: Path) -> None:
+    objects = render(COMBINATIONS["network-policies"], tmp_path)
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert OperatorConfig.from_env(env).network_policies is True
+    assert OperatorConfig.from_env({}).network_policies is False
 
 
 def _rules(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:

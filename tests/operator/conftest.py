@@ -122,6 +122,7 @@ def operator(
         cluster,
         tmp_path_factory.mktemp("kube") / "config",
         DRESSAGE_OPERATOR_METRICS_PORT=str(free_port()),
+        DRESSAGE_OPERATOR_NETWORK_POLICIES="true",
         DRESSAGE_OPERATOR_SCRAPE_URL_TEMPLATE=(
             f"http://127.0.0.1:{metrics_server.port}/{{namespace}}/{{job}}/metrics"
         ),

@@ -14,10 +14,21 @@ import yaml
 from dressage_operator import children, naming
 from dressage_operator.config import OperatorConfig
 from dressage_operator.rbac import CLUSTER_RULES, cluster_role
+from dressage_operator.testing import restricted_violations
+from pydantic import ValidationError
 
 from dressage.api import AsyncRLJob, load_job
-from dressage.api.job import OPERATOR_ENGINE_FLAGS, OPERATOR_ENV
+from dressage.api.job import (
+    OPERATOR_ENGINE_FLAGS,
+    OPERATOR_ENV,
+    PodSecuritySpec,
+    PodTemplateOverrides,
+    SecretKeySelector,
+)
 from dressage.data.versions import INITIAL_VERSION
+from dressage.model import staging
+from dressage.orchestrator import train_cli
+from dressage.proxy import cli as proxy_cli
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 K8S_VERSION = "1.33.0"
@@ -94,7 +105,7 @@ def test_engines_and_proxy_flags() -> None:
     cmd = engine["spec"]["containers"][0]["command"]
     assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
     flags = dict(zip(cmd[3::2], cmd[4::2], strict=False))
-    assert flags["--model-path"] == "Qwen/Qwen3-8B"
+    assert flags["--model-path"] == "/dressage/models/Qwen--Qwen3-8B"
     assert flags["--tp-size"] == "2"
     # A fresh engine reports the trainer's label of its initial weights (the data layer's
     # INITIAL_VERSION; the trainer's side is pinned in test_trainer_step), or the staleness
@@ -103,13 +114,88 @@ def test_engines_and_proxy_flags() -> None:
     assert cmd[-4:] == ["--mem-fraction-static", "0.85", "--context-length", "32768"]
     assert engine["spec"]["restartPolicy"] == "Always"
     proxy = children.build_proxy_deployment(job, OWNER, CONFIG)
-    assert proxy["spec"]["replicas"] == 2
+    assert proxy["spec"]["replicas"] == 1
+    # One proxy at a time, also while its template rolls out: sessions live in its memory.
+    assert proxy["spec"]["strategy"] == {"type": "Recreate"}
     pcmd = proxy["spec"]["template"]["spec"]["containers"][0]["command"]
     assert pcmd[:4] == ["python", "-m", "dressage", "proxy"]
     assert pcmd[pcmd.index("--engine-urls") + 1].count(",") == 3
     config = children.build_config_map(job, OWNER)
     loaded = AsyncRLJob.model_validate(yaml.safe_load(config["data"][naming.CONFIG_KEY]))
-    assert loaded.spec == job.spec
+    # The runtime reads the staged copy of the hub model; the rest of the spec is the job's.
+    assert loaded.spec.model.source == "/dressage/models/Qwen--Qwen3-8B"
+    assert loaded.spec.model_copy(update={"model": job.spec.model}) == job.spec
+
+
+def _hub_job(**model: Any) -> AsyncRLJob:
+    return AsyncRLJob.model_validate(
+        {
+            "metadata": {"name": "job-a"},
+            "spec": {
+                "model": {"source": "meta-llama/Llama-3.1-8B", **model},
+                "storage": {"persistentVolumeClaim": "shared", "mountPath": "/data"},
+            },
+        }
+    )
+
+
+def _pod_specs(job: AsyncRLJob) -> dict[str, dict[str, Any]]:
+    deployment = children.build_proxy_deployment(job, OWNER, CONFIG)
+    return {
+        "trainer": children.build_trainer_pods(job, OWNER, CONFIG, gang=0)[0]["spec"],
+        "engine": children.build_engine_pod(job, OWNER, CONFIG, 0)["spec"],
+        "proxy": deployment["spec"]["template"]["spec"],
+    }
+
+
+def test_a_hub_model_is_staged_before_any_pod_reads_it_and_only_staging_sees_the_token() -> None:
+    job = _hub_job(revision="v1.0", tokenSecret={"name": "hf", "key": "token"})
+    staged = "/data/models/meta-llama--Llama-3.1-8B@v1.0"
+    assert children.model_path(job) == staged
+    for role, spec in _pod_specs(job).items():
+        (init,) = spec["initContainers"]
+        assert init["name"] == children.STAGE_MODEL_CONTAINER, role
+        assert init["command"] == [
+            "python",
+            "-m",
+            "dressage",
+            "stage-model",
+            "--source",
+            "meta-llama/Llama-3.1-8B",
+            "--dest",
+            staged,
+            "--revision",
+            "v1.0",
+        ]
+        assert init["image"] == CONFIG.runtime_image
+        assert init["volumeMounts"] == [{"name": "storage", "mountPath": "/data"}]
+        token = [e for e in init["env"] if e["name"] == staging.TOKEN_ENV]
+        assert token == [
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+        ]
+        for container in spec["containers"]:
+            assert "HF_TOKEN" not in str(container), role
+    specs = _pod_specs(job)
+    engine_cmd = specs["engine"]["containers"][0]["command"]
+    assert engine_cmd[engine_cmd.index("--model-path") + 1] == staged
+    proxy_cmd = specs["proxy"]["containers"][0]["command"]
+    assert proxy_cmd[proxy_cmd.index("--model") + 1] == staged
+    manifest = yaml.safe_load(children.build_config_map(job, OWNER)["data"][naming.CONFIG_KEY])
+    assert manifest["spec"]["model"]["source"] == staged
+    for obj in _all_children(job):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_a_model_on_a_path_is_read_in_place_without_staging() -> None:
+    job = _hub_job()
+    job.spec.model.source = "/data/checkpoints/base"
+    job.spec.model.tokenizer = "/data/tokenizers/base"
+    for spec in _pod_specs(job).values():
+        assert "initContainers" not in spec
+    proxy_cmd = _pod_specs(job)["proxy"]["containers"][0]["command"]
+    assert proxy_cmd[proxy_cmd.index("--model") + 1] == "/data/tokenizers/base"
+    public = _hub_job()
+    assert "HF_TOKEN" not in str(_pod_specs(public)["trainer"]["initContainers"])
 
 
 def test_hash_changes_with_what_the_child_contains_only() -> None:
@@ -117,7 +203,7 @@ def test_hash_changes_with_what_the_child_contains_only() -> None:
     it does not carry (another role's settings) leaves it, so that child is not patched."""
     job = load_job(EXAMPLES[0])
     before = children.build_proxy_deployment(job, OWNER, CONFIG)
-    job.spec.proxy.replicas += 1
+    job.spec.proxy.image = "registry.example/dressage-runtime:other"
     after = children.build_proxy_deployment(job, OWNER, CONFIG)
 
     def hash_of(obj: dict[str, Any]) -> str:
@@ -161,7 +247,12 @@ def test_readme_lists_the_trainer_environment_the_builders_set() -> None:
 def test_readme_lists_the_operator_variables_config_reads() -> None:
     listed = {n for n in ENV_NAME.findall(README.read_text()) if n.startswith("DRESSAGE_OPERATOR_")}
     assert len(listed) == len(dataclasses.fields(OperatorConfig))
-    values = {"PORT": "1234", "SECONDS": "7.5", "TEMPLATE": "http://x/{job}"}
+    values = {
+        "PORT": "1234",
+        "SECONDS": "7.5",
+        "TEMPLATE": "http://x/{job}",
+        "POLICIES": "true",
+    }
     for name in listed:
         value = next((v for k, v in values.items() if name.endswith(k)), "registry/image:1")
         assert OperatorConfig.from_env({name: value}) != OperatorConfig(), f"{name} is not read"
@@ -187,3 +278,109 @@ def test_the_model_reserves_every_variable_and_engine_flag_the_builders_set(
     engine = children.engine_command(job)[3 : -len(job.spec.inference.extra_args) or None]
     flags = {a for a in engine if a.startswith("--")}
     assert flags <= set(OPERATOR_ENGINE_FLAGS)
+
+
+def test_engine_probes_tolerate_model_load_and_weight_update_pauses() -> None:
+    """The startup probe proves a generation works and waits out a long model load; liveness
+    and readiness never hit SGLang's generation check, which blocks while a weight update
+    pauses generation, and no probe times out within the ~1 s that check takes."""
+    job = load_job(EXAMPLES[0].parent / "single-node-gpu.yaml")
+    (container,) = children.build_engine_pod(job, OWNER, CONFIG, 0)["spec"]["containers"]
+    startup = container["startupProbe"]
+    assert startup["httpGet"]["path"] in ("/health", "/health_generate")
+    assert startup["timeoutSeconds"] > 20  # SGLANG_HEALTH_CHECK_TIMEOUT's default
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60
+    for kind in ("livenessProbe", "readinessProbe"):
+        probe = container[kind]
+        assert probe["httpGet"]["path"] not in ("/health", "/health_generate"), kind
+        assert probe.get("timeoutSeconds", 1) > 1, kind
+        assert probe["periodSeconds"] * probe["failureThreshold"] >= 30, kind
+
+
+def test_every_pod_can_write_the_shared_claim_as_the_runtime_user() -> None:
+    job = _hub_job()
+    for role, spec in _pod_specs(job).items():
+        (storage,) = [v for v in spec["volumes"] if v["name"] == "storage"]
+        assert storage["persistentVolumeClaim"] == {"claimName": "shared"}, role
+        assert spec["securityContext"]["fsGroup"] == 1000, role
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_pod_meets_the_restricted_pod_security_standard(example: Path) -> None:
+    job = load_job(example)
+    job.spec.storage.persistent_volume_claim = "shared"
+    for role, spec in _pod_specs(job).items():
+        assert restricted_violations(spec) == [], role
+        assert spec["automountServiceAccountToken"] is False, role
+        assert spec["securityContext"]["runAsUser"] == 1000, role
+
+
+def test_baseline_is_the_explicit_relaxation_for_gpu_images() -> None:
+    """An engine image that must run as root with IPC_LOCK: the role says so in its template;
+    the other roles stay restricted."""
+    job = _hub_job()
+    job.spec.inference.template.security = PodSecuritySpec(
+        profile="baseline", add_capabilities=["IPC_LOCK"]
+    )
+    specs = _pod_specs(job)
+    engine = specs["engine"]
+    assert "runAsNonRoot" not in engine["securityContext"]
+    assert "runAsUser" not in engine["securityContext"]
+    (container,) = engine["containers"]
+    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert "capabilities" not in engine["initContainers"][0]["securityContext"]
+    assert restricted_violations(engine, "baseline") == []
+    assert restricted_violations(engine) != []
+    assert restricted_violations(specs["trainer"]) == []
+    kubernetes_validate.validate(
+        children.build_engine_pod(job, OWNER, CONFIG, 0), K8S_VERSION, strict=True
+    )
+
+
+def test_host_path_volumes_and_extra_capabilities_under_restricted_are_refused() -> None:
+    template = {"volumes": [{"name": "node", "hostPath": {"path": "/var/lib"}}]}
+    with pytest.raises(ValidationError, match="'node' is a hostPath volume"):
+        PodTemplateOverrides.model_validate(template)
+    with pytest.raises(ValidationError, match="set profile to 'baseline'"):
+        PodSecuritySpec.model_validate({"addCapabilities": ["IPC_LOCK"]})
+    assert PodSecuritySpec.model_validate({"addCapabilities": ["NET_BIND_SERVICE"]})
+
+
+def test_the_proxy_token_reaches_exactly_the_proxy_and_the_trainers_by_reference() -> None:
+    job = _hub_job()
+    job.spec.proxy.token_secret = SecretKeySelector(name="proxy-auth", key="token")
+    ref = {"secretKeyRef": {"name": "proxy-auth", "key": "token"}}
+    specs = _pod_specs(job)
+    for role, spec in specs.items():
+        env = [e for c in spec["containers"] for e in c["env"]]
+        token = [e for e in env if e["name"] == "DRESSAGE_PROXY_TOKEN"]
+        expected = [] if role == "engine" else [{"name": "DRESSAGE_PROXY_TOKEN", "valueFrom": ref}]
+        assert token == expected, role
+        for init in spec.get("initContainers", []):
+            assert "DRESSAGE_PROXY_TOKEN" not in str(init)
+    config = children.build_config_map(job, OWNER)
+    manifest = yaml.safe_load(config["data"][naming.CONFIG_KEY])
+    assert manifest["spec"]["proxy"]["tokenSecret"] == {"name": "proxy-auth", "key": "token"}
+    with pytest.raises(ValidationError, match="DRESSAGE_PROXY_TOKEN is set by the operator"):
+        PodTemplateOverrides.model_validate(
+            {"env": [{"name": "DRESSAGE_PROXY_TOKEN", "value": "plain"}]}
+        )
+    assert train_cli.PROXY_TOKEN_ENV == proxy_cli._TOKEN_ENV == children.PROXY_TOKEN_ENV
+
+
+def test_the_network_policy_admits_only_the_jobs_own_pods_to_engines_and_proxy() -> None:
+    job = _hub_job()
+    assert "NetworkPolicy" not in [o["kind"] for o in children.build_infrastructure(job, OWNER)]
+    on = dataclasses.replace(CONFIG, network_policies=True)
+    (policy,) = [
+        o for o in children.build_infrastructure(job, OWNER, on) if o["kind"] == "NetworkPolicy"
+    ]
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == {naming.LABEL_JOB: "job-a"}
+    (expr,) = spec["podSelector"]["matchExpressions"]
+    assert (expr["key"], sorted(expr["values"])) == (naming.LABEL_ROLE, ["inference", "proxy"])
+    assert spec["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {naming.LABEL_JOB: "job-a"}}}]}
+    ]
+    assert spec["policyTypes"] == ["Ingress"]

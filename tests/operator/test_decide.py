@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import yaml
 from dressage_operator.children import Owner
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import (
@@ -17,6 +18,7 @@ from dressage_operator.decide import (
     decide,
     invalid_spec_status,
     settle,
+    spec_errors,
     timestamp,
 )
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
@@ -26,6 +28,7 @@ from prometheus_client import generate_latest
 
 from dressage import metrics as names
 from dressage.api import AsyncRLJob, load_job, validate_job
+from dressage.api.crd import render_crd
 from dressage.api.status import AsyncRLJobStatus, JobPhase
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -63,6 +66,7 @@ def _pod(role: str, index: int, phase: str = "Running", gang: int = 0, **kw: obj
         "phase": phase,
         "ready": phase == "Running",
         "terminating": False,
+        "owner_uid": OWNER.uid,
     }
     fields.update(kw)
     return PodInfo(**fields)  # type: ignore[arg-type]
@@ -348,6 +352,28 @@ def test_an_invalid_spec_plans_no_writes_and_waits_for_the_resync() -> None:
     assert decide(_job(), OWNER, CONFIG, obs).invalid
 
 
+def _body(**spec: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "model": {"source": "Qwen/Qwen2.5-1.5B-Instruct"},
+        "storage": {"persistentVolumeClaim": "shared"},
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "dressage.io/v1alpha1",
+        "kind": "AsyncRLJob",
+        "metadata": {"name": "job-a"},
+        "spec": base,
+    }
+
+
+def test_a_hub_id_tokenizer_is_refused_because_the_proxy_needs_a_local_one() -> None:
+    body = _body(model={"source": "Qwen/Qwen2.5-1.5B-Instruct", "tokenizer": "Qwen/Other"})
+    job, errors = spec_errors(body, "ns/job-a")
+    assert job is not None
+    assert [f for f, _ in errors] == ["spec.model.tokenizer"]
+    assert "Qwen/Other" in errors[0][1]
+
+
 RUNTIME_METRICS = f"""
 # TYPE {names.STALENESS_VERSION_SPAN_MEAN} gauge
 {names.STALENESS_VERSION_SPAN_MEAN} 1.5
@@ -455,3 +481,115 @@ def test_pod_info_reads_phase_readiness_and_failure_reason() -> None:
     assert (info.index, info.gang, info.failed) == (1, 2, True)
     assert info.reason == "trainer: OOMKilled (exit code 137)"
     assert pod_info({"metadata": {"labels": {}}}) is None
+
+
+def test_a_job_without_shared_storage_is_refused_naming_the_claim() -> None:
+    job, errors = spec_errors(_body(storage={"mountPath": "/data"}), "ns/job-a")
+    assert job is not None
+    assert [f for f, _ in errors] == ["spec.storage.persistentVolumeClaim"]
+    obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW, spec_errors=errors)
+    out = settle(decide(job, OWNER, CONFIG, obs), obs, CONFIG, [])
+    status, reason, message = _cond(out.status, "SpecValid")
+    assert (status, reason) == ("False", "InvalidSpec")
+    assert message.startswith("spec.storage.persistentVolumeClaim: required on a cluster")
+    assert spec_errors(_body(), "ns/job-a")[1] == ()
+
+
+def test_more_than_one_proxy_is_refused_because_sessions_live_in_one_replica() -> None:
+    job, errors = spec_errors(_body(proxy={"replicas": 2}), "ns/job-a")
+    assert job is None
+    (field, message), *_ = errors
+    assert field == "spec.proxy.replicas"
+    assert "a session lives in one proxy's memory" in message
+    crd = yaml.safe_load(render_crd())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    proxy = schema["properties"]["proxy"]
+    assert proxy["properties"]["replicas"]["maximum"] == 1
+    (rule,) = [r for r in proxy["x-kubernetes-validations"] if r["fieldPath"] == ".replicas"]
+    assert "one proxy's memory" in rule["message"]
+
+
+def test_a_lost_trainer_pod_restarts_the_gang_and_is_counted_like_a_failed_one() -> None:
+    # The gang was seen created and running...
+    seen = _decide(_job(), pods=_running_pods())
+    assert seen.status.gang_pods == ["job-a-trainer-0", "job-a-trainer-1"]
+    # ...then trainer 1 vanished without failing (force-deleted, node lost).
+    pods = (_pod("trainer", 0), _pod("inference", 0), _pod("inference", 1))
+    plan = _decide(_job(), status=seen.status, pods=pods)
+    assert plan.create_pods == []  # not silently recreated into a half-old gang
+    assert (plan.status.restarts, plan.status.trainer.failed) == (1, 1)
+    assert plan.status.phase is JobPhase.RESTARTING
+    assert "job-a-trainer-1 was lost" in plan.status.message
+    assert [e.reason for e in plan.events] == ["TrainerPodLost", "Restarting"]
+    assert plan.status.gang_pods == []
+    # Next cycle: the old gang's survivor goes; the new gang is not counted as lost.
+    nxt = _decide(_job(), status=plan.status, pods=pods)
+    assert nxt.delete_pods == ["job-a-trainer-0"]
+    assert nxt.status.restarts == 1
+    # A pod being deleted by someone else, not failed, is lost as well.
+    terminating = (_pod("trainer", 0), _pod("trainer", 1, terminating=True))
+    again = _decide(_job(), status=seen.status, pods=terminating)
+    assert again.status.restarts == 1
+
+
+def test_pods_not_yet_created_or_deleted_by_suspend_are_not_lost() -> None:
+    fresh = _decide(_job(), pods=(_pod("trainer", 0),))
+    assert fresh.status.restarts == 0
+    assert fresh.status.gang_pods == ["job-a-trainer-0"]
+    seen = _decide(_job(), pods=_running_pods())
+    suspended = _decide(_job(suspend=True), status=seen.status, pods=_running_pods())
+    assert suspended.status.gang_pods == []
+    resumed = _decide(_job(), status=suspended.status, pods=())
+    assert resumed.status.restarts == 0
+    assert len(resumed.create_pods) == 4
+
+
+def test_pods_of_an_earlier_job_with_the_same_name_are_never_adopted() -> None:
+    """A job deleted and recreated under the same name: the old job's pods (another uid in
+    their owner reference) carry the same labels and names until the garbage collector
+    deletes them. They are not counted (old Succeeded trainers do not finish the new job) and
+    their names are not created over; the job waits."""
+    old = tuple(
+        _pod(role, i, phase, owner_uid="old-uid")
+        for role, i, phase in (
+            ("trainer", 0, "Succeeded"),
+            ("trainer", 1, "Succeeded"),
+            ("inference", 0, "Running"),
+        )
+    )
+    plan = _decide(_job(), pods=old)
+    assert plan.status.phase is JobPhase.PENDING
+    assert "earlier job of this name" in plan.status.message
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["job-a-engine-1"]
+    assert plan.delete_pods == []
+    assert plan.requeue_after is not None
+    assert plan.requeue_after <= 2
+    assert (plan.status.trainer.ready, plan.status.inference.ready) == (0, 0)
+    # Once they are gone the job creates its own.
+    assert len(_decide(_job(), status=plan.status, pods=()).create_pods) == 4
+    info = pod_info(
+        {
+            "metadata": {
+                "name": "job-a-trainer-0",
+                "labels": {"dressage.io/job": "job-a", "dressage.io/role": "trainer"},
+                "ownerReferences": [{"uid": "old-uid", "controller": True}],
+            }
+        }
+    )
+    assert info is not None
+    assert info.owner_uid == "old-uid"
+
+
+def test_a_child_owned_by_someone_else_blocks_like_a_refusal() -> None:
+    obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW)
+    plan = decide(_job(), OWNER, CONFIG, obs)
+    foreign = ChildResult(
+        "ConfigMap", "job-a-config", "create", Applied.NOT_OWNED, message="owned by uid old"
+    )
+    out = settle(plan, obs, CONFIG, [foreign])
+    status, reason, message = _cond(out.status, "ChildrenApplied")
+    assert (status, reason) == ("False", "ConfigMapNotOwned")
+    assert "job-a-config exists and is not this job's: owned by uid old" in message
+    assert out.infrastructure_checked == (-1, None)
+    assert out.result == "refused"
+    assert [e.reason for e in out.events] == ["ChildNotOwned"]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from dressage_operator.testing import EmulatedCluster, parse_quantity
+from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster, parse_quantity
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",
@@ -160,3 +161,64 @@ def test_quantities_follow_the_kubernetes_grammar(text: str, value: str) -> None
 @pytest.mark.parametrize("text", ["", "abc", "1.2.3", "1 Gi", "1gi", "Gi", "1e", "0x10"])
 def test_non_quantities_are_recognised(text: str) -> None:
     assert parse_quantity(text) is None
+
+
+@contextmanager
+def _enforcing(c: EmulatedCluster, level: str) -> Iterator[None]:
+    """The test namespace labelled to enforce a Pod Security level, unlabelled afterwards."""
+    c.label_namespace({ENFORCE_LABEL: level})
+    try:
+        yield
+    finally:
+        c.label_namespace({ENFORCE_LABEL: None})
+
+
+RESTRICTED_CONTAINER = {
+    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+}
+RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_a_restricted_namespace_forbids_pods_that_break_the_standard(
+    cluster: EmulatedCluster,
+) -> None:
+    c = cluster
+    with _enforcing(c, "restricted"):
+        code, body = _post(c, _pod())
+        assert code == 403
+        assert body["reason"] == "Forbidden"
+        assert 'violates PodSecurity "restricted:latest"' in body["message"]
+        for rule in ("allowPrivilegeEscalation", "capabilities", "runAsNonRoot", "seccomp"):
+            assert rule in body["message"]
+        good = _pod(**RESTRICTED_CONTAINER)
+        good["spec"]["securityContext"] = RESTRICTED_POD
+        assert _post(c, good)[0] == 201
+        host = copy.deepcopy(good)
+        host["metadata"]["name"] = "host"
+        host["spec"]["volumes"].append({"name": "node", "hostPath": {"path": "/"}})
+        code, body = _post(c, host)
+        assert code == 403
+        assert 'hostPath volumes (volumes "node")' in body["message"]
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d"},
+            "spec": {"template": {"spec": _pod()["spec"]}},
+        }
+        assert _post(c, deployment, "deployments")[0] == 201  # only warned, as for real
+        c.delete(c.path("apps/v1", "deployments", "d"))
+    # Outside an enforcing namespace the same pod is admitted.
+    loose = _pod()
+    loose["metadata"]["name"] = "loose"
+    assert _post(c, loose)[0] == 201
+
+
+def test_a_baseline_namespace_admits_root_but_not_host_paths(cluster: EmulatedCluster) -> None:
+    c = cluster
+    with _enforcing(c, "baseline"):
+        assert _post(c, _pod())[0] == 201
+        host = _pod()
+        host["metadata"]["name"] = "host"
+        host["spec"]["volumes"].append({"name": "node", "hostPath": {"path": "/"}})
+        code, body = _post(c, host)
+        assert (code, 'violates PodSecurity "baseline:latest"' in body["message"]) == (403, True)

@@ -19,13 +19,15 @@ import httpx
 import kubernetes_validate
 import pytest
 import yaml
-from dressage_operator.testing import EmulatedCluster
+from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
 
 from dressage import metrics as names
 
 from .conftest import MetricsServer, Operator, wait_for
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+CLUSTER_EXAMPLES = [p for p in EXAMPLES if not p.name.startswith("local-")]
+LOCAL_EXAMPLES = [p for p in EXAMPLES if p.name.startswith("local-")]
 K8S_VERSION = "1.33.0"
 
 
@@ -46,6 +48,7 @@ def _job(name: str, **spec: Any) -> dict[str, Any]:
         "model": {"source": "builtin:tiny"},
         "trainer": {"nodes": 2, "gpusPerNode": 0},
         "inference": {"replicas": 2},
+        "storage": {"persistentVolumeClaim": "shared"},
     }
     base.update(spec)
     return {
@@ -92,14 +95,16 @@ def test_create_makes_every_child_and_pod_status_drives_phases(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    job = c.create(_job("life", proxy={"replicas": 2}))
+    job = c.create(_job("life", proxy={"replicas": 1}))
     pods = wait_for(lambda: len(_pods(c, "life")) == 4 and _pods(c, "life"), what="pods")
     assert sorted(pods) == ["life-engine-0", "life-engine-1", "life-trainer-0", "life-trainer-1"]
     services = {s["metadata"]["name"]: s for s in c.items("v1", "services")}
     deployments = wait_for(lambda: c.items("apps/v1", "deployments"), what="proxy")
     configmap = c.get(c.path("v1", "configmaps", "life-config"))
     assert configmap is not None
-    children = [*pods.values(), *deployments, configmap]
+    policy = c.get(c.path("networking.k8s.io/v1", "networkpolicies", "life-serving"))
+    assert policy is not None
+    children = [*pods.values(), *deployments, configmap, policy]
     children += [services[n] for n in ("life-trainer", "life-engine", "life-proxy")]
     for obj in children:
         obj = {"apiVersion": obj.get("apiVersion", "v1"), **obj}
@@ -116,7 +121,7 @@ def test_create_makes_every_child_and_pod_status_drives_phases(
     assert env["NODE_RANK"] == "1"
     assert services["life-trainer"]["spec"]["clusterIP"] == "None"
     (proxy,) = [d for d in deployments if d["metadata"]["name"] == "life-proxy"]
-    assert proxy["spec"]["replicas"] == 2
+    assert proxy["spec"]["replicas"] == 1
     assert wait_for(lambda: _status(c, "life").get("phase") == "Pending", what="Pending")
 
     _run_all(c, "life")
@@ -176,6 +181,33 @@ def test_failed_trainer_pod_restarts_the_gang_and_counts_it(
     failed = {x["type"]: x for x in _status(c, "gang")["conditions"]}["Failed"]
     assert failed["reason"] == "MaxRestartsExceeded"
     assert "maxRestarts=1" in failed["message"]
+
+
+def test_a_force_deleted_trainer_pod_restarts_the_gang_and_counts_it(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    """The emulation deletes at once, as a force delete or the pod GC after a lost node does:
+    the pod never passes through Failed."""
+    c = cluster
+    c.create(_job("lost"))
+    before = _uids(_run_all(c, "lost"))
+    c.delete(c.path("v1", "pods", "lost-trainer-1"))
+    wait_for(lambda: _status(c, "lost").get("restarts") == 1, what="restart counted")
+
+    def new_gang() -> bool:
+        trainers = [p for n, p in _pods(c, "lost").items() if "trainer" in n]
+        return len(trainers) == 2 and all(
+            p["metadata"]["labels"]["dressage.io/gang"] == "1" for p in trainers
+        )
+
+    wait_for(new_gang, what="a new gang")
+    after = _uids(_pods(c, "lost"))
+    assert after["lost-trainer-0"] != before["lost-trainer-0"]
+    assert after["lost-engine-0"] == before["lost-engine-0"]
+    status = _status(c, "lost")
+    assert status["trainer"]["failed"] == 1
+    assert "lost-trainer-1 was lost" in status["message"]
+    assert status["restarts"] == 1
 
 
 def test_failed_inference_pod_is_replaced_alone(
@@ -352,11 +384,7 @@ def test_operator_restart_converges_without_duplicates(
     shutil.which("kubectl") is None,
     reason="kubectl is not on PATH (scripts/install-tools.sh puts it in .tools/bin)",
 )
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
-def test_kubectl_apply_of_each_example_is_picked_up(
-    cluster: EmulatedCluster, operator: Operator, kubeconfig: Path, example: Path
-) -> None:
-    c = cluster
+def _kubectl_apply(c: EmulatedCluster, kubeconfig: Path, example: Path) -> str:
     done = subprocess.run(
         [
             "kubectl",
@@ -375,8 +403,17 @@ def test_kubectl_apply_of_each_example_is_picked_up(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    name = yaml.safe_load(example.read_text())["metadata"]["name"]
+    name: str = yaml.safe_load(example.read_text())["metadata"]["name"]
     assert f"asyncrljob.dressage.io/{name}" in done.stdout
+    return name
+
+
+@pytest.mark.parametrize("example", CLUSTER_EXAMPLES, ids=lambda p: p.name)
+def test_kubectl_apply_of_each_example_is_picked_up(
+    cluster: EmulatedCluster, operator: Operator, kubeconfig: Path, example: Path
+) -> None:
+    c = cluster
+    name = _kubectl_apply(c, kubeconfig, example)
     spec = yaml.safe_load(example.read_text())["spec"]
     expected = spec.get("trainer", {}).get("nodes", 1) + spec.get("inference", {}).get(
         "replicas", 1
@@ -386,3 +423,107 @@ def test_kubectl_apply_of_each_example_is_picked_up(
         lambda: _status(c, name).get("observedGeneration") and _status(c, name), what="status"
     )
     assert status["phase"] == "Pending"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
+@pytest.mark.parametrize("example", LOCAL_EXAMPLES, ids=lambda p: p.name)
+def test_a_local_example_without_shared_storage_is_refused_on_a_cluster(
+    cluster: EmulatedCluster, operator: Operator, kubeconfig: Path, example: Path
+) -> None:
+    """Trainer, engines and proxy are separate pods: without a claim they could not share
+    the weights, so the job is refused with the field named and no pod is created."""
+    c = cluster
+    name = _kubectl_apply(c, kubeconfig, example)
+    status = wait_for(
+        lambda: _status(c, name).get("phase") == "Failed" and _status(c, name), what="Failed"
+    )
+    cond = {x["type"]: x for x in status["conditions"]}["SpecValid"]
+    assert cond["status"] == "False"
+    assert cond["message"].startswith("spec.storage.persistentVolumeClaim: required")
+    assert not _pods(c, name)
+
+
+def test_in_a_restricted_namespace_the_pods_are_admitted_and_a_relaxed_role_is_refused(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    c = cluster
+    c.label_namespace({ENFORCE_LABEL: "restricted"})
+    try:
+        c.create(_job("strict"))
+        wait_for(lambda: len(_pods(c, "strict")) == 4, what="4 admitted pods")
+        relaxed = {"replicas": 1, "template": {"security": {"profile": "baseline"}}}
+        c.create(_job("relaxed", inference=relaxed))
+        cond = wait_for(
+            lambda: (
+                {x["type"]: x for x in _status(c, "relaxed").get("conditions", [])}.get(
+                    "ChildrenApplied", {}
+                ).get("status")
+                == "False"
+                and {x["type"]: x for x in _status(c, "relaxed")["conditions"]}["ChildrenApplied"]
+            ),
+            what="ChildrenApplied=False",
+        )
+        assert cond["reason"] == "PodRefused"
+        assert "relaxed-engine-0" in cond["message"]
+        assert 'violates PodSecurity "restricted:latest"' in cond["message"]
+        assert sorted(_pods(c, "relaxed")) == ["relaxed-trainer-0", "relaxed-trainer-1"]
+    finally:
+        c.label_namespace({ENFORCE_LABEL: None})
+
+
+def test_a_job_recreated_under_the_same_name_never_adopts_the_earlier_jobs_children(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    """The earlier job's children (its uid in their owner reference) are still there, as
+    while the garbage collector works through them: the new job leaves them alone and shows
+    why, and once they are gone it creates its own."""
+    c = cluster
+    old_ref = {
+        "apiVersion": "dressage.io/v1alpha1",
+        "kind": "AsyncRLJob",
+        "name": "reborn",
+        "uid": "uid-of-the-earlier-job",
+        "controller": True,
+    }
+    labels = {"dressage.io/job": "reborn", "dressage.io/role": "trainer", "dressage.io/gang": "0"}
+    meta = {"labels": labels, "ownerReferences": [old_ref]}
+    c.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "reborn-config", **meta},
+            "data": {"job.yaml": "old"},
+        }
+    )
+    for i in range(2):
+        pod_meta = {"name": f"reborn-trainer-{i}", **meta}
+        pod_meta["labels"] = {**labels, "dressage.io/index": str(i)}
+        spec = {"containers": [{"name": "trainer", "image": "old:1"}]}
+        c.create({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec})
+        _set_phase(c, f"reborn-trainer-{i}", "Succeeded")
+    old_uids = _uids(_pods(c, "reborn"))
+    job = c.create(_job("reborn"))
+
+    def applied() -> dict[str, Any]:
+        conds = {x["type"]: x for x in _status(c, "reborn").get("conditions", [])}
+        return conds.get("ChildrenApplied", {})
+
+    cond = wait_for(lambda: applied().get("status") == "False" and applied(), what="NotOwned")
+    assert cond["reason"] == "ConfigMapNotOwned"
+    assert "uid-of-the-earlier-job" in cond["message"]
+    assert _status(c, "reborn")["phase"] == "Pending"  # the old Succeeded pods do not count
+    assert _uids(_pods(c, "reborn")) == old_uids
+    configmap = c.get(c.path("v1", "configmaps", "reborn-config"))
+    assert configmap is not None
+    assert configmap["data"] == {"job.yaml": "old"}
+
+    # The garbage collector deletes the earlier job's children.
+    c.delete(c.path("v1", "configmaps", "reborn-config"))
+    for name in old_uids:
+        c.delete(c.path("v1", "pods", name))
+    wait_for(lambda: len(_pods(c, "reborn")) == 4, what="the new job's own pods")
+    for obj in [*_pods(c, "reborn").values(), c.get(c.path("v1", "configmaps", "reborn-config"))]:
+        assert obj is not None
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    wait_for(lambda: applied().get("status") == "True", what="ChildrenApplied=True")
+    c.delete(c.path("v1", "configmaps", "reborn-config"))

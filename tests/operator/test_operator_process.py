@@ -114,6 +114,7 @@ def test_a_refused_child_shows_as_a_condition_and_an_event_at_once(
             "metadata": {"name": "refused"},
             "spec": {
                 "model": {"source": "builtin:tiny"},
+                "storage": {"persistentVolumeClaim": "shared"},
                 "trainer": {"nodes": 1, "gpusPerNode": 0, "template": {"volumes": bad_volumes}},
                 "inference": {"replicas": 1},
             },

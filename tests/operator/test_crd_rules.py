@@ -1,0 +1,60 @@
+"""The CRD's CEL rules for the fields the operator depends on, evaluated with a CEL
+interpreter: one proxy, and the fields that cannot change while a job exists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import celpy
+import yaml
+
+from dressage.api.crd import render_crd
+
+
+def _spec_schema() -> dict[str, Any]:
+    crd = yaml.safe_load(render_crd())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema["properties"]["spec"]
+
+
+def _rule(section: str, field: str) -> dict[str, Any]:
+    rules = _spec_schema()["properties"][section]["x-kubernetes-validations"]
+    (rule,) = [r for r in rules if r["fieldPath"] == field]
+    return rule
+
+
+def _cel(rule: dict[str, Any], value: Any, old: Any = None) -> bool:
+    env = celpy.Environment()
+    program = env.program(env.compile(rule["rule"]))
+    activation = {"self": celpy.json_to_cel(value)}
+    if old is not None:
+        activation["oldSelf"] = celpy.json_to_cel(old)
+    return bool(program.evaluate(activation))
+
+
+def test_one_proxy_at_most_with_the_reason() -> None:
+    rule = _rule("proxy", ".replicas")
+    assert _cel(rule, {})
+    assert _cel(rule, {"replicas": 1})
+    assert not _cel(rule, {"replicas": 2})
+    assert "one proxy's memory" in rule["message"]
+    assert _spec_schema()["properties"]["proxy"]["properties"]["replicas"]["maximum"] == 1
+
+
+def test_the_proxy_token_secret_cannot_change_while_the_job_exists() -> None:
+    rule = _rule("proxy", ".tokenSecret")
+    ref = {"tokenSecret": {"name": "a", "key": "t"}}
+    assert _cel(rule, ref, ref)
+    assert _cel(rule, {}, {})
+    assert not _cel(rule, {"tokenSecret": {"name": "b", "key": "t"}}, ref)
+    assert not _cel(rule, {}, ref)
+    assert not _cel(rule, ref, {})
+
+
+def test_the_model_revision_cannot_change_while_the_job_exists() -> None:
+    rule = _rule("model", ".source")
+    old = {"source": "org/m", "revision": "v1"}
+    assert _cel(rule, old, old)
+    assert not _cel(rule, {"source": "org/m", "revision": "v2"}, old)
+    assert not _cel(rule, {"source": "org/m"}, old)
+    assert "model.revision" in rule["message"]
