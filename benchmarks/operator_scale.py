@@ -58,6 +58,7 @@ def _job(name: str) -> dict[str, Any]:
             "model": {"source": "builtin:tiny"},
             "trainer": {"nodes": 1, "gpusPerNode": 0},
             "inference": {"replicas": 1},
+            "storage": {"persistentVolumeClaim": "shared"},
         },
     }
 

@@ -376,6 +376,9 @@ class TrainerSpec(ApiModel):
     """Container resources; the GPU limit is added from `gpusPerNode`."""
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
     """Pod overrides for the trainer pods."""
+    distributed_timeout_seconds: float = Field(default=1800.0, gt=0)
+    """torch.distributed timeout of the trainer gang's collectives: ranks other than 0 wait
+    this long for rank 0's first batch, which includes model staging and engine warm-up."""
 
 
 class InferenceSpec(ApiModel):

@@ -55,14 +55,22 @@ class StepRecord:
 StepSink = Callable[[StepRecord], None]
 
 
-async def sync_engines(session: TrainerSession, publisher: WeightPublisher) -> bool:
+async def sync_engines(
+    session: TrainerSession, publisher: WeightPublisher, *, engines_have_initial_weights: bool
+) -> bool:
     """Publish the session's current weights where an engine serves another version.
 
     Engines outlive a trainer restart on a cluster; after a resume they must serve the weights
-    of the checkpoint's version before rollout continues. Returns whether it published.
+    of the checkpoint's version before rollout continues. Before the first step they serve the
+    initial weights only if they were started from the trainer's initial model: engines started
+    from the staged base model while the trainer warm-started its own get the trainer's `v0`.
+    Returns whether it published.
     """
     if session.state.version_index == 0:
-        return False
+        if engines_have_initial_weights:
+            return False
+        await publisher.publish(session.weights_dir, session.state.version)
+        return True
     versions = await publisher.versions()
     if all(v == session.state.version for v in versions):
         return False

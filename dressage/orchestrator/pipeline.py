@@ -55,8 +55,13 @@ async def run_pipeline(
     metrics: RunMetrics | None = None,
     sink: StepSink = lambda record: None,
     log: Callable[[str], None] = lambda line: None,
+    engines_have_initial_weights: bool = True,
 ) -> None:
-    """Train `session` until step `steps`; rank 0 needs `endpoints`."""
+    """Train `session` until step `steps`; rank 0 needs `endpoints`.
+
+    `engines_have_initial_weights`: whether the engines were started from the trainer's initial
+    model (`dressage run` starts them so; on a cluster they start from the staged base model,
+    which a warm start changes)."""
     if not session.env.is_main:
         await train_loop(session, steps=steps, collector=None, publisher=None, sink=sink)
         return
@@ -89,7 +94,9 @@ async def run_pipeline(
         )
         opened.push_async_callback(publisher.aclose)
         opened.push_async_callback(collector.aclose)
-        await sync_engines(session, publisher)
+        await sync_engines(
+            session, publisher, engines_have_initial_weights=engines_have_initial_weights
+        )
         log(
             f"training {job.metadata.name}: steps {session.state.step + 1}..{steps}, "
             f"{spec.rollout.batch_size} groups x {spec.rollout.group_size} samples per step, "

@@ -161,7 +161,12 @@ def run(args: argparse.Namespace) -> int:
     except (JobValidationError, OSError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    return asyncio.run(_train(job, args, wiring))
+    from dressage.trainer.distributed import exit_process
+
+    code = asyncio.run(_train(job, args, wiring))
+    # After the event loop and every client are closed: a rank of a gang ends without the
+    # interpreter's shutdown, where gloo's threads could abort the process.
+    return exit_process(code)
 
 
 async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> int:
@@ -184,7 +189,7 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
     spec = job.spec
     env = current_env()
     device = device_for(env, use_gpu=spec.trainer.gpus_per_node > 0)
-    init_distributed(env, device)
+    init_distributed(env, device, timeout=spec.trainer.distributed_timeout_seconds)
     root = wiring.workdir or Path(spec.storage.mount_path) / job.metadata.name
     # The cache must be shared by every rank: by default it sits on the job's storage.
     cache_dir: Path = args.cache_dir or root / "cache"
@@ -228,6 +233,8 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
                 metrics=metrics,
                 sink=sink,
                 log=lambda line: print(line, flush=True),
+                # Engine pods start from the staged base model; a warm start changed it.
+                engines_have_initial_weights=spec.model.warm_start is None,
             )
         finally:
             metrics.close()

@@ -89,3 +89,39 @@ async def test_an_update_within_its_time_bound_publishes(tmp_path: Path) -> None
         finally:
             await publisher.aclose()
     assert engine.paths[-1] == "/continue_generation"
+
+
+class _Session:
+    """What `sync_engines` reads of a trainer session: its state and its weights."""
+
+    def __init__(self, version_index: int, weights: Path) -> None:
+        from dressage.trainer.checkpoint import TrainState
+
+        self.state = TrainState(version_index=version_index)
+        self.weights_dir = weights
+
+
+@pytest.mark.parametrize(
+    ("have_initial", "published"), [(True, False), (False, True)], ids=["same", "warm-started"]
+)
+async def test_before_the_first_step_engines_get_the_trainers_initial_weights_when_theirs_differ(
+    tmp_path: Path, have_initial: bool, published: bool
+) -> None:
+    """Engines started from the staged base model while the trainer warm-started serve other
+    weights under the same label `v0`; they are given the trainer's before rollout starts."""
+    from dressage.orchestrator.loop import sync_engines
+
+    engine = SlowEngine()
+    engine.release.set()
+    async with engine.serving() as url:
+        publisher = WeightPublisher([url], pause_mode="abort")
+        try:
+            did = await sync_engines(
+                _Session(0, tmp_path),  # type: ignore[arg-type]
+                publisher,
+                engines_have_initial_weights=have_initial,
+            )
+        finally:
+            await publisher.aclose()
+    assert did is published
+    assert ("/update_weights_from_disk" in engine.paths) is published
