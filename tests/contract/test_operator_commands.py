@@ -51,7 +51,7 @@ def test_engine_command_parses_with_sglangs_parser(example: Path) -> None:
     cmd = children.engine_command(job)
     assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
     args = _sglang_parser().parse_args(cmd[3:])
-    assert args.model_path == job.spec.model.source
+    assert args.model_path == job.spec.model.staged_path(job.spec.storage.mount_path)
     assert args.tensor_parallel_size == job.spec.inference.tensor_parallel_size
     assert args.weight_version == children.INITIAL_WEIGHT_VERSION
     assert args.enable_metrics is True
