@@ -5,13 +5,14 @@ registered with `register_task`. Task modules only implement the interfaces of
 
 from __future__ import annotations
 
-from dressage.api.job import TaskSpec
-from dressage.tasks import arithmetic, household
+from dressage.api.job import DATASET_TASK, TaskSpec
+from dressage.tasks import arithmetic, dataset, household
 from dressage.tasks.base import Environment, Task, TaskFactory
 
 _REGISTRY: dict[str, TaskFactory] = {
     arithmetic.ArithmeticTask.name: arithmetic.from_spec,
     household.HouseholdEnvironment.name: household.from_spec,
+    DATASET_TASK: dataset.from_spec,
 }
 
 
