@@ -7,10 +7,12 @@ dataset row's reward columns. It may be a coroutine function. It returns a numbe
 named numbers that becomes the trained scalar as the weighted sum with `spec.task.rewardWeights`
 (every part weight 1 when unset).
 
-Every call runs under `spec.task.rewardTimeoutSeconds`: synchronous functions in a worker
-thread (a call that overruns is abandoned, its thread runs on), coroutine functions awaited on
-the caller's loop. A call that raises, overruns or returns something that is not a finite
-number fails with a reason, `reward_raised`, `reward_timeout` or `reward_invalid`. With
+Every call runs under `spec.task.rewardTimeoutSeconds`: synchronous functions in a daemon
+thread of their own (a call that overruns is abandoned and its thread left to finish; it never
+delays other calls or the process's exit), coroutine functions awaited on the caller's loop
+(from a synchronous caller, on a loop of their own in that thread). A call that raises,
+overruns or returns something that is not a finite number fails with a reason:
+`reward_raised`, `reward_timeout` or `reward_invalid`. With
 `spec.task.onRewardError: zero` (the default) the sample gets reward 0, the failure is logged
 and counted in `RewardStats`; with `stop` the call raises `RewardError`, and every later call
 raises it again, so the rollout fails until the breaker stops the run with the reason.
@@ -160,9 +162,6 @@ class RewardFunction:
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             type(fn).__call__
         )
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=8, thread_name_prefix="dressage-reward"
-        )
         self._logged: Counter[str] = Counter()
 
     @classmethod
@@ -196,7 +195,7 @@ class RewardFunction:
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Rewards of `completions` (blocking; the timeout bounds the wait)."""
         self._check_stopped()
-        future = self._pool.submit(self._call_in_thread, list(completions), list(rows))
+        future = _in_thread(self._call_in_thread, list(completions), list(rows))
         try:
             raw = future.result(timeout=self.timeout_s)
         except concurrent.futures.TimeoutError:
@@ -215,17 +214,13 @@ class RewardFunction:
                     self._call_async(list(completions), list(rows)), self.timeout_s
                 )
             else:
-                future = self._pool.submit(self._call_in_thread, list(completions), list(rows))
+                future = _in_thread(self._call_in_thread, list(completions), list(rows))
                 raw = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
         except TimeoutError:
             return self._fail_all(len(completions), REWARD_TIMEOUT, self._timeout_message())
         except _Failure as exc:
             return self._fail_all(len(completions), exc.reason, str(exc))
         return self._results(raw, len(completions))
-
-    def close(self) -> None:
-        """Stop the worker threads (abandoned calls still running are not waited for)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # Internals -----------------------------------------------------------------------------
 
@@ -322,6 +317,23 @@ class RewardFunction:
 
     def _raised_message(self, exc: BaseException) -> str:
         return f"spec.task.reward {self.name} raised {type(exc).__name__}: {exc}"
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+    """`fn(*args)` in a new daemon thread: a call abandoned after its timeout neither holds a
+    worker other calls wait for nor keeps the process from exiting."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="dressage-reward", daemon=True).start()
+    return future
 
 
 async def _settle(result: Any) -> Any:

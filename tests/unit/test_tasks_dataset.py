@@ -41,8 +41,14 @@ def test_jsonl_prompts_come_in_file_order_and_cycle(tmp_path: Path) -> None:
     task = _task(_qa(_jsonl(tmp_path / "d.jsonl", ROWS)))
     assert len(task) == 5
     assert [task.prompt(i).text for i in range(7)] == [
-        "0+1=", "1+1=", "2+1=", "3+1=", "4+1=", "0+1=", "1+1=",
-    ]  # fmt: skip
+        "0+1=",
+        "1+1=",
+        "2+1=",
+        "3+1=",
+        "4+1=",
+        "0+1=",
+        "1+1=",
+    ]
     p = task.prompt(3)
     assert (p.index, p.answer, dict(p.row)) == (3, "4", ROWS[3])
 
@@ -87,8 +93,12 @@ def test_bad_rows_are_reported_skipped_and_counted(
     assert [task.prompt(i).text for i in range(3)] == ["0+1=", "1+1=", "0+1="]
     assert task.bad_row_count == 5
     assert [(b.row, b.column) for b in task.bad_rows] == [
-        (1, None), (2, "question"), (3, "question"), (4, None), (5, "answer"),
-    ]  # fmt: skip
+        (1, None),
+        (2, "question"),
+        (3, "question"),
+        (4, None),
+        (5, "answer"),
+    ]
     assert str(task.bad_rows[2]) == f"{path} row 3 column 'question': missing"
     logged = "\n".join(r.getMessage() for r in caplog.records)
     for bad in task.bad_rows:
@@ -135,9 +145,13 @@ def test_messages_rows_keep_their_roles_and_get_the_system_prompt(tmp_path: Path
     ]
     path = _jsonl(tmp_path / "m.jsonl", rows)
     task = _task(
-        {"path": str(path), "messagesColumn": "messages", "answerColumn": "answer",
-         "systemPrompt": "be brief"}
-    )  # fmt: skip
+        {
+            "path": str(path),
+            "messagesColumn": "messages",
+            "answerColumn": "answer",
+            "systemPrompt": "be brief",
+        }
+    )
     assert task.prompt(0).messages == (
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "hi"},
@@ -203,11 +217,15 @@ def test_a_hub_dataset_that_cannot_be_loaded_names_it(tmp_path: Path) -> None:
         (
             {
                 "name": "dataset",
-                "dataset": {"path": "x", "promptColumn": "q", "promptFormat": "raw",
-                            "systemPrompt": "s"},
+                "dataset": {
+                    "path": "x",
+                    "promptColumn": "q",
+                    "promptFormat": "raw",
+                    "systemPrompt": "s",
+                },
             },
             "promptFormat: raw",
-        ),  # fmt: skip
+        ),
         ({"reward": "math"}, "apply to the 'dataset' task only"),
     ],
 )

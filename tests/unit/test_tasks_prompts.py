@@ -75,9 +75,7 @@ def test_the_warm_start_demonstrates_the_same_context(tmp_path: Path, codec: Pro
     assert answer == codec.encode_answer("3")
 
 
-async def test_areward_scores_generated_ids_like_reward(
-    tmp_path: Path, codec: PromptCodec
-) -> None:
+async def test_areward_scores_generated_ids_like_reward(tmp_path: Path, codec: PromptCodec) -> None:
     source = _prompts(tmp_path, codec, promptColumn="q")
     right, wrong = codec.encode_answer("4"), codec.encode_answer("5")
     assert (source.reward(0, right), source.reward(0, wrong)) == (1.0, 0.0)
