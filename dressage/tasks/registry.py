@@ -5,14 +5,15 @@ registered with `register_task`. Task modules only implement the interfaces of
 
 from __future__ import annotations
 
-from dressage.api.job import DATASET_TASK, TaskSpec
-from dressage.tasks import arithmetic, dataset, household
+from dressage.api.job import DATASET_TASK, ENVIRONMENT_TASK, TaskSpec
+from dressage.tasks import arithmetic, dataset, environment, household
 from dressage.tasks.base import Environment, Task, TaskFactory
 
 _REGISTRY: dict[str, TaskFactory] = {
     arithmetic.ArithmeticTask.name: arithmetic.from_spec,
     household.HouseholdEnvironment.name: household.from_spec,
     DATASET_TASK: dataset.from_spec,
+    ENVIRONMENT_TASK: environment.from_spec,
 }
 
 

@@ -71,7 +71,7 @@ def import_object(reference: str, field: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        searched = ", ".join(p or "." for p in sys.path[:4])
+        searched = ", ".join(list(dict.fromkeys(p or "." for p in sys.path))[:4])
         raise UserCodeError(
             f"{field}: cannot import module {module_name!r} of {reference!r}: "
             f"{type(exc).__name__}: {exc} (sys.path starts with {searched})"
