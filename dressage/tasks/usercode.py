@@ -29,11 +29,8 @@ def add_job_dir(manifest: str | Path) -> list[str]:
     job_dir = Path(manifest).resolve().parent
     if job_dir not in _job_dirs:
         _job_dirs.insert(0, job_dir)
-    added: list[str] = []
-    for directory in (str(job_dir), os.getcwd()):
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
-            added.append(directory)
+    added = [d for d in dict.fromkeys((str(job_dir), os.getcwd())) if d not in sys.path]
+    sys.path[:0] = added
     importlib.invalidate_caches()
     return added
 
