@@ -156,7 +156,7 @@ def test_messages_rows_keep_their_roles_and_get_the_system_prompt(tmp_path: Path
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "hi"},
     )
-    assert task.prompt(1).messages == tuple(rows[1]["messages"])  # type: ignore[arg-type]
+    assert task.prompt(1).messages == tuple(rows[1]["messages"])
     assert task.prompt(1).text == "q"
     assert "role 'robot'" in task.bad_rows[0].reason
 
