@@ -240,6 +240,9 @@ class DatasetSpec(ApiModel):
     """Split of a `hub` dataset or of a `save_to_disk` directory holding several splits."""
     cache_dir: str | None = Field(default=None, min_length=1)
     """Where `datasets` caches hub downloads; unset uses its default (`HF_HOME`)."""
+    shuffle: bool = False
+    """Visit the rows in one fixed order shuffled with `spec.task.seed` instead of the
+    dataset's own (the same order every epoch and on resume)."""
     format: Literal["auto", "jsonl", "parquet"] = "auto"
     """File format of `path`; `auto` goes by the extension (`.parquet`, else JSON lines)."""
     prompt_column: str | None = Field(default=None, min_length=1)
@@ -292,7 +295,8 @@ class TaskSpec(ApiModel):
     max_turns: int | None = Field(default=None, ge=1)
     """Maximum turns per trajectory for multi-turn tasks; unset uses the task's own limit."""
     dataset_size: int = Field(default=4096, ge=1)
-    """Number of prompts the task generator yields per epoch."""
+    """Number of prompts the task generator yields per epoch (generated tasks; the `dataset`
+    task's epoch is its usable rows)."""
     seed: int = 0
     """Seed of the task generator."""
     params: dict[str, int | float | str] = Field(default_factory=dict)

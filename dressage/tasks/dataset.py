@@ -7,14 +7,16 @@ A row that fails is reported (logged with its file, row number and column) and s
 skipped rows stay listed in `bad_rows`, so nothing is lost silently. A dataset without a column
 that the spec names (Parquet, `datasets`), or with no usable row at all, is an error.
 
-Order is the dataset's own: prompt `i` is valid row `i % len(task)`, so the job's data position
-(one integer) resumes the stream exactly, cycling over the dataset epoch after epoch.
+Order is the dataset's own (or one fixed shuffle of it with `shuffle`): prompt `i` is valid row
+`i % len(task)` of that order, so the job's data position (one integer) resumes the stream
+exactly, cycling over the dataset epoch after epoch.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,7 +190,7 @@ class DatasetTask:
 
     name = "dataset"
 
-    def __init__(self, spec: DatasetSpec, reward: RewardFunction) -> None:
+    def __init__(self, spec: DatasetSpec, reward: RewardFunction, *, seed: int = 0) -> None:
         self.spec = spec
         self.reward_function = reward
         rows = _load(spec)
@@ -208,6 +210,8 @@ class DatasetTask:
                 self.positions.append(position)
             else:
                 self.bad_rows.append(BadRow(rows.source, position, *problem))
+        if spec.shuffle:
+            random.Random(f"dataset:{seed}").shuffle(self.positions)
         self.bad_rows.sort(key=lambda b: b.row)
         for bad in self.bad_rows[:_LOGGED_BAD_ROWS]:
             log.warning("skipping %s", bad)
@@ -359,4 +363,4 @@ def from_spec(spec: TaskSpec) -> DatasetTask:
             f"spec.task.params: the dataset task takes none, got {sorted(spec.params)}"
         )
     reward = RewardFunction.from_spec(spec, spec.dataset.answer_column)
-    return DatasetTask(spec.dataset, reward)
+    return DatasetTask(spec.dataset, reward, seed=spec.seed)

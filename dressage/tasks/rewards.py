@@ -350,3 +350,15 @@ async def _settle(result: Any) -> Any:
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+def reward_report(task: object) -> tuple[dict[str, float], dict[str, int]]:
+    """What a task's reward function recorded since the last report, for one training step:
+    `reward/<part>` means of named parts, and failure counts by reason. Empty for tasks
+    without a reward function (the built-in ones)."""
+    stats = getattr(task, "reward_stats", None)
+    if not isinstance(stats, RewardStats):
+        return {}, {}
+    drained = stats.drain()
+    parts = {f"reward/{name}": float(v) for name, v in drained["parts"].items()}
+    return parts, dict(drained["failures"])

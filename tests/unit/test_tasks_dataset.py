@@ -232,3 +232,16 @@ def test_a_hub_dataset_that_cannot_be_loaded_names_it(tmp_path: Path) -> None:
 def test_inconsistent_dataset_settings_are_refused(task: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         TaskSpec.model_validate(task)
+
+
+def test_shuffle_is_one_fixed_order_per_seed(tmp_path: Path) -> None:
+    rows = [{"question": f"q{i}", "answer": "1"} for i in range(20)]
+    path = _jsonl(tmp_path / "d.jsonl", rows)
+    one = _task(_qa(path, shuffle=True), seed=1)
+    again = _task(_qa(path, shuffle=True), seed=1)
+    other = _task(_qa(path, shuffle=True), seed=2)
+    order = [one.prompt(i).text for i in range(20)]
+    assert sorted(order) == sorted(r["question"] for r in rows)
+    assert order != [r["question"] for r in rows]
+    assert [again.prompt(i).text for i in range(40)] == order + order
+    assert [other.prompt(i).text for i in range(20)] != order

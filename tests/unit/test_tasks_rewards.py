@@ -24,6 +24,7 @@ from dressage.tasks.rewards import (
     RewardError,
     RewardFunction,
     math_answer,
+    reward_report,
 )
 from dressage.tasks.usercode import UserCodeError
 
@@ -257,3 +258,17 @@ def test_a_built_in_reward_needs_the_answer_column() -> None:
     )
     with pytest.raises(ValueError, match=r"set spec\.task\.dataset\.answerColumn"):
         RewardFunction.from_spec(spec, None)
+
+
+def test_reward_report_hands_each_step_its_parts_and_failures(
+    tmp_path: Path, user_module: Any
+) -> None:
+    task = _task(tmp_path, _ref(user_module, "parts"), rewardWeights={"correct": 1.0})
+    task.reward(task.prompt(0), "4")
+    task.reward(task.prompt(0), "5")
+    assert reward_report(task) == ({"reward/correct": 0.5, "reward/short": 0.9}, {})
+    assert reward_report(task) == ({}, {})
+    failing = _task(tmp_path, _ref(user_module, "junk"))
+    failing.reward(failing.prompt(0), "4")
+    assert reward_report(failing) == ({}, {REWARD_INVALID: 1})
+    assert reward_report(get_task(TaskSpec())) == ({}, {})
