@@ -3,8 +3,11 @@
 The harness starts the agent's command once per trajectory, with the standard OpenAI
 environment (`OPENAI_BASE_URL` pointing at the rollout proxy with the session in its path,
 `OPENAI_API_KEY`) and the task's question on standard input, and scores what the program prints
-with the task's verifiable reward. The proxy records every chat turn as token-level segments
-with per-token versions, so the samples are the same as a whitebox agent's.
+with the task's verifiable reward. A dataset task's row also reaches the program: its reward
+columns as a JSON object in `DRESSAGE_TASK_ROW`, and its chat messages (system prompt included)
+as a JSON list in `DRESSAGE_TASK_MESSAGES` when the prompt has them. The proxy records every
+chat turn as token-level segments with per-token versions, so the samples are the same as a
+whitebox agent's.
 
 Failures: a program that exits non-zero or runs past its deadline fails the trajectory, and so
 the prompt group, which the collector retries whole. When the proxy refused the session (for
@@ -15,15 +18,20 @@ counted as a staleness failure.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Sequence
 
 from dressage.agents.groups import collect_group, group_id_of
 from dressage.data.groups import Group
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
-from dressage.tasks.base import Task
+from dressage.tasks.base import Prompt, Task
 
 AGENT_ERROR = "agent_failed"
+TASK_ROW_ENV = "DRESSAGE_TASK_ROW"
+"""Environment variable holding the dataset row's reward columns (a JSON object)."""
+TASK_MESSAGES_ENV = "DRESSAGE_TASK_MESSAGES"
+"""Environment variable holding the prompt's chat messages (a JSON list), when it has them."""
 
 
 class BlackboxRollout:
@@ -58,12 +66,13 @@ class BlackboxRollout:
 
         async def trajectory(session_id: str, member: int) -> None:
             await self.client.create_session(session_id, group_id)
-            output = await self._run_agent(session_id, prompt.text)
+            output = await self._run_agent(session_id, prompt)
             await self.client.finalize(session_id, self.task.reward(prompt, output))
 
         return await collect_group(self.client, group_id, self.group_size, trajectory)
 
-    async def _run_agent(self, session_id: str, question: str) -> str:
+    async def _run_agent(self, session_id: str, prompt: Prompt) -> str:
+        question = prompt.text
         env = dict(
             os.environ,
             OPENAI_BASE_URL=self.client.session_base_url(session_id),
@@ -71,6 +80,10 @@ class BlackboxRollout:
             AGENT_MAX_TOKENS=str(self.sampling.max_new_tokens),
             AGENT_TEMPERATURE=str(self.sampling.temperature),
         )
+        if prompt.row:
+            env[TASK_ROW_ENV] = json.dumps(dict(prompt.row), default=str)
+        if prompt.messages is not None:
+            env[TASK_MESSAGES_ENV] = json.dumps([dict(m) for m in prompt.messages])
         process = await asyncio.create_subprocess_exec(
             *self.command,
             stdin=asyncio.subprocess.PIPE,

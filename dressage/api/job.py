@@ -262,12 +262,76 @@ class ModelSpec(ApiModel):
         return f"{mount_path.rstrip('/')}/{STAGED_MODELS_DIR}/{name}"
 
 
+class DatasetSpec(ApiModel):
+    """Prompts read from a dataset: a JSONL or Parquet file, a dataset directory saved by the
+    `datasets` library, or a Hugging Face Hub dataset. Prompt `i` is valid row `i` modulo the
+    number of valid rows, in the dataset's own order; rows that cannot be used (unparsable JSON,
+    a missing or non-text prompt) are skipped, reported with file, row and column, and counted."""
+
+    path: str | None = Field(default=None, min_length=1)
+    """A `.jsonl` or `.parquet` file, or a directory written by `datasets`' `save_to_disk`.
+    Relative paths are looked up next to the job manifest, then in the working directory; on a
+    cluster use a path on the job's storage (under `spec.storage.mountPath`)."""
+    hub: str | None = Field(default=None, min_length=1)
+    """Hugging Face Hub dataset id loaded with `datasets.load_dataset` (or a `datasets` builder
+    such as `json` or `parquet` together with `dataFiles`). Exactly one of `path` and `hub`."""
+    subset: str | None = Field(default=None, min_length=1)
+    """Configuration (subset) name of a `hub` dataset."""
+    data_files: list[str] | None = None
+    """Data files handed to `datasets.load_dataset` with a `hub` builder."""
+    revision: str | None = Field(default=None, min_length=1)
+    """Hub revision (branch, tag or commit) of a `hub` dataset; unset: the default branch."""
+    split: str = Field(default="train", min_length=1)
+    """Split of a `hub` dataset or of a `save_to_disk` directory holding several splits."""
+    cache_dir: str | None = Field(default=None, min_length=1)
+    """Where `datasets` caches hub downloads; unset uses its default (`HF_HOME`)."""
+    shuffle: bool = False
+    """Visit the rows in one fixed order shuffled with `spec.task.seed` instead of the
+    dataset's own (the same order every epoch and on resume)."""
+    format: Literal["auto", "jsonl", "parquet"] = "auto"
+    """File format of `path`; `auto` goes by the extension (`.parquet`, else JSON lines)."""
+    prompt_column: str | None = Field(default=None, min_length=1)
+    """Column holding the prompt text (one user message). Exactly one of `promptColumn` and
+    `messagesColumn`."""
+    messages_column: str | None = Field(default=None, min_length=1)
+    """Column holding the chat messages (`[{role, content}, ...]`) that open the conversation."""
+    answer_column: str | None = Field(default=None, min_length=1)
+    """Column holding the reference answer (the built-in rewards and the warm start use it)."""
+    reward_columns: list[str] | None = None
+    """Columns of the row passed to the reward (the answer column is always passed); unset
+    passes every column."""
+    system_prompt: str | None = None
+    """System message put before the prompt, unless the row's messages start with their own."""
+    prompt_format: Literal["chat", "raw"] = "chat"
+    """`chat` renders the prompt with the model's chat template (generation prompt appended);
+    `raw` feeds the prompt column's text to the model as is."""
+
+    @model_validator(mode="after")
+    def _check_choices(self) -> DatasetSpec:
+        if (self.path is None) == (self.hub is None):
+            raise ValueError("task.dataset: set exactly one of path and hub")
+        if (self.prompt_column is None) == (self.messages_column is None):
+            raise ValueError("task.dataset: set exactly one of promptColumn and messagesColumn")
+        if self.path is not None and (self.subset or self.data_files or self.revision):
+            raise ValueError("task.dataset: subset, dataFiles and revision apply to hub only")
+        if self.prompt_format == "raw" and (self.messages_column or self.system_prompt):
+            raise ValueError(
+                "task.dataset.promptFormat: raw takes a promptColumn and no systemPrompt"
+            )
+        return self
+
+
+DATASET_TASK = "dataset"
+ENVIRONMENT_TASK = "environment"
+
+
 class TaskSpec(ApiModel):
     """The environment and the verifiable reward."""
 
     name: str = Field(default="arithmetic", min_length=1)
     """Task name from the task registry (`arithmetic`, single-turn; `household`, a multi-turn
-    environment with tools)."""
+    environment with tools; `dataset`, prompts from `dataset` scored by `reward`;
+    `environment`, the user environment class named by `environment`)."""
     agent: Literal["whitebox", "blackbox"] = "whitebox"
     """Whitebox agents run our environment loop; blackbox agents are external programs that
     only speak the OpenAI chat API to the proxy."""
@@ -276,12 +340,45 @@ class TaskSpec(ApiModel):
     max_turns: int | None = Field(default=None, ge=1)
     """Maximum turns per trajectory for multi-turn tasks; unset uses the task's own limit."""
     dataset_size: int = Field(default=4096, ge=1)
-    """Number of prompts the task generator yields per epoch."""
+    """Number of prompts the task generator yields per epoch (generated tasks; the `dataset`
+    task's epoch is its usable rows)."""
     seed: int = 0
     """Seed of the task generator."""
     params: dict[str, int | float | str] = Field(default_factory=dict)
     """Task-specific settings (`arithmetic`: `maxOperand`, the largest operand; `household`:
-    `boxes`, the number of boxes to search)."""
+    `boxes`, the number of boxes to search; a user environment reads its own)."""
+    dataset: DatasetSpec | None = None
+    """Where the `dataset` task reads its prompts."""
+    reward: str | None = Field(default=None, min_length=1)
+    """Reward of the `dataset` task: `exact_match`, `math` (answer checking with
+    `math-verify`), or a function `package.module:function` called as
+    `f(completion, row) -> float | dict[str, float]` (or awaited when async), where `row` holds
+    the reward columns. Unset: `exact_match`."""
+    reward_batched: bool = False
+    """The reward function takes lists, `f(completions, rows) -> list`, one result per sample."""
+    reward_weights: dict[str, float] = Field(default_factory=dict)
+    """Weights that turn a reward returning named parts into the trained scalar (the weighted
+    sum); unset weighs every part 1. A weighted part missing from the result is an error."""
+    reward_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Time one reward call may take before it counts as failed (`reward_timeout`)."""
+    on_reward_error: Literal["zero", "stop"] = "zero"
+    """When the reward raises, hangs or returns something that is not a number: `zero` gives
+    the sample reward 0 and counts the failure by reason; `stop` stops the run with the error."""
+    environment: str | None = Field(default=None, min_length=1)
+    """The `environment` task's class, `package.module:Class`, constructed as `Class(spec)` with
+    this task spec and implementing `dressage.tasks.base.Environment`."""
+
+    @model_validator(mode="after")
+    def _check_task_kind(self) -> TaskSpec:
+        if (self.name == DATASET_TASK) != (self.dataset is not None):
+            raise ValueError("task.dataset is set exactly when task.name is 'dataset'")
+        if (self.name == ENVIRONMENT_TASK) != (self.environment is not None):
+            raise ValueError("task.environment is set exactly when task.name is 'environment'")
+        if self.name != DATASET_TASK and (
+            self.reward is not None or self.reward_batched or self.reward_weights
+        ):
+            raise ValueError("task.reward settings apply to the 'dataset' task only")
+        return self
 
 
 class ResourceRequirements(ApiModel):

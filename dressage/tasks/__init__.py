@@ -2,12 +2,15 @@
 rule-based rewards.
 
 Modules: `base` (the `Task`, `Environment` and `Episode` interfaces), `registry` (`get_task`
-looks up the job's `spec.task.name`), `arithmetic` and `household` (the built-in ones), `codec`
-(prompts and conversations as token ids through the model's tokenizer).
+looks up the job's `spec.task.name`), `arithmetic` and `household` (the built-in ones),
+`dataset` (prompts from JSONL, Parquet or Hugging Face datasets), `rewards` (rewards as code,
+built-in exact match and math checking), `environment` (a user's environment class),
+`usercode` (import paths of user code), `codec` (prompts and conversations as token ids through
+the model's tokenizer).
 """
 
 from dressage.tasks.base import Environment, Episode, Prompt, Step, Task, is_environment
-from dressage.tasks.registry import get_task, register_task, task_names
+from dressage.tasks.registry import check_task, get_task, register_task, task_names
 
 __all__ = [
     "Environment",
@@ -15,6 +18,7 @@ __all__ = [
     "Prompt",
     "Step",
     "Task",
+    "check_task",
     "get_task",
     "is_environment",
     "register_task",

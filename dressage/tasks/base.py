@@ -12,9 +12,9 @@ checkpoint needs to resume the data stream without repeating or skipping.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from typing_extensions import TypeIs
 
@@ -28,9 +28,17 @@ class Prompt:
     index: int
     """Position in the task's prompt stream (the data position it was drawn at)."""
     text: str
-    """Prompt text, fed to the model as is (single-turn, no chat template)."""
+    """Prompt text: one user message rendered with the chat template (or the question handed
+    to a blackbox agent program)."""
     answer: str
     """Reference answer used by the reward."""
+    messages: tuple[Mapping[str, str], ...] | None = None
+    """Chat messages (`{"role", "content"}`) rendered with the chat template instead of
+    `text`; a dataset's messages column or its system prompt."""
+    raw: bool = False
+    """Feed `text` to the model as is, without the chat template."""
+    row: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """Dataset row columns handed to the reward."""
 
 
 class Task(Protocol):

@@ -11,7 +11,8 @@ previous turn's exactly, which is what the proxy needs to keep one segment per t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,23 @@ class PromptCodec:
         return cls(AutoTokenizer.from_pretrained(str(model_dir)))
 
     def prompt_text(self, prompt: Prompt) -> str:
-        """The prompt as the policy sees it (chat template with the generation prompt)."""
+        """The prompt as the policy sees it: its messages (or its text as one user message)
+        through the chat template with the generation prompt, or its text as is when raw."""
+        if prompt.raw:
+            return prompt.text
+        if prompt.messages is not None:
+            return self.messages_text(prompt.messages)
         return self.user_text(prompt.text)
+
+    def messages_text(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """Chat messages rendered with the chat template and the generation prompt; without a
+        template, their contents one per line."""
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(
+                [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
+            )
+            return str(text)
+        return "\n".join(m["content"] for m in messages)
 
     def user_text(self, message: str) -> str:
         """One user message rendered with the chat template and the generation prompt."""
@@ -110,6 +126,17 @@ class TaskPrompts:
     def reward(self, index: int, output_ids: Sequence[int]) -> float:
         task = self._single_turn()
         return task.reward(task.prompt(index), self.codec.decode_completion(output_ids))
+
+    async def areward(self, index: int, output_ids: Sequence[int]) -> float:
+        """`reward` without blocking the event loop: the task's own `areward` when it has one
+        (a reward function with a timeout), else `reward` in a worker thread."""
+        task = self._single_turn()
+        prompt = task.prompt(index)
+        completion = self.codec.decode_completion(output_ids)
+        areward = getattr(task, "areward", None)
+        if areward is not None:
+            return float(await areward(prompt, completion))
+        return await asyncio.to_thread(task.reward, prompt, completion)
 
     def _single_turn(self) -> Task:
         if is_environment(self.task):

@@ -1,0 +1,366 @@
+"""The `dataset` task: prompts from a JSONL or Parquet file or a Hugging Face dataset, scored by
+the job's reward (`dressage.tasks.rewards`).
+
+Rows are read once when the task is built and checked: every row needs a text prompt (or a list
+of `{role, content}` messages), an answer when an answer column is set, and every reward column.
+A row that fails is reported (logged with its file, row number and column) and skipped; the
+skipped rows stay listed in `bad_rows`, so nothing is lost silently. A dataset without a column
+that the spec names (Parquet, `datasets`), or with no usable row at all, is an error.
+
+Order is the dataset's own (or one fixed shuffle of it with `shuffle`): prompt `i` is valid row
+`i % len(task)` of that order, so the job's data position (one integer) resumes the stream
+exactly, cycling over the dataset epoch after epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dressage.api.job import DatasetSpec, TaskSpec
+from dressage.tasks.base import Prompt
+from dressage.tasks.rewards import RewardFunction, RewardStats
+from dressage.tasks.usercode import resolve_path
+
+log = logging.getLogger(__name__)
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+_LOGGED_BAD_ROWS = 20
+
+
+class DatasetError(ValueError):
+    """The dataset cannot be used at all (missing file or column, no usable row)."""
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A skipped row: where it is and why it cannot be used."""
+
+    source: str
+    """The file or dataset it comes from."""
+    row: int
+    """Row number in the source, 0-based (in a JSONL file, line `row + 1`)."""
+    column: str | None
+    """The offending column, or None when the row itself is malformed."""
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.source} row {self.row}"
+        if self.column is not None:
+            where += f" column {self.column!r}"
+        return f"{where}: {self.reason}"
+
+
+class _Rows:
+    """Random access to the rows of a loaded dataset."""
+
+    def __init__(self, source: str, columns: list[str] | None, count: int) -> None:
+        self.source = source
+        self.columns = columns
+        """Column names when the format has a schema (Parquet, `datasets`), else None."""
+        self.count = count
+        self.unreadable: list[BadRow] = []
+
+    def get(self, position: int) -> Mapping[str, Any] | None:
+        raise NotImplementedError
+
+
+class _ListRows(_Rows):
+    def __init__(self, source: str, rows: list[Mapping[str, Any] | None]) -> None:
+        super().__init__(source, None, len(rows))
+        self.rows = rows
+
+    def get(self, position: int) -> Mapping[str, Any] | None:
+        return self.rows[position]
+
+
+class _TableRows(_Rows):
+    """A pyarrow table or a `datasets.Dataset` (anything with `column_names` and row slicing)."""
+
+    def __init__(self, source: str, table: Any, *, arrow: bool) -> None:
+        super().__init__(source, list(table.column_names), len(table))
+        self.table = table
+        self.arrow = arrow
+
+    def get(self, position: int) -> Mapping[str, Any] | None:
+        if self.arrow:
+            row: Mapping[str, Any] = self.table.slice(position, 1).to_pylist()[0]
+            return row
+        return dict(self.table[position])
+
+
+def _read_jsonl(path: Path) -> _ListRows:
+    rows: list[Mapping[str, Any] | None] = []
+    out = _ListRows(str(path), rows)
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f):
+            if not line.strip():
+                rows.append(None)  # not a row, and not a bad one
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                out.unreadable.append(BadRow(str(path), number, None, f"not JSON ({exc})"))
+                rows.append(None)
+                continue
+            if not isinstance(value, dict):
+                out.unreadable.append(
+                    BadRow(str(path), number, None, f"a {type(value).__name__}, not an object")
+                )
+                rows.append(None)
+                continue
+            rows.append(value)
+    out.count = len(rows)
+    return out
+
+
+def _load(spec: DatasetSpec) -> _Rows:
+    if spec.hub is not None:
+        return _load_hub(spec)
+    assert spec.path is not None
+    path = resolve_path(spec.path, "spec.task.dataset.path")
+    if path.is_dir():
+        return _load_saved(path, spec)
+    fmt = spec.format
+    if fmt == "auto":
+        fmt = "parquet" if path.suffix == ".parquet" else "jsonl"
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:
+            raise DatasetError(
+                f"spec.task.dataset.path: cannot read {path} as Parquet: {exc}"
+            ) from exc
+        return _TableRows(str(path), table, arrow=True)
+    return _read_jsonl(path)
+
+
+def _load_saved(path: Path, spec: DatasetSpec) -> _Rows:
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except Exception as exc:
+        raise DatasetError(
+            f"spec.task.dataset.path: {path} is a directory but not a dataset saved by "
+            f"datasets' save_to_disk: {exc}"
+        ) from exc
+    if isinstance(loaded, datasets.DatasetDict):
+        if spec.split not in loaded:
+            raise DatasetError(
+                f"spec.task.dataset.split: {path} has no split {spec.split!r}; "
+                f"splits: {', '.join(loaded)}"
+            )
+        loaded = loaded[spec.split]
+    return _TableRows(f"{path}[{spec.split}]", loaded, arrow=False)
+
+
+def _load_hub(spec: DatasetSpec) -> _Rows:
+    import datasets
+
+    name = spec.hub
+    source = f"{name}{'/' + spec.subset if spec.subset else ''}[{spec.split}]"
+    if spec.revision:
+        source += f"@{spec.revision}"
+    try:
+        loaded = datasets.load_dataset(
+            name,
+            spec.subset,
+            split=spec.split,
+            revision=spec.revision,
+            data_files=spec.data_files,
+            cache_dir=spec.cache_dir,
+        )
+    except Exception as exc:
+        raise DatasetError(
+            f"spec.task.dataset.hub: cannot load {source}: {type(exc).__name__}: {exc}"
+        ) from exc
+    return _TableRows(source, loaded, arrow=False)
+
+
+class DatasetTask:
+    """Single-turn prompts from dataset rows, scored by the job's reward function."""
+
+    name = "dataset"
+
+    def __init__(self, spec: DatasetSpec, reward: RewardFunction, *, seed: int = 0) -> None:
+        self.spec = spec
+        self.reward_function = reward
+        rows = _load(spec)
+        self.source = rows.source
+        self._rows = rows
+        self.bad_rows: list[BadRow] = list(rows.unreadable)
+        """Every skipped row with where and why (also logged)."""
+        self._check_columns(rows)
+        self.positions: list[int] = []
+        """Source row number of each valid row, in order."""
+        for position in range(rows.count):
+            row = rows.get(position)
+            if row is None:
+                continue
+            problem = self._check_row(row)
+            if problem is None:
+                self.positions.append(position)
+            else:
+                self.bad_rows.append(BadRow(rows.source, position, *problem))
+        if spec.shuffle:
+            random.Random(f"dataset:{seed}").shuffle(self.positions)
+        self.bad_rows.sort(key=lambda b: b.row)
+        for bad in self.bad_rows[:_LOGGED_BAD_ROWS]:
+            log.warning("skipping %s", bad)
+        if len(self.bad_rows) > _LOGGED_BAD_ROWS:
+            log.warning(
+                "skipping %d more bad rows of %s",
+                len(self.bad_rows) - _LOGGED_BAD_ROWS,
+                self.source,
+            )
+        if not self.positions:
+            first = f"; first: {self.bad_rows[0]}" if self.bad_rows else ""
+            raise DatasetError(
+                f"spec.task.dataset: {self.source} has no usable row "
+                f"({len(self.bad_rows)} bad{first})"
+            )
+
+    # The Task interface ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @property
+    def bad_row_count(self) -> int:
+        """Rows skipped because they cannot be used."""
+        return len(self.bad_rows)
+
+    @property
+    def reward_stats(self) -> RewardStats:
+        """Reward calls, failures by reason and named-part means."""
+        return self.reward_function.stats
+
+    def row(self, index: int) -> Mapping[str, Any]:
+        """All columns of the row behind prompt `index`."""
+        row = self._rows.get(self.positions[index % len(self.positions)])
+        assert row is not None
+        return row
+
+    def prompt(self, index: int) -> Prompt:
+        spec = self.spec
+        row = self.row(index)
+        answer = "" if spec.answer_column is None else _text(row[spec.answer_column])
+        columns = spec.reward_columns
+        passed = dict(row) if columns is None else {c: row[c] for c in columns}
+        if spec.answer_column is not None:
+            passed[spec.answer_column] = row[spec.answer_column]
+        if spec.messages_column is not None:
+            messages = tuple(
+                {"role": m["role"], "content": m["content"]} for m in row[spec.messages_column]
+            )
+            if spec.system_prompt is not None and messages[0]["role"] != "system":
+                messages = ({"role": "system", "content": spec.system_prompt}, *messages)
+            users = [m["content"] for m in messages if m["role"] == "user"]
+            text = users[-1] if users else messages[-1]["content"]
+            return Prompt(index, text, answer, messages=messages, row=passed)
+        assert spec.prompt_column is not None
+        text = row[spec.prompt_column]
+        if spec.prompt_format == "raw":
+            return Prompt(index, text, answer, raw=True, row=passed)
+        if spec.system_prompt is not None:
+            messages = (
+                {"role": "system", "content": spec.system_prompt},
+                {"role": "user", "content": text},
+            )
+            return Prompt(index, text, answer, messages=messages, row=passed)
+        return Prompt(index, text, answer, row=passed)
+
+    def reward(self, prompt: Prompt, completion: str) -> float:
+        return self.reward_function.score([completion], [prompt.row])[0]
+
+    async def areward(self, prompt: Prompt, completion: str) -> float:
+        """`reward` without blocking the event loop."""
+        return (await self.reward_function.ascore([completion], [prompt.row]))[0]
+
+    def rewards(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
+        """Rewards of several samples in one call (one call of a batched reward function)."""
+        return self.reward_function.score(list(completions), [p.row for p in prompts])
+
+    # Checks ---------------------------------------------------------------------------------
+
+    def _required(self) -> list[str]:
+        spec = self.spec
+        names = [spec.prompt_column or spec.messages_column or ""]
+        if spec.answer_column is not None:
+            names.append(spec.answer_column)
+        names.extend(c for c in spec.reward_columns or [] if c not in names)
+        return names
+
+    def _check_columns(self, rows: _Rows) -> None:
+        if rows.columns is None:
+            return
+        missing = [c for c in self._required() if c not in rows.columns]
+        if missing:
+            raise DatasetError(
+                f"spec.task.dataset: {rows.source} has no column {missing[0]!r}; "
+                f"columns: {', '.join(rows.columns)}"
+            )
+
+    def _check_row(self, row: Mapping[str, Any]) -> tuple[str, str] | None:
+        """`(column, reason)` of the first problem of `row`, or None."""
+        spec = self.spec
+        for column in self._required():
+            if column not in row:
+                return column, "missing"
+        if spec.prompt_column is not None:
+            value = row[spec.prompt_column]
+            if not isinstance(value, str) or not value.strip():
+                return spec.prompt_column, f"prompt must be non-empty text, got {value!r:.80}"
+        else:
+            assert spec.messages_column is not None
+            problem = _messages_problem(row[spec.messages_column])
+            if problem is not None:
+                return spec.messages_column, problem
+        if spec.answer_column is not None:
+            value = row[spec.answer_column]
+            if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
+                return spec.answer_column, f"answer must be text or a number, got {value!r:.80}"
+        return None
+
+
+def _messages_problem(value: Any) -> str | None:
+    if not isinstance(value, list) or not value:
+        return f"messages must be a non-empty list, got {value!r:.80}"
+    for i, message in enumerate(value):
+        if not isinstance(message, Mapping):
+            return f"message {i} is not an object"
+        role, content = message.get("role"), message.get("content")
+        if role not in ROLES:
+            return f"message {i} has role {role!r}, not one of {', '.join(sorted(ROLES))}"
+        if not isinstance(content, str):
+            return f"message {i} content must be text, got {content!r:.80}"
+    return None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def from_spec(spec: TaskSpec) -> DatasetTask:
+    if spec.dataset is None:
+        raise ValueError("spec.task.dataset: the dataset task needs a dataset")
+    if spec.max_turns not in (None, 1):
+        raise ValueError(
+            f"spec.task.maxTurns: the dataset task is single-turn, got {spec.max_turns}"
+        )
+    if spec.params:
+        raise ValueError(
+            f"spec.task.params: the dataset task takes none, got {sorted(spec.params)}"
+        )
+    reward = RewardFunction.from_spec(spec, spec.dataset.answer_column)
+    return DatasetTask(spec.dataset, reward, seed=spec.seed)

@@ -1,0 +1,364 @@
+"""Rewards as code: the function a `dataset` task scores completions with.
+
+`spec.task.reward` names a built-in (`exact_match`, `math`) or a user function
+`package.module:function`. A function is called `f(completion, row)` for one sample, or
+`f(completions, rows)` with lists when `spec.task.rewardBatched` is set; `row` is a dict of the
+dataset row's reward columns. It may be a coroutine function. It returns a number, or a dict of
+named numbers that becomes the trained scalar as the weighted sum with `spec.task.rewardWeights`
+(every part weight 1 when unset).
+
+Every call runs under `spec.task.rewardTimeoutSeconds`: synchronous functions in a daemon
+thread of their own (a call that overruns is abandoned and its thread left to finish; it never
+delays other calls or the process's exit), coroutine functions awaited on the caller's loop
+(from a synchronous caller, on a loop of their own in that thread). A call that raises,
+overruns or returns something that is not a finite number fails with a reason:
+`reward_raised`, `reward_timeout` or `reward_invalid`. With
+`spec.task.onRewardError: zero` (the default) the sample gets reward 0, the failure is logged
+and counted in `RewardStats`; with `stop` the call raises `RewardError`, and every later call
+raises it again, so the rollout fails until the breaker stops the run with the reason.
+
+`RewardStats` also keeps the mean of every named part; `drain()` hands the counts since the
+last call to whoever reports per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dressage.api.job import TaskSpec
+from dressage.data.groups import GroupFailed
+from dressage.tasks.usercode import import_object
+
+log = logging.getLogger(__name__)
+
+REWARD_RAISED = "reward_raised"
+REWARD_TIMEOUT = "reward_timeout"
+REWARD_INVALID = "reward_invalid"
+_LOGGED_PER_REASON = 10
+
+Row = Mapping[str, Any]
+
+
+class RewardError(GroupFailed):
+    """A reward call failed under `onRewardError: stop`; `reason` is its failure reason."""
+
+
+@dataclass
+class RewardStats:
+    """Reward calls, failures by reason and named-part means (thread-safe)."""
+
+    samples: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    part_sums: dict[str, float] = field(default_factory=dict)
+    part_counts: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, parts: Mapping[str, float] | None, failure: str | None) -> None:
+        with self._lock:
+            self.samples += 1
+            if failure is not None:
+                self.failures[failure] += 1
+            for name, value in (parts or {}).items():
+                self.part_sums[name] = self.part_sums.get(name, 0.0) + value
+                self.part_counts[name] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """`{"samples", "failures": {reason: n}, "parts": {name: mean}}` so far."""
+        with self._lock:
+            return {
+                "samples": self.samples,
+                "failures": dict(self.failures),
+                "parts": {n: self.part_sums[n] / self.part_counts[n] for n in self.part_sums},
+            }
+
+    def drain(self) -> dict[str, Any]:
+        """`snapshot()`, then start counting from zero."""
+        out = self.snapshot()
+        with self._lock:
+            self.samples = 0
+            self.failures.clear()
+            self.part_sums.clear()
+            self.part_counts.clear()
+        return out
+
+
+class _Failure(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def exact_match(answer_column: str) -> Callable[[str, Row], float]:
+    """1 when the completion, stripped and with runs of whitespace collapsed, equals the row's
+    answer the same way; else 0."""
+
+    def reward(completion: str, row: Row) -> float:
+        return 1.0 if _norm(completion) == _norm(str(row[answer_column])) else 0.0
+
+    return reward
+
+
+def math_answer(answer_column: str) -> Callable[[str, Row], float]:
+    """1 when `math-verify` finds the completion's answer mathematically equal to the row's
+    (numbers, fractions, LaTeX, `\\boxed{}`); else 0."""
+    from math_verify import parse, verify
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_no_timeout_notice)
+
+    def reward(completion: str, row: Row) -> float:
+        # math-verify's own timeouts use SIGALRM, which only the main thread may set; the
+        # caller's timeout bounds the call instead.
+        main = threading.current_thread() is threading.main_thread()
+        limit = 5 if main else 0
+        gold = parse(str(row[answer_column]), parsing_timeout=limit)
+        if not gold:
+            raise ValueError(f"math: cannot parse the answer {row[answer_column]!r}")
+        predicted = parse(completion, parsing_timeout=limit)
+        return 1.0 if verify(gold, predicted, timeout_seconds=limit or None) else 0.0
+
+    return reward
+
+
+def _no_timeout_notice(record: logging.LogRecord) -> bool:
+    """Drops math-verify's notice that its own timeout is off: the reward call's bounds it."""
+    return not record.getMessage().startswith("Timeout is disabled")
+
+
+BUILTIN_REWARDS: dict[str, Callable[[str], Callable[[str, Row], float]]] = {
+    "exact_match": exact_match,
+    "math": math_answer,
+}
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+class RewardFunction:
+    """A reward function with its timeout, failure policy and statistics."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        batched: bool = False,
+        weights: Mapping[str, float] | None = None,
+        timeout_s: float = 30.0,
+        on_error: str = "zero",
+    ) -> None:
+        if on_error not in ("zero", "stop"):
+            raise ValueError(f"spec.task.onRewardError must be zero or stop, got {on_error!r}")
+        self.fn = fn
+        self.name = name
+        self.batched = batched
+        self.weights = dict(weights or {})
+        self.timeout_s = timeout_s
+        self.on_error = on_error
+        self.stats = RewardStats()
+        self.stopped: RewardError | None = None
+        self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            type(fn).__call__
+        )
+        self._logged: Counter[str] = Counter()
+
+    @classmethod
+    def from_spec(cls, spec: TaskSpec, answer_column: str | None) -> RewardFunction:
+        """The reward `spec.task.reward` names (default `exact_match`)."""
+        reference = spec.reward or "exact_match"
+        if reference in BUILTIN_REWARDS:
+            if answer_column is None:
+                raise ValueError(
+                    f"spec.task.reward: {reference} compares with the answer; "
+                    "set spec.task.dataset.answerColumn"
+                )
+            fn: Callable[..., Any] = BUILTIN_REWARDS[reference](answer_column)
+            if spec.reward_batched:
+                raise ValueError(f"spec.task.rewardBatched: {reference} scores one sample")
+        else:
+            fn = import_object(reference, "spec.task.reward")
+            if not callable(fn):
+                raise ValueError(f"spec.task.reward: {reference} is not callable")
+        return cls(
+            fn,
+            name=reference,
+            batched=spec.reward_batched,
+            weights=spec.reward_weights,
+            timeout_s=spec.reward_timeout_seconds,
+            on_error=spec.on_reward_error,
+        )
+
+    # Scoring -------------------------------------------------------------------------------
+
+    def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
+        """Rewards of `completions` (blocking; the timeout bounds the wait)."""
+        self._check_stopped()
+        future = _in_thread(self._call_in_thread, list(completions), list(rows))
+        try:
+            raw = future.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return self._fail_all(len(completions), REWARD_TIMEOUT, self._timeout_message())
+        except _Failure as exc:
+            return self._fail_all(len(completions), exc.reason, str(exc))
+        return self._results(raw, len(completions))
+
+    async def ascore(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
+        """Rewards of `completions` without blocking the event loop."""
+        self._check_stopped()
+        try:
+            if self._is_async:
+                raw = await asyncio.wait_for(
+                    self._call_async(list(completions), list(rows)), self.timeout_s
+                )
+            else:
+                future = _in_thread(self._call_in_thread, list(completions), list(rows))
+                raw = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
+        except TimeoutError:
+            return self._fail_all(len(completions), REWARD_TIMEOUT, self._timeout_message())
+        except _Failure as exc:
+            return self._fail_all(len(completions), exc.reason, str(exc))
+        return self._results(raw, len(completions))
+
+    # Internals -----------------------------------------------------------------------------
+
+    def _invoke(self, completions: list[str], rows: list[Row]) -> Any:
+        if self.batched:
+            return self.fn(completions, rows)
+        if len(completions) == 1:
+            return self.fn(completions[0], rows[0])
+        return [self.fn(c, r) for c, r in zip(completions, rows, strict=True)]
+
+    def _call_in_thread(self, completions: list[str], rows: list[Row]) -> Any:
+        try:
+            result = self._invoke(completions, rows)
+            if inspect.isawaitable(result) or (
+                isinstance(result, list) and any(inspect.isawaitable(r) for r in result)
+            ):
+                result = asyncio.run(_settle(result))
+        except Exception as exc:
+            raise _Failure(REWARD_RAISED, self._raised_message(exc)) from exc
+        return result
+
+    async def _call_async(self, completions: list[str], rows: list[Row]) -> Any:
+        try:
+            return await _settle(self._invoke(completions, rows))
+        except Exception as exc:
+            raise _Failure(REWARD_RAISED, self._raised_message(exc)) from exc
+
+    def _results(self, raw: Any, count: int) -> list[float]:
+        if self.batched or count > 1:
+            if not isinstance(raw, Sequence) or isinstance(raw, str | bytes) or len(raw) != count:
+                got = len(raw) if isinstance(raw, Sequence) else type(raw).__name__
+                return self._fail_all(
+                    count,
+                    REWARD_INVALID,
+                    f"spec.task.reward {self.name}: returned {got} for a batch of {count}",
+                )
+            items = list(raw)
+        else:
+            items = [raw]
+        out: list[float] = []
+        for item in items:
+            try:
+                value, parts = self._scalar(item)
+            except _Failure as exc:
+                out.append(self._fail(exc.reason, str(exc)))
+                continue
+            self.stats.record(parts, None)
+            out.append(value)
+        return out
+
+    def _scalar(self, item: Any) -> tuple[float, dict[str, float] | None]:
+        if isinstance(item, Mapping):
+            parts: dict[str, float] = {}
+            for key, value in item.items():
+                parts[str(key)] = self._number(value, f"part {key!r}")
+            weights = self.weights or dict.fromkeys(parts, 1.0)
+            missing = sorted(set(weights) - set(parts))
+            if missing:
+                raise _Failure(
+                    REWARD_INVALID,
+                    f"spec.task.reward {self.name}: result {dict(item)!r} lacks the weighted "
+                    f"parts {missing}",
+                )
+            return sum(w * parts[n] for n, w in weights.items()), parts
+        return self._number(item, "result"), None
+
+    def _number(self, value: Any, what: str) -> float:
+        if isinstance(value, bool | int | float) and math.isfinite(float(value)):
+            return float(value)
+        raise _Failure(
+            REWARD_INVALID,
+            f"spec.task.reward {self.name}: {what} {value!r} is not a finite number",
+        )
+
+    def _fail_all(self, count: int, reason: str, message: str) -> list[float]:
+        return [self._fail(reason, message) for _ in range(count)]
+
+    def _fail(self, reason: str, message: str) -> float:
+        self.stats.record(None, reason)
+        if self.on_error == "stop":
+            self.stopped = RewardError(reason, f"{reason}: {message}")
+            raise self.stopped
+        self._logged[reason] += 1
+        if self._logged[reason] <= _LOGGED_PER_REASON:
+            log.warning("%s (sample reward 0)", message)
+        return 0.0
+
+    def _check_stopped(self) -> None:
+        if self.stopped is not None:
+            raise self.stopped
+
+    def _timeout_message(self) -> str:
+        return f"spec.task.reward {self.name}: no result within {self.timeout_s:g} s"
+
+    def _raised_message(self, exc: BaseException) -> str:
+        return f"spec.task.reward {self.name} raised {type(exc).__name__}: {exc}"
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+    """`fn(*args)` in a new daemon thread: a call abandoned after its timeout neither holds a
+    worker other calls wait for nor keeps the process from exiting."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="dressage-reward", daemon=True).start()
+    return future
+
+
+async def _settle(result: Any) -> Any:
+    if isinstance(result, list):
+        return [await r if inspect.isawaitable(r) else r for r in result]
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def reward_report(task: object) -> tuple[dict[str, float], dict[str, int]]:
+    """What a task's reward function recorded since the last report, for one training step:
+    `reward/<part>` means of named parts, and failure counts by reason. Empty for tasks
+    without a reward function (the built-in ones)."""
+    stats = getattr(task, "reward_stats", None)
+    if not isinstance(stats, RewardStats):
+        return {}, {}
+    drained = stats.drain()
+    parts = {f"reward/{name}": float(v) for name, v in drained["parts"].items()}
+    return parts, dict(drained["failures"])
