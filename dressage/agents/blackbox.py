@@ -67,7 +67,13 @@ class BlackboxRollout:
         async def trajectory(session_id: str, member: int) -> None:
             await self.client.create_session(session_id, group_id)
             output = await self._run_agent(session_id, prompt)
-            await self.client.finalize(session_id, self.task.reward(prompt, output))
+            areward = getattr(self.task, "areward", None)  # a reward function with a timeout
+            reward = (
+                float(await areward(prompt, output))
+                if areward is not None
+                else self.task.reward(prompt, output)
+            )
+            await self.client.finalize(session_id, reward)
 
         return await collect_group(self.client, group_id, self.group_size, trajectory)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from dressage.data.groups import Group
+from dressage.data.groups import Group, GroupFailed
 from dressage.proxy.client import ProxyRolloutClient, RolloutError
 
 TrajectoryFn = Callable[[str, int], Awaitable[None]]
@@ -36,12 +36,10 @@ async def collect_group(
     if errors:
         await asyncio.gather(*(client.discard(s) for s in sessions))
         await client.segments(group_id)
-        first = next((e for e in errors if isinstance(e, RolloutError)), errors[0])
-        if isinstance(first, asyncio.CancelledError):
-            raise first
-        if not isinstance(first, RolloutError):
-            raise RolloutError(f"group {group_id}: {type(first).__name__}: {first}") from first
-        raise first
+        first = next((e for e in errors if isinstance(e, GroupFailed)), errors[0])
+        if isinstance(first, asyncio.CancelledError | GroupFailed):
+            raise first  # a GroupFailed keeps its reason (a proxy refusal, a reward failure)
+        raise RolloutError(f"group {group_id}: {type(first).__name__}: {first}") from first
     samples = await client.segments(group_id)
     if len({s.parent_traj_id for s in samples}) != group_size:
         raise RolloutError(

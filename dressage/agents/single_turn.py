@@ -21,8 +21,9 @@ class PromptSource(Protocol):
         """Token ids of prompt `index`."""
         ...
 
-    def reward(self, index: int, output_ids: Sequence[int]) -> float:
-        """Reward of the generated `output_ids` for prompt `index`."""
+    async def areward(self, index: int, output_ids: Sequence[int]) -> float:
+        """Reward of the generated `output_ids` for prompt `index` (a user's reward function
+        may take a while: it must not hold up the other trajectories)."""
         ...
 
 
@@ -63,6 +64,6 @@ class SingleTurnRollout:
                 instance_id=group_id,
                 seed=sample_seed(self.seed, index, attempt, member),
             )
-            await self.client.finalize(session_id, self.source.reward(index, output))
+            await self.client.finalize(session_id, await self.source.areward(index, output))
 
         return await collect_group(self.client, group_id, self.group_size, trajectory)

@@ -33,6 +33,7 @@ from dressage.proxy.client import ProxyRolloutClient
 from dressage.rollout.collector import Collector
 from dressage.tasks import get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
+from dressage.tasks.rewards import reward_report
 from dressage.trainer.session import TrainerSession
 
 
@@ -72,7 +73,14 @@ async def run_pipeline(
         metrics.set_version(session.state.version_index, session.state.version)
         metrics.step.set(session.state.step)
 
+    task = None
+
     def record_step(record: StepRecord) -> None:
+        # A user's reward function reports its named parts and its failures once per step.
+        parts, failures = reward_report(task)
+        record.metrics.update(parts)
+        for reason, count in failures.items():
+            record.failure_reasons[reason] = record.failure_reasons.get(reason, 0) + count
         if metrics is not None:
             metrics.observe(record, session.state.version_index)
         sink(record)
@@ -81,7 +89,8 @@ async def run_pipeline(
         proxy = ProxyRolloutClient(endpoints.proxy_url, token=endpoints.proxy_token)
         opened.push_async_callback(proxy.aclose)
         codec = PromptCodec.from_pretrained(session.initial_model_dir)
-        source = TaskPrompts(get_task(spec.task), codec)
+        task = get_task(spec.task)
+        source = TaskPrompts(task, codec)
         collector: Collector = make_collector(
             spec, source=source, proxy=proxy, run_tag=job.metadata.name
         )

@@ -40,7 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         job = load_job(args.manifest)
-    except (JobValidationError, OSError) as exc:
+        from dressage.tasks import check_task
+        from dressage.tasks.usercode import add_job_dir
+
+        # A job's own reward, environment and data sit beside its manifest or in the
+        # working directory.
+        add_job_dir(args.manifest)
+        check_task(job.spec.task)
+    except (JobValidationError, OSError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
     if args.steps is not None and args.steps < 1:

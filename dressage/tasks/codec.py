@@ -11,7 +11,6 @@ previous turn's exactly, which is what the proxy needs to keep one segment per t
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -128,15 +127,16 @@ class TaskPrompts:
         return task.reward(task.prompt(index), self.codec.decode_completion(output_ids))
 
     async def areward(self, index: int, output_ids: Sequence[int]) -> float:
-        """`reward` without blocking the event loop: the task's own `areward` when it has one
-        (a reward function with a timeout), else `reward` in a worker thread."""
+        """`reward` as the rollout awaits it: the task's own `areward` when it has one (a
+        user's reward function, run with a timeout off the event loop), else the task's rule,
+        which is instant."""
         task = self._single_turn()
         prompt = task.prompt(index)
         completion = self.codec.decode_completion(output_ids)
         areward = getattr(task, "areward", None)
         if areward is not None:
             return float(await areward(prompt, completion))
-        return await asyncio.to_thread(task.reward, prompt, completion)
+        return task.reward(prompt, completion)
 
     def _single_turn(self) -> Task:
         if is_environment(self.task):

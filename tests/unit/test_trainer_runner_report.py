@@ -116,7 +116,7 @@ class _NoPrompts:
     def prompt_ids(self, index: int) -> list[int]:
         raise AssertionError("not called")
 
-    def reward(self, index: int, output_ids: object) -> float:
+    async def areward(self, index: int, output_ids: object) -> float:
         raise AssertionError("not called")
 
 
