@@ -386,7 +386,19 @@ class TrainingSpec(ApiModel):
     max_grad_norm: float = Field(default=1.0, gt=0.0)
     """Gradient clipping norm."""
     checkpoint_every: int = Field(default=1, ge=1)
-    """Write a resumable checkpoint every this many steps."""
+    """Write a resumable checkpoint (every rank's shards of the float32 weights and of the
+    optimizer state) every this many steps. Weights are published every step regardless; the
+    checkpoint is written in the background, so publishing never waits for it."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """Trainer compute precision: `bf16` computes in bfloat16 with float32 gradient reduction
+    and float32 master weights; `fp32` computes in float32; `auto` is `bf16` on GPUs and
+    `fp32` on CPU."""
+    max_tokens_per_micro_batch: int = Field(default=8192, ge=1)
+    """Padded tokens per forward/backward pass on one trainer rank; a step's micro-batches
+    accumulate their gradients into one update, equal to one pass over the whole batch."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass (less memory, about a
+    third more compute)."""
     seed: int = 0
     """Seed of the trainer and samplers."""
 

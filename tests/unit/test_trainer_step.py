@@ -130,6 +130,8 @@ def test_session_commit_writes_weights_then_checkpoint_and_resumes(
         assert version == version_label(step)
         assert (path / "model.safetensors").is_file()
         assert (path / "tokenizer.json").is_file()
+    # The checkpoint of the last step is written in the background.
+    session.wait_for_checkpoint()
     assert run.latest_step() == 3
     # Old checkpoints and weights are pruned; the newest ones stay.
     assert sorted(p.name for p in run.checkpoints_root.glob("step-*")) == [
@@ -191,6 +193,7 @@ def test_the_checkpoint_keeps_the_steps_history_record(model_dir: Path, tmp_path
     session = TrainerSession.open(_spec(learning_rate=1e-3), model_dir=model_dir, run_dir=run)
     session.trainer.train_step(synthetic_batch(1))
     session.commit_step({"next_prompt": 8}, {"step": 1, "reward": 0.5})
+    session.wait_for_checkpoint()
     saved = run.load_state()
     assert saved is not None
     assert saved.record == {"step": 1, "reward": 0.5}
