@@ -193,7 +193,9 @@ class GRPOTrainer:
         self.compute_dtype = config.compute_dtype(self.device)
         if config.activation_checkpointing:
             hf: Any = model
-            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            hf.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}
+            )
         self.model: torch.nn.Module = TokenLogprobs(model, config.logprob_chunk_tokens)
         self.sharded = self.env.distributed
         if self.sharded:
@@ -353,14 +355,18 @@ class GRPOTrainer:
 def write_pretrained(
     model: torch.nn.Module, state: dict[str, torch.Tensor], out_dir: str | Path, dtype: str
 ) -> None:
-    """Write `state` as `model`'s Hugging Face checkpoint with `dtype` in its config."""
+    """Write `state` as `model`'s Hugging Face checkpoint, with `dtype` in its config.json
+    (transformers would record the dtype of the float32 master weights instead)."""
+    import json
+
     hf: Any = model
-    previous = getattr(hf.config, "dtype", None)
-    hf.config.dtype = dtype
-    try:
-        hf.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
-    finally:
-        hf.config.dtype = previous
+    hf.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
+    config_file = Path(out_dir) / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["dtype"] = dtype
+    if "torch_dtype" in config:
+        config["torch_dtype"] = dtype
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _tree_map(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
