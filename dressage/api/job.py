@@ -387,8 +387,11 @@ class TrainingSpec(ApiModel):
     """Gradient clipping norm."""
     checkpoint_every: int = Field(default=1, ge=1)
     """Write a resumable checkpoint (every rank's shards of the float32 weights and of the
-    optimizer state) every this many steps. Weights are published every step regardless; the
-    checkpoint is written in the background, so publishing never waits for it."""
+    optimizer state) every this many steps. Weights are published every step regardless."""
+    checkpoint_in_background: bool | None = None
+    """Write checkpoints in the background, so that publishing the next weight version never
+    waits for the optimizer state; a run killed meanwhile resumes from the checkpoint before.
+    Unset: in the background on GPU trainers, in line on CPU ones (small checkpoints)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """Trainer compute precision: `bf16` computes in bfloat16 with float32 gradient reduction
     and float32 master weights; `fp32` computes in float32; `auto` is `bf16` on GPUs and

@@ -9,13 +9,15 @@ Layout under a run directory:
                                     optimizer state (`torch.distributed.checkpoint`, one
                                     directory per rank, written without collectives)
     checkpoints/step-<N>/rank-<R>.done  written once rank R's shards are on disk
+    checkpoints/latest.json         {"step": N}: the newest complete checkpoint, written by
+                                    the rank that completes it
 
 A checkpoint is complete when its `state.json` and the `.done` marker of every rank exist;
 resume takes the newest complete one, so a run killed at any moment (mid-write included)
 resumes from the last complete step. Each rank writes its shards from a CPU snapshot in a
-background thread (`torch.distributed.checkpoint.async_save`), so the next weight version is
-published while the optimizer state is still being written. A checkpoint resumes only on a
-gang of the world size that wrote it (the shards are per rank).
+thread of its own, without collectives, so the session may let training and the publishing of
+the next weight version go on while the optimizer state is still being written. A checkpoint
+resumes only on a gang of the world size that wrote it (the shards are per rank).
 """
 
 from __future__ import annotations
@@ -185,6 +187,12 @@ class RunDir:
             with _local_checkpoint_io():
                 save(shards, checkpoint_id=str(path), no_dist=True)
             path.with_name(f"rank-{rank}.done").write_text("", encoding="utf-8")
+            if self.is_complete(step):
+                # The last rank to finish sees every marker (more than one may: same content).
+                pointer = self.checkpoints_root / "latest.json"
+                tmp = pointer.with_name(f".latest.json.{rank}.tmp")
+                tmp.write_text(json.dumps({"step": step}), encoding="utf-8")
+                os.replace(tmp, pointer)
 
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         try:

@@ -2,9 +2,9 @@
 
 Every rank holds the whole `TrainBatch` (rank 0 collects it and broadcasts it), computes the
 same group advantages and trains on its shard of the samples. With more than one rank the
-policy is sharded with FSDP2 (`fully_shard` on every decoder layer, then on the root): each
-rank keeps 1/world of the float32 master weights, gradients and AdamW state, and gathers one
-layer's parameters at a time for compute.
+policy is sharded with FSDP2 (`fully_shard` on the input embedding and every decoder layer,
+then on the root): each rank keeps 1/world of the float32 master weights, gradients and AdamW
+state, and gathers one layer's parameters at a time for compute.
 
 Precision (`TrainerConfig.precision`): `bf16` computes in bfloat16 with float32 gradient
 reduction and float32 master weights (FSDP2's `MixedPrecisionPolicy(param_dtype=bf16,
@@ -217,6 +217,13 @@ class GRPOTrainer:
             if self.compute_dtype == torch.bfloat16
             else MixedPrecisionPolicy()
         )
+        # The embedding and each decoder layer are gathered only while they compute; the
+        # root (LM head and final norm) stays gathered from its forward to its backward.
+        hf: Any = self.module
+        embedding = hf.get_input_embeddings()
+        tied = embedding.weight is getattr(hf.get_output_embeddings(), "weight", None)
+        if not tied:
+            fully_shard(embedding, mesh=mesh, mp_policy=policy)
         for layer in decoder_layers(self.module):
             fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(self.model, mesh=mesh, mp_policy=policy)
@@ -321,17 +328,18 @@ class GRPOTrainer:
     def publishable_state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's full weights in the serving dtype, on the CPU of rank 0.
 
-        Collective: every rank must call it. Parameters are gathered one at a time and cast
-        to `config.serving_dtype` before they leave the device, so no rank ever holds a full
-        float32 copy of the model; ranks other than 0 get an empty dict.
+        Collective: every rank must call it. Each parameter's shard is cast to
+        `config.serving_dtype` and then gathered, one parameter at a time, so no rank ever
+        holds a full float32 copy of the model; ranks other than 0 get an empty dict.
         """
         dtype = DTYPES[self.config.serving_dtype]
         out: dict[str, torch.Tensor] = {}
         for name, tensor in self.module.state_dict().items():
-            full = _full(tensor.detach())
+            # Cast the shard first: the gather then moves serving-dtype bytes only.
+            local = tensor.detach()
+            full = _full(local.to(dtype) if local.is_floating_point() else local)
             if self.env.is_main:
-                cast = full.to(dtype) if full.is_floating_point() else full
-                out[name] = cast.to("cpu", copy=True)
+                out[name] = full.to("cpu", copy=True)
             del full
         return out
 

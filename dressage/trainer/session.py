@@ -5,7 +5,8 @@ rank's shards of the float32 weights and optimizer state, version counter, colle
 or starts at step 0 from the initial model. `commit_step` turns one optimizer step into a new
 weight version: the ranks gather the weights in the serving dtype and rank 0 writes them as a
 Hugging Face checkpoint; every `checkpoint_every` steps each rank then snapshots its shards and
-writes them in the background, so the version is published without waiting for them. Every
+writes them, in the background where `checkpoint_in_background` (the version is then published
+without waiting for them, and the checkpoint completes during the next step). Every
 rank advances the same counters, so all ranks agree on the step and version without talking.
 """
 
@@ -74,6 +75,8 @@ class TrainerSession:
     checkpoint_every: int = 1
     resumed: bool = False
     extra_files: list[Path] = field(default_factory=list)
+    checkpoint_in_background: bool = False
+    """Whether `commit_step` returns while the checkpoint is still being written."""
     pending: Future[Any] | None = None
     """The background write of this rank's newest checkpoint shards."""
 
@@ -116,6 +119,11 @@ class TrainerSession:
             env=env,
             initial_model_dir=Path(model_dir),
             checkpoint_every=spec.training.checkpoint_every,
+            checkpoint_in_background=(
+                device.type == "cuda"
+                if spec.training.checkpoint_in_background is None
+                else spec.training.checkpoint_in_background
+            ),
             resumed=saved is not None,
             extra_files=extras,
         )
@@ -153,6 +161,8 @@ class TrainerSession:
         del weights  # rank 0's full copy in the serving dtype; free it before checkpointing
         if self.state.step % self.checkpoint_every == 0:
             self._start_checkpoint()
+            if not self.checkpoint_in_background:
+                self.wait_for_checkpoint()
         barrier(self.env)
         return version, path
 

@@ -133,6 +133,7 @@ def ddp_worker(argv: list[str] | None = None) -> int:
                 learning_rate=args.lr,
                 precision=args.precision,
                 max_tokens_per_micro_batch=args.micro_tokens,
+                checkpoint_in_background=True,
             )
 
             def session(run: str) -> TrainerSession:

@@ -134,6 +134,7 @@ def test_session_commit_writes_weights_then_checkpoint_and_resumes(
     # The checkpoint of the last step is written in the background.
     session.wait_for_checkpoint()
     assert run.latest_step() == 3
+    assert json.loads((run.checkpoints_root / "latest.json").read_text()) == {"step": 3}
     # Old checkpoints and weights are pruned; the newest ones stay.
     assert sorted(p.name for p in run.checkpoints_root.glob("step-*")) == [
         "step-000002",
@@ -269,7 +270,7 @@ def test_published_weights_are_written_in_the_serving_dtype(
 def test_a_session_resumed_from_its_checkpoint_continues_identically(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    spec = job_spec(learning_rate=1e-2)
+    spec = job_spec(learning_rate=1e-2, checkpoint_in_background=True)
 
     def train(session: TrainerSession, until: int) -> None:
         while session.state.step < until:
@@ -339,3 +340,15 @@ def test_job_fields_reach_the_trainer_config() -> None:
     assert config.serving_dtype == "float32"  # a CPU trainer serves float32 engines
     gpu = spec.model_copy(update={"trainer": spec.trainer.model_copy(update={"gpus_per_node": 1})})
     assert trainer_config(gpu).serving_dtype == "bfloat16"
+
+
+def test_a_cpu_session_writes_its_checkpoint_before_commit_returns(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    run = RunDir(tmp_path / "run")
+    session = TrainerSession.open(job_spec(), model_dir=model_dir, run_dir=run)
+    assert not session.checkpoint_in_background
+    session.trainer.train_step(synthetic_batch(1))
+    session.commit_step({"next_prompt": 2})
+    # In line: a history line written after the commit always has its checkpoint.
+    assert run.latest_step() == 1
