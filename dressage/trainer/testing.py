@@ -77,12 +77,14 @@ def ddp_worker(argv: list[str] | None = None) -> int:
     """A trainer rank for the data-parallel tests: train on synthetic batches, save weights.
 
     Run under torchrun: `torchrun --nproc_per_node 2 -m dressage.trainer.testing --model DIR
-    --out DIR --steps N [--precision P] [--micro-tokens T] [--resume]`. Rank 0 draws each
+    --out DIR --steps N [--precision P] [--micro-tokens T] [--chunk-tokens C]
+    [--activation-checkpointing] [--resume]`. Rank 0 draws each
     batch and broadcasts it, as the training loop does; every rank writes its full parameters
     to `OUT/rank<R>.pt` and rank 0 its metrics to `OUT/metrics.json`. With `--resume` each
     rank also trains through a `TrainerSession` that is reopened from its sharded checkpoint
     after `N - 1` steps (`OUT/resumed-rank<R>.pt`) and one that is not
-    (`OUT/straight-rank<R>.pt`). Each rank writes `OUT/done-rank<R>` last, before the process
+    (`OUT/straight-rank<R>.pt`), both with the job defaults for logprob chunking and
+    activation checkpointing. Each rank writes `OUT/done-rank<R>` last, before the process
     group is torn down, so a test judges on complete files.
     """
     import argparse
@@ -107,6 +109,8 @@ def ddp_worker(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--micro-tokens", type=int, default=8192)
+    parser.add_argument("--chunk-tokens", type=int, default=1024)
+    parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -118,6 +122,8 @@ def ddp_worker(argv: list[str] | None = None) -> int:
             learning_rate=args.lr,
             precision=args.precision,
             max_tokens_per_micro_batch=args.micro_tokens,
+            logprob_chunk_tokens=args.chunk_tokens,
+            activation_checkpointing=args.activation_checkpointing,
         )
         trainer = GRPOTrainer(load_policy(args.model, device), config, env, device)
         history = []
