@@ -579,7 +579,22 @@ class TrainingSpec(ApiModel):
     max_grad_norm: float = Field(default=1.0, gt=0.0)
     """Gradient clipping norm."""
     checkpoint_every: int = Field(default=1, ge=1)
-    """Write a resumable checkpoint every this many steps."""
+    """Write a resumable checkpoint (every rank's shards of the float32 weights and of the
+    optimizer state) every this many steps. Weights are published every step regardless."""
+    checkpoint_in_background: bool | None = None
+    """Write checkpoints in the background, so that publishing the next weight version never
+    waits for the optimizer state; a run killed meanwhile resumes from the checkpoint before.
+    Unset: in the background on GPU trainers, in line on CPU ones (small checkpoints)."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """Trainer compute precision: `bf16` computes in bfloat16 with float32 gradient reduction
+    and float32 master weights; `fp32` computes in float32; `auto` is `bf16` on GPUs and
+    `fp32` on CPU."""
+    max_tokens_per_micro_batch: int = Field(default=8192, ge=1)
+    """Padded tokens per forward/backward pass on one trainer rank; a step's micro-batches
+    accumulate their gradients into one update, equal to one pass over the whole batch."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass (less memory, about a
+    third more compute)."""
     seed: int = 0
     """Seed of the trainer and samplers."""
 

@@ -4,6 +4,9 @@ A causal LM's logits at position t predict token t+1, so every per-token tensor 
 *shifted* axis of length `L - 1` (L = longest sample): entry t describes token `tokens[t + 1]`.
 A sample's response is its last `response_length` tokens; only response tokens with loss mask 1
 are trained. Padding is on the right and never trained.
+
+A worker's shard is cut into micro-batches bounded by a token budget (`micro_batches`); the
+gradients of its micro-batches accumulate into one optimizer step.
 """
 
 from __future__ import annotations
@@ -68,11 +71,46 @@ def shard(scored: Sequence[ScoredSample], rank: int, world_size: int) -> list[Sc
     if not scored:
         raise ValueError("cannot shard an empty batch")
     mine = list(scored[rank::world_size])
-    if not mine:
-        first = scored[0]
-        muted = replace(first.sample, loss_mask=(0,) * first.sample.response_length)
-        mine = [ScoredSample(muted, 0.0)]
-    return mine
+    return mine or [muted(scored[0])]
+
+
+def muted(item: ScoredSample) -> ScoredSample:
+    """A copy of `item` that trains nothing (all-zero loss mask, advantage 0).
+
+    A data-parallel worker runs it when it has less work than the others, so that every rank
+    takes part in the same number of forward and backward passes (each is a collective).
+    """
+    sample = replace(item.sample, loss_mask=(0,) * item.sample.response_length)
+    return ScoredSample(sample, 0.0)
+
+
+def padded_tokens(scored: Sequence[ScoredSample]) -> int:
+    """Tokens of `scored` once padded to its longest sample (what the model processes)."""
+    return len(scored) * max((len(s.sample.tokens) for s in scored), default=0)
+
+
+def micro_batches(scored: Sequence[ScoredSample], max_tokens: int) -> list[list[ScoredSample]]:
+    """Split `scored` into micro-batches of at most `max_tokens` padded tokens each.
+
+    Samples are taken longest first, so each micro-batch holds samples of similar length and
+    little padding. A sample longer than the budget gets a micro-batch of its own (a sample
+    is never split). Every sample lands in exactly one micro-batch; because the loss of each
+    is normalised by the whole batch's trained tokens, their summed gradients equal the
+    gradient of the whole batch.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"maxTokensPerMicroBatch must be >= 1, got {max_tokens}")
+    ordered = sorted(scored, key=lambda s: len(s.sample.tokens), reverse=True)
+    out: list[list[ScoredSample]] = []
+    current: list[ScoredSample] = []
+    for item in ordered:
+        if current and (len(current) + 1) * len(current[0].sample.tokens) > max_tokens:
+            out.append(current)
+            current = []
+        current.append(item)
+    if current:
+        out.append(current)
+    return out
 
 
 def trained_token_count(scored: Sequence[ScoredSample]) -> int:

@@ -1,25 +1,49 @@
-"""One GRPO optimizer step on a causal LM, data-parallel over the trainer gang.
+"""One GRPO optimizer step on a causal LM, sharded over the trainer gang with FSDP2.
 
 Every rank holds the whole `TrainBatch` (rank 0 collects it and broadcasts it), computes the
-same group advantages, trains on its shard, and DDP all-reduces the gradients. The loss of each
-shard is divided by the trained tokens of the *whole* batch and multiplied by the world size
-(DDP averages gradients), so the update equals a single worker's update on the whole batch.
+same group advantages and trains on its shard of the samples. With more than one rank the
+policy is sharded with FSDP2 (`fully_shard` on the input embedding and every decoder layer,
+then on the root): each rank keeps 1/world of the float32 master weights, gradients and AdamW
+state, and gathers one layer's parameters at a time for compute.
+
+Precision (`TrainerConfig.precision`): `bf16` computes in bfloat16 with float32 gradient
+reduction and float32 master weights (FSDP2's `MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32)`; autocast for a single process); `fp32` computes in float32; `auto` is
+`bf16` on GPUs and `fp32` on CPU, where bfloat16 matmuls are slow and a float32 run keeps the
+local tiny-model results exact.
+
+A rank's shard is cut into micro-batches of at most `max_tokens_per_micro_batch` padded
+tokens whose gradients accumulate. The loss of every micro-batch is divided by the trained
+tokens of the *whole* batch and multiplied by the world size (FSDP averages gradients over
+ranks), so the update equals a single worker's update on the whole batch in one pass. Token
+logprobs and entropy are computed from the final hidden states a chunk of tokens at a time
+(`loss.chunked_token_logprobs_and_entropy`), so the float32 full-vocabulary log-softmax is
+never held for a whole micro-batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
+import torch.distributed as dist
 
 from dressage.data.groups import TrainBatch
 from dressage.data.samples import version_span_stats
-from dressage.trainer.batch import score_batch, shard, to_tensors, trained_token_count
+from dressage.trainer.batch import (
+    micro_batches,
+    muted,
+    score_batch,
+    shard,
+    to_tensors,
+    trained_token_count,
+)
 from dressage.trainer.distributed import DistEnv, all_reduce_sum
-from dressage.trainer.loss import LossInputs, grpo_loss, token_logprobs_and_entropy
+from dressage.trainer.loss import LossInputs, chunked_token_logprobs_and_entropy, grpo_loss
 
 REWARD = "reward"
 LOGPROB_ABS_DIFF = "train_rollout_logprob_abs_diff"
@@ -27,17 +51,49 @@ ENTROPY = "entropy"
 CLIP_FRACTION = "clip_fraction"
 LOSS = "loss"
 GRAD_NORM = "grad_norm"
+PRECISIONS = ("auto", "bf16", "fp32")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """Optimisation settings (from the job's `spec.training` and `spec.proxy`)."""
+    """Optimisation settings (from the job's `spec.training`, `spec.proxy` and `spec.model`)."""
 
     learning_rate: float = 1e-5
     clip_epsilon: float = 0.2
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     mask_nonlast_version_tokens: bool = False
+    precision: str = "auto"
+    """`auto`, `bf16` or `fp32` (see the module docstring)."""
+    max_tokens_per_micro_batch: int = 8192
+    """Padded tokens per forward/backward pass; the gradients of a step's passes accumulate."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer in the backward pass instead of keeping its activations."""
+    logprob_chunk_tokens: int = 1024
+    """Tokens whose full-vocabulary logits exist at once when computing token logprobs."""
+    serving_dtype: str = "float32"
+    """Dtype of the published weights (`save_pretrained`, `publishable_state_dict`)."""
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"training.precision must be one of {PRECISIONS}, got {self.precision!r}"
+            )
+        if self.serving_dtype not in DTYPES:
+            raise ValueError(
+                f"model.dtype must be one of {tuple(DTYPES)}, got {self.serving_dtype!r}"
+            )
+        if self.max_tokens_per_micro_batch < 1:
+            raise ValueError("training.maxTokensPerMicroBatch must be >= 1")
+        if self.logprob_chunk_tokens < 1:
+            raise ValueError("logprob_chunk_tokens must be >= 1")
+
+    def compute_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype of the forward and backward passes on `device`."""
+        if self.precision == "bf16" or (self.precision == "auto" and device.type == "cuda"):
+            return torch.bfloat16
+        return torch.float32
 
 
 def quiet_transformers() -> None:
@@ -48,7 +104,11 @@ def quiet_transformers() -> None:
 
 
 def load_policy(model_dir: str | Path, device: torch.device) -> torch.nn.Module:
-    """A Hugging Face causal LM from a checkpoint directory, float32, in train mode."""
+    """A Hugging Face causal LM from a checkpoint directory, float32, in train mode.
+
+    Float32 whatever the checkpoint's dtype: these are the master weights the optimizer
+    updates (compute may still run in bfloat16, see `TrainerConfig.precision`).
+    """
     from transformers import AutoModelForCausalLM
 
     model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
@@ -69,6 +129,52 @@ def pad_token_id(model: torch.nn.Module) -> int:
     return 0
 
 
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's transformer blocks (the classes it names in `_no_split_modules`)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(
+            f"{type(model).__name__} names no decoder layer class in _no_split_modules; "
+            "cannot shard it layer by layer"
+        )
+    return layers
+
+
+class TokenLogprobs(torch.nn.Module):
+    """The policy as one module: token ids -> per-token logprobs of the targets and entropy.
+
+    The decoder produces hidden states and the LM head is applied a chunk of tokens at a time
+    inside this module's forward, so FSDP2, with this module as its root, gathers the
+    embedding and head parameters around it and reduces their gradients.
+    """
+
+    def __init__(self, lm: torch.nn.Module, chunk_tokens: int) -> None:
+        super().__init__()
+        self.lm = lm
+        self.chunk_tokens = chunk_tokens
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        lm: Any = self.lm
+        hidden = lm.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state[:, :-1]
+        head: Callable[[torch.Tensor], torch.Tensor] = lm.get_output_embeddings()
+        logprobs, entropy = chunked_token_logprobs_and_entropy(
+            hidden, head, targets, self.chunk_tokens
+        )
+        # Fresh tensors, not views: FSDP2 hooks the backward pass on this module's outputs.
+        return logprobs.clone(), entropy.clone()
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly sharded) DTensor; collective on sharded ones."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if callable(full) else tensor
+
+
 class GRPOTrainer:
     """Owns the policy, its optimizer and the GRPO update (no I/O, no versions)."""
 
@@ -83,19 +189,64 @@ class GRPOTrainer:
         self.device = device or torch.device("cpu")
         self.config = config
         self.module = model
-        self.model: torch.nn.Module = (
-            DistributedDataParallel(
-                model, device_ids=[self.device] if self.device.type == "cuda" else None
+        """The Hugging Face model (its parameters are DTensor shards when sharded)."""
+        self.compute_dtype = config.compute_dtype(self.device)
+        if config.activation_checkpointing:
+            hf: Any = model
+            hf.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}
             )
-            if self.env.distributed
-            else model
-        )
+        self.model: torch.nn.Module = TokenLogprobs(model, config.logprob_chunk_tokens)
+        self.sharded = self.env.distributed
+        if self.sharded:
+            self._shard()
         self.optimizer = torch.optim.AdamW(
-            model.parameters(),
+            self.model.parameters(),
             lr=config.learning_rate,
             weight_decay=config.weight_decay,
         )
         self.pad_id = pad_token_id(model)
+
+    def _shard(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(self.device.type, (self.env.world_size,))
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.compute_dtype == torch.bfloat16
+            else MixedPrecisionPolicy()
+        )
+        # The embedding and each decoder layer are gathered only while they compute; the
+        # root (LM head and final norm) stays gathered from its forward to its backward.
+        hf: Any = self.module
+        embedding = hf.get_input_embeddings()
+        tied = embedding.weight is getattr(hf.get_output_embeddings(), "weight", None)
+        if not tied:
+            fully_shard(embedding, mesh=mesh, mp_policy=policy)
+        for layer in decoder_layers(self.module):
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(self.model, mesh=mesh, mp_policy=policy)
+
+    @contextmanager
+    def _autocast(self) -> Iterator[None]:
+        # FSDP2 casts the gathered parameters itself; a single process uses autocast.
+        if self.sharded or self.compute_dtype == torch.float32:
+            with nullcontext():
+                yield
+        else:
+            with torch.autocast(self.device.type, dtype=self.compute_dtype):
+                yield
+
+    def _micro_batch_count(self, local: int) -> int:
+        if not self.env.distributed:
+            return local
+        count = torch.tensor([local], dtype=torch.int64, device=self._collective_device())
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return int(count.item())
+
+    def _collective_device(self) -> torch.device:
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step on `batch`; returns this step's figures (same on every rank)."""
@@ -104,44 +255,24 @@ class GRPOTrainer:
         scored = score_batch(batch, mask_nonlast_version=self.config.mask_nonlast_version_tokens)
         global_tokens = trained_token_count(scored)
         mine = shard(scored, self.env.rank, self.env.world_size)
-        tensors = to_tensors(mine, self.pad_id)
+        parts = micro_batches(mine, self.config.max_tokens_per_micro_batch)
+        # Every rank runs as many passes as the busiest one (each pass is a collective).
+        parts += [[muted(mine[0])]] * (self._micro_batch_count(len(parts)) - len(parts))
 
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        input_ids = tensors.input_ids.to(self.device)
-        logits = self.model(
-            input_ids=input_ids, attention_mask=tensors.attention_mask.to(self.device)
-        ).logits[:, :-1]
-        logprobs, entropy = token_logprobs_and_entropy(logits, tensors.targets.to(self.device))
-        mask = tensors.loss_mask.to(self.device)
-        out = grpo_loss(
-            LossInputs(
-                logprobs=logprobs,
-                rollout_logprobs=tensors.rollout_logprobs.to(self.device),
-                advantages=tensors.advantages.to(self.device),
-                loss_mask=mask,
-                clip_epsilon=self.config.clip_epsilon,
-                loss_denominator=float(global_tokens),
-            )
-        )
-        (out.loss * self.env.world_size).backward()  # type: ignore[no-untyped-call]
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.module.parameters(), self.config.max_grad_norm
+        sums = torch.zeros(5, dtype=torch.float64)
+        for part in parts:
+            sums += self._forward_backward(part, float(global_tokens))
+        grad_norm = _full(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         )
         self.optimizer.step()
 
         # Token-weighted sums, reduced over ranks, give the whole batch's means.
-        local_tokens = out.trained_tokens
-        sums = torch.stack(
-            [
-                out.loss.detach(),
-                out.logprob_abs_diff * local_tokens,
-                out.clip_fraction * local_tokens,
-                (entropy * mask).sum(),
-                local_tokens,
-            ]
-        ).to(torch.float64)
-        loss_sum, diff_sum, clip_sum, entropy_sum, tokens = all_reduce_sum(sums, self.env).tolist()
+        loss_sum, diff_sum, clip_sum, entropy_sum, tokens = all_reduce_sum(
+            sums.to(self._collective_device()), self.env
+        ).tolist()
         denom = max(tokens, 1.0)
         rewards = batch.rewards()
         metrics: dict[str, float] = {
@@ -158,7 +289,148 @@ class GRPOTrainer:
         metrics.update(version_span_stats(batch.samples))
         return metrics
 
+    def _forward_backward(self, part: list[Any], global_tokens: float) -> torch.Tensor:
+        """Accumulate the gradient of one micro-batch; returns its token-weighted sums."""
+        tensors = to_tensors(part, self.pad_id)
+        mask = tensors.loss_mask.to(self.device)
+        with self._autocast():
+            logprobs, entropy = self.model(
+                tensors.input_ids.to(self.device),
+                tensors.attention_mask.to(self.device),
+                tensors.targets.to(self.device),
+            )
+        out = grpo_loss(
+            LossInputs(
+                logprobs=logprobs.float(),
+                rollout_logprobs=tensors.rollout_logprobs.to(self.device),
+                advantages=tensors.advantages.to(self.device),
+                loss_mask=mask,
+                clip_epsilon=self.config.clip_epsilon,
+                loss_denominator=global_tokens,
+            )
+        )
+        (out.loss * self.env.world_size).backward()  # type: ignore[no-untyped-call]
+        local_tokens = out.trained_tokens
+        return (
+            torch.stack(
+                [
+                    out.loss.detach(),
+                    out.logprob_abs_diff * local_tokens,
+                    out.clip_fraction * local_tokens,
+                    (entropy.float() * mask).sum(),
+                    local_tokens,
+                ]
+            )
+            .to(torch.float64)
+            .cpu()
+        )
+
+    def publishable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's full weights in the serving dtype, on the CPU of rank 0.
+
+        Collective: every rank must call it. Each parameter's shard is cast to
+        `config.serving_dtype` and then gathered, one parameter at a time, so no rank ever
+        holds a full float32 copy of the model; ranks other than 0 get an empty dict.
+        """
+        dtype = DTYPES[self.config.serving_dtype]
+        out: dict[str, torch.Tensor] = {}
+        for name, tensor in self.module.state_dict().items():
+            # Cast the shard first: the gather then moves serving-dtype bytes only.
+            local = tensor.detach()
+            full = _full(local.to(dtype) if local.is_floating_point() else local)
+            if self.env.is_main:
+                out[name] = full.to("cpu", copy=True)
+            del full
+        return out
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's full float32 master weights on rank 0's CPU (tests; collective)."""
+        out: dict[str, torch.Tensor] = {}
+        for name, tensor in self.module.state_dict().items():
+            full = _full(tensor.detach())
+            if self.env.is_main:
+                out[name] = full.to("cpu", copy=True)
+        return out
+
     def save_pretrained(self, out_dir: str | Path) -> None:
-        """Write the policy as a Hugging Face checkpoint (config.json + model.safetensors)."""
-        save: Any = self.module
-        save.save_pretrained(str(out_dir), safe_serialization=True)
+        """Write the policy as a Hugging Face checkpoint (config.json + model.safetensors) in
+        the serving dtype. Collective: every rank calls it, rank 0 writes."""
+        state = self.publishable_state_dict()
+        if self.env.is_main:
+            write_pretrained(self.module, state, out_dir, self.config.serving_dtype)
+
+
+def write_pretrained(
+    model: torch.nn.Module, state: dict[str, torch.Tensor], out_dir: str | Path, dtype: str
+) -> None:
+    """Write `state` as `model`'s Hugging Face checkpoint, with `dtype` in its config.json
+    (transformers would record the dtype of the float32 master weights instead)."""
+    import json
+
+    hf: Any = model
+    hf.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
+    config_file = Path(out_dir) / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["dtype"] = dtype
+    if "torch_dtype" in config:
+        config["torch_dtype"] = dtype
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _tree_map(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: _tree_map(v, fn) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_tree_map(v, fn) for v in tree]
+    if isinstance(tree, tuple):
+        return tuple(_tree_map(v, fn) for v in tree)
+    return tree
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(tensor, "to_local", None)
+    local: torch.Tensor = to_local() if callable(to_local) else tensor
+    return local
+
+
+def _restore(target: Any, loaded: Any) -> Any:
+    """`target` with every tensor's local data overwritten from `loaded` (same structure) and
+    every other value taken from `loaded`."""
+    if isinstance(target, torch.Tensor):
+        _local(target).detach().copy_(loaded)
+        return target
+    if isinstance(target, dict):
+        return {k: _restore(v, loaded[k]) for k, v in target.items()}
+    if isinstance(target, list | tuple):
+        return type(target)(_restore(t, x) for t, x in zip(target, loaded, strict=True))
+    return loaded
+
+
+def local_shards(trainer: GRPOTrainer) -> dict[str, Any]:
+    """This rank's shards of the float32 master weights and the optimizer state, copied to
+    CPU as plain tensors (a snapshot: training may continue while it is written)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model, optim = get_state_dict(trainer.model, trainer.optimizer)
+    snapshot = {"model": model, "optimizer": optim}
+    return dict(_tree_map(snapshot, lambda t: _local(t).detach().to("cpu", copy=True)))
+
+
+def load_local_shards(trainer: GRPOTrainer, load: Callable[[dict[str, Any]], None]) -> None:
+    """Fill the trainer's weights and optimizer state from this rank's shards; `load(buffers)`
+    reads them into `buffers` (shaped like `local_shards`) in place."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model, optim = get_state_dict(trainer.model, trainer.optimizer)
+    target = {"model": model, "optimizer": optim}
+    buffers: dict[str, Any] = _tree_map(target, lambda t: torch.empty_like(_local(t), device="cpu"))
+    load(buffers)
+    restored = _restore(target, buffers)
+    set_state_dict(
+        trainer.model,
+        trainer.optimizer,
+        model_state_dict=restored["model"],
+        optim_state_dict=restored["optimizer"],
+    )

@@ -17,10 +17,11 @@ gradients over workers gives the same update as one worker on the whole batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 
 def group_advantages(rewards: Sequence[Sequence[float]], eps: float = 1e-6) -> list[list[float]]:
@@ -142,3 +143,54 @@ def token_logprobs_and_entropy(
     with torch.no_grad():
         entropy = -(log_softmax.exp() * log_softmax).sum(-1)
     return logprobs, entropy
+
+
+def chunked_token_logprobs_and_entropy(
+    hidden: torch.Tensor,
+    output_layer: Callable[[torch.Tensor], torch.Tensor],
+    targets: torch.Tensor,
+    chunk_tokens: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs_and_entropy(output_layer(hidden), targets)`, a chunk of tokens at a time.
+
+    `hidden` [B, T, H] are the final hidden states, `output_layer` maps `[N, H]` to vocabulary
+    logits `[N, V]` (the LM head), `targets` [B, T]. The B*T positions are flattened and
+    processed `chunk_tokens` at a time, so at most `chunk_tokens x V` float32 logits exist at
+    once. When gradients are needed each chunk is recomputed in the backward pass
+    (activation checkpointing), so the saved activations are the hidden states, not the
+    `B x T x V` log-softmax. Same results as the unchunked function up to float rounding.
+    """
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    if hidden.dim() != 3 or targets.shape != hidden.shape[:2]:
+        raise ValueError(
+            f"hidden must be [B, T, H] and targets [B, T], got {tuple(hidden.shape)} and "
+            f"{tuple(targets.shape)}"
+        )
+    b, t, h = hidden.shape
+    flat = hidden.reshape(b * t, h)
+    flat_targets = targets.reshape(b * t)
+
+    def one_chunk(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_softmax = torch.log_softmax(output_layer(x).float(), dim=-1)
+        logprobs = log_softmax.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():
+            entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+        return logprobs, entropy
+
+    recompute = torch.is_grad_enabled()
+    logprobs: list[torch.Tensor] = []
+    entropies: list[torch.Tensor] = []
+    for start in range(0, b * t, chunk_tokens):
+        x = flat[start : start + chunk_tokens]
+        y = flat_targets[start : start + chunk_tokens]
+        if recompute:
+            lp, ent = checkpoint(one_chunk, x, y, use_reentrant=False)
+        else:
+            lp, ent = one_chunk(x, y)
+        logprobs.append(lp)
+        entropies.append(ent.detach())
+    if not logprobs:
+        empty = hidden.new_zeros((b, t), dtype=torch.float32)
+        return empty, empty
+    return torch.cat(logprobs).reshape(b, t), torch.cat(entropies).reshape(b, t)

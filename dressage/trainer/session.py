@@ -1,15 +1,20 @@
 """A trainer bound to its run directory: resume, commit a step, know the live weights.
 
-`TrainerSession.open` resumes from the newest checkpoint in the run directory (weights of its
-version, optimizer, version counter, collector position) or starts at step 0 from the initial
-model. `commit_step` turns one optimizer step into a new weight version: rank 0 writes the
-weights as a Hugging Face checkpoint and then the resumable checkpoint; every rank advances
-the same counters, so all ranks agree on the step and version without talking.
+`TrainerSession.open` resumes from the newest complete checkpoint in the run directory (every
+rank's shards of the float32 weights and optimizer state, version counter, collector position)
+or starts at step 0 from the initial model. `commit_step` turns one optimizer step into a new
+weight version: the ranks gather the weights in the serving dtype and rank 0 writes them as a
+Hugging Face checkpoint; every `checkpoint_every` steps each rank then snapshots its shards and
+writes them, in the background where `checkpoint_in_background` (the version is then published
+without waiting for them, and the checkpoint completes during the next step). Every
+rank advances the same counters, so all ranks agree on the step and version without talking.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,8 +24,15 @@ import torch
 from dressage.api.job import AsyncRLJobSpec
 from dressage.data.versions import version_label
 from dressage.trainer.checkpoint import RunDir, TrainState
-from dressage.trainer.distributed import DistEnv, barrier
-from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
+from dressage.trainer.distributed import DistEnv, barrier, broadcast_object
+from dressage.trainer.grpo import (
+    GRPOTrainer,
+    TrainerConfig,
+    load_local_shards,
+    load_policy,
+    local_shards,
+    write_pretrained,
+)
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -40,7 +52,17 @@ def trainer_config(spec: AsyncRLJobSpec) -> TrainerConfig:
         weight_decay=spec.training.weight_decay,
         max_grad_norm=spec.training.max_grad_norm,
         mask_nonlast_version_tokens=spec.proxy.mask_nonlast_version_tokens,
+        precision=spec.training.precision,
+        max_tokens_per_micro_batch=spec.training.max_tokens_per_micro_batch,
+        activation_checkpointing=spec.training.activation_checkpointing,
+        serving_dtype=serving_dtype(spec),
     )
+
+
+def serving_dtype(spec: AsyncRLJobSpec) -> str:
+    """The dtype published weights are written in: `spec.model.dtype`, float32 for a CPU
+    trainer (whose engines run on CPU too)."""
+    return spec.model.dtype if spec.trainer.gpus_per_node > 0 else "float32"
 
 
 @dataclass
@@ -53,6 +75,10 @@ class TrainerSession:
     checkpoint_every: int = 1
     resumed: bool = False
     extra_files: list[Path] = field(default_factory=list)
+    checkpoint_in_background: bool = False
+    """Whether `commit_step` returns while the checkpoint is still being written."""
+    pending: Future[Any] | None = None
+    """The background write of this rank's newest checkpoint shards."""
 
     @classmethod
     def open(
@@ -68,13 +94,23 @@ class TrainerSession:
         env = env or DistEnv()
         device = device or torch.device("cpu")
         torch.manual_seed(spec.training.seed)
-        saved = run_dir.load_state()
+        # Rank 0 picks the checkpoint, so that every rank resumes from the same one.
+        step = broadcast_object(run_dir.latest_step(), env)
+        saved = None if step is None else run_dir.load_state(step)
         state = saved or TrainState()
-        weights = run_dir.weights_dir(state.version) if saved else model_dir
-        model = load_policy(weights, device)
+        model = load_policy(model_dir, device)
         trainer = GRPOTrainer(model, config or trainer_config(spec), env, device)
         if saved is not None:
-            run_dir.load_optimizer(saved.step, trainer.optimizer)
+            written_by = run_dir.world_size(saved.step)
+            if written_by != env.world_size:
+                raise ValueError(
+                    f"checkpoint {run_dir.checkpoint_dir(saved.step)} was written by "
+                    f"{written_by} trainer ranks but this trainer has {env.world_size} "
+                    "(spec.trainer.nodes x gpusPerNode must match to resume)"
+                )
+            load_local_shards(
+                trainer, lambda buffers: run_dir.load_shards(saved.step, env.rank, buffers)
+            )
         extras = [model_dir / n for n in TOKENIZER_FILES if (model_dir / n).is_file()]
         return cls(
             trainer=trainer,
@@ -83,6 +119,11 @@ class TrainerSession:
             env=env,
             initial_model_dir=Path(model_dir),
             checkpoint_every=spec.training.checkpoint_every,
+            checkpoint_in_background=(
+                device.type == "cuda"
+                if spec.training.checkpoint_in_background is None
+                else spec.training.checkpoint_in_background
+            ),
             resumed=saved is not None,
             extra_files=extras,
         )
@@ -112,14 +153,38 @@ class TrainerSession:
             record=None if record is None else dict(record),
         )
         path = self.run_dir.weights_dir(version)
+        weights = self.trainer.publishable_state_dict()
         if self.env.is_main:
-            self.run_dir.write_weights(version, self.trainer.save_pretrained, self.extra_files)
-            if self.state.step % self.checkpoint_every == 0:
-                self.run_dir.write_checkpoint(self.state, self.trainer.optimizer)
-                keep = self._versions_to_keep()
-                self.run_dir.prune(KEEP_CHECKPOINTS * self.checkpoint_every, keep)
+            dtype = self.trainer.config.serving_dtype
+            save = functools.partial(write_pretrained, self.trainer.module, weights, dtype=dtype)
+            self.run_dir.write_weights(version, save, self.extra_files)
+        del weights  # rank 0's full copy in the serving dtype; free it before checkpointing
+        if self.state.step % self.checkpoint_every == 0:
+            self._start_checkpoint()
+            if not self.checkpoint_in_background:
+                self.wait_for_checkpoint()
         barrier(self.env)
         return version, path
+
+    def _start_checkpoint(self) -> None:
+        # One checkpoint write in flight per rank: the previous one has had a whole step.
+        self.wait_for_checkpoint()
+        if self.env.is_main:
+            # The newest complete checkpoints and the one about to be written are kept.
+            keep_steps = (KEEP_CHECKPOINTS - 1) * self.checkpoint_every
+            self.run_dir.prune(keep_steps, self._versions_to_keep())
+            self.run_dir.write_state(self.state, self.env.world_size)
+        barrier(self.env)
+        shards = local_shards(self.trainer)
+        self.pending = self.run_dir.save_shards(self.state.step, self.env.rank, shards)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until every rank's newest checkpoint shards are written (raises this rank's
+        write error). Collective: every rank must call it."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
+        barrier(self.env)
 
     def _versions_to_keep(self) -> set[str]:
         # The three newest versions (an engine may still be reading the previous one) and

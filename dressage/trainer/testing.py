@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 from dressage.data.groups import Group, TrainBatch
 from dressage.data.samples import Sample
@@ -52,19 +53,46 @@ def synthetic_batch(
     return TrainBatch(groups=tuple(out))
 
 
+def job_spec(**training: object) -> Any:
+    """A CPU job spec for trainer tests (`training` sets `spec.training` fields)."""
+    from dressage.api.job import AsyncRLJobSpec, ModelSpec, TrainerSpec, TrainingSpec
+
+    return AsyncRLJobSpec(
+        model=ModelSpec(source="unused"),
+        trainer=TrainerSpec(gpus_per_node=0),
+        training=TrainingSpec(**training),  # type: ignore[arg-type]
+    )
+
+
+def gathered_weights(trainer: Any) -> dict[str, Any]:
+    """Every parameter of `trainer`'s policy in full on this rank (collective when sharded)."""
+    out = {}
+    for name, tensor in trainer.module.state_dict().items():
+        full = getattr(tensor, "full_tensor", None)
+        out[name] = (full() if callable(full) else tensor).detach().cpu().clone()
+    return out
+
+
 def ddp_worker(argv: list[str] | None = None) -> int:
-    """A trainer rank for the data-parallel test: train on synthetic batches, save weights.
+    """A trainer rank for the data-parallel tests: train on synthetic batches, save weights.
 
     Run under torchrun: `torchrun --nproc_per_node 2 -m dressage.trainer.testing --model DIR
-    --out DIR --steps N`. Rank 0 draws each batch and broadcasts it, as the training loop does;
-    every rank writes its parameters to `OUT/rank<R>.pt` and rank 0 its metrics to
-    `OUT/metrics.json`.
+    --out DIR --steps N [--precision P] [--micro-tokens T] [--chunk-tokens C]
+    [--activation-checkpointing] [--resume]`. Rank 0 draws each
+    batch and broadcasts it, as the training loop does; every rank writes its full parameters
+    to `OUT/rank<R>.pt` and rank 0 its metrics to `OUT/metrics.json`. With `--resume` each
+    rank also trains through a `TrainerSession` that is reopened from its sharded checkpoint
+    after `N - 1` steps (`OUT/resumed-rank<R>.pt`) and one that is not
+    (`OUT/straight-rank<R>.pt`), both with the job defaults for logprob chunking and
+    activation checkpointing. Each rank writes `OUT/done-rank<R>` last, before the process
+    group is torn down, so a test judges on complete files.
     """
     import argparse
     import json
 
     import torch
 
+    from dressage.trainer.checkpoint import RunDir
     from dressage.trainer.distributed import (
         broadcast_object,
         current_env,
@@ -72,29 +100,72 @@ def ddp_worker(argv: list[str] | None = None) -> int:
         shutdown_distributed,
     )
     from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
+    from dressage.trainer.session import TrainerSession
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--micro-tokens", type=int, default=8192)
+    parser.add_argument("--chunk-tokens", type=int, default=1024)
+    parser.add_argument("--activation-checkpointing", action="store_true")
+    parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     env = current_env()
     device = torch.device("cpu")
     init_distributed(env, device)
     try:
-        trainer = GRPOTrainer(
-            load_policy(args.model, device), TrainerConfig(learning_rate=args.lr), env, device
+        config = TrainerConfig(
+            learning_rate=args.lr,
+            precision=args.precision,
+            max_tokens_per_micro_batch=args.micro_tokens,
+            logprob_chunk_tokens=args.chunk_tokens,
+            activation_checkpointing=args.activation_checkpointing,
         )
+        trainer = GRPOTrainer(load_policy(args.model, device), config, env, device)
         history = []
         for step in range(1, args.steps + 1):
             batch = broadcast_object(synthetic_batch(step) if env.is_main else None, env)
             history.append(trainer.train_step(batch))
         args.out.mkdir(parents=True, exist_ok=True)
-        torch.save(trainer.module.state_dict(), args.out / f"rank{env.rank}.pt")
+        torch.save(gathered_weights(trainer), args.out / f"rank{env.rank}.pt")
         if env.is_main:
             (args.out / "metrics.json").write_text(json.dumps(history))
+        if args.resume:
+            spec = job_spec(
+                learning_rate=args.lr,
+                precision=args.precision,
+                max_tokens_per_micro_batch=args.micro_tokens,
+                checkpoint_in_background=True,
+            )
+
+            def session(run: str) -> TrainerSession:
+                return TrainerSession.open(
+                    spec, model_dir=args.model, run_dir=RunDir(args.out / run), env=env
+                )
+
+            def train(s: TrainerSession, until: int) -> None:
+                while s.state.step < until:
+                    step = s.state.step + 1
+                    s.trainer.train_step(synthetic_batch(step))
+                    s.commit_step({"next": step})
+                s.wait_for_checkpoint()
+
+            straight = session("straight")
+            train(straight, args.steps)
+            torch.save(gathered_weights(straight.trainer), args.out / f"straight-rank{env.rank}.pt")
+            first = session("interrupted")
+            train(first, args.steps - 1)
+            del first
+            resumed = session("interrupted")
+            if not resumed.resumed or resumed.state.step != args.steps - 1:
+                raise RuntimeError(f"resumed at step {resumed.state.step}, not {args.steps - 1}")
+            train(resumed, args.steps)
+            torch.save(gathered_weights(resumed.trainer), args.out / f"resumed-rank{env.rank}.pt")
+        (args.out / f"done-rank{env.rank}").write_text("")
     finally:
         shutdown_distributed()
     return 0

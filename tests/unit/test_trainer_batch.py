@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dressage.data.groups import Group, TrainBatch
 from dressage.rollout.artifacts.samples import Sample
-from dressage.trainer.batch import ScoredSample, score_batch, shard, to_tensors
+from dressage.trainer.batch import (
+    ScoredSample,
+    micro_batches,
+    padded_tokens,
+    score_batch,
+    shard,
+    to_tensors,
+)
 
 
 def _sample(
@@ -75,3 +84,29 @@ def test_shard_interleaves_and_mutes_an_empty_rank() -> None:
 def test_empty_batch_is_refused() -> None:
     with pytest.raises(ValueError, match="empty batch"):
         to_tensors([], pad_id=0)
+
+
+def _of_length(n: int, tag: int) -> ScoredSample:
+    return ScoredSample(_sample([tag] * n, 1, [1], [-1.0]), float(tag))
+
+
+def test_micro_batches_respect_the_token_budget_and_group_similar_lengths() -> None:
+    items = [_of_length(n, i) for i, n in enumerate([3, 9, 4, 9, 2, 20])]
+    parts = micro_batches(items, 18)
+    # Longest first: the 20-token sample alone (over budget), then 9+9, then 4+3+2 (padded 12).
+    assert [[len(s.sample.tokens) for s in p] for p in parts] == [[20], [9, 9], [4, 3, 2]]
+    assert [padded_tokens(p) for p in parts] == [20, 18, 12]
+
+
+@given(st.lists(st.integers(2, 30), min_size=1, max_size=20), st.integers(1, 64))
+def test_micro_batches_partition_the_samples_within_budget(lengths: list[int], budget: int) -> None:
+    items = [_of_length(n, i) for i, n in enumerate(lengths)]
+    parts = micro_batches(items, budget)
+    flat = sorted(s.advantage for p in parts for s in p)
+    assert flat == sorted(s.advantage for s in items)
+    assert all(len(p) == 1 or padded_tokens(p) <= budget for p in parts)
+
+
+def test_micro_batch_budget_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="maxTokensPerMicroBatch"):
+        micro_batches([_of_length(3, 0)], 0)

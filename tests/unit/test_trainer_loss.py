@@ -6,9 +6,12 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dressage.trainer.loss import (
     LossInputs,
+    chunked_token_logprobs_and_entropy,
     group_advantages,
     grpo_loss,
     masked_mean,
@@ -140,3 +143,62 @@ def test_token_logprobs_and_entropy_of_uniform_and_peaked_logits() -> None:
 def test_masked_mean() -> None:
     values = torch.tensor([[1.0, 2.0], [3.0, 100.0]])
     assert masked_mean(values, torch.tensor([[1.0, 1.0], [1.0, 0.0]])).item() == 2.0
+
+
+def test_chunked_logprobs_and_entropy_of_hand_checked_logits() -> None:
+    # The head reads hidden [a, b] as logits [a, 0, 0, 0]: uniform at a=0, peaked at a=100.
+    head = torch.zeros(4, 2)
+    head[0, 0] = 1.0
+    hidden = torch.tensor([[[0.0, 7.0], [100.0, -3.0]], [[100.0, 1.0], [0.0, 0.0]]])
+    targets = torch.tensor([[2, 0], [1, 3]])
+    for chunk in (1, 2, 3, 4, 100):
+        logprobs, entropy = chunked_token_logprobs_and_entropy(
+            hidden, lambda x: x @ head.T, targets, chunk
+        )
+        torch.testing.assert_close(logprobs, torch.tensor([[LOG(0.25), 0.0], [-100.0, LOG(0.25)]]))
+        torch.testing.assert_close(entropy, torch.tensor([[LOG(4.0), 0.0], [0.0, LOG(4.0)]]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    b=st.integers(1, 3),
+    t=st.integers(1, 5),
+    h=st.integers(1, 4),
+    v=st.integers(2, 7),
+    chunk=st.integers(1, 16),
+    seed=st.integers(0, 2**16),
+)
+def test_chunked_logprobs_equal_unchunked_values_and_gradients(
+    b: int, t: int, h: int, v: int, chunk: int, seed: int
+) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(b, t, h, generator=gen, dtype=torch.float64)
+    weight = torch.randn(v, h, generator=gen, dtype=torch.float64)
+    targets = torch.randint(0, v, (b, t), generator=gen)
+    upstream = torch.randn(b, t, generator=gen, dtype=torch.float64)
+
+    def run(chunked: bool) -> tuple[torch.Tensor, ...]:
+        x = hidden.clone().requires_grad_(True)
+        w = weight.clone().requires_grad_(True)
+        if chunked:
+            lp, ent = chunked_token_logprobs_and_entropy(x, lambda y: y @ w.T, targets, chunk)
+        else:
+            lp, ent = token_logprobs_and_entropy(x @ w.T, targets)
+        (lp * upstream).sum().backward()
+        assert x.grad is not None
+        assert w.grad is not None
+        return lp.detach(), ent, x.grad, w.grad
+
+    for ours, theirs in zip(run(True), run(False), strict=True):
+        torch.testing.assert_close(ours, theirs.to(ours.dtype), rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_logprobs_refuse_a_bad_chunk_size_or_shape() -> None:
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        chunked_token_logprobs_and_entropy(
+            torch.zeros(1, 1, 2), torch.nn.Identity(), torch.zeros(1, 1, dtype=torch.long), 0
+        )
+    with pytest.raises(ValueError, match="targets"):
+        chunked_token_logprobs_and_entropy(
+            torch.zeros(1, 2, 2), torch.nn.Identity(), torch.zeros(1, 1, dtype=torch.long), 1
+        )

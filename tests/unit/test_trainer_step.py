@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from dressage.trainer.distributed import DistEnv, dist_env_from
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
 from dressage.trainer.loss import token_logprobs_and_entropy
 from dressage.trainer.session import TrainerSession
-from dressage.trainer.testing import small_model, synthetic_batch
+from dressage.trainer.testing import gathered_weights, job_spec, small_model, synthetic_batch
 
 torch.set_num_threads(1)
 PROMPT = [5, 9, 10]
@@ -130,7 +131,10 @@ def test_session_commit_writes_weights_then_checkpoint_and_resumes(
         assert version == version_label(step)
         assert (path / "model.safetensors").is_file()
         assert (path / "tokenizer.json").is_file()
+    # The checkpoint of the last step is written in the background.
+    session.wait_for_checkpoint()
     assert run.latest_step() == 3
+    assert json.loads((run.checkpoints_root / "latest.json").read_text()) == {"step": 3}
     # Old checkpoints and weights are pruned; the newest ones stay.
     assert sorted(p.name for p in run.checkpoints_root.glob("step-*")) == [
         "step-000002",
@@ -191,6 +195,7 @@ def test_the_checkpoint_keeps_the_steps_history_record(model_dir: Path, tmp_path
     session = TrainerSession.open(_spec(learning_rate=1e-3), model_dir=model_dir, run_dir=run)
     session.trainer.train_step(synthetic_batch(1))
     session.commit_step({"next_prompt": 8}, {"step": 1, "reward": 0.5})
+    session.wait_for_checkpoint()
     saved = run.load_state()
     assert saved is not None
     assert saved.record == {"step": 1, "reward": 0.5}
@@ -200,3 +205,150 @@ def test_the_trainer_starts_at_the_initial_version_engines_are_started_with() ->
     state = TrainState()
     assert state.version == INITIAL_VERSION
     assert state.next_version() == "v1"
+
+
+def _trained(model_dir: Path, steps: int, **config: object) -> tuple[GRPOTrainer, list]:
+    trainer = GRPOTrainer(
+        load_policy(model_dir, torch.device("cpu")),
+        TrainerConfig(learning_rate=1e-2, **config),  # type: ignore[arg-type]
+    )
+    history = [trainer.train_step(synthetic_batch(step)) for step in range(1, steps + 1)]
+    return trainer, history
+
+
+def test_micro_batched_gradient_accumulation_equals_one_big_batch(model_dir: Path) -> None:
+    big, big_history = _trained(model_dir, 2)
+    # 8 padded tokens per pass: every synthetic sample (3..9 tokens) gets its own pass or two.
+    small, small_history = _trained(model_dir, 2, max_tokens_per_micro_batch=8)
+    # Only the order of float32 sums differs; AdamW divides by sqrt(v), so a gradient entry
+    # near zero can carry that rounding into its update at ~1e-5 (updates are ~lr = 1e-2).
+    for name, tensor in big.module.state_dict().items():
+        torch.testing.assert_close(small.module.state_dict()[name], tensor, rtol=1e-4, atol=1e-5)
+    for ours, theirs in zip(small_history, big_history, strict=True):
+        for key in ("loss", "entropy", "clip_fraction", "grad_norm", "trained_tokens"):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-5), key
+
+
+def test_activation_checkpointing_and_logprob_chunking_leave_the_update_unchanged(
+    model_dir: Path,
+) -> None:
+    plain, _ = _trained(model_dir, 1)
+    other, _ = _trained(model_dir, 1, activation_checkpointing=True, logprob_chunk_tokens=3)
+    for name, tensor in plain.module.state_dict().items():
+        torch.testing.assert_close(other.module.state_dict()[name], tensor, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_compute_keeps_float32_master_weights_and_learns(model_dir: Path) -> None:
+    model = load_policy(model_dir, torch.device("cpu"))
+    trainer = GRPOTrainer(model, TrainerConfig(learning_rate=1e-2, precision="bf16"))
+    good0 = _response_logprob(model, GOOD)
+    for _ in range(3):
+        trainer.train_step(_preference_batch(model))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert _response_logprob(model, GOOD) > good0 + 0.5
+
+
+def test_published_weights_are_written_in_the_serving_dtype(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    trainer, _ = _trained(model_dir, 1, serving_dtype="bfloat16")
+    trainer.save_pretrained(tmp_path / "out")
+    saved = load_file(str(tmp_path / "out" / "model.safetensors"))
+    master = gathered_weights(trainer)
+    assert saved.keys() == master.keys()
+    for name, tensor in saved.items():
+        assert tensor.dtype == torch.bfloat16, name
+        torch.testing.assert_close(tensor, master[name].to(torch.bfloat16))
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["dtype"] == "bfloat16"
+    # The trainer's own master weights stay float32.
+    assert all(t.dtype == torch.float32 for t in master.values())
+
+
+def test_a_session_resumed_from_its_checkpoint_continues_identically(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    spec = job_spec(learning_rate=1e-2, checkpoint_in_background=True)
+
+    def train(session: TrainerSession, until: int) -> None:
+        while session.state.step < until:
+            session.trainer.train_step(synthetic_batch(session.state.step + 1))
+            session.commit_step({"next_prompt": session.state.step})
+        session.wait_for_checkpoint()
+
+    straight = TrainerSession.open(spec, model_dir=model_dir, run_dir=RunDir(tmp_path / "a"))
+    train(straight, 3)
+    first = TrainerSession.open(spec, model_dir=model_dir, run_dir=RunDir(tmp_path / "b"))
+    train(first, 2)
+    resumed = TrainerSession.open(spec, model_dir=model_dir, run_dir=RunDir(tmp_path / "b"))
+    assert resumed.state.step == 2
+    train(resumed, 3)
+    for name, tensor in straight.trainer.module.state_dict().items():
+        assert torch.equal(resumed.trainer.module.state_dict()[name], tensor), name
+
+
+def test_a_checkpoint_missing_a_ranks_shards_is_not_resumed(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    run = RunDir(tmp_path / "run")
+    session = TrainerSession.open(job_spec(), model_dir=model_dir, run_dir=run)
+    for step in (1, 2):
+        session.trainer.train_step(synthetic_batch(step))
+        session.commit_step({})
+    session.wait_for_checkpoint()
+    (run.checkpoint_dir(2) / "rank-0.done").unlink()
+    assert run.latest_step() == 1
+
+
+def test_resuming_on_another_world_size_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    session = TrainerSession.open(job_spec(), model_dir=model_dir, run_dir=run)
+    session.trainer.train_step(synthetic_batch(1))
+    session.commit_step({})
+    session.wait_for_checkpoint()
+    state = run.checkpoint_dir(1) / "state.json"
+    state.write_text(state.read_text().replace('"world_size": 1', '"world_size": 4'))
+    (run.checkpoint_dir(1) / "rank-1.done").write_text("")
+    (run.checkpoint_dir(1) / "rank-2.done").write_text("")
+    (run.checkpoint_dir(1) / "rank-3.done").write_text("")
+    with pytest.raises(ValueError, match="written by 4 trainer ranks"):
+        TrainerSession.open(job_spec(), model_dir=model_dir, run_dir=run)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("precision", "fp8", "training.precision"),
+        ("serving_dtype", "int8", "model.dtype"),
+        ("max_tokens_per_micro_batch", 0, "maxTokensPerMicroBatch"),
+    ],
+)
+def test_trainer_config_errors_name_the_field(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainerConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_job_fields_reach_the_trainer_config() -> None:
+    from dressage.trainer.session import trainer_config
+
+    spec = job_spec(max_tokens_per_micro_batch=512, activation_checkpointing=True, precision="bf16")
+    config = trainer_config(spec)
+    assert (config.max_tokens_per_micro_batch, config.activation_checkpointing) == (512, True)
+    assert config.precision == "bf16"
+    assert config.serving_dtype == "float32"  # a CPU trainer serves float32 engines
+    gpu = spec.model_copy(update={"trainer": spec.trainer.model_copy(update={"gpus_per_node": 1})})
+    assert trainer_config(gpu).serving_dtype == "bfloat16"
+
+
+def test_a_cpu_session_writes_its_checkpoint_before_commit_returns(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    run = RunDir(tmp_path / "run")
+    session = TrainerSession.open(job_spec(), model_dir=model_dir, run_dir=run)
+    assert not session.checkpoint_in_background
+    session.trainer.train_step(synthetic_batch(1))
+    session.commit_step({"next_prompt": 2})
+    # In line: a history line written after the commit always has its checkpoint.
+    assert run.latest_step() == 1

@@ -1,0 +1,255 @@
+"""Trainer memory per rank: replicated data parallelism against FSDP2 sharding.
+
+Trains a random-initialised ~100M-parameter Llama (transformers `LlamaConfig`, built in
+memory, nothing downloaded) for a few GRPO steps on CPU and measures each rank's peak resident
+memory while training, for 1 and 2 ranks (gloo), in two designs:
+
+- `replicated`: every rank holds the whole float32 model, its gradients and AdamW state, DDP
+  all-reduces the gradients, and one forward over the rank's whole shard materialises the
+  full-vocabulary float32 log-softmax (the design FSDP2 replaces);
+- `fsdp2`: `dressage.trainer.grpo.GRPOTrainer` (sharded over the ranks when there are two,
+  token-budget micro-batches, chunked logprobs).
+
+Memory is the process's peak RSS (`VmHWM`, reset through `/proc/self/clear_refs` once the
+model is built) minus its RSS before the model existed; glibc is told to return every large
+allocation to the system (`MALLOC_MMAP_THRESHOLD_`), so RSS follows live tensors. Bytes per
+parameter = that peak / parameters. Prints a table and writes
+`benchmarks/results/trainer_memory.json`.
+
+    python benchmarks/trainer_memory.py [--steps 2] [--samples 8] [--length 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # runnable as `python benchmarks/trainer_memory.py`
+    sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "benchmarks" / "results" / "trainer_memory.json"
+MODEL = {
+    "vocab_size": 8192,
+    "hidden_size": 768,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 14,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": False,
+}
+"""~101M parameters: 14 decoder layers of 6.3M (what one FSDP2 unit gathers at a time; a real
+LLM has 28-64 layers) and 12% of the parameters in the embedding and LM head (Qwen3-8B: 15%)."""
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _batch(samples: int, length: int, vocab: int):  # type: ignore[no-untyped-def]
+    import random
+
+    from dressage.data.groups import Group, TrainBatch
+    from dressage.data.samples import Sample
+
+    rng = random.Random(0)
+    groups, group_size = [], 4
+    for g in range(max(1, samples // group_size)):
+        prompt = [rng.randrange(8, vocab) for _ in range(length // 4)]
+        members = []
+        for i in range(group_size):
+            response = [rng.randrange(8, vocab) for _ in range(length - len(prompt))]
+            members.append(
+                Sample.build(
+                    prompt_tokens=prompt,
+                    response_tokens=response,
+                    response_versions=["v0"] * len(response),
+                    rollout_log_probs=[-9.0] * len(response),
+                    reward=float(i % 2),
+                    group_id=f"g{g}",
+                    parent_traj_id=f"g{g}-{i}",
+                )
+            )
+        groups.append(Group(f"g{g}", tuple(members)))
+    return TrainBatch(groups=tuple(groups))
+
+
+def _replicated_step(model, optimizer, batch, env) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    from dressage.trainer.batch import score_batch, shard, to_tensors, trained_token_count
+    from dressage.trainer.loss import LossInputs, grpo_loss, token_logprobs_and_entropy
+
+    scored = score_batch(batch)
+    tensors = to_tensors(shard(scored, env.rank, env.world_size), 0)
+    optimizer.zero_grad(set_to_none=True)
+    logits = model(input_ids=tensors.input_ids, attention_mask=tensors.attention_mask).logits
+    logprobs, _ = token_logprobs_and_entropy(logits[:, :-1], tensors.targets)
+    out = grpo_loss(
+        LossInputs(
+            logprobs=logprobs,
+            rollout_logprobs=tensors.rollout_logprobs,
+            advantages=tensors.advantages,
+            loss_mask=tensors.loss_mask,
+            loss_denominator=float(trained_token_count(scored)),
+        )
+    )
+    (out.loss * env.world_size).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One rank: build, train `args.steps` steps, write this rank's figures to `args.out`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dressage.trainer.distributed import current_env, init_distributed, shutdown_distributed
+    from dressage.trainer.grpo import GRPOTrainer, TrainerConfig
+
+    torch.set_num_threads(1)
+    env = current_env()
+    device = torch.device("cpu")
+    init_distributed(env, device)
+    try:
+        gc.collect()
+        before = _status_kb("VmRSS")
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(**MODEL))
+        model.train()
+        params = sum(p.numel() for p in model.parameters())
+        batch = _batch(args.samples, args.length, MODEL["vocab_size"])
+        if args.mode == "fsdp2":
+            trainer = GRPOTrainer(model, TrainerConfig(precision=args.precision), env, device)
+
+            def step() -> None:
+                trainer.train_step(batch)
+        else:
+            from torch.nn.parallel import DistributedDataParallel
+
+            wrapped = DistributedDataParallel(model) if env.distributed else model
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+            def step() -> None:
+                _replicated_step(wrapped, optimizer, batch, env)
+
+        gc.collect()
+        Path("/proc/self/clear_refs").write_text("5")  # peak RSS := current RSS
+        started = time.monotonic()
+        for _ in range(args.steps):
+            step()
+        seconds = (time.monotonic() - started) / args.steps
+        gc.collect()
+        peak = _status_kb("VmHWM") - before
+        held = _status_kb("VmRSS") - before
+        result = {
+            "rank": env.rank,
+            "parameters": params,
+            "peak_bytes": peak * 1024,
+            "held_after_step_bytes": held * 1024,
+            "seconds_per_step": seconds,
+        }
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"rank{env.rank}.json").write_text(json.dumps(result))
+    finally:
+        shutdown_distributed()
+
+
+def run_config(mode: str, world: int, args: argparse.Namespace, out: Path) -> list[dict]:
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MALLOC_MMAP_THRESHOLD_="65536",
+    )
+    common = [
+        str(Path(__file__).resolve()), "--worker", "--mode", mode, "--out", str(out),
+        "--steps", str(args.steps), "--samples", str(args.samples), "--length", str(args.length),
+        "--precision", args.precision,
+    ]  # fmt: skip
+    if world == 1:
+        cmd = [sys.executable, *common]
+    else:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd = [*launcher, "--nproc_per_node", str(world), *common]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    # Ranks write their figures before the process group is torn down; judge on the files.
+    files = [out / f"rank{r}.json" for r in range(world)]
+    if not all(f.is_file() for f in files):
+        raise RuntimeError(f"{mode} x{world} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    return [json.loads(f.read_text()) for f in files]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--mode", default="fsdp2")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+
+    import tempfile
+
+    started = time.monotonic()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("replicated", "fsdp2"):
+            for world in (1, 2):
+                ranks = run_config(mode, world, args, Path(tmp) / f"{mode}-{world}")
+                peak = max(r["peak_bytes"] for r in ranks)
+                params = ranks[0]["parameters"]
+                rows.append(
+                    {
+                        "design": mode,
+                        "ranks": world,
+                        "parameters": params,
+                        "peak_bytes_per_rank": peak,
+                        "bytes_per_parameter": peak / params,
+                        "held_bytes_per_parameter": max(r["held_after_step_bytes"] for r in ranks)
+                        / params,
+                        "seconds_per_step": max(r["seconds_per_step"] for r in ranks),
+                    }
+                )
+                print(
+                    f"{mode:>10} x{world}: peak {peak / 2**20:8.1f} MiB/rank "
+                    f"= {peak / params:5.2f} B/param, {rows[-1]['seconds_per_step']:.1f} s/step",
+                    flush=True,
+                )
+    single = rows[0]["peak_bytes_per_rank"]
+    sharded = rows[3]["peak_bytes_per_rank"]
+    ratio = sharded / single
+    print(f"2 FSDP2 ranks hold {ratio:.2f}x the single-rank replicated peak each (target <= 0.6)")
+    result = {
+        "model": MODEL,
+        "batch": {"samples": args.samples, "length": args.length, "steps": args.steps},
+        "precision": args.precision,
+        "device": "cpu (gloo)",
+        "rows": rows,
+        "fsdp2_2_ranks_over_single_rank": ratio,
+        "target_ratio": 0.6,
+        "wall_seconds": time.monotonic() - started,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(ROOT)} in {result['wall_seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
