@@ -10,14 +10,11 @@ health timeout must still be served after continue, not answered 503 `no_healthy
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import httpx
 
 from dressage.proxy.testing import start_proxy
-from dressage.testing import free_port
+from tests.scripted_http import scripted_server
 
 
 class PausableEngine:
@@ -27,72 +24,39 @@ class PausableEngine:
         self.resumed = asyncio.Event()
         self.resumed.set()
         self.paused_health_checks = 0
-        self.url = ""
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                path = head.split(b" ", 2)[1].decode()
-                if path == "/health":
-                    if not self.resumed.is_set():
-                        self.paused_health_checks += 1
-                    await self.resumed.wait()
-                    body: dict[str, object] = {}
-                elif path == "/pause_generation":
-                    self.resumed.clear()
-                    body = {}
-                elif path == "/continue_generation":
-                    self.resumed.set()
-                    body = {}
-                else:
-                    await self.resumed.wait()
-                    body = {
-                        "text": "a",
-                        "output_ids": [7],
-                        "meta_info": {
-                            "id": "r",
-                            "finish_reason": {"type": "length", "length": 1},
-                            "prompt_tokens": 1,
-                            "completion_tokens": 1,
-                            "cached_tokens": 0,
-                            "weight_version": "v1",
-                            "output_token_logprobs": [[-0.5, 7, None]],
-                        },
-                    }
-                data = json.dumps(body).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(data), data)
-                )
-                await writer.drain()
-        finally:
-            writer.close()
-
-    @asynccontextmanager
-    async def serving(self) -> AsyncIterator[PausableEngine]:
-        port = free_port()
-        server = await asyncio.start_server(self.handle, "127.0.0.1", port)
-        self.url = f"http://127.0.0.1:{port}"
-        try:
-            yield self
-        finally:
+    async def answer(self, path: str, body: bytes) -> object:
+        if path == "/health":
+            if not self.resumed.is_set():
+                self.paused_health_checks += 1
+            await self.resumed.wait()
+            return {}
+        if path == "/pause_generation":
+            self.resumed.clear()
+            return {}
+        if path == "/continue_generation":
             self.resumed.set()
-            server.close()
+            return {}
+        await self.resumed.wait()
+        return {
+            "text": "a",
+            "output_ids": [7],
+            "meta_info": {
+                "id": "r",
+                "finish_reason": {"type": "length", "length": 1},
+                "prompt_tokens": 1,
+                "completion_tokens": 1,
+                "cached_tokens": 0,
+                "weight_version": "v1",
+                "output_token_logprobs": [[-0.5, 7, None]],
+            },
+        }
 
 
 async def test_a_pause_longer_than_the_health_timeout_keeps_engines_routable() -> None:
     engine = PausableEngine()
-    async with engine.serving():
-        with start_proxy([engine.url], "--health-interval-s", "0.05") as proxy:
+    async with scripted_server(engine.answer) as url:
+        with start_proxy([url], "--health-interval-s", "0.05") as proxy:
             async with httpx.AsyncClient(base_url=proxy.base_url, timeout=30) as client:
                 paused = await client.post("/pause_generation", json={"mode": "abort"})
                 assert paused.status_code == 200, paused.text
@@ -109,6 +73,7 @@ async def test_a_pause_longer_than_the_health_timeout_keeps_engines_routable() -
                 assert resumed.status_code == 200, resumed.text
                 answer = await parked
                 health = await client.get("/health")
+            engine.resumed.set()
     assert answer.status_code == 200, answer.text
     assert answer.json()["output_ids"] == [7]
     assert health.json()["status"] == "ok"

@@ -4,7 +4,6 @@ from the job, and a failed update still continues generation."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 from dressage.engine.errors import EngineError
 from dressage.orchestrator.publish import WeightPublisher
-from dressage.testing import free_port
+from tests.scripted_http import scripted_server
 
 
 class SlowEngine:
@@ -23,42 +22,20 @@ class SlowEngine:
         self.release = asyncio.Event()
         self.paths: list[str] = []
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                path = head.split(b" ", 2)[1].decode()
-                self.paths.append(path)
-                body: object = {"message": "ok", "status": "ok"}
-                if path == "/update_weights_from_disk":
-                    await self.release.wait()
-                    body = {"success": True, "message": "updated", "num_paused_requests": 0}
-                data = json.dumps(body).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(data), data)
-                )
-                await writer.drain()
-        finally:
-            writer.close()
+    async def answer(self, path: str, body: bytes) -> object:
+        self.paths.append(path)
+        if path == "/update_weights_from_disk":
+            await self.release.wait()
+            return {"success": True, "message": "updated", "num_paused_requests": 0}
+        return {"message": "ok", "status": "ok"}
 
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[str]:
-        port = free_port()
-        server = await asyncio.start_server(self.handle, "127.0.0.1", port)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            self.release.set()
-            server.close()
+        async with scripted_server(self.answer) as url:
+            try:
+                yield url
+            finally:
+                self.release.set()
 
 
 async def test_an_update_past_its_time_bound_fails_and_generation_still_continues(

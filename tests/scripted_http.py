@@ -1,0 +1,53 @@
+"""A loopback HTTP/1.1 server whose answers a test scripts, for engines that must behave in a
+way the embedded engine does not (block while paused, hold a weight update)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from dressage.testing import free_port
+
+Answer = Callable[[str, bytes], Awaitable[Any]]
+"""`(path, body) -> JSON-compatible answer` (always status 200); it may wait."""
+
+
+async def _serve_connection(
+    answer: Answer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    try:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            body = await reader.readexactly(length)
+            path = head.split(b" ", 2)[1].decode()
+            data = json.dumps(await answer(path, body)).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(data), data)
+            )
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+@asynccontextmanager
+async def scripted_server(answer: Answer) -> AsyncIterator[str]:
+    """Serve `answer` on a free loopback port; yields the base URL."""
+    port = free_port()
+    server = await asyncio.start_server(
+        lambda r, w: _serve_connection(answer, r, w), "127.0.0.1", port
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
