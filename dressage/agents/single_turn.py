@@ -32,7 +32,7 @@ class SingleTurnRollout:
 
     Every trajectory generates one answer through the proxy's `/generate`, is scored by the
     task's reward, and is finalized with it; the group's samples are read back from the proxy.
-    Used by every collector (it satisfies `dressage.rollout.groups.GroupRollout`).
+    Used by every collector (it satisfies `dressage.data.groups.GroupRollout`).
     """
 
     def __init__(

@@ -517,7 +517,8 @@ class ProxySpec(ApiModel):
     """Record the weight version of every generated token (`--record-token-versions`)."""
     mask_nonlast_version_tokens: bool = False
     """Train only the tokens of a sample's last real output version
-    (`--mask-nonlast-version-tokens`)."""
+    (`--mask-nonlast-version-tokens`). Applied once, where the trainer builds its inputs;
+    `dressage train --[no-]mask-nonlast-version-tokens` overrides it either way."""
     max_concurrency: int = Field(default=256, ge=1)
     """Concurrent generations the proxy admits before answering 429."""
     token_secret: SecretKeySelector | None = None
