@@ -20,6 +20,7 @@ Shapes (read in SGLang v0.5.2, `python/sglang/srt/`):
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -244,8 +245,16 @@ def fake_sglang(version: str = SGLANG_VERSION) -> Iterator[FakeSGLang]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            # A client that hangs up before reading the answer (a proxy shutting down, a
+            # pooled connection dropped) is not the fake's failure; anything else is printed.
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), Handler)
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
