@@ -103,7 +103,8 @@ class AsyncRolloutCollector:
             enabled=staleness.enabled if admission is None else admission,
         )
         self._clock = clock
-        self._published: list[str] = []
+        self._published: set[str] = set()
+        """Distinct new versions published since the collector started."""
         self._batches_taken = 0
         self._sink_waiting = False
         self._capacity_changed = asyncio.Event()
@@ -188,7 +189,7 @@ class AsyncRolloutCollector:
         self.version = version
         label = normalize_version(version)
         if label is not None and label not in self._published:
-            self._published.append(label)
+            self._published.add(label)
             self._free_capacity()
 
     @property
@@ -209,21 +210,26 @@ class AsyncRolloutCollector:
         )
 
     async def _wait_for_admission(self) -> None:
-        """Return once admission control lets one more group start (or the breaker opened)."""
-        if self._admits():
+        """Return once admission control lets one more group start (or the breaker opened).
+
+        Woken by `_free_capacity` (a publish, a drop, a finished task, the trainer starting to
+        wait for a batch), never by a timer.
+        """
+        if not self._admits():
+            self.stats.admissions_held += 1
+            started = self._clock()
+            try:
+                while not self._admits() and self._attempts.broken is None:
+                    self._capacity_changed.clear()
+                    await self._capacity_changed.wait()
+            finally:
+                self.stats.admission_wait_seconds += self._clock() - started
+        if self._attempts.broken is not None or self._forced_warned:
             return
-        self.stats.admissions_held += 1
-        started = self._clock()
-        try:
-            while not self._admits() and self._attempts.broken is None:
-                self._capacity_changed.clear()
-                await self._capacity_changed.wait()
-        finally:
-            self.stats.admission_wait_seconds += self._clock() - started
         capacity = self.admission.capacity(
             published=len(self._published), taken=self._batches_taken, ahead=self.ahead
         )
-        if capacity is not None and capacity <= 0 and not self._forced_warned:
+        if capacity is not None and capacity <= 0:
             self._forced_warned = True
             log.warning(
                 "admission control let a group start beyond the staleness window because the "
@@ -278,13 +284,11 @@ class AsyncRolloutCollector:
                 await self._completed.put(group)
             elif self._attempts.broken is not None:
                 self._wake()
-                self._free_capacity()
         except asyncio.CancelledError:
             self.stats.dropped[SHUTDOWN] += 1
             raise
         except RolloutBroken:
             self._wake()
-            self._free_capacity()
 
     # --- the batch sink ------------------------------------------------------------------
 

@@ -187,8 +187,11 @@ async def test_admission_off_by_default_without_a_window() -> None:
         assert len(engines.started) == 10
 
 
-async def test_batches_keep_coming_without_publishes_and_batch_above_concurrency() -> None:
-    """A caller that never publishes breaks the rule's contract; the trainer is still fed."""
+async def test_batches_keep_coming_without_publishes_and_batch_above_concurrency(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A caller that never publishes breaks the rule's contract; the trainer is still fed,
+    with a warning naming the broken contract."""
     engines = Engines()
     c = make(engines, batch=5, concurrency=2, keep=1, retries=2)
     async with c:
@@ -206,6 +209,7 @@ async def test_batches_keep_coming_without_publishes_and_batch_above_concurrency
                     else:
                         engines.finish(index, 0)
             assert len((await task).groups) == 5
+    assert "expected one publish per step" in caplog.text
 
 
 # --- the guarantee ----------------------------------------------------------------------
