@@ -173,6 +173,21 @@ class RolloutMode(StrEnum):
     PARTIAL_ASYNC = "partial_async"
 
 
+class OffPolicyCorrectionMode(StrEnum):
+    """How the trainer corrects for the gap between rollout and training logprobs."""
+
+    NONE = "none"
+    TIS = "tis"
+    """Token-level truncated importance sampling: each token's loss is weighted by
+    `min(exp(train_logprob - rollout_logprob), tisClip)`."""
+    ICEPOP = "icepop"
+    """Tokens whose ratio `exp(train_logprob - rollout_logprob)` leaves `[low, high]` are
+    masked out of the loss."""
+    SEQ_MASK = "seq_mask"
+    """Sequences whose geometric-mean ratio over their trained tokens leaves `[low, high]`
+    are masked out of the loss."""
+
+
 class ObjectMeta(ApiModel):
     """The subset of Kubernetes object metadata a job manifest carries."""
 
@@ -541,6 +556,10 @@ class StalenessSpec(ApiModel):
     max_partial_rollout_preempts: int | None = Field(default=None, ge=0)
     """Partial-rollout control (`--max-partial-rollout-preempts`): the most version switches
     one trajectory may span; with 2 a trajectory spans at most 3 versions. Unset: unlimited."""
+    admission: bool = True
+    """Admission control for the batch-level control (acts only when `keepVersions > 0`): the
+    async worker starts a prompt group only while it can still be trained inside the version
+    window, instead of rolling it out to drop it at the batch sink."""
 
 
 class RolloutSpec(ApiModel):
@@ -564,6 +583,34 @@ class RolloutSpec(ApiModel):
     """Sampling temperature."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     """Nucleus sampling threshold."""
+
+
+class OffPolicyCorrectionSpec(ApiModel):
+    """Off-policy correction of the policy loss (`dressage.trainer.correction`)."""
+
+    mode: OffPolicyCorrectionMode = Field(default=OffPolicyCorrectionMode.NONE, strict=False)
+    """`none`, `tis`, `icepop` or `seq_mask`."""
+    tis_clip: float = Field(default=2.0, gt=0.0)
+    """`tis`: upper truncation of the importance weight (`--tis-clip`)."""
+    tis_clip_low: float = Field(default=0.0, ge=0.0)
+    """`tis`: lower truncation of the importance weight (`--tis-clip-low`)."""
+    low: float = Field(default=0.5, gt=0.0)
+    """`icepop`, `seq_mask`: smallest ratio kept."""
+    high: float = Field(default=2.0, gt=0.0)
+    """`icepop`, `seq_mask`: largest ratio kept."""
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> OffPolicyCorrectionSpec:
+        if self.low > self.high:
+            raise ValueError(
+                f"spec.training.offPolicyCorrection: low ({self.low}) must be <= high ({self.high})"
+            )
+        if self.tis_clip_low > self.tis_clip:
+            raise ValueError(
+                f"spec.training.offPolicyCorrection: tisClipLow ({self.tis_clip_low}) must be "
+                f"<= tisClip ({self.tis_clip})"
+            )
+        return self
 
 
 class TrainingSpec(ApiModel):
@@ -598,6 +645,8 @@ class TrainingSpec(ApiModel):
     third more compute)."""
     seed: int = 0
     """Seed of the trainer and samplers."""
+    off_policy_correction: OffPolicyCorrectionSpec = Field(default_factory=OffPolicyCorrectionSpec)
+    """Correction for the rollout/training logprob mismatch; off (`mode: none`) by default."""
 
 
 class StorageSpec(ApiModel):

@@ -5,8 +5,10 @@ Two halves, as in the reference's filtering flow:
 1. A background worker keeps pulling prompt groups from the data buffer (prompt indices from
    the data position on) and rolls them out concurrently, at most `concurrency` groups in
    flight; completed groups go into a bounded completed queue, so a worker far ahead of the
-   trainer blocks instead of piling up work. The worker never waits for training: rollout and
-   training overlap.
+   trainer blocks instead of piling up work. The worker never waits for training as such:
+   rollout and training overlap. With batch-level staleness control on, admission control
+   (`dressage.rollout.admission`) holds a group back until it could still be trained inside
+   the version window; the worker is woken by a publish and by drops that free capacity.
 2. `next_batch()`, called by the training loop, drains completed groups into the candidate
    batch through `StalenessGroupFilter.admit`: a group revealing a new version advances the
    window, pending groups outside it are removed, and each new group is checked once more.
@@ -26,11 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from dressage.data.groups import Group, GroupRollout, TrainBatch
 from dressage.data.samples import Sample
+from dressage.data.versions import normalize_version
+from dressage.rollout.admission import AdmissionPolicy
 from dressage.rollout.retry import GroupAttempts, RetryPolicy, RolloutBroken
 from dressage.rollout.staleness import StalenessConfig, StalenessGroupFilter
 from dressage.rollout.stats import CollectorStats
@@ -79,7 +84,12 @@ class AsyncRolloutCollector:
         staleness: StalenessConfig,
         num_prompts: int | None = None,
         queue_size: int | None = None,
+        admission: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`admission`: admission control on or off; None turns it on exactly when the
+        staleness control is (`staleness.keep_versions > 0`). `clock` measures the seconds
+        rollout waited for admission."""
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be >= 1")
         self.batch_size = batch_size
@@ -87,6 +97,18 @@ class AsyncRolloutCollector:
         self.num_prompts = num_prompts
         """Stop after this many prompts (None: the prompt stream is endless)."""
         self.filter = StalenessGroupFilter(staleness)
+        self.admission = AdmissionPolicy(
+            keep_versions=staleness.keep_versions,
+            batch_size=batch_size,
+            enabled=staleness.enabled if admission is None else admission,
+        )
+        self._clock = clock
+        self._published: set[str] = set()
+        """Distinct new versions published since the collector started."""
+        self._batches_taken = 0
+        self._sink_waiting = False
+        self._capacity_changed = asyncio.Event()
+        self._forced_warned = False
         self.stats = CollectorStats()
         self._attempts = GroupAttempts(rollout, retry, self.stats)
         self.next_prompt = 0
@@ -161,8 +183,61 @@ class AsyncRolloutCollector:
 
     def on_weights_published(self, version: str) -> None:
         """Record the live version. The staleness window only moves on *observed* versions
-        (from completed groups), as the reference prescribes, so nothing else changes here."""
+        (from completed groups), as the reference prescribes; a new version only widens what
+        admission control lets the worker start. A label published again is not a new version.
+        """
         self.version = version
+        label = normalize_version(version)
+        if label is not None and label not in self._published:
+            self._published.add(label)
+            self._free_capacity()
+
+    @property
+    def ahead(self) -> int:
+        """Groups started and neither trained nor dropped: in flight, queued or pending."""
+        stats = self.stats
+        return stats.groups_started - stats.groups_trained - sum(stats.dropped.values())
+
+    def _free_capacity(self) -> None:
+        self._capacity_changed.set()
+
+    def _admits(self) -> bool:
+        return self.admission.admits(
+            published=len(self._published),
+            taken=self._batches_taken,
+            ahead=self.ahead,
+            sink_waiting=self._sink_waiting,
+        )
+
+    async def _wait_for_admission(self) -> None:
+        """Return once admission control lets one more group start (or the breaker opened).
+
+        Woken by `_free_capacity` (a publish, a drop, a finished task, the trainer starting to
+        wait for a batch), never by a timer.
+        """
+        if not self._admits():
+            self.stats.admissions_held += 1
+            started = self._clock()
+            try:
+                while not self._admits() and self._attempts.broken is None:
+                    self._capacity_changed.clear()
+                    await self._capacity_changed.wait()
+            finally:
+                self.stats.admission_wait_seconds += self._clock() - started
+        if self._attempts.broken is not None or self._forced_warned:
+            return
+        capacity = self.admission.capacity(
+            published=len(self._published), taken=self._batches_taken, ahead=self.ahead
+        )
+        if capacity is not None and capacity <= 0:
+            self._forced_warned = True
+            log.warning(
+                "admission control let a group start beyond the staleness window because the "
+                "trainer is waiting with too few groups ahead: %d batches were taken but only "
+                "%d new weight versions published (expected one publish per step)",
+                self._batches_taken,
+                len(self._published),
+            )
 
     # --- the worker ----------------------------------------------------------------------
 
@@ -170,6 +245,8 @@ class AsyncRolloutCollector:
         try:
             while self.num_prompts is None or self.next_prompt < self.num_prompts:
                 await self._slots.acquire()
+                if self._attempts.broken is None:
+                    await self._wait_for_admission()
                 if self._attempts.broken is not None:
                     self._slots.release()
                     break
@@ -186,6 +263,7 @@ class AsyncRolloutCollector:
     def _group_done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
         self._slots.release()
+        self._free_capacity()  # a dropped group (retries exhausted, shutdown) frees capacity
         if not task.cancelled() and task.exception() is not None:
             log.error("rollout task crashed", exc_info=task.exception())
         self._signal_if_finished()
@@ -226,20 +304,26 @@ class AsyncRolloutCollector:
         if self._drained:
             raise CollectorClosed("the data buffer is exhausted")
         self.start()
-        while len(self._pending) < self.batch_size:
-            if self._attempts.broken is not None:
-                raise self._attempts.broken
-            group = await self._completed.get()
-            if group is None:
+        self._sink_waiting = True
+        self._free_capacity()
+        try:
+            while len(self._pending) < self.batch_size:
                 if self._attempts.broken is not None:
                     raise self._attempts.broken
-                if self._exhausted and not self._in_flight:
-                    self._drained = True
-                    raise CollectorClosed("the data buffer is exhausted")
-                continue
-            self._admit(group)
+                group = await self._completed.get()
+                if group is None:
+                    if self._attempts.broken is not None:
+                        raise self._attempts.broken
+                    if self._exhausted and not self._in_flight:
+                        self._drained = True
+                        raise CollectorClosed("the data buffer is exhausted")
+                    continue
+                self._admit(group)
+        finally:
+            self._sink_waiting = False
         groups, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size :]
         self.stats.groups_trained += len(groups)
+        self._batches_taken += 1
         before, self._last_batch_stats = self._last_batch_stats, self.stats.snapshot()
         return self.stats.batch(groups, since=before)
 
@@ -248,6 +332,7 @@ class AsyncRolloutCollector:
         self._pending, _ = self.filter.admit(group, self._pending, samples_of=_samples_of)
         for reason, count in (self.filter.drop_counts - before).items():
             self.stats.dropped[reason] += count
+            self._free_capacity()
 
 
 def _samples_of(group: Group) -> Sequence[Sample]:

@@ -31,6 +31,10 @@ class CollectorStats:
     """Failed attempts caused by a staleness control (the proxy's version-span limit)."""
     dropped: Counter[str] = field(default_factory=Counter)
     """Dropped prompt groups by reason: staleness verdicts, exhausted retries, shutdown."""
+    admissions_held: int = 0
+    """Prompt groups whose start admission control held back (each counted once)."""
+    admission_wait_seconds: float = 0.0
+    """Seconds the worker waited for admission control before starting a group."""
 
     @property
     def staleness_failure_rate(self) -> float:
@@ -46,6 +50,8 @@ class CollectorStats:
             failures=self.failures.copy(),
             staleness_failures=self.staleness_failures,
             dropped=self.dropped.copy(),
+            admissions_held=self.admissions_held,
+            admission_wait_seconds=self.admission_wait_seconds,
         )
 
     def batch(self, groups: Sequence[Group], since: CollectorStats) -> TrainBatch:

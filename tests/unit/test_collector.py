@@ -123,6 +123,7 @@ async def test_stale_groups_are_dropped_whole_and_counted() -> None:
         concurrency=6,
         retry=no_backoff(0),
         staleness=StalenessConfig(keep_versions=1),
+        admission=False,  # the sink filter alone
     )
     async with c:
         await script.wait_started(6)
@@ -149,6 +150,7 @@ async def test_window_advance_removes_pending_groups() -> None:
         concurrency=4,
         retry=no_backoff(0),
         staleness=StalenessConfig(keep_versions=1),
+        admission=False,  # the sink filter alone
     )
     async with c:
         await script.wait_started(4)
