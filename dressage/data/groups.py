@@ -45,6 +45,10 @@ class TrainBatch:
     """Rollouts refused by a staleness control (e.g. `partial_rollout_staleness_exceeded`)."""
     failure_reasons: Mapping[str, int] = field(default_factory=dict)
     """Failed group attempts by reason (the proxy's error code, else the error's first words)."""
+    admissions_held: int = 0
+    """Prompt groups whose start admission control held back while this batch was collected."""
+    admission_wait_seconds: float = 0.0
+    """Seconds rollout waited for admission while this batch was collected."""
 
     @property
     def samples(self) -> list[Sample]:

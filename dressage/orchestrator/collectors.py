@@ -69,6 +69,7 @@ def make_collector(
         concurrency=spec.rollout.concurrency,
         retry=retry_policy_of(spec),
         staleness=StalenessConfig(keep_versions=spec.staleness.keep_versions),
+        admission=spec.staleness.admission,
     )
 
 

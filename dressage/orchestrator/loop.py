@@ -32,6 +32,8 @@ class StepRecord:
     retries: int = 0
     staleness_failures: int = 0
     failure_reasons: dict[str, int] = field(default_factory=dict)
+    admissions_held: int = 0
+    admission_wait_seconds: float = 0.0
     rollout_seconds: float = 0.0
     train_seconds: float = 0.0
     publish_seconds: float = 0.0
@@ -46,6 +48,8 @@ class StepRecord:
             "retries": self.retries,
             "staleness_failures": self.staleness_failures,
             "failure_reasons": dict(self.failure_reasons),
+            "admissions_held": self.admissions_held,
+            "admission_wait_seconds": round(self.admission_wait_seconds, 3),
             "rollout_seconds": round(self.rollout_seconds, 3),
             "train_seconds": round(self.train_seconds, 3),
             "publish_seconds": round(self.publish_seconds, 3),
@@ -111,6 +115,8 @@ async def train_loop(
             retries=batch.retries,
             staleness_failures=batch.staleness_failures,
             failure_reasons=dict(batch.failure_reasons),
+            admissions_held=batch.admissions_held,
+            admission_wait_seconds=batch.admission_wait_seconds,
             rollout_seconds=collected - started,
             train_seconds=clock() - collected,
         )

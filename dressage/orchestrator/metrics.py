@@ -28,6 +28,20 @@ _GAUGES = {
     grpo.REWARD: (names.REWARD_MEAN, "Mean reward of the last batch"),
     grpo.ENTROPY: (names.ENTROPY, "Mean policy entropy over trained tokens"),
     grpo.CLIP_FRACTION: (names.CLIP_FRACTION, "Fraction of trained tokens with a clipped ratio"),
+    grpo.MISMATCH_KL_K1: (names.MISMATCH_KL_K1, "k1 estimate of KL(rollout || train)"),
+    grpo.MISMATCH_KL_K3: (names.MISMATCH_KL_K3, "k3 estimate of KL(rollout || train)"),
+    grpo.OFF_POLICY_CLIPPED_FRACTION: (
+        names.OFF_POLICY_CLIPPED_FRACTION,
+        "Fraction of trained tokens whose importance weight was clipped",
+    ),
+    grpo.OFF_POLICY_MASKED_FRACTION: (
+        names.OFF_POLICY_MASKED_FRACTION,
+        "Fraction of trained tokens masked by the off-policy correction",
+    ),
+    grpo.IS_ESS_FRACTION: (
+        names.IS_ESS_FRACTION,
+        "Effective sample size of the importance weights, as a fraction of trained tokens",
+    ),
 }
 
 
@@ -81,6 +95,16 @@ class RunMetrics:
             "Prompt groups completed and trained on",
             registry=self.registry,
         )
+        self.admissions_held = Counter(
+            names.ROLLOUT_ADMISSIONS_HELD.removesuffix("_total"),
+            "Prompt groups whose start admission control held back",
+            registry=self.registry,
+        )
+        self.admission_wait = Counter(
+            names.ROLLOUT_ADMISSION_WAIT_SECONDS.removesuffix("_total"),
+            "Seconds the rollout worker waited for admission",
+            registry=self.registry,
+        )
         self.samples = Counter(
             names.TRAINED_SAMPLES.removesuffix("_total"),
             "Samples trained on",
@@ -106,6 +130,8 @@ class RunMetrics:
         for reason, count in record.failure_reasons.items():
             self.failures.labels(reason=reason).inc(count)
         self.retries.inc(record.retries)
+        self.admissions_held.inc(record.admissions_held)
+        self.admission_wait.inc(record.admission_wait_seconds)
         self.groups.inc(record.metrics.get("groups", 0.0))
         self.samples.inc(record.metrics.get("samples", 0.0))
 

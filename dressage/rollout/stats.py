@@ -64,4 +64,6 @@ class CollectorStats:
             failure_reasons=dict(failures),
             retries=self.retries - since.retries,
             staleness_failures=self.staleness_failures - since.staleness_failures,
+            admissions_held=self.admissions_held - since.admissions_held,
+            admission_wait_seconds=self.admission_wait_seconds - since.admission_wait_seconds,
         )

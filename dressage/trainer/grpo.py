@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from dressage.trainer.batch import (
     to_tensors,
     trained_token_count,
 )
+from dressage.trainer.correction import CorrectionConfig, off_policy_correction
 from dressage.trainer.distributed import DistEnv, all_reduce_sum
 from dressage.trainer.loss import LossInputs, chunked_token_logprobs_and_entropy, grpo_loss
 
@@ -51,6 +52,18 @@ ENTROPY = "entropy"
 CLIP_FRACTION = "clip_fraction"
 LOSS = "loss"
 GRAD_NORM = "grad_norm"
+MISMATCH_KL_K1 = "mismatch_kl_k1"
+MISMATCH_KL_K3 = "mismatch_kl_k3"
+OFF_POLICY_CLIPPED_FRACTION = "off_policy_clipped_fraction"
+OFF_POLICY_MASKED_FRACTION = "off_policy_masked_fraction"
+IS_ESS_FRACTION = "is_ess_fraction"
+_CORRECTION_MEANS = {
+    "mismatch_kl_k1": MISMATCH_KL_K1,
+    "mismatch_kl_k3": MISMATCH_KL_K3,
+    "clipped_fraction": OFF_POLICY_CLIPPED_FRACTION,
+    "masked_fraction": OFF_POLICY_MASKED_FRACTION,
+}
+"""Token-weighted correction figures of a step, by `Correction.metrics` key."""
 PRECISIONS = ("auto", "bf16", "fp32")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -74,6 +87,9 @@ class TrainerConfig:
     """Tokens whose full-vocabulary logits exist at once when computing token logprobs."""
     serving_dtype: str = "float32"
     """Dtype of the published weights (`save_pretrained`, `publishable_state_dict`)."""
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    """Off-policy correction of the loss (`spec.training.offPolicyCorrection`; off: `none`).
+    The train/rollout mismatch figures are computed either way."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -261,7 +277,7 @@ class GRPOTrainer:
 
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        sums = torch.zeros(5, dtype=torch.float64)
+        sums = torch.zeros(5 + len(_CORRECTION_MEANS) + 2, dtype=torch.float64)
         for part in parts:
             sums += self._forward_backward(part, float(global_tokens))
         grad_norm = _full(
@@ -270,9 +286,11 @@ class GRPOTrainer:
         self.optimizer.step()
 
         # Token-weighted sums, reduced over ranks, give the whole batch's means.
-        loss_sum, diff_sum, clip_sum, entropy_sum, tokens = all_reduce_sum(
-            sums.to(self._collective_device()), self.env
-        ).tolist()
+        reduced = all_reduce_sum(sums.to(self._collective_device()), self.env).tolist()
+        loss_sum, diff_sum, clip_sum, entropy_sum, tokens, weight_sum, weight_square_sum = reduced[
+            :7
+        ]
+        correction_sums = reduced[7:]
         denom = max(tokens, 1.0)
         rewards = batch.rewards()
         metrics: dict[str, float] = {
@@ -286,6 +304,12 @@ class GRPOTrainer:
             "samples": float(len(scored)),
             "groups": float(len(batch.groups)),
         }
+        for key, total in zip(_CORRECTION_MEANS, correction_sums, strict=True):
+            metrics[_CORRECTION_MEANS[key]] = total / denom
+        # Effective sample size of the importance weights over trained tokens, as a fraction.
+        metrics[IS_ESS_FRACTION] = (
+            weight_sum**2 / weight_square_sum / denom if weight_square_sum > 0 else 1.0
+        )
         metrics.update(version_span_stats(batch.samples))
         return metrics
 
@@ -299,31 +323,37 @@ class GRPOTrainer:
                 tensors.attention_mask.to(self.device),
                 tensors.targets.to(self.device),
             )
+        rollout = tensors.rollout_logprobs.to(self.device)
+        corr = off_policy_correction(
+            self.config.correction, logprobs.detach().float(), rollout, mask
+        )
         out = grpo_loss(
             LossInputs(
                 logprobs=logprobs.float(),
-                rollout_logprobs=tensors.rollout_logprobs.to(self.device),
+                rollout_logprobs=rollout,
                 advantages=tensors.advantages.to(self.device),
                 loss_mask=mask,
                 clip_epsilon=self.config.clip_epsilon,
                 loss_denominator=global_tokens,
+                token_weights=None if self.config.correction.mode == "none" else corr.weights,
             )
         )
         (out.loss * self.env.world_size).backward()  # type: ignore[no-untyped-call]
         local_tokens = out.trained_tokens
-        return (
-            torch.stack(
-                [
-                    out.loss.detach(),
-                    out.logprob_abs_diff * local_tokens,
-                    out.clip_fraction * local_tokens,
-                    (entropy.float() * mask).sum(),
-                    local_tokens,
-                ]
-            )
-            .to(torch.float64)
-            .cpu()
+        sums = torch.stack(
+            [
+                out.loss.detach(),
+                out.logprob_abs_diff * local_tokens,
+                out.clip_fraction * local_tokens,
+                (entropy.float() * mask).sum(),
+                local_tokens,
+                corr.weights.double().sum(),
+                corr.weights.double().pow(2).sum(),
+            ]
         )
+        tokens = corr.metrics["tokens"]
+        means = [corr.metrics[k] * tokens for k in _CORRECTION_MEANS]
+        return torch.cat([sums.to(torch.float64).cpu(), torch.tensor(means, dtype=torch.float64)])
 
     def publishable_state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's full weights in the serving dtype, on the CPU of rank 0.

@@ -58,6 +58,10 @@ class LossInputs:
     clip_epsilon: float = 0.2
     loss_denominator: float | None = None
     """Trained tokens to divide by; None uses this batch's own `loss_mask.sum()`."""
+    token_weights: torch.Tensor | None = None
+    """[B, T] detached per-token multipliers of the surrogate, 0 wherever `loss_mask` is 0
+    (off-policy correction, `dressage.trainer.correction`); None weighs every trained token 1.
+    The denominator and the diagnostics stay those of `loss_mask`."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,8 @@ def grpo_loss(inputs: LossInputs) -> LossOutputs:
         if inputs.loss_denominator is None
         else torch.tensor(max(inputs.loss_denominator, 1.0), dtype=mask.dtype)
     )
-    loss = (per_token * mask).sum() / denominator
+    weights = mask if inputs.token_weights is None else inputs.token_weights.to(mask.dtype)
+    loss = (per_token * weights).sum() / denominator
     with torch.no_grad():
         clip_active = (clipped < unclipped).to(mask.dtype)
         clip_fraction = masked_mean(clip_active, mask)

@@ -24,6 +24,7 @@ import torch
 from dressage.api.job import AsyncRLJobSpec
 from dressage.data.versions import version_label
 from dressage.trainer.checkpoint import RunDir, TrainState
+from dressage.trainer.correction import CorrectionConfig
 from dressage.trainer.distributed import DistEnv, barrier, broadcast_object
 from dressage.trainer.grpo import (
     GRPOTrainer,
@@ -56,6 +57,7 @@ def trainer_config(spec: AsyncRLJobSpec) -> TrainerConfig:
         max_tokens_per_micro_batch=spec.training.max_tokens_per_micro_batch,
         activation_checkpointing=spec.training.activation_checkpointing,
         serving_dtype=serving_dtype(spec),
+        correction=CorrectionConfig.from_spec(spec.training.off_policy_correction),
     )
 
 

@@ -84,6 +84,20 @@ def test_loss_denominator_uses_the_global_token_count() -> None:
     assert grpo_loss(wider).loss.item() == pytest.approx(local * 3 / 6)
 
 
+def test_token_weights_scale_each_tokens_surrogate_and_nothing_else() -> None:
+    """Off-policy correction multiplies each trained token's surrogate by its weight; the
+    denominator and the diagnostics stay those of the loss mask."""
+    inputs = _hand_checked_inputs()
+    weighted = LossInputs(
+        **{**inputs.__dict__, "token_weights": torch.tensor([[0.5, 0.0], [2.0, 0.0]])}
+    )
+    out = grpo_loss(weighted)
+    # per-token losses -1, -1.2, +0.8 weighted 0.5, 0, 2 over the same 3 trained tokens.
+    assert out.loss.item() == pytest.approx((-0.5 + 0.0 + 1.6) / 3)
+    assert out.clip_fraction.item() == pytest.approx(2 / 3)
+    assert out.trained_tokens.item() == 3
+
+
 def test_on_policy_batch_has_no_clipping_and_zero_logprob_diff() -> None:
     lp = torch.tensor([[-0.3, -1.2, -2.0]])
     out = grpo_loss(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,35 @@ def test_logprob_diff_is_zero_on_policy_and_positive_off_policy(model_dir: Path)
     assert trainer.train_step(batch(0.3))["train_rollout_logprob_abs_diff"] == pytest.approx(
         0.3, abs=1e-3
     )
+    # The mismatch figures, with the rollout 0.3 nats above the policy on every token:
+    # k1 = mean(rollout - train) = 0.3, k3 = mean(exp(-0.3) - 1 + 0.3).
+    figures = trainer.train_step(batch(0.3))
+    assert figures["mismatch_kl_k1"] == pytest.approx(0.3, abs=1e-3)
+    assert figures["mismatch_kl_k3"] == pytest.approx(math.exp(-0.3) - 1 + 0.3, abs=1e-3)
+    assert figures["is_ess_fraction"] == pytest.approx(1.0)  # no correction: weights all 1
+
+
+def test_truncated_importance_sampling_reaches_the_step(model_dir: Path) -> None:
+    """With `tis` and a clip below the tokens' ratio, every weight is clipped."""
+    from dressage.trainer.correction import CorrectionConfig
+
+    model = load_policy(model_dir, torch.device("cpu"))
+    config = TrainerConfig(
+        learning_rate=1e-9, correction=CorrectionConfig(mode="tis", tis_clip=0.5)
+    )
+    trainer = GRPOTrainer(model, config)
+    sample = Sample.build(
+        prompt_tokens=PROMPT,
+        response_tokens=GOOD,
+        response_versions=["v0", "v0"],
+        rollout_log_probs=[-30.0, -30.0],  # the rollout found these tokens far less likely
+        reward=1.0,
+        group_id="g",
+        parent_traj_id="t",
+    )
+    figures = trainer.train_step(TrainBatch(groups=(Group("g", (sample,)),)))
+    assert figures["off_policy_clipped_fraction"] == 1.0
+    assert figures["off_policy_masked_fraction"] == 0.0
 
 
 def _spec(**training: object) -> AsyncRLJobSpec:
