@@ -253,6 +253,9 @@ class ChatTurn:
     messages: list[dict[str, Any]]
     tools_key: str
     rendered: str
+    tools: list[Any] | None = None
+    """The request's tools as sent: the reply is rendered with them, key order included (a
+    template writes them with `tojson`, so the order is part of the text)."""
 
 
 def plan_chat_turn(
@@ -267,7 +270,7 @@ def plan_chat_turn(
     full = tok.render(messages, tools or None, add_generation_prompt=True)
 
     def fresh(reason: str | None) -> ChatTurn:
-        return ChatTurn(tok.encode(full), reason, messages, key, full)
+        return ChatTurn(tok.encode(full), reason, messages, key, full, tools or None)
 
     if state is None or segment_tokens is None:
         return fresh("history_rewrite" if segment_tokens is not None else None)
@@ -277,7 +280,7 @@ def plan_chat_turn(
     if len(messages) <= k or messages[:k] != state.messages or not full.startswith(state.rendered):
         return fresh("history_rewrite")
     new_text = state.bridge + full[len(state.rendered) :]
-    return ChatTurn(segment_tokens + tok.encode(new_text), None, messages, key, full)
+    return ChatTurn(segment_tokens + tok.encode(new_text), None, messages, key, full, tools or None)
 
 
 def after_reply(
@@ -285,8 +288,7 @@ def after_reply(
 ) -> ChatState:
     """The state after the model replied `reply` with `output_ids` to `turn`."""
     messages = [*turn.messages, reply]
-    tools = json.loads(turn.tools_key) if turn.tools_key else None
-    rendered = tok.render(messages, tools, add_generation_prompt=False)
+    rendered = tok.render(messages, turn.tools, add_generation_prompt=False)
     bridge = ""
     if rendered.startswith(turn.rendered):
         reply_text = rendered[len(turn.rendered) :]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dressage.model.tokenizer import build_tokenizer_files
 from dressage.proxy.chat import (
+    ChatTokenizer,
     after_reply,
     canonical_message,
     canonical_messages,
@@ -212,4 +215,53 @@ def test_a_reply_cut_by_a_stop_string_is_closed_by_the_template() -> None:
     assert nxt.input_ids[: len(segment)] == segment
     assert tok.decode(nxt.input_ids[len(segment) :], skip_special_tokens=False) == (
         "<|end|>\n<|user|>ok<|end|>\n<|assistant|>"
+    )
+
+
+HERMES_TEMPLATE = (
+    "{% if tools %}<|system|># Tools\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "Call a tool as <tool_call>{json}</tool_call><|end|>\n{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}<|assistant|>{{ message['content'] }}"
+    "{% for call in message.get('tool_calls', []) %}"
+    "\n<tool_call>\n{{ {'name': call['function']['name'],"
+    " 'arguments': call['function']['arguments']} | tojson }}\n</tool_call>"
+    "{% endfor %}<|end|>\n"
+    "{% elif message['role'] == 'tool' %}<|user|><tool_response>\n{{ message['content'] }}"
+    "\n</tool_response><|end|>\n"
+    "{% else %}<|{{ message['role'] }}|>{{ message['content'] }}<|end|>\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+"""A Hermes / Qwen-style template: tools in a system block, calls re-rendered in its own JSON
+layout, tool results as `<tool_response>` user turns."""
+
+
+def test_a_template_that_renders_calls_its_own_way_still_extends_the_models_tokens(
+    tmp_path: Path,
+) -> None:
+    build_tokenizer_files(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config["chat_template"] = HERMES_TEMPLATE
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = ChatTokenizer(tmp_path)
+    assert tok.tool_parser is parse_hermes
+    first = canonical_messages([{"role": "user", "content": "2+3="}])
+    turn = plan_chat_turn(tok, None, None, first, TOOLS)
+    assert tok.decode(turn.input_ids, skip_special_tokens=False).startswith("<|system|># Tools\n")
+    # The model's layout differs from the template's (no newlines, other key spacing).
+    generated = 'ok<tool_call>{"name":"calculator","arguments":{"expression":"2+3"}}</tool_call>'
+    output_ids = tok.encode(generated + "<|end|>")
+    parsed = tok.tool_parser(tok.decode(output_ids, skip_special_tokens=True))
+    assert parsed.content == "ok"
+    message = {"role": "assistant", "content": parsed.content, "tool_calls": parsed.tool_calls}
+    state = after_reply(tok, turn, canonical_message(message, 1), output_ids)
+    segment = turn.input_ids + output_ids
+    second = canonical_messages(
+        [*first, message, {"role": "tool", "tool_call_id": "x", "content": "5"}]
+    )
+    nxt = plan_chat_turn(tok, state, segment, second, TOOLS)
+    assert nxt.new_segment is None
+    assert nxt.input_ids[: len(segment)] == segment
+    assert tok.decode(nxt.input_ids[len(segment) :], skip_special_tokens=False) == (
+        "\n<|user|><tool_response>\n5\n</tool_response><|end|>\n<|assistant|>"
     )
