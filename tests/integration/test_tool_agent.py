@@ -313,3 +313,32 @@ async def test_the_finish_reason_of_a_preempted_turn_is_how_its_last_piece_ended
     assert reply.model_extra["dressage"]["preempts"] == 1
     assert engine.generated[1]["sampling_params"]["max_new_tokens"] == 2
     assert reply.choices[0].finish_reason == expected
+
+
+async def test_calls_are_parsed_only_when_tools_are_offered_and_malformed_ones_stay_text() -> None:
+    malformed = '<tool_call>{"name": "calculator", "arguments": {</tool_call>'
+
+    async def model(request: dict[str, Any]) -> dict[str, Any]:
+        prompt = TOK.decode(request["input_ids"], skip_special_tokens=False)
+        text = malformed if "bad" in prompt else CALL
+        return generate_answer(text, {"type": "stop", "matched": EOS}, eos=True)
+
+    engine = ScriptedEngine(model)
+    async with engine.serving():
+        with start_proxy([engine.url], "--model", "builtin:tiny") as proxy:
+            cases: list[tuple[str, dict[str, Any], str]] = [
+                ("bad", {"tools": TOOLS}, malformed),
+                ("2+3=", {}, CALL),  # no tools offered
+                ("2+3=", {"tools": TOOLS, "tool_choice": "none"}, CALL),
+            ]
+            for i, (question, options, content) in enumerate(cases):
+                async with _client(proxy, f"tool-plain-{i}") as client:
+                    reply = await client.chat.completions.create(
+                        model="builtin:tiny",
+                        messages=[{"role": "user", "content": question}],
+                        max_tokens=100,
+                        **options,
+                    )
+                choice = reply.choices[0]
+                assert (choice.message.content, choice.message.tool_calls) == (content, None)
+                assert choice.finish_reason == "stop"
