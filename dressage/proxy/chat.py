@@ -20,6 +20,7 @@ Only `tokenizers` and `jinja2` are used: no torch, no transformers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from collections.abc import Sequence
@@ -28,15 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from dressage.proxy.errors import invalid
+from dressage.proxy.tool_calls import select_tool_parser
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
 class ChatTokenizer:
     """A model's tokenizer and chat template, loaded from `tokenizer.json` and
-    `tokenizer_config.json` (or `chat_template.jinja`)."""
+    `tokenizer_config.json` (or `chat_template.jinja`); `tool_parser` names the tool-call
+    syntax of the model family (`dressage.proxy.tool_calls.PARSERS`; None picks it from the
+    template)."""
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, *, tool_parser: str | None = None) -> None:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
         from tokenizers import Tokenizer
 
@@ -55,6 +59,9 @@ class ChatTokenizer:
             template = template_file.read_text(encoding="utf-8")
         if not isinstance(template, str):
             raise ValueError(f"{model_dir} has no chat template (tokenizer_config.json)")
+        self.chat_template = template
+        # Parses this model family's tool calls out of its output.
+        self.tool_parser = select_tool_parser(tool_parser, template)
         self.bos_token = _token_text(config.get("bos_token"))
         self.eos_token = _token_text(config.get("eos_token"))
 
@@ -104,7 +111,7 @@ def _token_text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def load_chat_tokenizer(model: str) -> ChatTokenizer:
+def load_chat_tokenizer(model: str, *, tool_parser: str | None = None) -> ChatTokenizer:
     """The tokenizer of `model`: a checkpoint directory, or `builtin:tiny` (its tokenizer files
     are rebuilt here with the `tokenizers` library; the weights are not needed)."""
     if model.startswith("builtin:"):
@@ -115,8 +122,8 @@ def load_chat_tokenizer(model: str) -> ChatTokenizer:
 
         with tempfile.TemporaryDirectory(prefix="dressage-proxy-tok-") as tmp:
             build_tokenizer_files(Path(tmp))
-            return ChatTokenizer(Path(tmp))
-    return ChatTokenizer(Path(model))
+            return ChatTokenizer(Path(tmp), tool_parser=tool_parser)
+    return ChatTokenizer(Path(model), tool_parser=tool_parser)
 
 
 # --- messages ---------------------------------------------------------------------------------
@@ -159,7 +166,48 @@ def canonical_message(message: object, index: int) -> dict[str, Any]:
     if tool_calls:
         if not isinstance(tool_calls, list):
             raise invalid(f"{where}.tool_calls must be a list", f"{where}.tool_calls")
-        out["tool_calls"] = tool_calls
+        out["tool_calls"] = [
+            canonical_tool_call(call, f"{where}.tool_calls[{j}]")
+            for j, call in enumerate(tool_calls)
+        ]
+    return out
+
+
+def canonical_tool_call(call: object, where: str) -> dict[str, Any]:
+    """A tool call reduced to `{id, type, function: {name, arguments}}`.
+
+    `arguments` arrives as a JSON string (OpenAI's shape); it is kept parsed when it is valid
+    JSON, since chat templates render it as an object (`arguments | tojson`), and so that an
+    agent that re-serializes it with other spacing still continues the conversation. Stream
+    bookkeeping such as `index` is dropped.
+    """
+    if not isinstance(call, dict):
+        raise invalid(f"{where} must be an object", where)
+    function = call.get("function")
+    if not isinstance(function, dict):
+        raise invalid(f"{where}.function must be an object", f"{where}.function")
+    name = function.get("name")
+    if not isinstance(name, str):
+        raise invalid(f"{where}.function.name must be a string", f"{where}.function.name")
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # not JSON: rendered as the string it is
+            arguments = json.loads(arguments)
+    elif arguments is None:
+        arguments = {}
+    elif not isinstance(arguments, dict):
+        raise invalid(
+            f"{where}.function.arguments must be a JSON string", f"{where}.function.arguments"
+        )
+    out: dict[str, Any] = {
+        "type": call.get("type") or "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+    call_id = call.get("id")
+    if call_id is not None:
+        if not isinstance(call_id, str):
+            raise invalid(f"{where}.id must be a string", f"{where}.id")
+        out["id"] = call_id
     return out
 
 
@@ -205,6 +253,9 @@ class ChatTurn:
     messages: list[dict[str, Any]]
     tools_key: str
     rendered: str
+    tools: list[Any] | None = None
+    """The request's tools as sent: the reply is rendered with them, key order included (a
+    template writes them with `tojson`, so the order is part of the text)."""
 
 
 def plan_chat_turn(
@@ -219,7 +270,7 @@ def plan_chat_turn(
     full = tok.render(messages, tools or None, add_generation_prompt=True)
 
     def fresh(reason: str | None) -> ChatTurn:
-        return ChatTurn(tok.encode(full), reason, messages, key, full)
+        return ChatTurn(tok.encode(full), reason, messages, key, full, tools or None)
 
     if state is None or segment_tokens is None:
         return fresh("history_rewrite" if segment_tokens is not None else None)
@@ -229,7 +280,7 @@ def plan_chat_turn(
     if len(messages) <= k or messages[:k] != state.messages or not full.startswith(state.rendered):
         return fresh("history_rewrite")
     new_text = state.bridge + full[len(state.rendered) :]
-    return ChatTurn(segment_tokens + tok.encode(new_text), None, messages, key, full)
+    return ChatTurn(segment_tokens + tok.encode(new_text), None, messages, key, full, tools or None)
 
 
 def after_reply(
@@ -237,8 +288,7 @@ def after_reply(
 ) -> ChatState:
     """The state after the model replied `reply` with `output_ids` to `turn`."""
     messages = [*turn.messages, reply]
-    tools = json.loads(turn.tools_key) if turn.tools_key else None
-    rendered = tok.render(messages, tools, add_generation_prompt=False)
+    rendered = tok.render(messages, turn.tools, add_generation_prompt=False)
     bridge = ""
     if rendered.startswith(turn.rendered):
         reply_text = rendered[len(turn.rendered) :]

@@ -105,15 +105,21 @@ async def test_history_rewrite_and_tool_change_start_new_segments(proxy: ProxyPr
 
 async def _rewrite(client: openai.AsyncOpenAI, proxy: ProxyProcess) -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "1+1="}]
-    first = await client.chat.completions.create(model="m", messages=messages, max_tokens=4)
+    first = await client.chat.completions.create(
+        model="builtin:tiny", messages=messages, max_tokens=4
+    )
     messages += [
         {"role": "assistant", "content": first.choices[0].message.content},
         {"role": "user", "content": "again"},
     ]
-    second = await client.chat.completions.create(model="m", messages=messages, max_tokens=4)
+    second = await client.chat.completions.create(
+        model="builtin:tiny", messages=messages, max_tokens=4
+    )
     assert second.model_extra["dressage"]["segment_index"] == 0  # type: ignore[index]
     rewritten = [{"role": "user", "content": "1+2="}, *messages[1:]]
-    third = await client.chat.completions.create(model="m", messages=rewritten, max_tokens=4)
+    third = await client.chat.completions.create(
+        model="builtin:tiny", messages=rewritten, max_tokens=4
+    )
     extra = third.model_extra["dressage"]  # type: ignore[index]
     assert (extra["segment_index"], extra["new_segment"]) == (1, "history_rewrite")
     tools = [{"type": "function", "function": {"name": "calc", "parameters": {}}}]
@@ -122,7 +128,7 @@ async def _rewrite(client: openai.AsyncOpenAI, proxy: ProxyProcess) -> None:
         {"role": "user", "content": "use the tool"},
     ]
     fourth = await client.chat.completions.create(
-        model="m",
+        model="builtin:tiny",
         messages=rewritten,
         max_tokens=4,
         tools=tools,  # type: ignore[arg-type]
@@ -175,14 +181,30 @@ async def test_missing_session_id_is_a_clear_400(proxy: ProxyProcess) -> None:
 async def _missing(client: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            model="builtin:tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
         )
     assert info.value.code == "missing_session_id"
     with pytest.raises(openai.BadRequestError) as bad:
         await client.chat.completions.create(
-            model="m", messages=[{"role": "wizard", "content": "hi"}], user="s-bad"
+            model="builtin:tiny", messages=[{"role": "wizard", "content": "hi"}], user="s-bad"
         )
     assert "messages[0].role" in str(bad.value)
+
+
+async def test_an_unknown_model_is_404_model_not_found_naming_it(proxy: ProxyProcess) -> None:
+    async with _client(proxy, "chat-model") as client:
+        with pytest.raises(openai.NotFoundError) as info:
+            await client.chat.completions.create(
+                model="gpt-9", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+        assert info.value.code == "model_not_found"
+        assert "gpt-9" in str(info.value)
+        # The served name and its aliases are accepted.
+        for name in ("builtin:tiny", "policy"):
+            reply = await client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            assert reply.model == name
 
 
 def test_tokenizer_is_loaded_without_the_checkpoint(tmp_path: Path) -> None:

@@ -3,8 +3,17 @@ under `/s/{session_id}/v1/...` for agents whose only setting is a base URL.
 
 Messages are rendered with the model's chat template incrementally (`dressage.proxy.chat`), so
 each turn extends the session's tokens exactly; the turn itself runs like any other
-(`dressage.proxy.turns`). A streamed answer is the whole reply as one content chunk once the
-turn is generated (a turn may be resumed across weight updates before it is complete).
+(`dressage.proxy.turns`). A streamed answer is the whole reply once the turn is generated (a
+turn may be resumed across weight updates before it is complete): a content chunk, one
+`delta.tool_calls` chunk per call, the finish chunk, and a usage chunk when
+`stream_options.include_usage` asks for it.
+
+Tool calls: with `tools` in the request (and `tool_choice` not `none`) the reply text is parsed
+by the model family's parser (`dressage.proxy.tool_calls`) into `tool_calls`, with
+`finish_reason: "tool_calls"`. Parsing shapes the answer only: the session keeps the model's
+own tokens, so the agent's next request (the assistant message with its `tool_calls`, then the
+`tool` messages) extends them exactly. A matched stop string is cut from `content` as OpenAI
+does; the recorded tokens stay as generated. An unknown `model` is 404 `model_not_found`.
 """
 
 from __future__ import annotations
@@ -18,15 +27,26 @@ import orjson
 from dressage.asgi import Answer, HttpRequest
 from dressage.proxy import errors
 from dressage.proxy.answers import json_response
-from dressage.proxy.chat import ChatState, after_reply, canonical_messages, plan_chat_turn
+from dressage.proxy.chat import (
+    ChatState,
+    after_reply,
+    canonical_message,
+    canonical_messages,
+    plan_chat_turn,
+)
 from dressage.proxy.endpoints.fields import check_budget, session_ids
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.state import ProxyState
+from dressage.proxy.tool_calls import ParsedReply, strip_stop
 from dressage.proxy.turns import run_turn
 
 DEFAULT_MAX_TOKENS = 256
 """The completion budget of a request that sets neither `max_completion_tokens` nor
 `max_tokens`."""
+MODEL_NOT_FOUND = "model_not_found"
+"""The error name (404) of a request for a model the proxy does not serve, as OpenAI's."""
+POLICY_ALIAS = "policy"
+"""A model name always accepted: the policy the proxy serves, whatever its checkpoint."""
 _SESSION_FIELDS = (("metadata", "session_id"), ("user",))
 _INSTANCE_FIELDS = (("metadata", "instance_id"),)
 
@@ -37,6 +57,7 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
         raise ProxyError(
             404, errors.NOT_FOUND, "/v1/chat/completions needs the proxy to be started with --model"
         )
+    model = requested_model(state, body)
     messages = canonical_messages(body.get("messages"))
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
@@ -46,6 +67,8 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
         raise invalid("n must be 1: one trajectory per session", "n")
     params = chat_sampling_params(body, tok.stop_token_ids)
     stream = bool(body.get("stream", False))
+    include_usage = _include_usage(body) if stream else True
+    parse_tools = bool(tools) and body.get("tool_choice") != "none"
     session_id, instance_id = session_ids(
         request, body, session_fields=_SESSION_FIELDS, instance_fields=_INSTANCE_FIELDS
     )
@@ -57,13 +80,23 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
     plan, gen, segment_index = await run_turn(
         state, session, turn.input_ids, params, force_new_segment=turn.new_segment
     )
-    content = tok.decode(gen.output_ids, skip_special_tokens=True)
-    reply = {"role": "assistant", "content": content}
+    text = strip_stop(
+        tok.decode(gen.output_ids, skip_special_tokens=True), gen.finish_reason, params.get("stop")
+    )
+    parsed = tok.tool_parser(text) if parse_tools else ParsedReply(text)
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.tool_calls:
+        message["tool_calls"] = parsed.tool_calls
+    # The conversation continues from the model's own tokens; the reply is remembered in the
+    # canonical form the agent's echo of it is compared in.
+    reply = canonical_message(message, len(messages))
     session.chat = after_reply(tok, turn, reply, gen.output_ids)
-    finish = "length" if gen.finish_reason.get("type") == "length" else "stop"
+    if parsed.tool_calls:
+        finish = "tool_calls"
+    else:
+        finish = "length" if gen.finish_reason.get("type") == "length" else "stop"
     created = int(time.time())
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    model = body.get("model") or state.config.served_model_name
     usage = {
         "prompt_tokens": len(turn.input_ids),
         "completion_tokens": len(gen.output_ids),
@@ -94,7 +127,7 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
                 "created": created,
                 "model": model,
                 "choices": [
-                    {"index": 0, "message": reply, "finish_reason": finish, "logprobs": logprobs}
+                    {"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}
                 ],
                 "usage": usage,
                 "dressage": extra,
@@ -102,16 +135,71 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
         )
     base = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
             "model": model}  # fmt: skip
+    deltas: list[dict[str, Any]] = []
+    if parsed.content:
+        deltas.append({"content": parsed.content})
+    for index, call in enumerate(parsed.tool_calls):
+        deltas.append({"tool_calls": [{"index": index, **call}]})
     chunks = [
         base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                              "finish_reason": None}]},
-        base | {"choices": [{"index": 0, "delta": {"content": content}, "logprobs": logprobs,
-                             "finish_reason": None}]},
-        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
-                "usage": usage, "dressage": extra},
     ]  # fmt: skip
+    for i, delta in enumerate(deltas):
+        choice = {"index": 0, "delta": delta, "finish_reason": None}
+        if i == 0:
+            choice["logprobs"] = logprobs
+        chunks.append(base | {"choices": [choice]})
+    chunks.append(
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "dressage": extra}
+    )
+    if include_usage:
+        # OpenAI's `stream_options.include_usage`: one more chunk, with no choices.
+        chunks.append(base | {"choices": [], "usage": usage})
     payload = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
     return Answer(payload, content_type="text/event-stream; charset=utf-8", stream=True)
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise invalid("stream_options must be an object", "stream_options")
+    value = options.get("include_usage", False)
+    if not isinstance(value, bool):
+        raise invalid("stream_options.include_usage must be a boolean", "stream_options")
+    return value
+
+
+def model_names(state: ProxyState) -> list[str]:
+    """The model names chat requests may ask for: the served name first, then its aliases
+    (`--model` as given, `--model-name`, and `policy`, the name an agent uses for whatever
+    policy is being trained)."""
+    config = state.config
+    names = [config.served_model_name]
+    for alias in (config.model, config.model_name, POLICY_ALIAS):
+        if alias and alias not in names:
+            names.append(alias)
+    return names
+
+
+def requested_model(state: ProxyState, body: dict[str, Any]) -> str:
+    """The request's `model` (the served name when it has none); 404 `model_not_found` naming
+    it when the proxy does not serve it, as OpenAI answers."""
+    model = body.get("model")
+    if model is None:
+        return state.config.served_model_name
+    if not isinstance(model, str):
+        raise invalid("model must be a string", "model")
+    names = model_names(state)
+    if model not in names:
+        raise ProxyError(
+            404,
+            MODEL_NOT_FOUND,
+            f"The model `{model}` does not exist: this proxy serves {', '.join(map(repr, names))}",
+            param="model",
+        )
+    return model
 
 
 async def models(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
