@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -155,6 +156,7 @@ def load_wired_job(wiring: Wiring) -> AsyncRLJob:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         wiring = resolve_wiring(args, os.environ)
         job = load_wired_job(wiring)

@@ -40,7 +40,7 @@ def create_app(
 ) -> App:
     """The proxy app. `clock` drives session expiry; `tokenizer` overrides `config.model`."""
     if tokenizer is None and config.model:
-        tokenizer = load_chat_tokenizer(config.model)
+        tokenizer = load_chat_tokenizer(config.model, tool_parser=config.tool_call_parser)
     store = SessionStore(config.session_ttl_s)
     state = ProxyState(
         config=config,

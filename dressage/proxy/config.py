@@ -7,7 +7,7 @@ configure the same fields.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -46,6 +46,10 @@ class ProxyConfig(BaseModel):
     model: str | None = None
     """Model path or `builtin:tiny`: its `tokenizer.json` and chat template serve
     `/v1/chat/completions`. Without it only the token-level `/generate` is available."""
+    tool_call_parser: Literal["auto", "hermes", "qwen", "none"] = "auto"
+    """How the model's tool calls are read from its output for OpenAI `tool_calls`: `hermes`
+    and `qwen` read `<tool_call>{json}</tool_call>`, `none` leaves them as text, `auto` picks
+    from the chat template."""
     model_name: str | None = None
     """Model id listed by `/v1/models`; defaults to `model`."""
     engine_timeout_s: float = Field(default=600.0, gt=0)

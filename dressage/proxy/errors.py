@@ -18,6 +18,7 @@ INVALID_REQUEST = "invalid_request"  # 400
 MISSING_SESSION_ID = "missing_session_id"  # 400
 UNAUTHORIZED = "unauthorized"  # 401
 NOT_FOUND = "not_found"  # 404
+MODEL_NOT_FOUND = "model_not_found"  # 404 (OpenAI's name for an unknown `model`)
 METHOD_NOT_ALLOWED = "method_not_allowed"  # 405
 SESSION_BUSY = "session_busy"  # 409
 SESSION_FINALIZED = "session_finalized"  # 409

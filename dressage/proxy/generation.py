@@ -210,7 +210,11 @@ class Generation:
         self.texts.append(piece.text)
         if piece.engine_latency is not None:
             self.engine_latency = (self.engine_latency or 0.0) + piece.engine_latency
-        self.finish_reason = piece.finish_reason
+        finish = piece.finish_reason
+        if finish.get("type") == "length" and self.pieces > 1:
+            # A turn resumed across pauses ran out of its whole budget, not the last piece's.
+            finish = {**finish, "length": len(self.output_ids)}
+        self.finish_reason = finish
         self.weight_version = piece.weight_version
 
     def version_spans(self) -> list[dict[str, Any]]:

@@ -71,6 +71,15 @@ def test_a_turn_sums_the_engine_latency_its_pieces_report() -> None:
     assert gen.engine_latency == 0.75
 
 
+def test_a_resumed_turn_that_ran_out_of_budget_reports_the_whole_turns_length() -> None:
+    aborted = _answer(2)
+    aborted["meta_info"]["finish_reason"] = {"type": "abort", "message": "paused"}
+    gen = Generation()
+    gen.add(parse_piece(aborted, "http://e"))
+    gen.add(parse_piece(_answer(2), "http://e"))
+    assert gen.finish_reason == {"type": "length", "length": 4}
+
+
 @pytest.mark.parametrize(
     "spans",
     [

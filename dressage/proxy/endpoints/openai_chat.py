@@ -43,7 +43,6 @@ from dressage.proxy.turns import run_turn
 DEFAULT_MAX_TOKENS = 256
 """The completion budget of a request that sets neither `max_completion_tokens` nor
 `max_tokens`."""
-MODEL_NOT_FOUND = "model_not_found"
 """The error name (404) of a request for a model the proxy does not serve, as OpenAI's."""
 POLICY_ALIAS = "policy"
 """A model name always accepted: the policy the proxy serves, whatever its checkpoint."""
@@ -195,7 +194,7 @@ def requested_model(state: ProxyState, body: dict[str, Any]) -> str:
     if model not in names:
         raise ProxyError(
             404,
-            MODEL_NOT_FOUND,
+            errors.MODEL_NOT_FOUND,
             f"The model `{model}` does not exist: this proxy serves {', '.join(map(repr, names))}",
             param="model",
         )
