@@ -58,7 +58,7 @@ from dressage.engine.protocol import (
 )
 from dressage.engine.scheduler import Request, Scheduler
 from dressage.engine.sglang_support import EMBEDDED_ENGINE_SGLANG_VERSION
-from dressage.engine.weight_group import DTYPES, WeightUpdateGroup
+from dressage.engine.weight_group import DTYPES, WeightUpdateGroup, in_daemon_thread
 from dressage.model import resolve_model_source
 
 log = logging.getLogger(__name__)
@@ -403,7 +403,7 @@ class EngineServer:
         if old is not None:
             old.close()
         try:
-            group = await asyncio.to_thread(
+            group = await in_daemon_thread(
                 WeightUpdateGroup,
                 master_address=req.master_address,
                 master_port=req.master_port,
@@ -510,7 +510,7 @@ class EngineServer:
                     loaded[req.names[i]] = tensor.to(torch.float32).contiguous()
 
             try:
-                await asyncio.to_thread(group.broadcast, tensors, arrived)
+                await in_daemon_thread(group.broadcast, tensors, arrived)
             except Exception as exc:
                 message = (
                     f"Failed to update parameter online: receiving the broadcast failed: {exc}"

@@ -23,16 +23,20 @@ serve both.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import datetime
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 # The classes `torch.distributed` re-exports, imported from where they are typed.
 from torch._C._distributed_c10d import BroadcastOptions, PrefixStore, ProcessGroupGloo, TCPStore
+
+T = TypeVar("T")
 
 BACKENDS = ("gloo", "nccl")
 DEFAULT_GROUP_NAME = "weight_update_group"
@@ -109,7 +113,7 @@ class WeightUpdateGroup:
             self._backend = nccl(prefixed, rank, world_size, options)
         self._backend._set_sequence_number_for_group()
         self._lock = threading.Lock()
-        self._closed = False
+        """Serialises broadcasts: each rank must issue them in the same order."""
 
     def broadcast(
         self,
@@ -123,32 +127,49 @@ class WeightUpdateGroup:
         ones are still in flight, so a receiver can convert each one during the transfer.
         """
         with self._lock:
-            if self._closed:
+            backend = self._backend
+            if backend is None:
                 raise RuntimeError(f"weight-update group {self.group_name!r} is closed")
             works = []
             for tensor in tensors:
                 options = BroadcastOptions()
                 options.rootRank = 0
                 options.rootTensor = 0
-                works.append(self._backend.broadcast([tensor], options))
+                works.append(backend.broadcast([tensor], options))
             for i, work in enumerate(works):
                 work.wait()
                 if arrived is not None:
                     arrived(i, tensors[i])
 
     def close(self) -> None:
-        """Leave the group; later broadcasts fail. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self.backend == "nccl":
-                self._backend.shutdown()
-            del self._backend
+        """Leave the group; later broadcasts fail. Idempotent, and it does not wait for a
+        broadcast in flight (that one ends when it completes or times out)."""
+        backend, self._backend = self._backend, None
+        if backend is not None and self.backend == "nccl":
+            backend.shutdown()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._backend is None
+
+
+async def in_daemon_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Await `fn(*args, **kwargs)` run in a thread of its own that does not keep the process
+    alive: a rendezvous or broadcast waiting on a rank that never comes cannot be interrupted,
+    and must not hold up the event loop's shutdown (as the default executor's threads would)
+    until its timeout."""
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)
+
+    threading.Thread(target=run, name="weight-group", daemon=True).start()
+    return await asyncio.wrap_future(done)
 
 
 def open_store(

@@ -39,6 +39,7 @@ from dressage.engine.weight_group import (
     DTYPES,
     WeightUpdateGroup,
     dtype_name,
+    in_daemon_thread,
     open_store,
 )
 
@@ -79,6 +80,11 @@ def buckets(
         size += nbytes
     if current:
         yield current, True
+
+
+def _close_formed_group(task: asyncio.Future[WeightUpdateGroup]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result().close()
 
 
 class DistributedWeightSender:
@@ -126,6 +132,8 @@ class DistributedWeightSender:
         self.group_name = group_name
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
+        self.port: int | None = None
+        """The port the group's store listens on (once formed)."""
         self._group: WeightUpdateGroup | None = None
 
     @property
@@ -141,46 +149,53 @@ class DistributedWeightSender:
         )
         port = store.port
         joins = [
-            engine.init_weights_update_group(
-                self.master_address,
-                port,
-                offset,
-                self.world_size,
-                group_name=self.group_name,
-                backend=self.backend,
-                timeout_s=self.timeout_s,
+            asyncio.ensure_future(
+                engine.init_weights_update_group(
+                    self.master_address,
+                    port,
+                    offset,
+                    self.world_size,
+                    group_name=self.group_name,
+                    backend=self.backend,
+                    timeout_s=self.timeout_s,
+                )
             )
             for engine, offset in zip(self.engines, self.rank_offsets, strict=True)
         ]
-        own = asyncio.to_thread(
-            WeightUpdateGroup,
-            master_address=self.master_address,
-            master_port=port,
-            rank=0,
-            world_size=self.world_size,
-            group_name=self.group_name,
-            backend=self.backend,
-            timeout_s=self.timeout_s,
-            store=store,
+        own = asyncio.ensure_future(
+            in_daemon_thread(
+                WeightUpdateGroup,
+                master_address=self.master_address,
+                master_port=port,
+                rank=0,
+                world_size=self.world_size,
+                group_name=self.group_name,
+                backend=self.backend,
+                timeout_s=self.timeout_s,
+                store=store,
+            )
         )
-        results = await asyncio.gather(own, *joins, return_exceptions=True)
+        # The first failure ends the wait: an engine that refuses to join would otherwise
+        # leave rank 0's rendezvous waiting for the whole timeout.
+        await asyncio.wait([own, *joins], return_when=asyncio.FIRST_EXCEPTION)
         failures = [
-            f"{engine.base_url}: {result}"
-            for engine, result in zip(self.engines, results[1:], strict=True)
-            if isinstance(result, BaseException)
+            f"{engine.base_url}: {task.exception()}"
+            for engine, task in zip(self.engines, joins, strict=True)
+            if task.done() and task.exception() is not None
         ]
-        group = results[0]
-        if isinstance(group, WeightUpdateGroup):
-            if failures:
-                group.close()
-        else:
-            failures.insert(0, f"rank 0: {group}")
-        if failures or not isinstance(group, WeightUpdateGroup):
+        if own.done() and own.exception() is not None:
+            failures.insert(0, f"rank 0: {own.exception()}")
+        if failures:
+            for task in joins:
+                task.cancel()
+            # Rank 0's rendezvous cannot be interrupted: close the group if it ever forms.
+            own.add_done_callback(_close_formed_group)
             raise WeightSyncError(
                 f"weight-update group {self.group_name!r} was not formed: " + "; ".join(failures)
             )
+        group = own.result()
         self._group = group
-        self.master_port = port
+        self.port = port
 
     async def send(
         self,
@@ -249,7 +264,7 @@ class DistributedWeightSender:
             )
             for engine in self.engines
         ]
-        broadcast = asyncio.to_thread(self._group.broadcast, tensors)
+        broadcast = in_daemon_thread(self._group.broadcast, tensors)
         results = await asyncio.gather(broadcast, *requests, return_exceptions=True)
         failures = [
             f"{engine.base_url}: {result}"

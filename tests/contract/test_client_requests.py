@@ -54,9 +54,12 @@ def test_installed_release_is_the_pin() -> None:
 async def test_every_call_hits_a_route_sglang_serves() -> None:
     routes = sglang_routes()
     with fake_sglang() as fake:
+        answer_group_calls(fake)
         async with EngineClient(fake.url) as client:
             await client.generate(GenerateRequest(input_ids=[1, 2, 3]))
             await client.update_weights_from_disk("/ckpt/step-1", "1")
+            await client.init_weights_update_group("10.0.0.7", 29600, 1, 2)
+            await client.update_weights_from_distributed(["w"], ["bfloat16"], [[2]])
             await client.pause_generation("abort")
             await client.continue_generation()
             await client.abort_request("rid-1")

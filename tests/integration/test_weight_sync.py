@@ -3,6 +3,7 @@ real embedded-engine process (rank 1), on loopback."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from dressage.engine import EngineClient, GenerateRequest, SamplingParams
+from dressage.engine import EngineClient, EngineRequestError, GenerateRequest, SamplingParams
 from dressage.engine.testing import EngineProcess, start_engine
 from dressage.orchestrator.weight_sync import DistributedWeightSender, WeightSyncError
 from dressage.trainer.testing import small_model
@@ -144,3 +145,36 @@ async def test_requests_without_a_group_or_for_nccl_are_refused(engine: EnginePr
     assert "backend:" in nccl.json()["error"]["message"]
     assert mismatched.status_code == 400
     assert "dtypes: 0 entries for 1 names" in mismatched.json()["error"]["message"]
+
+
+async def test_after_destroy_the_engine_has_left_the_group(
+    engine: EngineProcess, sender: DistributedWeightSender, trainer_model: LlamaForCausalLM
+) -> None:
+    await sender.destroy_group()
+    assert not sender.ready
+    with pytest.raises(WeightSyncError, match="call init_group first"):
+        await sender.send(iter(trainer_model.state_dict().items()), "v1")
+    async with EngineClient(engine.base_url) as client:
+        with pytest.raises(EngineRequestError, match="no weight-update group"):
+            await client.update_weights_from_distributed(["model.norm.weight"], ["float32"], [[32]])
+    # A new group forms on the same engine and publishes.
+    await sender.init_group()
+    await sender.send(iter(trainer_model.state_dict().items()), "v2")
+    async with EngineClient(engine.base_url) as client:
+        assert await client.get_weight_version() == "v2"
+
+
+async def test_an_engine_that_cannot_join_fails_the_group_at_once(engine: EngineProcess) -> None:
+    absent = "http://127.0.0.1:9"  # the discard port: nothing listens there
+    sync = DistributedWeightSender(
+        [engine.base_url, absent], master_address="127.0.0.1", backend="gloo", timeout_s=300
+    )
+    try:
+        start = asyncio.get_running_loop().time()
+        with pytest.raises(WeightSyncError, match=r"127\.0\.0\.1:9"):
+            await sync.init_group()
+        # Well before the 300 s rendezvous timeout that waiting for the absent rank would take.
+        assert asyncio.get_running_loop().time() - start < 60
+        assert not sync.ready
+    finally:
+        await sync.aclose()

@@ -97,3 +97,17 @@ def test_replaced_weights_equal_a_checkpoint_of_those_weights(
         full_logits(weights, PROMPT), full_logits(load_weights(checkpoint), PROMPT)
     )
     assert not torch.allclose(full_logits(partial, PROMPT), full_logits(other, PROMPT))
+
+
+def test_a_new_embedding_is_the_output_projection_of_tied_weights(checkpoint: Path) -> None:
+    import dataclasses
+
+    weights = load_weights(checkpoint)
+    tied = dataclasses.replace(weights, lm_head=weights.embed)
+    embed = torch.randn_like(weights.embed)
+    assert replace_weights(tied, {"model.embed_tokens.weight": embed}).lm_head is embed
+    # Untied weights keep their own projection; a sent lm_head.weight replaces it either way.
+    assert replace_weights(weights, {"model.embed_tokens.weight": embed}).lm_head is weights.lm_head
+    head = torch.randn_like(weights.embed)
+    both = {"model.embed_tokens.weight": embed, "lm_head.weight": head}
+    assert replace_weights(tied, both).lm_head is head
