@@ -12,6 +12,13 @@ engine serves (`sglang_support.EMBEDDED_ENGINE_SGLANG_VERSION`). Until the first
 loaded, `/health`,
 `/health_generate` and `/generate` answer 503.
 
+Weights arrive from disk (`/update_weights_from_disk`) or broadcast by the trainer over a gloo
+weight-update group (`/init_weights_update_group`, then one `/update_weights_from_distributed`
+per bucket, `/destroy_weights_update_group`; `weight_group`). Each bucket is checked against the
+served model before it is received, converted to float32 as its tensors arrive, and swapped in
+at a token boundary; a bucket that fails the check is received and dropped (the group stays in
+step) and answered 400 naming the parameter.
+
 The HTTP loop shares the process, and the interpreter lock, with the scheduler thread's forward
 passes: whatever CPU a request costs here is taken from generation when requests arrive in a
 burst. So the per-request path is kept lean: the framework-free ASGI layer the proxy also

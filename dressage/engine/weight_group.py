@@ -36,10 +36,12 @@ import torch.distributed as dist
 # The classes `torch.distributed` re-exports, imported from where they are typed.
 from torch._C._distributed_c10d import BroadcastOptions, PrefixStore, ProcessGroupGloo, TCPStore
 
+from dressage.engine.protocol import DEFAULT_WEIGHTS_GROUP
+
 T = TypeVar("T")
 
 BACKENDS = ("gloo", "nccl")
-DEFAULT_GROUP_NAME = "weight_update_group"
+DEFAULT_GROUP_NAME = DEFAULT_WEIGHTS_GROUP
 """SGLang's default `group_name`."""
 DEFAULT_TIMEOUT_S = 600.0
 """Bound on the rendezvous and on every collective (a rank that never joins fails the rest)."""
