@@ -53,16 +53,22 @@ from dressage.engine.errors import (
     EngineVersionError,
 )
 from dressage.engine.protocol import (
+    DEFAULT_WEIGHTS_GROUP,
     AbortRequest,
+    DestroyWeightsUpdateGroupRequest,
     GenerateRequest,
     GenerateResponse,
+    InitWeightsUpdateGroupRequest,
     ModelInfo,
     PauseGenerationRequest,
     UpdateWeightsFromDiskRequest,
+    UpdateWeightsFromDistributedRequest,
     UpdateWeightsResult,
+    WeightsGroupResult,
     error_message,
 )
 from dressage.engine.sglang_support import (
+    DESTROY_WEIGHTS_UPDATE_GROUP,
     PAUSE_MODES,
     SAMPLING_SEED,
     UPDATE_FLUSH_CACHE,
@@ -205,6 +211,86 @@ class EngineClient:
         result = UpdateWeightsResult.model_validate(self._json(response))
         if not result.success:
             raise EngineRequestError(result.message, url=self.base_url, status_code=200)
+        return result
+
+    async def init_weights_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        *,
+        group_name: str = DEFAULT_WEIGHTS_GROUP,
+        backend: str = "nccl",
+        timeout_s: float | None = None,
+    ) -> WeightsGroupResult:
+        """Have the engine join weight-update group `group_name` at ranks from `rank_offset`.
+
+        The engine answers only once every rank joined, so rank 0 (the trainer) must be joining
+        concurrently; `timeout_s` bounds the wait (default: the client's control timeout).
+        `EngineRequestError` when the engine could not join.
+        """
+        req = InitWeightsUpdateGroupRequest(
+            master_address=master_address,
+            master_port=master_port,
+            rank_offset=rank_offset,
+            world_size=world_size,
+            group_name=group_name,
+            backend=backend,
+        )
+        return await self._group_call("/init_weights_update_group", req.model_dump(), timeout_s)
+
+    async def update_weights_from_distributed(
+        self,
+        names: list[str],
+        dtypes: list[str],
+        shapes: list[list[int]],
+        *,
+        weight_version: str | None = None,
+        group_name: str = DEFAULT_WEIGHTS_GROUP,
+        flush_cache: bool = True,
+        abort_all_requests: bool = False,
+        timeout_s: float | None = None,
+    ) -> WeightsGroupResult:
+        """Receive one bucket of tensors broadcast by rank 0 of `group_name` and load them.
+
+        The engine answers once the bucket's broadcasts arrived and were loaded, so the sender
+        broadcasts while this request is outstanding. `weight_version` relabels the weights
+        after the load. `EngineRequestError` (naming the parameter) when the engine refuses.
+        """
+        req = UpdateWeightsFromDistributedRequest(
+            names=names,
+            dtypes=dtypes,
+            shapes=shapes,
+            group_name=group_name,
+            flush_cache=flush_cache,
+            abort_all_requests=abort_all_requests,
+            weight_version=weight_version,
+        )
+        return await self._group_call(
+            "/update_weights_from_distributed", req.model_dump(exclude_defaults=True), timeout_s
+        )
+
+    async def destroy_weights_update_group(
+        self, group_name: str = DEFAULT_WEIGHTS_GROUP, *, timeout_s: float | None = None
+    ) -> WeightsGroupResult:
+        """Have the engine leave `group_name` (SGLang >= 0.5.3, `EngineVersionError` before)."""
+        await self._require_for("/destroy_weights_update_group", DESTROY_WEIGHTS_UPDATE_GROUP)
+        req = DestroyWeightsUpdateGroupRequest(group_name=group_name)
+        return await self._group_call("/destroy_weights_update_group", req.model_dump(), timeout_s)
+
+    async def _group_call(
+        self, path: str, body: dict[str, Any], timeout_s: float | None
+    ) -> WeightsGroupResult:
+        response = await self._send(
+            "POST",
+            path,
+            json_body=body,
+            request_timeout=(None if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)),
+        )
+        result = WeightsGroupResult.model_validate(self._json(response))
+        if not result.success:
+            raise EngineRequestError(result.message, url=self.base_url + path, status_code=200)
         return result
 
     async def get_weight_version(self) -> str | None:

@@ -200,6 +200,84 @@ def load_weights(checkpoint: Path, shape: ModelShape | None = None) -> ModelWeig
     )
 
 
+_LAYER_FIELDS: dict[str, str] = {
+    "input_layernorm.weight": "input_norm",
+    "self_attn.q_proj.weight": "q",
+    "self_attn.k_proj.weight": "k",
+    "self_attn.v_proj.weight": "v",
+    "self_attn.o_proj.weight": "o",
+    "self_attn.q_proj.bias": "q_bias",
+    "self_attn.k_proj.bias": "k_bias",
+    "self_attn.v_proj.bias": "v_bias",
+    "post_attention_layernorm.weight": "post_norm",
+    "mlp.gate_proj.weight": "gate",
+    "mlp.up_proj.weight": "up",
+    "mlp.down_proj.weight": "down",
+}
+"""Hugging Face parameter name (after `model.layers.N.`) -> `LayerWeights` field."""
+
+
+def parameter_shapes(shape: ModelShape) -> dict[str, tuple[int, ...]]:
+    """Every parameter a checkpoint of `shape` has, by Hugging Face name, with its shape.
+
+    `lm_head.weight` is listed for tied embeddings too: a sender may include it (a
+    `state_dict` does), and it then replaces the output projection.
+    """
+    h, qd = shape.hidden_size, shape.num_heads * shape.head_dim
+    kvd = shape.num_kv_heads * shape.head_dim
+    inter = shape.intermediate_size
+    per_layer: dict[str, tuple[int, ...]] = {
+        "input_layernorm.weight": (h,),
+        "self_attn.q_proj.weight": (qd, h),
+        "self_attn.k_proj.weight": (kvd, h),
+        "self_attn.v_proj.weight": (kvd, h),
+        "self_attn.o_proj.weight": (h, qd),
+        "post_attention_layernorm.weight": (h,),
+        "mlp.gate_proj.weight": (inter, h),
+        "mlp.up_proj.weight": (inter, h),
+        "mlp.down_proj.weight": (h, inter),
+    }
+    if shape.attention_bias:
+        per_layer |= {
+            "self_attn.q_proj.bias": (qd,),
+            "self_attn.k_proj.bias": (kvd,),
+            "self_attn.v_proj.bias": (kvd,),
+        }
+    out: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (shape.vocab_size, h)}
+    for i in range(shape.num_layers):
+        out |= {f"model.layers.{i}.{name}": dims for name, dims in per_layer.items()}
+    out["model.norm.weight"] = (h,)
+    out["lm_head.weight"] = (shape.vocab_size, h)
+    return out
+
+
+def replace_weights(weights: ModelWeights, updates: dict[str, torch.Tensor]) -> ModelWeights:
+    """A new `ModelWeights` with the tensors of `updates` (Hugging Face names, shapes already
+    checked against `parameter_shapes`) in place of the current ones; `weights` is unchanged.
+
+    With tied embeddings, a new `model.embed_tokens.weight` is the output projection too
+    unless `updates` also has `lm_head.weight`.
+    """
+    layers = list(weights.layers)
+    for name, tensor in updates.items():
+        if not name.startswith("model.layers."):
+            continue
+        index, _, rest = name.removeprefix("model.layers.").partition(".")
+        layers[int(index)] = dataclasses.replace(
+            layers[int(index)], **{_LAYER_FIELDS[rest]: tensor}
+        )
+    embed = updates.get("model.embed_tokens.weight", weights.embed)
+    tied_now = weights.lm_head is weights.embed
+    lm_head = updates.get("lm_head.weight", embed if tied_now else weights.lm_head)
+    return ModelWeights(
+        shape=weights.shape,
+        embed=embed,
+        layers=tuple(layers),
+        norm=updates.get("model.norm.weight", weights.norm),
+        lm_head=lm_head,
+    )
+
+
 class KVCache:
     """Keys and values of every running request: `[layer][slot, kv_head, position, head_dim]`."""
 

@@ -21,6 +21,11 @@ Endpoints (all JSON):
   output_ids and logprobs so far) ended by `data: [DONE]`.
 - `POST /update_weights_from_disk` `UpdateWeightsFromDiskRequest` -> `UpdateWeightsResult`
   (HTTP 400 with `success: false` when the load fails).
+- `POST /init_weights_update_group` `InitWeightsUpdateGroupRequest`,
+  `POST /update_weights_from_distributed` `UpdateWeightsFromDistributedRequest`,
+  `POST /destroy_weights_update_group` `DestroyWeightsUpdateGroupRequest` -> `WeightsGroupResult`
+  `{"success", "message"}` (HTTP 400 with `success: false` on failure): weights broadcast by
+  the trainer (rank 0 of a `torch.distributed` group) instead of read from disk.
 - `POST /pause_generation` `PauseGenerationRequest`, `POST /continue_generation` ->
   `{"message": ..., "status": "ok"}`.
 - `POST /abort_request` `AbortRequest` -> empty 200.
@@ -285,6 +290,72 @@ class UpdateWeightsResult(ResponseModel):
     success: bool
     message: str = ""
     num_paused_requests: int | None = 0
+
+
+DEFAULT_WEIGHTS_GROUP = "weight_update_group"
+"""SGLang's default `group_name` of a weight-update group."""
+
+
+class InitWeightsUpdateGroupRequest(RequestModel):
+    """SGLang's `InitWeightsUpdateGroupReqInput`: join a weight-update process group.
+
+    The trainer is rank 0 and serves the group's `TCPStore` at `master_address:master_port`;
+    the engine's ranks are `rank_offset` to `rank_offset + tp_size - 1` of `world_size`.
+    """
+
+    master_address: str = Field(min_length=1)
+    master_port: int = Field(ge=1, le=65535)
+    rank_offset: int = Field(ge=1)
+    world_size: int = Field(ge=2)
+    group_name: str = Field(default=DEFAULT_WEIGHTS_GROUP, min_length=1)
+    backend: str = "nccl"
+
+    @model_validator(mode="after")
+    def _rank_in_world(self) -> InitWeightsUpdateGroupRequest:
+        if self.rank_offset >= self.world_size:
+            raise ValueError(
+                f"rank_offset: {self.rank_offset} is outside the world of {self.world_size} ranks"
+            )
+        return self
+
+
+class UpdateWeightsFromDistributedRequest(RequestModel):
+    """SGLang's `UpdateWeightsFromDistributedReqInput`: one bucket of broadcast tensors.
+
+    The engine receives `len(names)` broadcasts from rank 0 of group `group_name`, in order,
+    tensor `i` of dtype `dtypes[i]` (a torch dtype name, e.g. `bfloat16`) and shape `shapes[i]`,
+    and loads them under their Hugging Face parameter names.
+    """
+
+    names: list[str] = Field(min_length=1)
+    dtypes: list[str]
+    shapes: list[list[int]]
+    group_name: str = Field(default=DEFAULT_WEIGHTS_GROUP, min_length=1)
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    """The new version label, set once this bucket is loaded (send it with the last one)."""
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> UpdateWeightsFromDistributedRequest:
+        n = len(self.names)
+        for field, values in (("dtypes", self.dtypes), ("shapes", self.shapes)):
+            if len(values) != n:
+                raise ValueError(f"{field}: {len(values)} entries for {n} names")
+        return self
+
+
+class DestroyWeightsUpdateGroupRequest(RequestModel):
+    """SGLang's `DestroyWeightsUpdateGroupReqInput` (0.5.3 and later)."""
+
+    group_name: str = Field(default=DEFAULT_WEIGHTS_GROUP, min_length=1)
+
+
+class WeightsGroupResult(ResponseModel):
+    """The answer of the three weight-update-group endpoints."""
+
+    success: bool
+    message: str = ""
 
 
 class PauseGenerationRequest(RequestModel):

@@ -154,6 +154,11 @@ class Scheduler:
     def weight_version(self) -> str:
         return self._version
 
+    @property
+    def weights(self) -> ModelWeights | None:
+        """The weights the next step uses (a swap still queued is not reflected)."""
+        return self._weights
+
     def start(self) -> None:
         self.alive = True
         self._thread.start()

@@ -12,6 +12,13 @@ engine serves (`sglang_support.EMBEDDED_ENGINE_SGLANG_VERSION`). Until the first
 loaded, `/health`,
 `/health_generate` and `/generate` answer 503.
 
+Weights arrive from disk (`/update_weights_from_disk`) or broadcast by the trainer over a gloo
+weight-update group (`/init_weights_update_group`, then one `/update_weights_from_distributed`
+per bucket, `/destroy_weights_update_group`; `weight_group`). Each bucket is checked against the
+served model before it is received, converted to float32 as its tensors arrive, and swapped in
+at a token boundary; a bucket that fails the check is received and dropped (the group stays in
+step) and answered 400 naming the parameter.
+
 The HTTP loop shares the process, and the interpreter lock, with the scheduler thread's forward
 passes: whatever CPU a request costs here is taken from generation when requests arrive in a
 burst. So the per-request path is kept lean: the framework-free ASGI layer the proxy also
@@ -24,12 +31,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+import torch
 from pydantic import ValidationError
 from tokenizers import Tokenizer
 
@@ -43,16 +52,20 @@ from dressage.asgi import (
     Route,
     StreamAnswer,
 )
-from dressage.engine.model import ModelShape, load_weights
+from dressage.engine.model import ModelShape, load_weights, parameter_shapes, replace_weights
 from dressage.engine.protocol import (
     AbortRequest,
+    DestroyWeightsUpdateGroupRequest,
     GenerateRequest,
+    InitWeightsUpdateGroupRequest,
     PauseGenerationRequest,
     SamplingParams,
     UpdateWeightsFromDiskRequest,
+    UpdateWeightsFromDistributedRequest,
 )
 from dressage.engine.scheduler import Request, Scheduler
 from dressage.engine.sglang_support import EMBEDDED_ENGINE_SGLANG_VERSION
+from dressage.engine.weight_group import DTYPES, WeightUpdateGroup, in_daemon_thread
 from dressage.model import resolve_model_source
 
 log = logging.getLogger(__name__)
@@ -77,6 +90,8 @@ class EngineConfig:
     """Serve without weights until the first /update_weights_from_disk."""
     min_step_interval_ms: float = 0.0
     """Never start two scheduler steps less than this apart (0: as fast as the CPU allows)."""
+    weights_group_timeout_s: float = 600.0
+    """Bound on joining a weight-update group and on each of its broadcasts."""
 
 
 class BadRequest(Exception):
@@ -150,10 +165,19 @@ class EngineServer:
         self._loaded = asyncio.Event()
         self._update_lock = asyncio.Lock()
         self._active_rids: set[str] = set()
+        self._groups: dict[str, WeightUpdateGroup] = {}
+        self._expected = parameter_shapes(self.shape)
         self._background: set[asyncio.Task[None]] = set()
         routes = [
             ("/generate", self.generate, ("POST", "PUT")),
             ("/update_weights_from_disk", self.update_weights_from_disk, ("POST",)),
+            ("/init_weights_update_group", self.init_weights_update_group, ("POST",)),
+            (
+                "/update_weights_from_distributed",
+                self.update_weights_from_distributed,
+                ("POST",),
+            ),
+            ("/destroy_weights_update_group", self.destroy_weights_update_group, ("POST",)),
             ("/pause_generation", self.pause_generation, ("POST",)),
             ("/continue_generation", self.continue_generation, ("POST",)),
             ("/abort_request", self.abort_request, ("POST",)),
@@ -187,6 +211,8 @@ class EngineServer:
             for task in list(self._background):
                 task.cancel()
             await asyncio.to_thread(self.scheduler.stop)
+            for group in self._groups.values():
+                group.close()
 
     async def _initial_load(self) -> None:
         try:
@@ -361,6 +387,158 @@ class EngineServer:
             message += f" Weight version updated to {req.weight_version}."
         return json_response({"success": True, "message": message, "num_paused_requests": 0})
 
+    # --- weights broadcast by the trainer
+
+    async def init_weights_update_group(self, request: HttpRequest) -> Answer:
+        """Join the trainer's weight-update group (gloo: this engine runs on CPU, one rank).
+
+        Answers once every rank joined. A group of the same name is replaced (left first), as
+        SGLang does.
+        """
+        try:
+            req = InitWeightsUpdateGroupRequest.model_validate(await self._body(request))
+            if req.backend != "gloo":
+                raise BadRequest(
+                    f"backend: the embedded engine runs on CPU and joins gloo groups only, "
+                    f"got {req.backend!r}"
+                )
+        except ValidationError as exc:
+            return error_response(describe_validation_error(exc))
+        except BadRequest as exc:
+            return error_response(str(exc))
+        old = self._groups.pop(req.group_name, None)
+        if old is not None:
+            old.close()
+        try:
+            group = await in_daemon_thread(
+                WeightUpdateGroup,
+                master_address=req.master_address,
+                master_port=req.master_port,
+                rank=req.rank_offset,
+                world_size=req.world_size,
+                group_name=req.group_name,
+                backend=req.backend,
+                timeout_s=self.config.weights_group_timeout_s,
+            )
+        except Exception as exc:
+            message = f"Failed to initialize custom process group: {exc}."
+            log.error("%s", message)
+            return _group_answer(False, message)
+        self._groups[req.group_name] = group
+        return _group_answer(True, "Succeeded to initialize custom process group.")
+
+    async def destroy_weights_update_group(self, request: HttpRequest) -> Answer:
+        try:
+            req = DestroyWeightsUpdateGroupRequest.model_validate(
+                await self._body(request, optional=True)
+            )
+        except ValidationError as exc:
+            return error_response(describe_validation_error(exc))
+        except BadRequest as exc:
+            return error_response(str(exc))
+        group = self._groups.pop(req.group_name, None)
+        if group is None:
+            return _group_answer(
+                False, f"group_name: no weight-update group {req.group_name!r} to destroy"
+            )
+        group.close()
+        return _group_answer(True, f"Succeeded to destroy weight-update group {req.group_name!r}.")
+
+    def _bucket_problem(self, req: UpdateWeightsFromDistributedRequest) -> str | None:
+        """Why this engine cannot load the bucket (naming the parameter), or None."""
+        seen: set[str] = set()
+        for i, (name, dtype, dims) in enumerate(
+            zip(req.names, req.dtypes, req.shapes, strict=True)
+        ):
+            if dtype not in DTYPES:
+                return f"dtypes[{i}]: {name}: dtype {dtype!r} is not one of {sorted(DTYPES)}"
+            if any(d < 0 for d in dims):
+                return f"shapes[{i}]: {name}: shape {dims} has a negative dimension"
+            expected = self._expected.get(name)
+            if expected is None:
+                return f"names[{i}]: {name} is not a parameter of the served model"
+            if tuple(dims) != expected:
+                return (
+                    f"shapes[{i}]: {name} has shape {list(expected)} in the served model, "
+                    f"the request says {dims}"
+                )
+            if name in seen:
+                return f"names[{i}]: {name} appears twice in the bucket"
+            seen.add(name)
+        return None
+
+    def _drainable(self, req: UpdateWeightsFromDistributedRequest) -> bool:
+        """Whether the bucket is small enough to receive and throw away (no more elements than
+        the whole served model): refusing it after receiving keeps the group in step."""
+        if any(
+            dtype not in DTYPES or any(d < 0 for d in dims)
+            for dtype, dims in zip(req.dtypes, req.shapes, strict=True)
+        ):
+            return False
+        total = sum(math.prod(dims) for dims in req.shapes)
+        return total <= sum(math.prod(dims) for dims in self._expected.values())
+
+    async def update_weights_from_distributed(self, request: HttpRequest) -> Answer:
+        """Receive one bucket of broadcast tensors and swap them into the served weights.
+
+        The request is checked against the served model first (every name a parameter, every
+        shape its shape, a float dtype). A bucket that fails the check is still received (the
+        sender's broadcasts must be matched, or the group falls out of step) and then refused
+        with HTTP 400 naming the parameter; the served weights and version are unchanged.
+        """
+        try:
+            req = UpdateWeightsFromDistributedRequest.model_validate(await self._body(request))
+        except ValidationError as exc:
+            return error_response(describe_validation_error(exc))
+        except BadRequest as exc:
+            return error_response(str(exc))
+        group = self._groups.get(req.group_name)
+        if group is None:
+            return _group_answer(
+                False,
+                f"group_name: no weight-update group {req.group_name!r}; call "
+                "/init_weights_update_group first",
+            )
+        problem = self._bucket_problem(req)
+        if problem is None and self.scheduler.weights is None:
+            problem = "the engine has no weights loaded yet; a distributed update replaces them"
+        if problem is not None and not self._drainable(req):
+            return _group_answer(False, f"Failed to update parameter online: {problem}")
+        async with self._update_lock:
+            tensors = [
+                torch.empty(dims, dtype=DTYPES[dtype])
+                for dtype, dims in zip(req.dtypes, req.shapes, strict=True)
+            ]
+            loaded: dict[str, torch.Tensor] = {}
+
+            def arrived(i: int, tensor: torch.Tensor) -> None:
+                # Convert to the serving dtype while the rest of the bucket is in flight.
+                if problem is None:
+                    loaded[req.names[i]] = tensor.to(torch.float32).contiguous()
+
+            try:
+                await in_daemon_thread(group.broadcast, tensors, arrived)
+            except Exception as exc:
+                message = (
+                    f"Failed to update parameter online: receiving the broadcast failed: {exc}"
+                )
+                log.error("%s", message)
+                return _group_answer(False, message)
+            if problem is not None:
+                return _group_answer(False, f"Failed to update parameter online: {problem}")
+            current = self.scheduler.weights
+            assert current is not None
+            future = self.scheduler.swap_weights(
+                replace_weights(current, loaded),
+                req.weight_version,
+                abort_all=req.abort_all_requests,
+            )
+            await asyncio.wrap_future(future)
+        message = "Succeeded to update parameter online."
+        if req.weight_version is not None:
+            message += f" Weight version updated to {req.weight_version}."
+        return _group_answer(True, message)
+
     async def pause_generation(self, request: HttpRequest) -> Answer:
         try:
             req = PauseGenerationRequest.model_validate(await self._body(request, optional=True))
@@ -445,6 +623,11 @@ class EngineServer:
             self.scheduler.abort(rid)
             return empty_response(503)
         return empty_response(200)
+
+
+def _group_answer(success: bool, message: str) -> Answer:
+    """SGLang's answer of the weight-update-group endpoints: 200, or 400 on failure."""
+    return json_response({"success": success, "message": message}, 200 if success else 400)
 
 
 def _guarded(handler: Handler) -> Handler:

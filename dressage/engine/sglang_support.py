@@ -62,6 +62,13 @@ UPDATE_FLUSH_CACHE = Feature(
     "/update_weights_from_disk flush_cache (keep the prefix cache across an update)",
     "managers/io_struct.py (UpdateWeightFromDiskReqInput.flush_cache)",
 )
+DESTROY_WEIGHTS_UPDATE_GROUP = Feature(
+    "destroy_weights_update_group",
+    "0.5.3",
+    "/destroy_weights_update_group {group_name}: leave a weight-update group (before it an "
+    "engine stays in the group until it exits; a new /init_weights_update_group replaces it)",
+    "managers/io_struct.py (DestroyWeightsUpdateGroupReqInput), entrypoints/http_server.py",
+)
 WEIGHT_VERSION_SPANS = Feature(
     "weight_version_spans",
     "0.5.19",
@@ -70,7 +77,14 @@ WEIGHT_VERSION_SPANS = Feature(
 )
 
 FEATURES: dict[str, Feature] = {
-    f.name: f for f in (SAMPLING_SEED, PAUSE_MODES, UPDATE_FLUSH_CACHE, WEIGHT_VERSION_SPANS)
+    f.name: f
+    for f in (
+        SAMPLING_SEED,
+        PAUSE_MODES,
+        UPDATE_FLUSH_CACHE,
+        DESTROY_WEIGHTS_UPDATE_GROUP,
+        WEIGHT_VERSION_SPANS,
+    )
 }
 """Every versioned feature by name."""
 

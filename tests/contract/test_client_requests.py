@@ -11,24 +11,36 @@ dataclass for that endpoint. Upstream, v0.5.2 (`python/sglang/srt/`):
   would drop it silently, which is why the check is stricter than the server).
 - `sampling/sampling_params.py`: `SamplingParams(**sampling_params)`, `normalize`, `verify`;
   no `sampling_seed` before v0.5.3.
+- Distributed weight updates: `/init_weights_update_group` takes
+  `InitWeightsUpdateGroupReqInput`, `/update_weights_from_distributed`
+  `UpdateWeightsFromDistributedReqInput` (both answer `{"success", "message"}`);
+  `/destroy_weights_update_group` (`DestroyWeightsUpdateGroupReqInput`) arrives in v0.5.3.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dressage.engine import EngineClient, EngineVersionError
 from dressage.engine.protocol import GenerateRequest, SamplingParams
 from dressage.engine.sglang_support import (
+    DESTROY_WEIGHTS_UPDATE_GROUP,
     PAUSE_MODES,
     SAMPLING_SEED,
     SGLANG_PINNED_VERSION,
     UPDATE_FLUSH_CACHE,
     supports,
 )
-from tests.contract.support import SGLANG_VERSION, check_generate_body, fake_sglang, sglang_routes
+from tests.contract.support import (
+    SGLANG_VERSION,
+    FakeSGLang,
+    check_generate_body,
+    fake_sglang,
+    sglang_routes,
+)
 
 pytestmark = pytest.mark.contract
 
@@ -42,9 +54,12 @@ def test_installed_release_is_the_pin() -> None:
 async def test_every_call_hits_a_route_sglang_serves() -> None:
     routes = sglang_routes()
     with fake_sglang() as fake:
+        answer_group_calls(fake)
         async with EngineClient(fake.url) as client:
             await client.generate(GenerateRequest(input_ids=[1, 2, 3]))
             await client.update_weights_from_disk("/ckpt/step-1", "1")
+            await client.init_weights_update_group("10.0.0.7", 29600, 1, 2)
+            await client.update_weights_from_distributed(["w"], ["bfloat16"], [[2]])
             await client.pause_generation("abort")
             await client.continue_generation()
             await client.abort_request("rid-1")
@@ -183,3 +198,97 @@ async def test_require_names_what_the_engine_release_lacks() -> None:
         async with EngineClient(fake.url) as client:
             with pytest.raises(EngineVersionError, match=r"older than 0\.5\.2"):
                 await client.require()
+
+
+GROUP_PATHS = (
+    "/init_weights_update_group",
+    "/update_weights_from_distributed",
+    "/destroy_weights_update_group",
+)
+
+
+def answer_group_calls(fake: FakeSGLang) -> None:
+    """Have `fake` answer the weight-update-group endpoints as SGLang does on success."""
+    answer = fake.answer
+
+    def group_answer(method: str, path: str, body: Any) -> tuple[int, Any]:
+        if path in GROUP_PATHS:
+            return 200, {"success": True, "message": "Succeeded."}
+        return answer(method, path, body)
+
+    fake.answer = group_answer  # type: ignore[method-assign]
+
+
+def test_the_distributed_update_routes_exist_at_the_release() -> None:
+    routes = sglang_routes()
+    assert ("POST", "/init_weights_update_group") in routes
+    assert ("POST", "/update_weights_from_distributed") in routes
+    has_destroy = ("POST", "/destroy_weights_update_group") in routes
+    assert has_destroy is supports(SGLANG_VERSION, DESTROY_WEIGHTS_UPDATE_GROUP)
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+async def test_init_group_bodies_fit_init_weights_update_group_req_input(backend: str) -> None:
+    from sglang.srt.managers.io_struct import InitWeightsUpdateGroupReqInput
+
+    with fake_sglang() as fake:
+        answer_group_calls(fake)
+        async with EngineClient(fake.url) as client:
+            await client.init_weights_update_group(
+                "10.0.0.7", 29600, 3, 5, group_name="sync", backend=backend
+            )
+        (body,) = fake.posted("/init_weights_update_group")
+    req = InitWeightsUpdateGroupReqInput(**body)
+    assert (req.master_address, req.master_port, req.rank_offset, req.world_size) == (
+        "10.0.0.7",
+        29600,
+        3,
+        5,
+    )
+    assert (req.group_name, req.backend) == ("sync", backend)
+
+
+@pytest.mark.parametrize("weight_version", [None, "7"])
+@pytest.mark.parametrize("abort_all_requests", [False, True])
+async def test_distributed_update_bodies_fit_update_weights_from_distributed_req_input(
+    weight_version: str | None, abort_all_requests: bool
+) -> None:
+    from sglang.srt.managers.io_struct import UpdateWeightsFromDistributedReqInput
+
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    with fake_sglang() as fake:
+        answer_group_calls(fake)
+        async with EngineClient(fake.url) as client:
+            await client.update_weights_from_distributed(
+                names,
+                ["bfloat16", "bfloat16"],
+                [[96, 64], [64]],
+                weight_version=weight_version,
+                abort_all_requests=abort_all_requests,
+            )
+        (body,) = fake.posted("/update_weights_from_distributed")
+    req = UpdateWeightsFromDistributedReqInput(**body)
+    assert (req.names, req.dtypes, req.shapes) == (names, ["bfloat16"] * 2, [[96, 64], [64]])
+    assert (req.weight_version, req.abort_all_requests) == (weight_version, abort_all_requests)
+    assert req.group_name == "weight_update_group"
+    assert req.flush_cache is True
+
+
+async def test_destroy_group_is_sent_only_to_a_release_that_has_it() -> None:
+    from sglang.srt.managers import io_struct
+
+    with fake_sglang() as fake:
+        answer_group_calls(fake)
+        async with EngineClient(fake.url) as client:
+            if supports(SGLANG_VERSION, DESTROY_WEIGHTS_UPDATE_GROUP):
+                await client.destroy_weights_update_group("sync")
+                (body,) = fake.posted("/destroy_weights_update_group")
+                assert io_struct.DestroyWeightsUpdateGroupReqInput(**body).group_name == "sync"
+            else:
+                assert not hasattr(io_struct, "DestroyWeightsUpdateGroupReqInput")
+                with pytest.raises(
+                    EngineVersionError,
+                    match=r"destroy_weights_update_group needs SGLang >= 0\.5\.3",
+                ):
+                    await client.destroy_weights_update_group("sync")
+                assert fake.posted("/destroy_weights_update_group") == []

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from dressage.engine.model import Decoder, KVCache, full_logits, load_weights
+from dressage.engine.model import (
+    Decoder,
+    KVCache,
+    full_logits,
+    load_weights,
+    parameter_shapes,
+    replace_weights,
+)
 from dressage.model import build_tiny_model
 
 torch.set_num_threads(1)
@@ -63,3 +70,44 @@ def test_missing_or_misshapen_tensor_is_named(checkpoint: Path, tmp_path: Path) 
     save_file(tensors, str(bad / "model.safetensors"))
     with pytest.raises(ValueError, match=r"lm_head\.weight is missing"):
         load_weights(bad)
+
+
+def test_parameter_shapes_are_the_checkpoints_tensors(checkpoint: Path) -> None:
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    shapes = parameter_shapes(load_weights(checkpoint).shape)
+    assert {name: tuple(t.shape) for name, t in tensors.items()} == shapes
+
+
+def test_replaced_weights_equal_a_checkpoint_of_those_weights(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    other = load_weights(build_tiny_model(tmp_path / "other", seed=3))
+    weights = load_weights(checkpoint)
+    from safetensors.torch import load_file
+
+    new = load_file(str(tmp_path / "other" / "model.safetensors"))
+    half = dict(list(new.items())[: len(new) // 2])
+    partial = replace_weights(weights, half)
+    replaced = replace_weights(partial, {k: v for k, v in new.items() if k not in half})
+    torch.testing.assert_close(full_logits(replaced, PROMPT), full_logits(other, PROMPT))
+    # The originals are untouched, and a partial replacement is neither model.
+    torch.testing.assert_close(
+        full_logits(weights, PROMPT), full_logits(load_weights(checkpoint), PROMPT)
+    )
+    assert not torch.allclose(full_logits(partial, PROMPT), full_logits(other, PROMPT))
+
+
+def test_a_new_embedding_is_the_output_projection_of_tied_weights(checkpoint: Path) -> None:
+    import dataclasses
+
+    weights = load_weights(checkpoint)
+    tied = dataclasses.replace(weights, lm_head=weights.embed)
+    embed = torch.randn_like(weights.embed)
+    assert replace_weights(tied, {"model.embed_tokens.weight": embed}).lm_head is embed
+    # Untied weights keep their own projection; a sent lm_head.weight replaces it either way.
+    assert replace_weights(weights, {"model.embed_tokens.weight": embed}).lm_head is weights.lm_head
+    head = torch.randn_like(weights.embed)
+    both = {"model.embed_tokens.weight": embed, "lm_head.weight": head}
+    assert replace_weights(tied, both).lm_head is head

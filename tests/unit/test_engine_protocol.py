@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from dressage.engine.protocol import (
     GenerateRequest,
     GenerateResponse,
+    InitWeightsUpdateGroupRequest,
     SamplingParams,
+    UpdateWeightsFromDistributedRequest,
     error_message,
 )
 
@@ -84,6 +86,38 @@ def test_request_body_holds_only_what_the_caller_set() -> None:
 def test_invalid_requests_are_refused_naming_the_field(body: dict[str, object], field: str) -> None:
     with pytest.raises(ValidationError, match=field):
         GenerateRequest.model_validate(body)
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "field"),
+    [
+        (
+            InitWeightsUpdateGroupRequest,
+            {"master_address": "h", "master_port": 1, "rank_offset": 2, "world_size": 2},
+            "rank_offset: 2 is outside the world of 2 ranks",
+        ),
+        (
+            InitWeightsUpdateGroupRequest,
+            {"master_address": "h", "master_port": 0, "rank_offset": 1, "world_size": 2},
+            "master_port",
+        ),
+        (
+            UpdateWeightsFromDistributedRequest,
+            {"names": ["a", "b"], "dtypes": ["float32"], "shapes": [[1], [1]]},
+            "dtypes: 1 entries for 2 names",
+        ),
+        (
+            UpdateWeightsFromDistributedRequest,
+            {"names": [], "dtypes": [], "shapes": []},
+            "names",
+        ),
+    ],
+)
+def test_invalid_weight_group_requests_are_refused_naming_the_field(
+    model: type[BaseModel], body: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ValidationError, match=field):
+        model.model_validate(body)
 
 
 def test_error_message_reads_nested_and_flat_sglang_errors() -> None:

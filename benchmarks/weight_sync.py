@@ -1,0 +1,256 @@
+"""Weight publish latency: a checkpoint on disk against a broadcast over a process group.
+
+For each model size (random-initialised Llama shapes of about 10M, 100M and 300M parameters,
+from a `transformers.LlamaConfig`, weights in bfloat16 as a trainer would serve them), one
+embedded engine process on loopback gets the same new weights published both ways, in turn:
+
+- disk: pause (`in_place`) -> `POST /update_weights_from_disk` -> continue, after writing the
+  checkpoint (`model.safetensors`, then fsync: shared storage must hold it before engines read
+  it); reported as the write, the fsync, the pause-to-continue time, and their sum.
+- distributed: pause -> `DistributedWeightSender.send` (gloo, 64 MiB buckets, one
+  `/update_weights_from_distributed` per bucket) -> continue; the group is formed once per
+  engine beforehand (reported separately: it is paid once per run, not per publish).
+
+Each publish is checked: the engine reports the new version, and after the distributed
+publish its greedy logprobs on a prompt equal those after the disk publish of the same weights.
+The checkpoint is re-read from the page cache (the file was just written), the most favourable
+case for disk; shared network storage is slower. Prints a table and writes
+`benchmarks/results/weight_sync.json`.
+
+    python benchmarks/weight_sync.py [--sizes 10M,100M,300M] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # runnable as `python benchmarks/weight_sync.py`
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+from transformers import LlamaConfig  # noqa: E402
+
+from dressage.engine import EngineClient, GenerateRequest, SamplingParams  # noqa: E402
+from dressage.engine.model import ModelShape, parameter_shapes  # noqa: E402
+from dressage.engine.testing import start_engine  # noqa: E402
+from dressage.model import BUILTIN_TINY, resolve_model_source  # noqa: E402
+from dressage.orchestrator.weight_sync import DistributedWeightSender  # noqa: E402
+
+SIZES: dict[str, dict[str, Any]] = {
+    "10M": {
+        "vocab_size": 8192,
+        "hidden_size": 256,
+        "intermediate_size": 688,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+    },
+    "100M": {
+        "vocab_size": 32000,
+        "hidden_size": 768,
+        "intermediate_size": 2048,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 12,
+    },
+    "300M": {
+        "vocab_size": 32000,
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 18,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+    },
+}
+BUCKET_BYTES = 64 * 1024 * 1024
+PROMPT = [5, 11, 17, 23, 2, 6]
+
+
+def write_config(out: Path, size: str) -> ModelShape:
+    """A checkpoint directory with `config.json` of `size` and the project's tokenizer."""
+    out.mkdir(parents=True, exist_ok=True)
+    config = LlamaConfig(
+        **SIZES[size],
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        dtype="bfloat16",
+    )
+    config.architectures = ["LlamaForCausalLM"]
+    config.to_json_file(str(out / "config.json"))
+    tiny = resolve_model_source(BUILTIN_TINY, out.parent / "cache")
+    shutil.copy(tiny / "tokenizer.json", out / "tokenizer.json")
+    return ModelShape.from_checkpoint(out)
+
+
+def random_weights(shape: ModelShape, seed: int) -> dict[str, torch.Tensor]:
+    """Every parameter of `shape`, random (norms near 1), in bfloat16."""
+    generator = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, dims in parameter_shapes(shape).items():
+        if len(dims) == 1:
+            tensor = 1.0 + 0.01 * torch.randn(dims, generator=generator)
+        else:
+            tensor = 0.02 * torch.randn(dims, generator=generator)
+        out[name] = tensor.to(torch.bfloat16)
+    return out
+
+
+def write_checkpoint(state: dict[str, torch.Tensor], path: Path) -> tuple[float, float]:
+    """Write `state` to `path` and flush it to storage; seconds of each (the publish waits)."""
+    start = time.perf_counter()
+    save_file(state, str(path))
+    wrote = time.perf_counter() - start
+    start = time.perf_counter()
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+    return wrote, time.perf_counter() - start
+
+
+async def logprobs(client: EngineClient) -> list[float]:
+    params = SamplingParams(max_new_tokens=2, temperature=0.0, ignore_eos=True)
+    response = await client.generate(
+        GenerateRequest(input_ids=PROMPT, sampling_params=params, return_logprob=True)
+    )
+    return response.output_logprobs()
+
+
+async def measure(
+    base_url: str, checkpoint: Path, weights: list[dict[str, torch.Tensor]], repeats: int
+) -> dict[str, Any]:
+    write_s: list[float] = []
+    fsync_s: list[float] = []
+    disk_s: list[float] = []
+    dist_s: list[float] = []
+    buckets = 0
+    async with EngineClient(base_url) as client:
+        sender = DistributedWeightSender(
+            [client], master_address="127.0.0.1", backend="gloo", bucket_bytes=BUCKET_BYTES
+        )
+        start = time.perf_counter()
+        await sender.init_group()
+        init_s = time.perf_counter() - start
+        for r in range(repeats):
+            state = weights[r % len(weights)]
+            wrote, synced = write_checkpoint(state, checkpoint / "model.safetensors")
+            write_s.append(wrote)
+            fsync_s.append(synced)
+            start = time.perf_counter()
+            await client.pause_generation("in_place")
+            await client.update_weights_from_disk(str(checkpoint), f"disk-{r}", timeout_s=600)
+            await client.continue_generation()
+            disk_s.append(time.perf_counter() - start)
+            assert await client.get_weight_version() == f"disk-{r}"
+            after_disk = await logprobs(client)
+
+            # Other weights in between, so the broadcast has to change something.
+            other = weights[(r + 1) % len(weights)]
+            await sender.send(iter(other.items()), f"other-{r}")
+            assert await logprobs(client) != after_disk
+
+            start = time.perf_counter()
+            await client.pause_generation("in_place")
+            report = await sender.send(iter(state.items()), f"dist-{r}")
+            await client.continue_generation()
+            dist_s.append(time.perf_counter() - start)
+            buckets = report.buckets
+            assert await client.get_weight_version() == f"dist-{r}"
+            assert await logprobs(client) == after_disk, "distributed publish differs from disk"
+        await sender.destroy_group()
+        await sender.aclose()
+    write, sync, disk, dist = (statistics.median(v) for v in (write_s, fsync_s, disk_s, dist_s))
+    total = write + sync + disk
+    return {
+        "group_init_s": round(init_s, 3),
+        "buckets": buckets,
+        "disk_write_s": round(write, 3),
+        "disk_fsync_s": round(sync, 3),
+        "disk_pause_to_continue_s": round(disk, 3),
+        "disk_total_s": round(total, 3),
+        "distributed_pause_to_continue_s": round(dist, 3),
+        "speedup_vs_disk_total": round(total / dist, 2),
+        "speedup_vs_disk_pause_to_continue": round(disk / dist, 2),
+        "runs": {
+            "disk_write_s": write_s,
+            "disk_fsync_s": fsync_s,
+            "disk_pause_to_continue_s": disk_s,
+            "distributed_pause_to_continue_s": dist_s,
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(SIZES))
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the engine")
+    default_out = ROOT / "benchmarks" / "results" / "weight_sync.json"
+    parser.add_argument("--out", type=Path, default=default_out)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    rows = []
+    work = Path(tempfile.mkdtemp(prefix="dressage-wsync-"))
+    try:
+        for size in args.sizes.split(","):
+            checkpoint = work / size
+            shape = write_config(checkpoint, size)
+            weights = [random_weights(shape, seed) for seed in (1, 2)]
+            params = sum(t.numel() for t in weights[0].values())
+            save_file(weights[1], str(checkpoint / "model.safetensors"))
+            with start_engine(
+                model=str(checkpoint),
+                max_batch_size=1,
+                threads=args.threads,
+                extra_args=["--context-length", "64"],
+                startup_timeout_s=600,
+            ) as engine:
+                figures = asyncio.run(measure(engine.base_url, checkpoint, weights, args.repeats))
+            rows.append({"size": size, "parameters": params, **figures})
+            del weights
+            print(
+                f"{size:>5} {params / 1e6:7.1f}M params: disk write {figures['disk_write_s']:.2f}s"
+                f" + fsync {figures['disk_fsync_s']:.2f}s"
+                f" + pause-to-continue {figures['disk_pause_to_continue_s']:.2f}s, distributed "
+                f"{figures['distributed_pause_to_continue_s']:.2f}s "
+                f"({figures['speedup_vs_disk_total']:.1f}x vs disk total, "
+                f"{figures['speedup_vs_disk_pause_to_continue']:.1f}x vs disk pause-to-continue)",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    result = {
+        "benchmark": "weight_sync",
+        "setup": {
+            "engine": "embedded CPU engine, one process on loopback, float32 serving weights",
+            "weights": "random Llama (transformers LlamaConfig), bfloat16 on the wire and on disk",
+            "distributed": f"gloo broadcast, {BUCKET_BYTES >> 20} MiB buckets",
+            "disk": "safetensors written, fsynced, then re-read by the engine (page cache warm)",
+            "repeats": args.repeats,
+            "engine_threads": args.threads,
+            "statistic": "median",
+        },
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""Distributed weight sync over gloo: the trainer's `DistributedWeightSender` (rank 0) and a
+real embedded-engine process (rank 1), on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from dressage.engine import EngineClient, EngineRequestError, GenerateRequest, SamplingParams
+from dressage.engine.testing import EngineProcess, start_engine
+from dressage.orchestrator.weight_sync import DistributedWeightSender, WeightSyncError
+from dressage.trainer.testing import small_model
+
+pytestmark = pytest.mark.integration
+torch.set_num_threads(1)
+
+PROMPT = [5, 11, 17, 23, 29, 2, 6]
+TIMEOUT_S = 60.0
+"""Bound on the group's rendezvous and broadcasts: a hang fails the test instead of blocking."""
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[EngineProcess]:
+    served = small_model(tmp_path / "served", seed=0)
+    with start_engine(model=str(served), weight_version="v0") as process:
+        yield process
+
+
+@pytest.fixture
+def trainer_model(tmp_path: Path) -> LlamaForCausalLM:
+    """The trainer's model: same architecture as the served one, different weights."""
+    model = LlamaForCausalLM.from_pretrained(small_model(tmp_path / "trained", seed=1))
+    return model.eval()
+
+
+@pytest.fixture
+async def sender(engine: EngineProcess) -> AsyncIterator[DistributedWeightSender]:
+    sync = DistributedWeightSender(
+        [engine.base_url],
+        master_address="127.0.0.1",
+        backend="gloo",
+        bucket_bytes=16 * 1024,
+        timeout_s=TIMEOUT_S,
+    )
+    await sync.init_group()
+    try:
+        yield sync
+    finally:
+        await sync.destroy_group()
+        await sync.aclose()
+
+
+async def engine_logprobs(base_url: str) -> tuple[list[int], list[float]]:
+    """The engine's greedy continuation of PROMPT and each token's logprob."""
+    params = SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)
+    async with EngineClient(base_url) as client:
+        response = await client.generate(
+            GenerateRequest(input_ids=PROMPT, sampling_params=params, return_logprob=True)
+        )
+    return response.output_ids, response.output_logprobs()
+
+
+def model_logprobs(model: LlamaForCausalLM, output: list[int]) -> list[float]:
+    """`model`'s logprob of each of `output` after PROMPT."""
+    ids = torch.tensor([PROMPT + output])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    start = len(PROMPT) - 1
+    return [float(logprobs[start + i, token]) for i, token in enumerate(output)]
+
+
+async def test_a_publish_gives_the_engine_the_trainers_weights_and_version(
+    engine: EngineProcess, sender: DistributedWeightSender, trainer_model: LlamaForCausalLM
+) -> None:
+    before_ids, before = await engine_logprobs(engine.base_url)
+    assert before != pytest.approx(model_logprobs(trainer_model, before_ids), abs=1e-3)
+
+    state = trainer_model.state_dict()
+    report = await sender.send(iter(state.items()), "v1")
+
+    assert report.tensors == len(state)
+    assert report.buckets > 1  # 16 KiB buckets: the model is several
+    output, logprobs = await engine_logprobs(engine.base_url)
+    assert logprobs == pytest.approx(model_logprobs(trainer_model, output), abs=1e-4)
+    async with EngineClient(engine.base_url) as client:
+        assert await client.get_weight_version() == "v1"
+
+
+async def test_bad_buckets_are_refused_naming_the_parameter_and_change_nothing(
+    engine: EngineProcess, sender: DistributedWeightSender, trainer_model: LlamaForCausalLM
+) -> None:
+    before = await engine_logprobs(engine.base_url)
+    hidden = trainer_model.config.hidden_size
+
+    with pytest.raises(WeightSyncError, match=r"model\.layers\.7\.mlp\.up_proj\.weight"):
+        await sender.send([("model.layers.7.mlp.up_proj.weight", torch.zeros(4, 4))], "bad-1")
+    with pytest.raises(WeightSyncError, match=r"model\.norm\.weight has shape \[32\]"):
+        await sender.send(
+            [
+                ("model.layers.0.input_layernorm.weight", torch.zeros(hidden)),
+                ("model.norm.weight", torch.zeros(hidden + 1)),
+            ],
+            "bad-2",
+        )
+
+    assert await engine_logprobs(engine.base_url) == before
+    async with EngineClient(engine.base_url) as client:
+        assert await client.get_weight_version() == "v0"
+    # The refused buckets were drained: the group is still in step and a publish works.
+    await sender.send(iter(trainer_model.state_dict().items()), "v1")
+    output, logprobs = await engine_logprobs(engine.base_url)
+    assert logprobs == pytest.approx(model_logprobs(trainer_model, output), abs=1e-4)
+
+
+async def test_requests_without_a_group_or_for_nccl_are_refused(engine: EngineProcess) -> None:
+    async with httpx.AsyncClient(base_url=engine.base_url, timeout=30) as client:
+        no_group = await client.post(
+            "/update_weights_from_distributed",
+            json={"names": ["model.norm.weight"], "dtypes": ["float32"], "shapes": [[32]]},
+        )
+        nccl = await client.post(
+            "/init_weights_update_group",
+            json={
+                "master_address": "127.0.0.1",
+                "master_port": 29500,
+                "rank_offset": 1,
+                "world_size": 2,
+            },
+        )
+        mismatched = await client.post(
+            "/update_weights_from_distributed",
+            json={"names": ["model.norm.weight"], "dtypes": [], "shapes": [[32]]},
+        )
+    assert no_group.status_code == 400
+    assert no_group.json()["success"] is False
+    assert "group_name: no weight-update group 'weight_update_group'" in no_group.json()["message"]
+    assert nccl.status_code == 400
+    assert "backend:" in nccl.json()["error"]["message"]
+    assert mismatched.status_code == 400
+    assert "dtypes: 0 entries for 1 names" in mismatched.json()["error"]["message"]
+
+
+async def test_after_destroy_the_engine_has_left_the_group(
+    engine: EngineProcess, sender: DistributedWeightSender, trainer_model: LlamaForCausalLM
+) -> None:
+    await sender.destroy_group()
+    assert not sender.ready
+    with pytest.raises(WeightSyncError, match="call init_group first"):
+        await sender.send(iter(trainer_model.state_dict().items()), "v1")
+    async with EngineClient(engine.base_url) as client:
+        with pytest.raises(EngineRequestError, match="no weight-update group"):
+            await client.update_weights_from_distributed(["model.norm.weight"], ["float32"], [[32]])
+    # A new group forms on the same engine and publishes.
+    await sender.init_group()
+    await sender.send(iter(trainer_model.state_dict().items()), "v2")
+    async with EngineClient(engine.base_url) as client:
+        assert await client.get_weight_version() == "v2"
+
+
+async def test_an_engine_that_cannot_join_fails_the_group_at_once(engine: EngineProcess) -> None:
+    absent = "http://127.0.0.1:9"  # the discard port: nothing listens there
+    sync = DistributedWeightSender(
+        [engine.base_url, absent], master_address="127.0.0.1", backend="gloo", timeout_s=300
+    )
+    try:
+        start = asyncio.get_running_loop().time()
+        with pytest.raises(WeightSyncError, match=r"127\.0\.0\.1:9"):
+            await sync.init_group()
+        # Well before the 300 s rendezvous timeout that waiting for the absent rank would take.
+        assert asyncio.get_running_loop().time() - start < 60
+        assert not sync.ready
+    finally:
+        await sync.aclose()
