@@ -26,7 +26,7 @@ import pytest
 
 from dressage.proxy.chat import ChatTokenizer, load_chat_tokenizer
 from dressage.proxy.testing import ProxyProcess, start_proxy
-from dressage.testing import free_port
+from tests.scripted_http import scripted_server
 
 pytestmark = pytest.mark.integration
 
@@ -67,49 +67,25 @@ class ScriptedEngine:
         self.paused = asyncio.Event()
         self.url = ""
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                raw = await reader.readexactly(length)
-                path = head.split(b" ", 2)[1].decode()
-                body: dict[str, Any] = {}
-                if path == "/generate":
-                    request = json.loads(raw)
-                    self.generated.append(request)
-                    self.received.set()
-                    body = await self.script(request)
-                elif path == "/pause_generation":
-                    self.paused.set()
-                    body = {"message": "paused", "status": "ok"}
-                elif path == "/continue_generation":
-                    self.paused.clear()
-                    body = {"message": "continued", "status": "ok"}
-                data = json.dumps(body).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(data), data)
-                )
-                await writer.drain()
-        finally:
-            writer.close()
+    async def answer(self, path: str, raw: bytes) -> Any:
+        if path == "/generate":
+            request = json.loads(raw)
+            self.generated.append(request)
+            self.received.set()
+            return await self.script(request)
+        if path == "/pause_generation":
+            self.paused.set()
+            return {"message": "paused", "status": "ok"}
+        if path == "/continue_generation":
+            self.paused.clear()
+            return {"message": "continued", "status": "ok"}
+        return {}
 
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[ScriptedEngine]:
-        port = free_port()
-        server = await asyncio.start_server(self.handle, "127.0.0.1", port)
-        self.url = f"http://127.0.0.1:{port}"
-        try:
+        async with scripted_server(self.answer) as url:
+            self.url = url
             yield self
-        finally:
-            server.close()
 
 
 async def calculator_model(request: dict[str, Any]) -> dict[str, Any]:
