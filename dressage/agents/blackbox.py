@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dressage.agents.groups import collect_group, group_id_of
 from dressage.data.groups import Group
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
-from dressage.tasks.base import Prompt, Task
+from dressage.tasks.base import Prompt, Task, score
 
 AGENT_ERROR = "agent_failed"
 TASK_ROW_ENV = "DRESSAGE_TASK_ROW"
@@ -67,13 +67,7 @@ class BlackboxRollout:
         async def trajectory(session_id: str, member: int) -> None:
             await self.client.create_session(session_id, group_id)
             output = await self._run_agent(session_id, prompt)
-            areward = getattr(self.task, "areward", None)  # a reward function with a timeout
-            reward = (
-                float(await areward(prompt, output))
-                if areward is not None
-                else self.task.reward(prompt, output)
-            )
-            await self.client.finalize(session_id, reward)
+            await self.client.finalize(session_id, await score(self.task, prompt, output))
 
         return await collect_group(self.client, group_id, self.group_size, trajectory)
 

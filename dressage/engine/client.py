@@ -79,6 +79,13 @@ from dressage.engine.sglang_support import (
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 DEFAULT_GENERATE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+
+
+def _call_timeout(timeout_s: float | None) -> httpx.Timeout | None:
+    """One call's bound in seconds as an httpx timeout (None: the client's control timeout)."""
+    return None if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)
+
+
 KEEPALIVE_EXPIRY_S = 2.0
 """Idle seconds after which the client drops a pooled connection (below servers' 5 s)."""
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
@@ -206,7 +213,7 @@ class EngineClient:
             "POST",
             "/update_weights_from_disk",
             json_body=req.model_dump(exclude_unset=True),
-            request_timeout=(None if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)),
+            request_timeout=_call_timeout(timeout_s),
         )
         result = UpdateWeightsResult.model_validate(self._json(response))
         if not result.success:
@@ -286,7 +293,7 @@ class EngineClient:
             "POST",
             path,
             json_body=body,
-            request_timeout=(None if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)),
+            request_timeout=_call_timeout(timeout_s),
         )
         result = WeightsGroupResult.model_validate(self._json(response))
         if not result.success:

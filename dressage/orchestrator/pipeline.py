@@ -73,7 +73,7 @@ async def run_pipeline(
         metrics.set_version(session.state.version_index, session.state.version)
         metrics.step.set(session.state.step)
 
-    task = None
+    task = get_task(spec.task)
 
     def record_step(record: StepRecord) -> None:
         # A user's reward function reports its named parts and its failures once per step.
@@ -89,7 +89,6 @@ async def run_pipeline(
         proxy = ProxyRolloutClient(endpoints.proxy_url, token=endpoints.proxy_token)
         opened.push_async_callback(proxy.aclose)
         codec = PromptCodec.from_pretrained(session.initial_model_dir)
-        task = get_task(spec.task)
         source = TaskPrompts(task, codec)
         collector: Collector = make_collector(
             spec, source=source, proxy=proxy, run_tag=job.metadata.name

@@ -94,6 +94,16 @@ class Environment(Protocol):
         ...
 
 
+async def score(task: Task, prompt: Prompt, completion: str) -> float:
+    """The reward of `completion`, as rollout awaits it: the task's own `areward` when it has
+    one (a user's reward function, run with its timeout off the event loop), else its rule,
+    which is instant."""
+    areward = getattr(task, "areward", None)
+    if areward is not None:
+        return float(await areward(prompt, completion))
+    return task.reward(prompt, completion)
+
+
 def is_environment(task: Task | Environment) -> TypeIs[Environment]:
     """Whether `task` is a multi-turn environment rather than a single-turn task."""
     return callable(getattr(task, "episode", None))

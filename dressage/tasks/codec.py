@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dressage.tasks.base import Environment, Prompt, Task, is_environment
+from dressage.tasks.base import Environment, Prompt, Task, is_environment, score
 
 
 class PromptCodec:
@@ -131,12 +131,7 @@ class TaskPrompts:
         user's reward function, run with a timeout off the event loop), else the task's rule,
         which is instant."""
         task = self._single_turn()
-        prompt = task.prompt(index)
-        completion = self.codec.decode_completion(output_ids)
-        areward = getattr(task, "areward", None)
-        if areward is not None:
-            return float(await areward(prompt, completion))
-        return task.reward(prompt, completion)
+        return await score(task, task.prompt(index), self.codec.decode_completion(output_ids))
 
     def _single_turn(self) -> Task:
         if is_environment(self.task):
