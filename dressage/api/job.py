@@ -513,6 +513,19 @@ class InferenceSpec(ApiModel):
     """How long one engine may take to load a published checkpoint
     (`/update_weights_from_disk`): every tensor-parallel rank reads it from storage while
     generation is paused, minutes for a large model on network storage."""
+    weight_sync: Literal["disk", "distributed"] = "disk"
+    """How a new weight version reaches the engines. `disk`: the trainer writes a Hugging Face
+    checkpoint in the serving dtype to the job's storage every step and each engine re-reads
+    it (`/update_weights_from_disk`). `distributed`: trainer rank 0 and every engine rank form
+    one `torch.distributed` group (`/init_weights_update_group`, NCCL on GPU, gloo on CPU) and
+    each step's weights are broadcast to them in buckets
+    (`/update_weights_from_distributed`); the weights are then written to storage only with a
+    checkpoint."""
+    weight_sync_port: int = Field(default=29600, ge=1, le=65535)
+    """TCP port on trainer rank 0 where the weight-update group meets (`distributed` only)."""
+    weight_sync_bucket_megabytes: int = Field(default=512, ge=1)
+    """Largest bucket of one `/update_weights_from_distributed` request, in MiB (a single
+    larger tensor goes alone): bounds the staging memory of the trainer and of each engine."""
 
 
 class ProxySpec(ApiModel):
@@ -627,8 +640,15 @@ class TrainingSpec(ApiModel):
     max_grad_norm: float = Field(default=1.0, gt=0.0)
     """Gradient clipping norm."""
     checkpoint_every: int = Field(default=1, ge=1)
-    """Write a resumable checkpoint (every rank's shards of the float32 weights and of the
-    optimizer state) every this many steps. Weights are published every step regardless."""
+    """Write a resumable checkpoint (every rank's shards of the float32 weights, and of the
+    optimizer state when `optimizerCheckpointEvery` is due) every this many steps. Weights
+    are published every step regardless."""
+    optimizer_checkpoint_every: int | None = Field(default=None, ge=1)
+    """Also write the optimizer state (AdamW moments, twice the size of the weights) every
+    this many steps, a multiple of `checkpointEvery`; unset: with every checkpoint. A run
+    resumed from a checkpoint without optimizer state takes the weights and counters of that
+    checkpoint and the optimizer state of the newest checkpoint before it that has one
+    (moments a few steps old, with a warning), or fresh moments when there is none."""
     checkpoint_in_background: bool | None = None
     """Write checkpoints in the background, so that publishing the next weight version never
     waits for the optimizer state; a run killed meanwhile resumes from the checkpoint before.
@@ -648,16 +668,33 @@ class TrainingSpec(ApiModel):
     off_policy_correction: OffPolicyCorrectionSpec = Field(default_factory=OffPolicyCorrectionSpec)
     """Correction for the rollout/training logprob mismatch; off (`mode: none`) by default."""
 
+    @model_validator(mode="after")
+    def _check_optimizer_cadence(self) -> TrainingSpec:
+        every = self.optimizer_checkpoint_every
+        if every is not None and every % self.checkpoint_every:
+            raise ValueError(
+                f"training.optimizerCheckpointEvery ({every}) must be a multiple of "
+                f"training.checkpointEvery ({self.checkpoint_every})"
+            )
+        return self
+
+    @property
+    def optimizer_every(self) -> int:
+        """Steps between checkpoints that carry the optimizer state."""
+        return self.optimizer_checkpoint_every or self.checkpoint_every
+
 
 class StorageSpec(ApiModel):
     """Shared storage for checkpoints and weight sync between trainer and engines."""
 
     persistent_volume_claim: str | None = None
-    """Name of an existing ReadWriteMany PersistentVolumeClaim, mounted in every pod of the job.
-    Required on a cluster, where the trainer, the engines and the proxy are separate pods: the
-    staged model, the weights the trainer publishes for the engines to load and the
-    checkpoints live there (the operator refuses a job without one). `dressage run` ignores
-    it."""
+    """Name of an existing ReadWriteMany PersistentVolumeClaim, mounted in every pod of the job:
+    the staged model, the weights the trainer publishes and the checkpoints live there. On a
+    cluster it is required with `inference.weightSync: disk` (the engines load every version
+    from it) and with a trainer gang of more than one node (the ranks share the model cache and
+    the checkpoint directory). A one-node trainer with `weightSync: distributed` may run
+    without one: every pod then gets an emptyDir of its own, the model is staged into each, and
+    checkpoints last only as long as the trainer pod. `dressage run` ignores it."""
     mount_path: str = "/dressage"
     """Where the storage is mounted in every pod."""
     size: str = "100Gi"

@@ -2,7 +2,8 @@
 
 The same loop runs in-process under `dressage run` (one trainer process) and in every pod of
 the trainer gang under `dressage train` (torchrun). Rank 0 owns the collector and the weight
-publisher; the other ranks receive rank 0's batch and train on their shard. Nothing here knows
+publisher; the other ranks receive rank 0's batch and train on their shard, and take part in
+the publish when it gathers the weights over the gang (`weightSync: distributed`). Nothing here knows
 whether rollout is synchronous or asynchronous: that is the collector's business.
 """
 
@@ -59,6 +60,13 @@ class StepRecord:
 StepSink = Callable[[StepRecord], None]
 
 
+def is_collective(publisher: object) -> bool:
+    """Whether every trainer rank must enter the publisher's `publish` (a distributed publish
+    gathers each parameter over the gang, `dressage.orchestrator.distributed_publish`); a disk
+    publish is rank 0's alone."""
+    return bool(getattr(publisher, "collective", False))
+
+
 async def sync_engines(
     session: TrainerSession, publisher: WeightPublisher, *, engines_have_initial_weights: bool
 ) -> bool:
@@ -68,18 +76,21 @@ async def sync_engines(
     of the checkpoint's version before rollout continues. Before the first step they serve the
     initial weights only if they were started from the trainer's initial model: engines started
     from the staged base model while the trainer warm-started its own get the trainer's `v0`.
-    Returns whether it published.
+    Rank 0 decides; with a collective publisher every rank calls this and learns the decision
+    from rank 0. Returns whether it published.
     """
-    if session.state.version_index == 0:
-        if engines_have_initial_weights:
-            return False
+    due = False
+    if session.env.is_main:
+        if session.state.version_index == 0:
+            due = not engines_have_initial_weights
+        else:
+            versions = await publisher.versions()
+            due = any(v != session.state.version for v in versions)
+    if is_collective(publisher):
+        due = bool(broadcast_object(due, session.env))
+    if due:
         await publisher.publish(session.weights_dir, session.state.version)
-        return True
-    versions = await publisher.versions()
-    if all(v == session.state.version for v in versions):
-        return False
-    await publisher.publish(session.weights_dir, session.state.version)
-    return True
+    return due
 
 
 async def train_loop(
@@ -91,7 +102,8 @@ async def train_loop(
     sink: StepSink,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Run steps until `session.state.step == steps` (rank 0 must pass collector and publisher)."""
+    """Run steps until `session.state.step == steps` (rank 0 must pass collector and publisher;
+    the other ranks pass the publisher only when it is collective, see `is_collective`)."""
     main = session.env.is_main
     if main and (collector is None or publisher is None):
         raise ValueError("rank 0 needs a collector and a weight publisher")
@@ -122,11 +134,19 @@ async def train_loop(
         )
         # The checkpoint carries the record: a run killed between the commit and `sink`
         # (while publishing) restores it on resume instead of losing the step's line.
-        version, path = await asyncio.to_thread(session.commit_step, position, record.to_dict())
+        version, path = await asyncio.to_thread(
+            session.commit_step, position, record.to_dict(), wait=False
+        )
         trained = clock()
         if main:
             assert collector is not None
             assert publisher is not None
             await publisher.publish(path, version)
             collector.on_weights_published(version)
-        sink(replace(record, train_seconds=trained - collected, publish_seconds=clock() - trained))
+        elif publisher is not None and is_collective(publisher):
+            await publisher.publish(path, version)
+        # A checkpoint written in line completes after the publish (which never waits for the
+        # optimizer state) and before the step's record, which then always has its checkpoint.
+        published = clock()
+        await asyncio.to_thread(session.finish_commit)
+        sink(replace(record, train_seconds=trained - collected, publish_seconds=published - trained))

@@ -7,13 +7,18 @@ Rank 0 (the only rank under `dressage run`):
 2. the prompts: the job's task with the model's tokenizer (`TaskPrompts`);
 3. the collector for `spec.rollout.mode`, rolling out the job's agent;
 4. resume: the collector's data position from the trainer session's checkpoint;
-5. the weight publisher for the job's engines;
+5. the weight publisher for the job's engines and `spec.inference.weightSync`: `disk`
+   (`WeightPublisher`, engines load each version's checkpoint) or `distributed`
+   (`DistributedPublisher`: the weight-update group is formed once, here, and each step's
+   weights are broadcast to the engines);
 6. engine sync: engines that serve another version than the session's get its weights;
 7. the training loop, each step's record exported on the job's `/metrics` and handed to the
    entry point's sink;
 8. close: collector, publisher and proxy client, whatever ended the loop.
 
-The other ranks train on rank 0's batches (`train_loop` without collector and publisher).
+The other ranks train on rank 0's batches (`train_loop` without collector); with distributed
+sync they also take part in every publish (`PublishFollower`: each parameter is gathered over
+the gang while rank 0 sends it).
 Starting engines and proxies is the entry points' business: local child processes under
 `dressage run`, pods of the operator on a cluster.
 """
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 
 from dressage.api.job import AsyncRLJob
 from dressage.orchestrator.collectors import make_collector, weight_update_pause_mode
+from dressage.orchestrator.distributed_publish import DistributedPublisher, PublishFollower
 from dressage.orchestrator.loop import StepRecord, StepSink, sync_engines, train_loop
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.publish import WeightPublisher
@@ -45,6 +51,22 @@ class Endpoints:
     engine_urls: Sequence[str]
     proxy_token: str | None = None
     """Bearer token of the proxy, when it requires one."""
+    weight_sync: WeightSyncWiring | None = None
+    """Where the weight-update group meets (`spec.inference.weightSync: distributed`)."""
+
+
+@dataclass(frozen=True)
+class WeightSyncWiring:
+    """The rendezvous of the weight-update group between trainer rank 0 and the engines."""
+
+    master_address: str
+    """Trainer rank 0's address as the engines reach it."""
+    master_port: int
+    """Port of the group's store on trainer rank 0 (0: a free one, engines on this host)."""
+    backend: str
+    """`nccl` between GPUs (SGLang engines), `gloo` on CPU (embedded engines)."""
+    ranks_per_engine: int = 1
+    """Ranks each engine takes in the group: its tensor-parallel size."""
 
 
 async def run_pipeline(
@@ -63,12 +85,23 @@ async def run_pipeline(
     `engines_have_initial_weights`: whether the engines were started from the trainer's initial
     model (`dressage run` starts them so; on a cluster they start from the staged base model,
     which a warm start changes)."""
+    spec = job.spec
+    distributed = spec.inference.weight_sync == "distributed"
     if not session.env.is_main:
-        await train_loop(session, steps=steps, collector=None, publisher=None, sink=sink)
+        follower = PublishFollower(session.trainer.iter_publishable) if distributed else None
+        if follower is not None:
+            await sync_engines(
+                session, follower, engines_have_initial_weights=engines_have_initial_weights
+            )
+        await train_loop(session, steps=steps, collector=None, publisher=follower, sink=sink)
         return
     if endpoints is None:
         raise ValueError("rank 0 needs the proxy and engine endpoints")
-    spec = job.spec
+    if distributed and endpoints.weight_sync is None:
+        raise ValueError(
+            "spec.inference.weightSync is 'distributed': rank 0 needs the weight-update "
+            "group's address and port"
+        )
     if metrics is not None:
         metrics.set_version(session.state.version_index, session.state.version)
         metrics.step.set(session.state.step)
@@ -94,14 +127,36 @@ async def run_pipeline(
             spec, source=source, proxy=proxy, run_tag=job.metadata.name
         )
         collector.load_state_dict(session.state.collector)
-        publisher = WeightPublisher(
-            endpoints.engine_urls,
-            proxy=proxy,
-            pause_mode=weight_update_pause_mode(spec),
-            update_timeout_s=spec.inference.weight_update_timeout_seconds,
-        )
+        publisher: WeightPublisher
+        if endpoints.weight_sync is not None and distributed:
+            wiring = endpoints.weight_sync
+            publisher = DistributedPublisher(
+                endpoints.engine_urls,
+                weights=session.trainer.iter_publishable,
+                master_address=wiring.master_address,
+                master_port=wiring.master_port,
+                backend=wiring.backend,
+                ranks_per_engine=wiring.ranks_per_engine,
+                bucket_bytes=spec.inference.weight_sync_bucket_megabytes * 1024 * 1024,
+                proxy=proxy,
+                pause_mode=weight_update_pause_mode(spec),
+                update_timeout_s=spec.inference.weight_update_timeout_seconds,
+            )
+        else:
+            publisher = WeightPublisher(
+                endpoints.engine_urls,
+                proxy=proxy,
+                pause_mode=weight_update_pause_mode(spec),
+                update_timeout_s=spec.inference.weight_update_timeout_seconds,
+            )
         opened.push_async_callback(publisher.aclose)
         opened.push_async_callback(collector.aclose)
+        if isinstance(publisher, DistributedPublisher):
+            await publisher.start()
+            log(
+                f"weight-update group formed with {len(endpoints.engine_urls)} engines "
+                f"({publisher.sender.world_size} ranks, {publisher.sender.backend})"
+            )
         await sync_engines(
             session, publisher, engines_have_initial_weights=engines_have_initial_weights
         )

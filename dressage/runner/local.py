@@ -2,7 +2,8 @@
 
 In order: the initial model (built and warm-started when the job asks, cached), the trainer
 session (resumed from `<workdir>/<job>/` when a checkpoint exists), engine processes serving
-the session's current weights and version, the proxy in front of them, the `/metrics`
+the session's current weights and version (with `weightSync: distributed` they join the
+trainer's weight-update group over gloo on loopback), the proxy in front of them, the `/metrics`
 endpoint, then the job's pipeline (`dressage.orchestrator.pipeline`, the same as every trainer
 rank's on a cluster). The trainer runs in this process (world size 1). On the way out,
 whatever the reason, children are stopped and the run report is written.
@@ -24,7 +25,7 @@ from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
 from dressage.orchestrator.metrics import RunMetrics
-from dressage.orchestrator.pipeline import Endpoints, run_pipeline
+from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
 from dressage.runner.processes import ChildProcess, python_module
 from dressage.runner.report import History, write_report
 from dressage.trainer import grpo
@@ -93,7 +94,17 @@ class LocalRun:
         await run_pipeline(
             self.job,
             session,
-            endpoints=Endpoints(proxy_url=proxy_url, engine_urls=engine_urls),
+            endpoints=Endpoints(
+                proxy_url=proxy_url,
+                engine_urls=engine_urls,
+                # The embedded engines join the trainer's weight-update group over gloo on
+                # loopback, at a free port.
+                weight_sync=(
+                    WeightSyncWiring(master_address="127.0.0.1", master_port=0, backend="gloo")
+                    if spec.inference.weight_sync == "distributed"
+                    else None
+                ),
+            ),
             steps=self.options.steps,
             metrics=self.metrics,
             sink=self._on_step,

@@ -4,10 +4,12 @@ Layout under a run directory:
 
     weights/<version>/              Hugging Face checkpoint published as `<version>` (config.json,
                                     model.safetensors in the serving dtype, tokenizer files)
-    checkpoints/step-<N>/state.json the counters after N completed steps and the world size
-    checkpoints/step-<N>/rank-<R>/  rank R's shards of the float32 master weights and of the
-                                    optimizer state (`torch.distributed.checkpoint`, one
-                                    directory per rank, written without collectives)
+    checkpoints/step-<N>/state.json the counters after N completed steps, the world size and
+                                    whether the checkpoint has optimizer state
+    checkpoints/step-<N>/rank-<R>/  rank R's shards of the float32 master weights and, where
+                                    `state.json` says so, of the optimizer state
+                                    (`torch.distributed.checkpoint`, one directory per rank,
+                                    written without collectives)
     checkpoints/step-<N>/rank-<R>.done  written once rank R's shards are on disk
     checkpoints/latest.json         {"step": N}: the newest complete checkpoint, written by
                                     the rank that completes it
@@ -143,6 +145,22 @@ class RunDir:
         raw = json.loads(self._state_file(step).read_text(encoding="utf-8"))
         return int(raw.get("world_size", 1))
 
+    def has_optimizer(self, step: int) -> bool:
+        """Whether checkpoint `step` holds the optimizer state as well as the weights."""
+        raw = json.loads(self._state_file(step).read_text(encoding="utf-8"))
+        return bool(raw.get("optimizer", True))
+
+    def optimizer_step(self, step: int) -> int | None:
+        """The newest complete checkpoint at or before `step`, written by the same world size,
+        that holds optimizer state (None when there is none)."""
+        world = self.world_size(step)
+        for earlier in reversed(self.steps()):
+            if earlier > step or not self.is_complete(earlier):
+                continue
+            if self.world_size(earlier) == world and self.has_optimizer(earlier):
+                return earlier
+        return None
+
     def load_shards(self, step: int, rank: int, buffers: dict[str, Any]) -> None:
         """Read rank `rank`'s shards of checkpoint `step` into `buffers` in place."""
         from torch.distributed.checkpoint.state_dict_loader import load
@@ -165,12 +183,13 @@ class RunDir:
         os.replace(tmp, final)
         return final
 
-    def write_state(self, state: TrainState, world_size: int) -> Path:
-        """Start checkpoint `state.step`: write its `state.json` (rank 0, before any shard)."""
+    def write_state(self, state: TrainState, world_size: int, *, optimizer: bool = True) -> Path:
+        """Start checkpoint `state.step`: write its `state.json` (rank 0, before any shard),
+        saying whether the ranks' shards include the optimizer state."""
         final = self.checkpoint_dir(state.step)
         shutil.rmtree(final, ignore_errors=True)
         final.mkdir(parents=True)
-        raw = asdict(state) | {"world_size": world_size}
+        raw = asdict(state) | {"world_size": world_size, "optimizer": optimizer}
         tmp = final / "state.json.tmp"
         tmp.write_text(json.dumps(raw, indent=2), encoding="utf-8")
         os.replace(tmp, self._state_file(state.step))
@@ -201,15 +220,22 @@ class RunDir:
             # The thread finishes the write (the interpreter waits for it at exit).
             executor.shutdown(wait=False)
 
-    def prune(self, keep_steps: int, keep_versions: Iterable[str]) -> None:
+    def prune(
+        self,
+        keep_steps: int,
+        keep_versions: Iterable[str],
+        keep_checkpoints: Iterable[int] = (),
+    ) -> None:
         """Delete the checkpoints of steps at or before `latest - keep_steps` (newer, possibly
-        still being written, are kept) and the weights of versions not in `keep_versions`."""
+        still being written, are kept) except `keep_checkpoints`, and the weights of versions
+        not in `keep_versions`."""
         latest = self.latest_step()
         if latest is None:
             return
         keep = set(keep_versions)
+        kept_steps = set(keep_checkpoints)
         for step in self.steps():
-            if step <= latest - keep_steps:
+            if step <= latest - keep_steps and step not in kept_steps:
                 shutil.rmtree(self.checkpoint_dir(step), ignore_errors=True)
         if self.weights_root.is_dir():
             for path in self.weights_root.iterdir():

@@ -355,19 +355,30 @@ class GRPOTrainer:
         means = [corr.metrics[k] * tokens for k in _CORRECTION_MEANS]
         return torch.cat([sums.to(torch.float64).cpu(), torch.tensor(means, dtype=torch.float64)])
 
+    def iter_publishable(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Each parameter's full tensor in the serving dtype, one at a time, on this rank's
+        device, by its Hugging Face name.
+
+        Collective and lazy: every rank must consume the whole iterator in step, since each
+        item of a sharded model is an all-gather over the gang. Each shard is cast to
+        `config.serving_dtype` before it is gathered, so the gather moves serving-dtype bytes
+        only, and a rank holds one full parameter at a time (plus whatever its consumer
+        keeps): a distributed publish sends from rank 0 while the other ranks just drain it.
+        """
+        dtype = DTYPES[self.config.serving_dtype]
+        for name, tensor in self.module.state_dict().items():
+            local = tensor.detach()
+            yield name, _full(local.to(dtype) if local.is_floating_point() else local)
+
     def publishable_state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's full weights in the serving dtype, on the CPU of rank 0.
 
-        Collective: every rank must call it. Each parameter's shard is cast to
-        `config.serving_dtype` and then gathered, one parameter at a time, so no rank ever
-        holds a full float32 copy of the model; ranks other than 0 get an empty dict.
+        Collective: every rank must call it. Gathered one parameter at a time
+        (`iter_publishable`), so no rank ever holds a full float32 copy of the model; ranks
+        other than 0 get an empty dict.
         """
-        dtype = DTYPES[self.config.serving_dtype]
         out: dict[str, torch.Tensor] = {}
-        for name, tensor in self.module.state_dict().items():
-            # Cast the shard first: the gather then moves serving-dtype bytes only.
-            local = tensor.detach()
-            full = _full(local.to(dtype) if local.is_floating_point() else local)
+        for name, full in self.iter_publishable():
             if self.env.is_main:
                 out[name] = full.to("cpu", copy=True)
             del full
@@ -438,29 +449,51 @@ def _restore(target: Any, loaded: Any) -> Any:
     return loaded
 
 
-def local_shards(trainer: GRPOTrainer) -> dict[str, Any]:
-    """This rank's shards of the float32 master weights and the optimizer state, copied to
-    CPU as plain tensors (a snapshot: training may continue while it is written)."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+def local_shards(trainer: GRPOTrainer, *, optimizer: bool = True) -> dict[str, Any]:
+    """This rank's shards of the float32 master weights and (with `optimizer`) of the
+    optimizer state, copied to CPU as plain tensors (a snapshot: training may continue while
+    it is written)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
-    model, optim = get_state_dict(trainer.model, trainer.optimizer)
-    snapshot = {"model": model, "optimizer": optim}
+    if optimizer:
+        model, optim = get_state_dict(trainer.model, trainer.optimizer)
+        snapshot: dict[str, Any] = {"model": model, "optimizer": optim}
+    else:
+        snapshot = {"model": get_model_state_dict(trainer.model)}
     return dict(_tree_map(snapshot, lambda t: _local(t).detach().to("cpu", copy=True)))
 
 
-def load_local_shards(trainer: GRPOTrainer, load: Callable[[dict[str, Any]], None]) -> None:
-    """Fill the trainer's weights and optimizer state from this rank's shards; `load(buffers)`
-    reads them into `buffers` (shaped like `local_shards`) in place."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+def load_local_shards(
+    trainer: GRPOTrainer,
+    load: Callable[[dict[str, Any]], None],
+    load_optimizer: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Fill the trainer's weights from this rank's shards, and its optimizer state from the
+    shards `load_optimizer` reads (None: the optimizer keeps its fresh state). Each loader
+    fills `buffers` (shaped like `local_shards`, `{"model": ...}` or `{"optimizer": ...}`) in
+    place; the two may read different checkpoints."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
 
+    def read(part: str, reader: Callable[[dict[str, Any]], None], target: Any) -> Any:
+        buffers = {part: _tree_map(target, lambda t: torch.empty_like(_local(t), device="cpu"))}
+        reader(buffers)
+        return _restore(target, buffers[part])
+
+    if load_optimizer is None:
+        # Not `get_state_dict`: it would initialise the optimizer's state (a zero step).
+        model = get_model_state_dict(trainer.model)
+        set_model_state_dict(trainer.model, read("model", load, model))
+        return
     model, optim = get_state_dict(trainer.model, trainer.optimizer)
-    target = {"model": model, "optimizer": optim}
-    buffers: dict[str, Any] = _tree_map(target, lambda t: torch.empty_like(_local(t), device="cpu"))
-    load(buffers)
-    restored = _restore(target, buffers)
+    restored_model = read("model", load, model)
     set_state_dict(
         trainer.model,
         trainer.optimizer,
-        model_state_dict=restored["model"],
-        optim_state_dict=restored["optimizer"],
+        model_state_dict=restored_model,
+        optim_state_dict=read("optimizer", load_optimizer, optim),
     )

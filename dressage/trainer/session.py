@@ -1,18 +1,28 @@
 """A trainer bound to its run directory: resume, commit a step, know the live weights.
 
 `TrainerSession.open` resumes from the newest complete checkpoint in the run directory (every
-rank's shards of the float32 weights and optimizer state, version counter, collector position)
-or starts at step 0 from the initial model. `commit_step` turns one optimizer step into a new
-weight version: the ranks gather the weights in the serving dtype and rank 0 writes them as a
-Hugging Face checkpoint; every `checkpoint_every` steps each rank then snapshots its shards and
-writes them, in the background where `checkpoint_in_background` (the version is then published
-without waiting for them, and the checkpoint completes during the next step). Every
-rank advances the same counters, so all ranks agree on the step and version without talking.
+rank's shards of the float32 weights and, when it has them, of the optimizer state, version
+counter, collector position) or starts at step 0 from the initial model. `commit_step` turns
+one optimizer step into a new weight version: the ranks gather the weights in the serving
+dtype and rank 0 writes them as a Hugging Face checkpoint (every step when engines load them
+from disk, only with a checkpoint when they are broadcast: `write_every_version`); every
+`checkpoint_every` steps each rank then snapshots its shards (the optimizer state only every
+`optimizer_every` steps) and writes them in a thread. The caller publishes the version before
+the write is waited for (`commit_step(wait=False)`, then `finish_commit`), and where
+`checkpoint_in_background` the checkpoint completes during the next step. Every rank advances
+the same counters, so all ranks agree on the step and version without talking.
+
+Resuming from a checkpoint without optimizer state takes its weights and counters and the
+optimizer state of the newest complete checkpoint before it that has one: the AdamW moments
+(and step count) are then a few steps old, which a warning says. With no such checkpoint the
+moments start fresh, with a warning too. Both are deterministic: the same checkpoints resume
+to the same state.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -81,6 +91,15 @@ class TrainerSession:
     """Whether `commit_step` returns while the checkpoint is still being written."""
     pending: Future[Any] | None = None
     """The background write of this rank's newest checkpoint shards."""
+    optimizer_every: int = 1
+    """Checkpoints carry the optimizer state every this many steps (a multiple of
+    `checkpoint_every`)."""
+    write_every_version: bool = True
+    """Write every version's weights as a Hugging Face checkpoint (engines load them from
+    disk); otherwise only at checkpoint steps (engines get them over the network)."""
+    optimizer_step: int | None = None
+    """The checkpoint whose optimizer state this session resumed from, when older than the
+    checkpoint it resumed (None: the same one, or a fresh start)."""
 
     @classmethod
     def open(
@@ -110,9 +129,29 @@ class TrainerSession:
                     f"{written_by} trainer ranks but this trainer has {env.world_size} "
                     "(spec.trainer.nodes x gpusPerNode must match to resume)"
                 )
+            optimizer_step = run_dir.optimizer_step(saved.step)
             load_local_shards(
-                trainer, lambda buffers: run_dir.load_shards(saved.step, env.rank, buffers)
+                trainer,
+                lambda buffers: run_dir.load_shards(saved.step, env.rank, buffers),
+                None
+                if optimizer_step is None
+                else lambda buffers: run_dir.load_shards(optimizer_step, env.rank, buffers),
             )
+            if optimizer_step is None:
+                warnings.warn(
+                    f"resuming at step {saved.step} with fresh optimizer moments: no "
+                    "checkpoint up to it has optimizer state (training.optimizerCheckpointEvery)",
+                    stacklevel=2,
+                )
+            elif optimizer_step != saved.step:
+                warnings.warn(
+                    f"resuming the weights of step {saved.step} with the optimizer state of "
+                    f"step {optimizer_step} (training.optimizerCheckpointEvery): the AdamW "
+                    f"moments are {saved.step - optimizer_step} steps old",
+                    stacklevel=2,
+                )
+        else:
+            optimizer_step = None
         extras = [model_dir / n for n in TOKENIZER_FILES if (model_dir / n).is_file()]
         return cls(
             trainer=trainer,
@@ -128,6 +167,11 @@ class TrainerSession:
             ),
             resumed=saved is not None,
             extra_files=extras,
+            optimizer_every=spec.training.optimizer_every,
+            write_every_version=spec.inference.weight_sync == "disk",
+            optimizer_step=(
+                optimizer_step if saved is not None and optimizer_step != saved.step else None
+            ),
         )
 
     @property
@@ -138,13 +182,19 @@ class TrainerSession:
         return self.run_dir.weights_dir(self.state.version)
 
     def commit_step(
-        self, collector_state: Mapping[str, Any], record: Mapping[str, Any] | None = None
+        self,
+        collector_state: Mapping[str, Any],
+        record: Mapping[str, Any] | None = None,
+        *,
+        wait: bool = True,
     ) -> tuple[str, Path]:
         """After an optimizer step: issue the next version and persist it (rank 0 writes),
         with the step's history `record` in the checkpoint.
 
-        Returns the new version label and the directory holding its weights. All ranks must
-        call this together (it ends with a barrier).
+        Returns the new version label and the directory its weights are written to (when the
+        session writes them, see `write_every_version`). With `wait=False` a checkpoint
+        written in line is only started: the caller publishes the version, then calls
+        `finish_commit`. All ranks must call this together (it ends with a barrier).
         """
         version = self.state.next_version()
         self.state = replace(
@@ -155,29 +205,44 @@ class TrainerSession:
             record=None if record is None else dict(record),
         )
         path = self.run_dir.weights_dir(version)
-        weights = self.trainer.publishable_state_dict()
-        if self.env.is_main:
-            dtype = self.trainer.config.serving_dtype
-            save = functools.partial(write_pretrained, self.trainer.module, weights, dtype=dtype)
-            self.run_dir.write_weights(version, save, self.extra_files)
-        del weights  # rank 0's full copy in the serving dtype; free it before checkpointing
-        if self.state.step % self.checkpoint_every == 0:
-            self._start_checkpoint()
-            if not self.checkpoint_in_background:
-                self.wait_for_checkpoint()
+        checkpoint = self.state.step % self.checkpoint_every == 0
+        if self.write_every_version or checkpoint:
+            weights = self.trainer.publishable_state_dict()
+            if self.env.is_main:
+                dtype = self.trainer.config.serving_dtype
+                save = functools.partial(
+                    write_pretrained, self.trainer.module, weights, dtype=dtype
+                )
+                self.run_dir.write_weights(version, save, self.extra_files)
+            del weights  # rank 0's full copy in the serving dtype; free it before checkpointing
+        if checkpoint:
+            self._start_checkpoint(optimizer=self.state.step % self.optimizer_every == 0)
+            if wait:
+                self.finish_commit()
         barrier(self.env)
         return version, path
 
-    def _start_checkpoint(self) -> None:
+    def finish_commit(self) -> None:
+        """Wait for the step's checkpoint when it is written in line (not in the background).
+        Collective: every rank calls it after `commit_step(wait=False)`."""
+        if not self.checkpoint_in_background:
+            self.wait_for_checkpoint()
+
+    def _start_checkpoint(self, *, optimizer: bool) -> None:
         # One checkpoint write in flight per rank: the previous one has had a whole step.
         self.wait_for_checkpoint()
         if self.env.is_main:
-            # The newest complete checkpoints and the one about to be written are kept.
+            # The newest complete checkpoints, the newest one with optimizer state and the one
+            # about to be written are kept.
             keep_steps = (KEEP_CHECKPOINTS - 1) * self.checkpoint_every
-            self.run_dir.prune(keep_steps, self._versions_to_keep())
-            self.run_dir.write_state(self.state, self.env.world_size)
+            latest = self.run_dir.latest_step()
+            keep = set() if latest is None else {self.run_dir.optimizer_step(latest)}
+            self.run_dir.prune(
+                keep_steps, self._versions_to_keep(), keep_checkpoints={s for s in keep if s is not None}
+            )
+            self.run_dir.write_state(self.state, self.env.world_size, optimizer=optimizer)
         barrier(self.env)
-        shards = local_shards(self.trainer)
+        shards = local_shards(self.trainer, optimizer=optimizer)
         self.pending = self.run_dir.save_shards(self.state.step, self.env.rank, shards)
 
     def wait_for_checkpoint(self) -> None:
