@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from dressage.engine.weight_group import DEFAULT_TIMEOUT_S
 from dressage.orchestrator.publish import WeightPublisher
 from dressage.orchestrator.weight_sync import DEFAULT_BUCKET_BYTES, DistributedWeightSender
 from dressage.proxy.client import ProxyRolloutClient
@@ -66,7 +67,6 @@ class DistributedPublisher(WeightPublisher):
             engine_urls, proxy=proxy, pause_mode=pause_mode, update_timeout_s=update_timeout_s
         )
         self.weights = weights
-        kwargs = {} if update_timeout_s is None else {"timeout_s": update_timeout_s}
         self.sender = DistributedWeightSender(
             self.engines,
             master_address=master_address,
@@ -74,7 +74,7 @@ class DistributedPublisher(WeightPublisher):
             backend=backend,
             bucket_bytes=bucket_bytes,
             ranks_per_engine=ranks_per_engine,
-            **kwargs,
+            timeout_s=DEFAULT_TIMEOUT_S if update_timeout_s is None else update_timeout_s,
         )
 
     async def start(self) -> None:

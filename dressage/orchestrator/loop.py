@@ -3,8 +3,8 @@
 The same loop runs in-process under `dressage run` (one trainer process) and in every pod of
 the trainer gang under `dressage train` (torchrun). Rank 0 owns the collector and the weight
 publisher; the other ranks receive rank 0's batch and train on their shard, and take part in
-the publish when it gathers the weights over the gang (`weightSync: distributed`). Nothing here knows
-whether rollout is synchronous or asynchronous: that is the collector's business.
+the publish when it gathers the weights over the gang (`weightSync: distributed`). Nothing
+here knows whether rollout is synchronous or asynchronous: that is the collector's business.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
 
 from dressage.data.groups import TrainBatch
-from dressage.orchestrator.publish import WeightPublisher
 from dressage.rollout.collector import Collector
 from dressage.trainer.distributed import broadcast_object
 from dressage.trainer.session import TrainerSession
@@ -60,6 +61,15 @@ class StepRecord:
 StepSink = Callable[[StepRecord], None]
 
 
+class Publisher(Protocol):
+    """What the loop needs of a weight publisher (`WeightPublisher`, or the distributed ones
+    of `dressage.orchestrator.distributed_publish`)."""
+
+    async def publish(self, model_path: Path, version: str) -> None: ...
+
+    async def versions(self) -> list[str | None]: ...
+
+
 def is_collective(publisher: object) -> bool:
     """Whether every trainer rank must enter the publisher's `publish` (a distributed publish
     gathers each parameter over the gang, `dressage.orchestrator.distributed_publish`); a disk
@@ -68,7 +78,7 @@ def is_collective(publisher: object) -> bool:
 
 
 async def sync_engines(
-    session: TrainerSession, publisher: WeightPublisher, *, engines_have_initial_weights: bool
+    session: TrainerSession, publisher: Publisher, *, engines_have_initial_weights: bool
 ) -> bool:
     """Publish the session's current weights where an engine serves another version.
 
@@ -98,7 +108,7 @@ async def train_loop(
     *,
     steps: int,
     collector: Collector | None,
-    publisher: WeightPublisher | None,
+    publisher: Publisher | None,
     sink: StepSink,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
@@ -149,4 +159,6 @@ async def train_loop(
         # optimizer state) and before the step's record, which then always has its checkpoint.
         published = clock()
         await asyncio.to_thread(session.finish_commit)
-        sink(replace(record, train_seconds=trained - collected, publish_seconds=published - trained))
+        sink(
+            replace(record, train_seconds=trained - collected, publish_seconds=published - trained)
+        )

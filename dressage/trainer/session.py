@@ -132,10 +132,10 @@ class TrainerSession:
             optimizer_step = run_dir.optimizer_step(saved.step)
             load_local_shards(
                 trainer,
-                lambda buffers: run_dir.load_shards(saved.step, env.rank, buffers),
+                functools.partial(run_dir.load_shards, saved.step, env.rank),
                 None
                 if optimizer_step is None
-                else lambda buffers: run_dir.load_shards(optimizer_step, env.rank, buffers),
+                else functools.partial(run_dir.load_shards, optimizer_step, env.rank),
             )
             if optimizer_step is None:
                 warnings.warn(
@@ -238,7 +238,9 @@ class TrainerSession:
             latest = self.run_dir.latest_step()
             keep = set() if latest is None else {self.run_dir.optimizer_step(latest)}
             self.run_dir.prune(
-                keep_steps, self._versions_to_keep(), keep_checkpoints={s for s in keep if s is not None}
+                keep_steps,
+                self._versions_to_keep(),
+                keep_checkpoints={s for s in keep if s is not None},
             )
             self.run_dir.write_state(self.state, self.env.world_size, optimizer=optimizer)
         barrier(self.env)

@@ -78,13 +78,17 @@ def ddp_worker(argv: list[str] | None = None) -> int:
 
     Run under torchrun: `torchrun --nproc_per_node 2 -m dressage.trainer.testing --model DIR
     --out DIR --steps N [--precision P] [--micro-tokens T] [--chunk-tokens C]
-    [--activation-checkpointing] [--resume]`. Rank 0 draws each
+    [--activation-checkpointing] [--resume] [--engine-url URL]`. Rank 0 draws each
     batch and broadcasts it, as the training loop does; every rank writes its full parameters
     to `OUT/rank<R>.pt` and rank 0 its metrics to `OUT/metrics.json`. With `--resume` each
     rank also trains through a `TrainerSession` that is reopened from its sharded checkpoint
     after `N - 1` steps (`OUT/resumed-rank<R>.pt`) and one that is not
     (`OUT/straight-rank<R>.pt`), both with the job defaults for logprob chunking and
-    activation checkpointing. Each rank writes `OUT/done-rank<R>` last, before the process
+    activation checkpointing. With `--engine-url` the trained weights are then published to
+    that engine over a gloo weight-update group as version `v-gang`: every rank gathers each
+    parameter (`PublishFollower` on rank 1), rank 0 sends (`DistributedPublisher`); each rank
+    records how many tensors it was handed in `OUT/published-rank<R>.json`. Each rank writes
+    `OUT/done-rank<R>` last, before the process
     group is torn down, so a test judges on complete files.
     """
     import argparse
@@ -112,6 +116,7 @@ def ddp_worker(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-tokens", type=int, default=1024)
     parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--engine-url", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     env = current_env()
@@ -134,6 +139,8 @@ def ddp_worker(argv: list[str] | None = None) -> int:
         torch.save(gathered_weights(trainer), args.out / f"rank{env.rank}.pt")
         if env.is_main:
             (args.out / "metrics.json").write_text(json.dumps(history))
+        if args.engine_url:
+            _publish_to_engine(trainer, env, args.engine_url, args.out)
         if args.resume:
             spec = job_spec(
                 learning_rate=args.lr,
@@ -169,6 +176,43 @@ def ddp_worker(argv: list[str] | None = None) -> int:
     finally:
         shutdown_distributed()
     return 0
+
+
+def _publish_to_engine(trainer: Any, env: Any, engine_url: str, out: Path) -> None:
+    """Publish `trainer`'s weights to one engine from a gang (see `ddp_worker`)."""
+    import asyncio
+    import json
+
+    from dressage.orchestrator.distributed_publish import DistributedPublisher, PublishFollower
+
+    handed = 0
+
+    def weights() -> Any:
+        nonlocal handed
+        for item in trainer.iter_publishable():
+            handed += 1
+            yield item
+
+    async def publish() -> None:
+        if env.is_main:
+            publisher = DistributedPublisher(
+                [engine_url],
+                weights=weights,
+                master_address="127.0.0.1",
+                master_port=0,
+                backend="gloo",
+                bucket_bytes=4096,
+                update_timeout_s=120.0,
+            )
+            try:
+                await publisher.publish(Path(), "v-gang")
+            finally:
+                await publisher.aclose()
+        else:
+            await PublishFollower(weights).publish(Path(), "v-gang")
+
+    asyncio.run(publish())
+    (out / f"published-rank{env.rank}.json").write_text(json.dumps({"tensors": handed}))
 
 
 if __name__ == "__main__":

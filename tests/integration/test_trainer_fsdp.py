@@ -9,12 +9,14 @@ occasionally aborts inside `destroy_process_group` after all work is done.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
@@ -123,3 +125,31 @@ def test_bf16_fsdp_ranks_stay_within_bfloat16_rounding_of_float32_training(
     assert metrics["loss"] == pytest.approx(history[0]["loss"], rel=0.05)
     assert metrics["entropy"] == pytest.approx(history[0]["entropy"], rel=0.02)
     assert metrics["grad_norm"] == pytest.approx(history[0]["grad_norm"], rel=0.05)
+
+
+def test_a_gang_publishes_its_sharded_weights_to_a_real_engine(model: Path, tmp_path: Path) -> None:
+    """Both ranks gather every parameter while rank 0 broadcasts each bucket to the engine:
+    the engine then serves exactly the gang's trained weights under the new version."""
+    from transformers import LlamaForCausalLM
+
+    from dressage.engine.testing import start_engine
+    from tests.integration.test_weight_sync import engine_logprobs, model_logprobs
+
+    with start_engine(model=str(model), weight_version="v0") as engine:
+        out = _launch(model, tmp_path / "gang", "--steps", "2", "--engine-url", engine.base_url)
+        version = httpx.get(f"{engine.base_url}/get_weight_version", timeout=10).json()
+        output, served = asyncio.run(engine_logprobs(engine.base_url))
+
+    assert version["weight_version"] == "v-gang"
+    trained = LlamaForCausalLM.from_pretrained(model).eval()
+    weights = torch.load(out / "rank0.pt")
+    trained.load_state_dict(weights)
+    torch.testing.assert_close(served, model_logprobs(trained, output), atol=1e-5, rtol=0)
+    # Every rank took part in every gather, one parameter at a time.
+    handed = [json.loads((out / f"published-rank{r}.json").read_text())["tensors"] for r in (0, 1)]
+    assert handed == [len(weights)] * 2
+    initial = LlamaForCausalLM.from_pretrained(model).eval()
+    # The trained weights are not the engine's initial ones (the comparison above can fail).
+    assert (
+        max(abs(a - b) for a, b in zip(model_logprobs(initial, output), served, strict=True)) > 1e-3
+    )
