@@ -89,14 +89,15 @@ async def sync_engines(
     Rank 0 decides; with a collective publisher every rank calls this and learns the decision
     from rank 0. Returns whether it published.
     """
+    collective = is_collective(publisher)
     due = False
-    if session.env.is_main:
+    if not collective or session.env.is_main:
         if session.state.version_index == 0:
             due = not engines_have_initial_weights
         else:
             versions = await publisher.versions()
             due = any(v != session.state.version for v in versions)
-    if is_collective(publisher):
+    if collective:
         due = bool(broadcast_object(due, session.env))
     if due:
         await publisher.publish(session.weights_dir, session.state.version)
