@@ -29,7 +29,9 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dressage.api.job import AsyncRLJob
+import torch
+
+from dressage.api.job import AsyncRLJob, AsyncRLJobSpec
 from dressage.orchestrator.collectors import make_collector, weight_update_pause_mode
 from dressage.orchestrator.distributed_publish import DistributedPublisher, PublishFollower
 from dressage.orchestrator.loop import StepRecord, StepSink, sync_engines, train_loop
@@ -67,6 +69,27 @@ class WeightSyncWiring:
     """`nccl` between GPUs (SGLang engines), `gloo` on CPU (embedded engines)."""
     ranks_per_engine: int = 1
     """Ranks each engine takes in the group: its tensor-parallel size."""
+
+
+def weight_sync_wiring(
+    spec: AsyncRLJobSpec, address: str | None, port: int | None, device: torch.device
+) -> WeightSyncWiring | None:
+    """The weight-update group's rendezvous for a trainer on `device` whose rank 0 the engines
+    reach at `address` (None with `weightSync: disk`): NCCL from a GPU trainer to SGLang
+    engines, gloo from a CPU one; each engine takes its tensor-parallel size in ranks."""
+    if spec.inference.weight_sync != "distributed":
+        return None
+    if not address:
+        raise ValueError(
+            "spec.inference.weightSync is 'distributed': trainer rank 0 needs the address the "
+            "engines reach it by ($DRESSAGE_WEIGHT_SYNC_ADDRESS or $MASTER_ADDR)"
+        )
+    return WeightSyncWiring(
+        master_address=address,
+        master_port=spec.inference.weight_sync_port if port is None else port,
+        backend="nccl" if device.type == "cuda" else "gloo",
+        ranks_per_engine=spec.inference.tensor_parallel_size,
+    )
 
 
 async def run_pipeline(

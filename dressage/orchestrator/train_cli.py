@@ -12,7 +12,11 @@ weights and checkpoints under `--workdir` (or `DRESSAGE_WORKDIR`; default
 `<spec.storage.mountPath>/<job>`), and serves `/metrics` on `--metrics-port` (or
 `DRESSAGE_METRICS_PORT`; default 9400). `--config` falls back to `DRESSAGE_JOB_CONFIG`,
 `DRESSAGE_ROLLOUT_MAX_RETRIES` overrides `spec.rollout.maxRetries`, and `DRESSAGE_PROXY_TOKEN`
-is the proxy's bearer token when it requires one. Every rank resumes from the same checkpoint
+is the proxy's bearer token when it requires one. With `spec.inference.weightSync:
+distributed`, rank 0 serves the weight-update group's rendezvous for the engines at
+`DRESSAGE_WEIGHT_SYNC_ADDRESS` (the name the engines reach it by; default `MASTER_ADDR`) and
+`DRESSAGE_WEIGHT_SYNC_PORT` (default `spec.inference.weightSyncPort`), over NCCL on a GPU
+trainer and gloo on a CPU one. Every rank resumes from the same checkpoint
 and runs the job's pipeline (`dressage.orchestrator.pipeline`), as `dressage run` does. The
 engines and the proxy are not started here: on a cluster they are their own pods, and locally
 `dressage run` starts them.
@@ -42,6 +46,8 @@ METRICS_PORT_ENV = "DRESSAGE_METRICS_PORT"
 WORKDIR_ENV = "DRESSAGE_WORKDIR"
 MAX_RETRIES_ENV = "DRESSAGE_ROLLOUT_MAX_RETRIES"
 PROXY_TOKEN_ENV = "DRESSAGE_PROXY_TOKEN"
+WEIGHT_SYNC_ADDRESS_ENV = "DRESSAGE_WEIGHT_SYNC_ADDRESS"
+WEIGHT_SYNC_PORT_ENV = "DRESSAGE_WEIGHT_SYNC_PORT"
 ENV_VARS = (
     JOB_CONFIG_ENV,
     ENGINE_URLS_ENV,
@@ -50,6 +56,8 @@ ENV_VARS = (
     WORKDIR_ENV,
     MAX_RETRIES_ENV,
     PROXY_TOKEN_ENV,
+    WEIGHT_SYNC_ADDRESS_ENV,
+    WEIGHT_SYNC_PORT_ENV,
 )
 """Every variable `dressage train` reads (each the fallback of a flag, or of the job's field)."""
 DEFAULT_METRICS_PORT = 9400
@@ -102,6 +110,12 @@ class Wiring:
     """`spec.rollout.maxRetries` override (`$DRESSAGE_ROLLOUT_MAX_RETRIES`)."""
     proxy_token: str | None = None
     """The proxy's bearer token (`$DRESSAGE_PROXY_TOKEN`), when the proxy requires one."""
+    weight_sync_address: str | None = None
+    """Where the engines reach trainer rank 0 for the weight-update group
+    (`$DRESSAGE_WEIGHT_SYNC_ADDRESS`, else `$MASTER_ADDR`)."""
+    weight_sync_port: int | None = None
+    """The group's port on rank 0 (`$DRESSAGE_WEIGHT_SYNC_PORT`, else the job's
+    `spec.inference.weightSyncPort`)."""
 
 
 def _env_int(environ: Mapping[str, str], name: str) -> int | None:
@@ -144,6 +158,10 @@ def resolve_wiring(args: argparse.Namespace, environ: Mapping[str, str]) -> Wiri
         workdir=workdir,
         max_retries=max_retries,
         proxy_token=environ.get(PROXY_TOKEN_ENV) or None,
+        weight_sync_address=(
+            environ.get(WEIGHT_SYNC_ADDRESS_ENV) or environ.get("MASTER_ADDR") or None
+        ),
+        weight_sync_port=_env_int(environ, WEIGHT_SYNC_PORT_ENV),
     )
 
 
@@ -175,7 +193,7 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
     from dressage.model.warmstart import initial_model_dir
     from dressage.orchestrator.loop import StepRecord
     from dressage.orchestrator.metrics import RunMetrics
-    from dressage.orchestrator.pipeline import Endpoints, run_pipeline
+    from dressage.orchestrator.pipeline import Endpoints, run_pipeline, weight_sync_wiring
     from dressage.trainer.checkpoint import RunDir
     from dressage.trainer.distributed import (
         barrier,
@@ -230,6 +248,9 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
                     proxy_url=wiring.proxy_url,
                     engine_urls=wiring.engine_urls,
                     proxy_token=wiring.proxy_token,
+                    weight_sync=weight_sync_wiring(
+                        spec, wiring.weight_sync_address, wiring.weight_sync_port, device
+                    ),
                 ),
                 steps=steps,
                 metrics=metrics,

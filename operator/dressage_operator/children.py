@@ -12,6 +12,13 @@ Roles and how they are wired:
   headless `<job>-engine` Service (the proxy balances across them and health-checks them; a
   failed engine is replaced alone).
 - proxy: a Deployment `<job>-proxy` behind a ClusterIP Service `<job>-proxy`.
+- weight sync (`spec.inference.weightSync: distributed`): trainer rank 0 serves the
+  weight-update group's rendezvous on `spec.inference.weightSyncPort` (declared on the trainer
+  pods and their Service as `weight-sync`) at its stable name
+  `<job>-trainer-0.<job>-trainer.<ns>.svc`; the trainer gets that address and port
+  (`weight_sync_env`) and has each engine join at its rank offset, in engine order, over a
+  group of 1 + replicas x tensorParallelSize ranks (`weight_sync_rendezvous`), NCCL between GPU
+  pods with the NCCL environment of `NCCL_ENV`.
 - config: a ConfigMap `<job>-config` with the job manifest (`job.yaml`) the runtime loads with
   `dressage.api.load_job`.
 - model staging: when `spec.model.source` is a Hugging Face id, every pod that reads the model
@@ -124,8 +131,9 @@ def _resources(res: ResourceRequirements, gpus: int) -> Obj:
 
 def _volumes(job: AsyncRLJob, owner: Owner) -> tuple[list[Obj], list[Obj]]:
     storage = job.spec.storage
-    # The operator refuses a job without a claim (`decide.cluster_errors`); the emptyDir only
-    # keeps the builders total.
+    # Without a claim (allowed only for a one-node trainer with distributed weight sync, see
+    # `decide.cluster_errors`) every pod has storage of its own: the staged model, and on the
+    # trainer the checkpoints, for as long as the pod lives.
     if storage.persistent_volume_claim:
         storage_volume: Obj = {
             "name": "storage",
@@ -208,6 +216,11 @@ def staging_init_containers(job: AsyncRLJob, config: OperatorConfig) -> list[Obj
 
 
 PROXY_TOKEN_ENV = "DRESSAGE_PROXY_TOKEN"
+WEIGHT_SYNC_ADDRESS_ENV = "DRESSAGE_WEIGHT_SYNC_ADDRESS"
+WEIGHT_SYNC_PORT_ENV = "DRESSAGE_WEIGHT_SYNC_PORT"
+"""The weight-update group's rendezvous, as `dressage train` reads it."""
+DEFAULT_WEIGHTS_GROUP = "weight_update_group"
+"""SGLang's default group name, which the trainer uses (`dressage.engine.protocol`)."""
 """What `dressage proxy` and `dressage train` read the proxy's bearer token from."""
 
 
@@ -353,6 +366,9 @@ def build_trainer_service(job: AsyncRLJob, owner: Owner) -> Obj:
         {"name": "rendezvous", "port": naming.RENDEZVOUS_PORT, "targetPort": "rendezvous"},
         {"name": "metrics", "port": naming.METRICS_PORT, "targetPort": "metrics"},
     ]
+    if distributed_sync(job):
+        port = job.spec.inference.weight_sync_port
+        ports.append({"name": naming.WEIGHT_SYNC_PORT_NAME, "port": port, "targetPort": port})
     return _headless_service(
         job, owner, naming.trainer_service(owner.name), naming.ROLE_TRAINER, ports
     )
@@ -368,6 +384,63 @@ def build_engine_service(job: AsyncRLJob, owner: Owner) -> Obj:
 def engine_urls(job: AsyncRLJob, owner: Owner) -> list[str]:
     replicas = job.spec.inference.replicas
     return [naming.engine_url(owner.name, owner.namespace, i) for i in range(replicas)]
+
+
+NCCL_ENV: dict[str, str] = {
+    "NCCL_CUMEM_ENABLE": "0",
+    "NCCL_DEBUG": "WARN",
+}
+"""On trainer and engine pods of a GPU job with distributed weight sync: SGLang's scheduler
+runs NCCL with cuMem allocation off, and both ends of a communicator must agree; NCCL's
+warnings name the cause when the weight-update group fails. Template env overrides them."""
+
+
+def distributed_sync(job: AsyncRLJob) -> bool:
+    """Whether the job's weights reach its engines over a weight-update group."""
+    return job.spec.inference.weight_sync == "distributed"
+
+
+@dataclass(frozen=True)
+class WeightSyncRendezvous:
+    """The weight-update group of a job: trainer rank 0 and every engine's ranks."""
+
+    master_address: str
+    master_port: int
+    world_size: int
+    rank_offsets: tuple[int, ...]
+    """Engine `i` joins at `rank_offsets[i]` (its tensor-parallel ranks follow)."""
+    group_name: str
+    backend: str
+
+
+def weight_sync_rendezvous(job: AsyncRLJob, owner: Owner) -> WeightSyncRendezvous:
+    """Where and how the trainer and the engines meet; the trainer computes the same ranks
+    from the engine URLs it is given (`dressage.orchestrator.weight_sync`)."""
+    inference = job.spec.inference
+    tp = inference.tensor_parallel_size
+    return WeightSyncRendezvous(
+        master_address=naming.trainer_host(owner.name, owner.namespace, 0),
+        master_port=inference.weight_sync_port,
+        world_size=1 + inference.replicas * tp,
+        rank_offsets=tuple(1 + i * tp for i in range(inference.replicas)),
+        group_name=DEFAULT_WEIGHTS_GROUP,
+        backend="nccl" if job.spec.trainer.gpus_per_node > 0 else "gloo",
+    )
+
+
+def weight_sync_env(job: AsyncRLJob, owner: Owner) -> dict[str, str]:
+    """The trainer's weight-sync variables (`dressage train` reads them), plus the NCCL
+    environment on GPU; nothing with disk sync."""
+    if not distributed_sync(job):
+        return {}
+    rendezvous = weight_sync_rendezvous(job, owner)
+    env = {
+        WEIGHT_SYNC_ADDRESS_ENV: rendezvous.master_address,
+        WEIGHT_SYNC_PORT_ENV: str(rendezvous.master_port),
+    }
+    if rendezvous.backend == "nccl":
+        env |= NCCL_ENV
+    return env
 
 
 def trainer_command(job: AsyncRLJob) -> list[str]:
@@ -405,9 +478,10 @@ def trainer_env(job: AsyncRLJob, owner: Owner, index: int) -> dict[str, str]:
         "DRESSAGE_ENGINE_URLS": ",".join(engine_urls(job, owner)),
         "DRESSAGE_PROXY_URL": naming.proxy_url(owner.name, owner.namespace),
         "DRESSAGE_METRICS_PORT": str(naming.METRICS_PORT),
-        # The run directory on the shared storage: weights/<version>/ (which the engines load
-        # from the same mount), checkpoints/ and the model cache.
+        # The run directory on the job's storage: weights/<version>/ (which the engines load
+        # from the same mount with disk sync), checkpoints/ and the model cache.
         "DRESSAGE_WORKDIR": f"{spec.storage.mount_path}/{owner.name}",
+        **weight_sync_env(job, owner),
     }
 
 
@@ -427,6 +501,16 @@ def build_trainer_pods(
             "ports": [
                 {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},
                 {"name": "metrics", "containerPort": naming.METRICS_PORT},
+                *(
+                    [
+                        {
+                            "name": naming.WEIGHT_SYNC_PORT_NAME,
+                            "containerPort": job.spec.inference.weight_sync_port,
+                        }
+                    ]
+                    if distributed_sync(job)
+                    else []
+                ),
             ],
             "resources": _resources(trainer.resources, trainer.gpus_per_node),
         }
@@ -454,8 +538,10 @@ def build_trainer_pods(
 
 
 def engine_command(job: AsyncRLJob) -> list[str]:
-    """The SGLang server command line; weights are updated over HTTP by the trainer
-    (`/update_weights_from_disk` from shared storage), each update stamping a new version."""
+    """The SGLang server command line; weights are updated over HTTP by the trainer, each
+    update stamping a new version: `/update_weights_from_disk` from the job's storage, or
+    `/init_weights_update_group` once and then `/update_weights_from_distributed` per bucket
+    (the group's address comes with the request, so no flag changes)."""
     spec = job.spec
     cmd = [
         "python",
@@ -526,7 +612,12 @@ def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, inde
         "image": inference.image or config.sglang_image,
         "command": engine_command(job),
         "env": _env(
-            {"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH, "HOME": ENGINE_HOME}, inference.template
+            {
+                "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
+                "HOME": ENGINE_HOME,
+                **(NCCL_ENV if distributed_sync(job) and job.spec.trainer.gpus_per_node else {}),
+            },
+            inference.template,
         ),
         "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
         "resources": _resources(inference.resources, inference.tensor_parallel_size),

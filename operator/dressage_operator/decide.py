@@ -83,15 +83,7 @@ def cluster_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
     """What a valid job model still cannot do on a cluster, where the trainer, the engines and
     the proxy are separate pods (`dressage run` has none of these limits)."""
     errors: list[tuple[str, str]] = []
-    if not job.spec.storage.persistent_volume_claim:
-        errors.append(
-            (
-                "spec.storage.persistentVolumeClaim",
-                "required on a cluster: the trainer, the engines and the proxy are separate "
-                "pods that share the model, the weights the trainer publishes and the "
-                "checkpoints through it; name a ReadWriteMany PersistentVolumeClaim",
-            )
-        )
+    errors += storage_errors(job)
     model = job.spec.model
     tokenizer = model.tokenizer
     if tokenizer and type(model)(source=tokenizer).is_hub_id:
@@ -104,6 +96,41 @@ def cluster_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
             )
         )
     return errors
+
+
+def storage_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
+    """What the job needs shared storage for. With disk weight sync the engines load every
+    version from it; with distributed sync the weights go over the network and storage holds
+    only the staged model and the checkpoints, which a one-node trainer may keep on its own
+    pod (they then last as long as the pod). A trainer of several nodes shares its model cache
+    and checkpoint directory between its pods, so it needs the claim either way."""
+    spec = job.spec
+    if spec.storage.persistent_volume_claim:
+        return []
+    field = "spec.storage.persistentVolumeClaim"
+    if spec.inference.weight_sync == "disk":
+        return [
+            (
+                field,
+                "required on a cluster with spec.inference.weightSync 'disk': the trainer, the "
+                "engines and the proxy are separate pods that share the model, the weights the "
+                "trainer publishes and the checkpoints through it; name a ReadWriteMany "
+                "PersistentVolumeClaim, or set spec.inference.weightSync to 'distributed' "
+                "(then a one-node trainer may run without one, its checkpoints lasting only "
+                "as long as its pod)",
+            )
+        ]
+    if spec.trainer.nodes > 1:
+        return [
+            (
+                field,
+                f"required for a trainer of {spec.trainer.nodes} nodes (spec.trainer.nodes), "
+                "even with spec.inference.weightSync 'distributed': its pods share the model "
+                "cache and the checkpoint directory through it; name a ReadWriteMany "
+                "PersistentVolumeClaim",
+            )
+        ]
+    return []
 
 
 def spec_errors(

@@ -24,6 +24,9 @@ ROLE_CONFIG: Final = "config"
 
 RENDEZVOUS_PORT: Final = 29500
 """torch.distributed rendezvous port of trainer rank 0."""
+WEIGHT_SYNC_PORT_NAME: Final = "weight-sync"
+"""Name of the weight-update group's port on the trainer pods and their Service (the number
+is `spec.inference.weightSyncPort`)."""
 METRICS_PORT: Final = 9400
 """Prometheus `/metrics` port of the trainer pods (the operator scrapes rank 0)."""
 ENGINE_PORT: Final = 30000

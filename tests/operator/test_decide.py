@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import yaml
 from dressage_operator.children import Owner
 from dressage_operator.config import OperatorConfig
@@ -493,6 +494,35 @@ def test_a_job_without_shared_storage_is_refused_naming_the_claim() -> None:
     assert (status, reason) == ("False", "InvalidSpec")
     assert message.startswith("spec.storage.persistentVolumeClaim: required on a cluster")
     assert spec_errors(_body(), "ns/job-a")[1] == ()
+
+
+@pytest.mark.parametrize(
+    ("nodes", "refused"), [(1, False), (2, True)], ids=["one-node", "two-nodes"]
+)
+def test_distributed_sync_needs_shared_storage_only_for_a_trainer_of_several_nodes(
+    nodes: int, refused: bool
+) -> None:
+    """The weights go over the network; the storage then holds only the staged model and the
+    checkpoints, which a one-node trainer keeps on its own pod."""
+    body = _body(
+        storage={"mountPath": "/data"},
+        inference={"weightSync": "distributed"},
+        trainer={"nodes": nodes, "gpusPerNode": 1},
+    )
+    job, errors = spec_errors(body, "ns/job-a")
+    assert job is not None
+    assert [f for f, _ in errors] == (["spec.storage.persistentVolumeClaim"] if refused else [])
+    if refused:
+        assert "spec.trainer.nodes" in errors[0][1]
+        assert "model cache and the checkpoint directory" in errors[0][1]
+
+
+def test_disk_sync_without_storage_names_the_distributed_alternative() -> None:
+    _, errors = spec_errors(_body(storage={"mountPath": "/data"}), "ns/job-a")
+    ((field, message),) = errors
+    assert field == "spec.storage.persistentVolumeClaim"
+    assert "spec.inference.weightSync 'disk'" in message
+    assert "'distributed'" in message
 
 
 def test_more_than_one_proxy_is_refused_because_sessions_live_in_one_replica() -> None:
