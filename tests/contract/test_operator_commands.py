@@ -61,3 +61,39 @@ def test_engine_command_parses_with_sglangs_parser(example: Path) -> None:
 def test_the_parser_refuses_what_sglang_does_not_know() -> None:
     with pytest.raises(_Refused, match="--no-such-flag"):
         _sglang_parser().parse_args(["--model-path", "m", "--no-such-flag"])
+
+
+def test_the_weight_update_group_the_operator_wires_fits_sglangs_ranks() -> None:
+    """Each engine joins with `InitWeightsUpdateGroupReqInput` at its rank offset; SGLang
+    v0.5.2 (`ModelRunner.init_weights_update_group`) puts TP rank `t` of an engine at
+    `rank_offset + t`, so every engine rank must get its own rank in [1, world_size) and rank
+    0 stays the trainer's."""
+    from sglang.srt.managers.io_struct import InitWeightsUpdateGroupReqInput
+
+    from dressage.api import AsyncRLJob
+
+    job = AsyncRLJob.model_validate(
+        {
+            "metadata": {"name": "job-a"},
+            "spec": {
+                "model": {"source": "Qwen/Qwen3-8B"},
+                "inference": {"replicas": 3, "tensorParallelSize": 4, "weightSync": "distributed"},
+            },
+        }
+    )
+    owner = children.Owner(name="job-a", namespace="ns", uid="uid-1")
+    rendezvous = children.weight_sync_rendezvous(job, owner)
+    tp = job.spec.inference.tensor_parallel_size
+    ranks = []
+    for offset in rendezvous.rank_offsets:
+        req = InitWeightsUpdateGroupReqInput(
+            master_address=rendezvous.master_address,
+            master_port=rendezvous.master_port,
+            rank_offset=offset,
+            world_size=rendezvous.world_size,
+            group_name=rendezvous.group_name,
+            backend=rendezvous.backend,
+        )
+        ranks += [req.rank_offset + t for t in range(tp)]
+    assert sorted(ranks) == list(range(1, rendezvous.world_size))
+    assert req.backend == "nccl"
