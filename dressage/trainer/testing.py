@@ -87,7 +87,10 @@ def ddp_worker(argv: list[str] | None = None) -> int:
     activation checkpointing. With `--engine-url` the trained weights are then published to
     that engine over a gloo weight-update group as version `v-gang`: every rank gathers each
     parameter (`PublishFollower` on rank 1), rank 0 sends (`DistributedPublisher`); each rank
-    records how many tensors it was handed in `OUT/published-rank<R>.json`. Each rank writes
+    records how many tensors it was handed in `OUT/published-rank<R>.json`. With
+    `--stale-optimizer` a session checkpointing the optimizer state every second step trains
+    3 steps and is reopened: `OUT/stale-rank<R>.json` says whether this rank's weights are
+    step 3's and its optimizer shards step 2's. Each rank writes
     `OUT/done-rank<R>` last, before the process
     group is torn down, so a test judges on complete files.
     """
@@ -117,6 +120,7 @@ def ddp_worker(argv: list[str] | None = None) -> int:
     parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--engine-url", default=None)
+    parser.add_argument("--stale-optimizer", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     env = current_env()
@@ -141,6 +145,8 @@ def ddp_worker(argv: list[str] | None = None) -> int:
             (args.out / "metrics.json").write_text(json.dumps(history))
         if args.engine_url:
             _publish_to_engine(trainer, env, args.engine_url, args.out)
+        if args.stale_optimizer:
+            _resume_with_stale_optimizer(args.model, args.out, env, args.lr)
         if args.resume:
             spec = job_spec(
                 learning_rate=args.lr,
@@ -176,6 +182,59 @@ def ddp_worker(argv: list[str] | None = None) -> int:
     finally:
         shutdown_distributed()
     return 0
+
+
+def _resume_with_stale_optimizer(model: Path, out: Path, env: Any, lr: float) -> None:
+    """See `ddp_worker --stale-optimizer`."""
+    import json
+    import warnings
+
+    import torch
+
+    from dressage.trainer.checkpoint import RunDir
+    from dressage.trainer.grpo import local_shards
+    from dressage.trainer.session import TrainerSession
+
+    spec = job_spec(learning_rate=lr, optimizer_checkpoint_every=2)
+
+    def session() -> TrainerSession:
+        return TrainerSession.open(spec, model_dir=model, run_dir=RunDir(out / "stale"), env=env)
+
+    def train(s: TrainerSession, until: int) -> None:
+        while s.state.step < until:
+            s.trainer.train_step(synthetic_batch(s.state.step + 1))
+            s.commit_step({})
+        s.wait_for_checkpoint()
+
+    first = session()
+    train(first, 2)
+    optimizer_at_2 = local_shards(first.trainer)["optimizer"]
+    train(first, 3)
+    weights_at_3 = local_shards(first.trainer, optimizer=False)["model"]
+    del first
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed = session()
+    shards = local_shards(resumed.trainer)
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and torch.equal(a, b)
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list | tuple):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return bool(a == b)
+
+    result = {
+        "step": resumed.state.step,
+        "optimizer_step": resumed.optimizer_step,
+        "weights": same(shards["model"], weights_at_3),
+        "optimizer": same(shards["optimizer"], optimizer_at_2),
+        "warned": any("optimizer state of step 2" in str(w.message) for w in caught),
+    }
+    train(resumed, 4)
+    (out / f"stale-rank{env.rank}.json").write_text(json.dumps(result))
 
 
 def _publish_to_engine(trainer: Any, env: Any, engine_url: str, out: Path) -> None:

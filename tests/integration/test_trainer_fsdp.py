@@ -153,3 +153,20 @@ def test_a_gang_publishes_its_sharded_weights_to_a_real_engine(model: Path, tmp_
     assert (
         max(abs(a - b) for a, b in zip(model_logprobs(initial, output), served, strict=True)) > 1e-3
     )
+
+
+def test_a_gang_resumed_with_older_optimizer_state_loads_each_ranks_shards_of_both(
+    model: Path, tmp_path: Path
+) -> None:
+    """Checkpoints carry the optimizer state every second step: resuming the checkpoint of
+    step 3 gives every rank its step-3 weight shards and its step-2 optimizer shards."""
+    out = _launch(model, tmp_path / "stale", "--steps", "1", "--stale-optimizer")
+    for rank in (0, 1):
+        result = json.loads((out / f"stale-rank{rank}.json").read_text())
+        assert result == {
+            "step": 3,
+            "optimizer_step": 2,
+            "weights": True,
+            "optimizer": True,
+            "warned": True,
+        }, rank
