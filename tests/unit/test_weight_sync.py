@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
-from dressage.orchestrator.weight_sync import DistributedWeightSender, buckets
+from dressage.orchestrator.weight_sync import DistributedWeightSender, WeightSyncError, buckets
 
 
 def test_buckets_hold_at_most_bucket_bytes_and_pull_one_tensor_ahead() -> None:
@@ -52,3 +53,97 @@ def test_rank_offsets_follow_each_engines_tensor_parallel_size() -> None:
     )
     assert sender.rank_offsets == [1, 3, 4]
     assert sender.world_size == 8
+
+
+class _FailingSender:
+    """Takes the first tensor of a publish, then fails as a refused bucket would."""
+
+    ready = True
+
+    async def init_group(self) -> None:
+        pass
+
+    async def send(self, named: Iterator[tuple[str, torch.Tensor]], version: str) -> None:
+        next(iter(named))
+        raise WeightSyncError("a bucket was not loaded")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_failed_publish_still_takes_part_in_every_gather_and_continues_generation() -> None:
+    """Each tensor is a collective over the trainer gang: rank 0 must consume all of them
+    even when a bucket fails, or the other ranks would wait in a gather forever."""
+    from dressage.orchestrator.distributed_publish import DistributedPublisher, PublishFollower
+
+    handed: list[str] = []
+
+    def weights() -> Iterator[tuple[str, torch.Tensor]]:
+        for name in ("a", "b", "c"):
+            handed.append(name)
+            yield name, torch.zeros(2)
+
+    publisher = DistributedPublisher(
+        ["http://127.0.0.1:9"],
+        weights=weights,
+        master_address="127.0.0.1",
+        master_port=0,
+        backend="gloo",
+    )
+    calls: list[str] = []
+
+    async def pause() -> None:
+        calls.append("pause")
+
+    async def resume() -> None:
+        calls.append("continue")
+
+    publisher.sender = _FailingSender()  # type: ignore[assignment]
+    publisher._pause = pause  # type: ignore[method-assign]
+    publisher._resume = resume  # type: ignore[method-assign]
+    with pytest.raises(WeightSyncError, match="not loaded"):
+        await publisher.publish(Path(), "v1")
+    assert handed == ["a", "b", "c"]
+    assert calls == ["pause", "continue"]
+    await publisher.aclose()
+
+    handed.clear()
+    await PublishFollower(weights).publish(Path(), "v1")
+    assert handed == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("inference", "field"),
+    [
+        ({"weightSync": "nfs"}, "spec.inference.weightSync"),
+        ({"weightSyncPort": 0}, "spec.inference.weightSyncPort"),
+        ({"weightSyncBucketMegabytes": 0}, "spec.inference.weightSyncBucketMegabytes"),
+    ],
+)
+def test_bad_weight_sync_settings_name_the_field(inference: dict[str, object], field: str) -> None:
+    from dressage.api.loader import JobValidationError, validate_job
+
+    body = {"metadata": {"name": "j"}, "spec": {"model": {"source": "m"}, "inference": inference}}
+    with pytest.raises(JobValidationError) as info:
+        validate_job(body)
+    assert [f for f, _ in info.value.errors] == [field]
+
+
+def test_the_trainer_wiring_of_the_weight_update_group() -> None:
+    from dressage.api.job import AsyncRLJobSpec
+    from dressage.orchestrator.pipeline import weight_sync_wiring
+
+    disk = AsyncRLJobSpec.model_validate({"model": {"source": "m"}})
+    assert weight_sync_wiring(disk, "trainer-0", None, torch.device("cpu")) is None
+    spec = AsyncRLJobSpec.model_validate(
+        {
+            "model": {"source": "m"},
+            "inference": {"weightSync": "distributed", "tensorParallelSize": 4},
+        }
+    )
+    wiring = weight_sync_wiring(spec, "trainer-0", None, torch.device("cpu"))
+    assert wiring is not None
+    assert (wiring.master_address, wiring.master_port) == ("trainer-0", 29600)
+    assert (wiring.backend, wiring.ranks_per_engine) == ("gloo", 4)
+    with pytest.raises(ValueError, match="DRESSAGE_WEIGHT_SYNC_ADDRESS"):
+        weight_sync_wiring(spec, None, None, torch.device("cpu"))
