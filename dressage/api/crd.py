@@ -118,6 +118,20 @@ PROXY_RULES: list[Schema] = [
         "fieldPath": ".tokenSecret",
     },
 ]
+TRAINING_RULES: list[Schema] = [
+    {
+        "rule": (
+            "!has(self.optimizerCheckpointEvery) || self.optimizerCheckpointEvery"
+            " % (has(self.checkpointEvery) ? self.checkpointEvery : 1) == 0"
+        ),
+        "message": (
+            "training.optimizerCheckpointEvery must be a multiple of training.checkpointEvery: "
+            "the optimizer state is written with a checkpoint"
+        ),
+        "fieldPath": ".optimizerCheckpointEvery",
+        "reason": "FieldValueInvalid",
+    },
+]
 ROOT_RULES: list[Schema] = [
     {
         "rule": (
@@ -257,6 +271,7 @@ def spec_schema() -> Schema:
     spec["properties"]["model"]["x-kubernetes-validations"] = copy.deepcopy(MODEL_RULES)
     spec["properties"]["storage"]["x-kubernetes-validations"] = copy.deepcopy(STORAGE_RULES)
     spec["properties"]["proxy"]["x-kubernetes-validations"] = copy.deepcopy(PROXY_RULES)
+    spec["properties"]["training"]["x-kubernetes-validations"] = copy.deepcopy(TRAINING_RULES)
     return spec
 
 

@@ -650,9 +650,11 @@ class TrainingSpec(ApiModel):
     checkpoint and the optimizer state of the newest checkpoint before it that has one
     (moments a few steps old, with a warning), or fresh moments when there is none."""
     checkpoint_in_background: bool | None = None
-    """Write checkpoints in the background, so that publishing the next weight version never
-    waits for the optimizer state; a run killed meanwhile resumes from the checkpoint before.
-    Unset: in the background on GPU trainers, in line on CPU ones (small checkpoints)."""
+    """Write checkpoints in the background, so that the next step trains while the weights and
+    optimizer state are written; a run killed meanwhile resumes from the checkpoint before.
+    In line, the step's version is still published before its checkpoint is waited for, and
+    the step's record follows the complete checkpoint. Unset: in the background on GPU
+    trainers, in line on CPU ones (small checkpoints)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """Trainer compute precision: `bf16` computes in bfloat16 with float32 gradient reduction
     and float32 master weights; `fp32` computes in float32; `auto` is `bf16` on GPUs and

@@ -58,3 +58,12 @@ def test_the_model_revision_cannot_change_while_the_job_exists() -> None:
     assert not _cel(rule, {"source": "org/m", "revision": "v2"}, old)
     assert not _cel(rule, {"source": "org/m"}, old)
     assert "model.revision" in rule["message"]
+
+
+def test_the_optimizer_checkpoint_cadence_is_a_multiple_of_the_checkpoint_cadence() -> None:
+    rule = _rule("training", ".optimizerCheckpointEvery")
+    assert _cel(rule, {})
+    assert _cel(rule, {"optimizerCheckpointEvery": 3})
+    assert _cel(rule, {"checkpointEvery": 2, "optimizerCheckpointEvery": 6})
+    assert not _cel(rule, {"checkpointEvery": 2, "optimizerCheckpointEvery": 3})
+    assert "multiple of training.checkpointEvery" in rule["message"]
