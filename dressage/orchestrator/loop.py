@@ -62,24 +62,20 @@ StepSink = Callable[[StepRecord], None]
 async def sync_engines(
     session: TrainerSession, publisher: WeightPublisher, *, engines_have_initial_weights: bool
 ) -> bool:
-    """Publish the session's current weights where an engine serves another version.
+    """Make the session's current version the one every engine serves, before rollout starts.
 
-    Engines outlive a trainer restart on a cluster; after a resume they must serve the weights
-    of the checkpoint's version before rollout continues. Before the first step they serve the
-    initial weights only if they were started from the trainer's initial model: engines started
-    from the staged base model while the trainer warm-started its own get the trainer's `v0`.
-    Returns whether it published.
+    Engines outlive a trainer restart on a cluster, and an engine replaced meanwhile starts on
+    the staged base model; each engine that serves another version than the checkpoint's loads
+    its weights, while the proxy routes only to engines on that version
+    (`WeightPublisher.sync`). Engines started from the staged base model while the trainer
+    warm-started its own serve other weights under the same label `v0`
+    (`engines_have_initial_weights=False`): before the first step they get the trainer's `v0`
+    in a full publish. Returns whether any engine loaded weights.
     """
-    if session.state.version_index == 0:
-        if engines_have_initial_weights:
-            return False
+    if session.state.version_index == 0 and not engines_have_initial_weights:
         await publisher.publish(session.weights_dir, session.state.version)
         return True
-    versions = await publisher.versions()
-    if all(v == session.state.version for v in versions):
-        return False
-    await publisher.publish(session.weights_dir, session.state.version)
-    return True
+    return await publisher.sync(session.weights_dir, session.state.version)
 
 
 async def train_loop(

@@ -1,10 +1,19 @@
-"""Control and observation: `/pause_generation`, `/continue_generation`, `/health`,
-`/metrics`.
+"""Control and observation: `/pause_generation`, `/continue_generation`, the engine set
+(`/dressage/engines`, `/dressage/weight_version`), `/health`, `/metrics`.
 
 Pause closes the proxy's gate (new generations wait) and then pauses every engine; continue
 resumes the engines and then opens the gate. The answer reports each engine's result, 502
 `engine_error` when one did not take the command. Engines whose SGLang release predates the
 pause modes (before 0.5.6) get the body they act on, `{}`: every pause aborts there.
+
+The current weight version. The weight publisher states the job's current version, on
+`/continue_generation` `{"weight_version": V}` after a publish and on
+`POST /dressage/weight_version` `{"weight_version": V}` otherwise (at the trainer's start,
+after bringing a lagging engine up to date). The proxy then reads every engine's
+`/get_weight_version` before answering (and before the gate opens), and routes only to
+engines serving V (`dressage.proxy.routing`). `GET /dressage/engines` answers
+`{"weight_version": V | null, "engines": [{"url", "healthy", "routable", "weight_version",
+"inflight", "last_error", "sglang_version"}, ...]}`; the publisher reads the engine set there.
 """
 
 from __future__ import annotations
@@ -15,9 +24,11 @@ from typing import Any
 import orjson
 
 from dressage.asgi import Answer, HttpRequest
+from dressage.data.versions import normalize_version
 from dressage.engine import sglang_support as sglang
 from dressage.proxy import errors
 from dressage.proxy.answers import error_response, json_response
+from dressage.proxy.background import refresh_weight_versions
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.state import ProxyState
 from dressage.proxy.upstream import UpstreamError
@@ -38,9 +49,51 @@ async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -
 async def continue_generation(
     state: ProxyState, request: HttpRequest, body: dict[str, Any]
 ) -> Answer:
+    stated = "weight_version" in body
+    version = _weight_version(body) if stated else None
     failures = await _broadcast(state, "/continue_generation", {})
+    if stated:
+        await _apply_weight_version(state, version)
     state.gate.resume()
     return _control_answer(state, failures)
+
+
+async def engines(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
+    return json_response(_engine_set(state))
+
+
+async def set_weight_version(
+    state: ProxyState, request: HttpRequest, body: dict[str, Any]
+) -> Answer:
+    if "weight_version" not in body:
+        raise invalid("weight_version is required (a version label, or null)", "weight_version")
+    await _apply_weight_version(state, _weight_version(body))
+    return json_response(_engine_set(state))
+
+
+def _weight_version(body: dict[str, Any]) -> str | None:
+    value = body["weight_version"]
+    if value is None:
+        return None
+    version = normalize_version(value) if isinstance(value, str) else None
+    if version is None:
+        raise invalid(
+            "weight_version must be a version label (a non-empty string) or null",
+            "weight_version",
+        )
+    return version
+
+
+async def _apply_weight_version(state: ProxyState, version: str | None) -> None:
+    """Route only to engines serving `version` from now on (None: to every healthy one),
+    with every engine's version read first so routing follows at once."""
+    assert state.connections is not None, "engines are read only while the app serves"
+    await refresh_weight_versions(state, state.connections)
+    state.pool.target_version = version
+
+
+def _engine_set(state: ProxyState) -> dict[str, Any]:
+    return {"weight_version": state.pool.target_version, "engines": state.pool.snapshot()}
 
 
 async def _broadcast(
@@ -62,7 +115,9 @@ async def _broadcast(
     legacy = None if legacy_body is None else orjson.dumps(legacy_body)
 
     async def send(url: str) -> str | None:
-        engine = state.pool[url]
+        engine = state.pool.get(url)
+        if engine is None:
+            return None  # left the pool meanwhile
         payload = content if legacy is None or engine.supports(sglang.PAUSE_MODES) else legacy
         try:
             reply = await connections.request(
@@ -74,7 +129,7 @@ async def _broadcast(
             return f"HTTP {reply.status}: {reply.body[:200].decode(errors='replace')}"
         return None
 
-    urls = [e.url for e in state.pool.engines]
+    urls = state.pool.urls
     answers = await asyncio.gather(*(send(url) for url in urls))
     return dict(zip(urls, answers, strict=True))
 
@@ -96,6 +151,7 @@ async def health(state: ProxyState, request: HttpRequest, body: dict[str, Any]) 
     return json_response(
         {
             "status": "ok" if healthy else errors.NO_HEALTHY_ENGINE,
+            "weight_version": state.pool.target_version,
             "engines": state.pool.snapshot(),
             "paused": state.gate.paused,
             "active_sessions": len(state.store),
