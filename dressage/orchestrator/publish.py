@@ -38,7 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dressage.engine.client import EngineClient
-from dressage.proxy.client import EngineSet, ProxyRolloutClient
+from dressage.engine.errors import EngineError
+from dressage.proxy.client import EngineSet, ProxyRolloutClient, RolloutError
 
 log = logging.getLogger("dressage.publish")
 
@@ -113,10 +114,20 @@ class WeightPublisher:
     async def sync(self, model_path: Path, version: str) -> bool:
         """Make `version` (weights in `model_path`) the current one without a pause: the proxy
         is told it first (engines on another version stop being routed to), then the engines
-        that lag load it. Returns whether any engine loaded it."""
+        that lag load it. Returns whether any engine loaded it. A proxy that does not answer
+        yet is left to the background catch-up."""
         async with self._lock:
             self.current = (model_path, version)
-            updated = await self._catch_up_locked()
+            try:
+                updated = await self._catch_up_locked()
+            except (RolloutError, EngineError) as exc:
+                if self.proxy is None:
+                    raise
+                # The proxy (or an engine) is not up yet, as when the trainer's pod starts
+                # first: rollouts cannot reach it either, and the background catch-up states
+                # the version once it answers.
+                log.warning("engines not synced yet, retrying in the background: %s", exc)
+                updated = []
         self._start_loop()
         return bool(updated)
 
