@@ -1,13 +1,14 @@
 """The weight publisher follows the proxy's engine set: an engine added while the job runs,
-and an engine restarted on its base weights, are brought to the current version before the
-proxy routes to them.
+an engine restarted on its base weights and an engine that missed a publish are brought to the
+current version before the proxy routes to them.
 
-Real processes on loopback: embedded engines, a `dressage proxy --engine-urls-file`, and the
-publisher in this process with its background catch-up.
+Real processes on loopback: a `dressage proxy`, embedded engines (or scripted ones where an
+engine must refuse an update), and the publisher in this process.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -15,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from dressage.engine.errors import EngineError
 from dressage.engine.testing import EngineProcess, start_engine
 from dressage.orchestrator.publish import WeightPublisher
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.proxy.testing import start_proxy
 from tests.integration.proxy_support import engine_version, tiny_checkpoint, wait_for
+from tests.scripted_http import scripted_server
 
 HEALTH_INTERVAL = "0.5"
 """The proxy's health interval; its probes time out after twice that, which a loaded test
@@ -87,3 +91,54 @@ async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
         finally:
             await publisher.aclose()
             await client.aclose()
+
+
+class ScriptedEngine:
+    """Reports its weight version and takes (or, with `fail`, refuses) weight updates."""
+
+    def __init__(self) -> None:
+        self.version = "v0"
+        self.fail = False
+
+    async def answer(self, path: str, body: bytes) -> object:
+        if path == "/get_weight_version":
+            return {"weight_version": self.version}
+        if path == "/update_weights_from_disk":
+            if self.fail:
+                return {"success": False, "message": "cannot read the checkpoint"}
+            self.version = json.loads(body)["weight_version"]
+            return {"success": True, "message": "updated", "num_paused_requests": 0}
+        return {}
+
+
+async def test_an_engine_that_misses_a_publish_is_held_out_and_caught_up(tmp_path: Path) -> None:
+    a, b = ScriptedEngine(), ScriptedEngine()
+    async with scripted_server(a.answer) as url_a, scripted_server(b.answer) as url_b:
+        with start_proxy([url_a, url_b], "--health-interval-s", HEALTH_INTERVAL) as proxy:
+            client = ProxyRolloutClient(proxy.base_url)
+            publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=None)
+            try:
+                assert await publisher.sync(tmp_path, "v0") is False
+                b.fail = True
+                await publisher.publish(tmp_path, "v1")  # one engine took it: published
+                view = await engines_of(proxy.base_url)
+                assert [
+                    (view[u]["weight_version"], view[u]["routable"]) for u in (url_a, url_b)
+                ] == [
+                    ("v1", True),
+                    ("v0", False),
+                ]
+                b.fail = False
+                assert await publisher.catch_up() == [url_b]
+                assert (await engines_of(proxy.base_url))[url_b]["routable"] is True
+
+                # No engine takes a version: the publish fails and routing stays on v1.
+                a.fail = b.fail = True
+                with pytest.raises(EngineError, match="cannot read the checkpoint"):
+                    await publisher.publish(tmp_path, "v2")
+                view = await engines_of(proxy.base_url)
+                assert all(e["routable"] and e["weight_version"] == "v1" for e in view.values())
+                assert publisher.current == (tmp_path, "v1")
+            finally:
+                await publisher.aclose()
+                await client.aclose()
