@@ -7,9 +7,7 @@ sets: `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK` or `NODE_RANK`:
         -m dressage train --config /etc/dressage/job.yaml
 
 Rank 0 collects batches through the proxy (`--proxy-url` or `DRESSAGE_PROXY_URL`), publishes
-weights to the engines the proxy lists (`GET /dressage/engines`: the engine set may change
-while the job runs, so `--engine-urls` or `DRESSAGE_ENGINE_URLS`, comma-separated, are
-optional), writes
+weights to the engines (`--engine-urls` or `DRESSAGE_ENGINE_URLS`, comma-separated), writes
 weights and checkpoints under `--workdir` (or `DRESSAGE_WORKDIR`; default
 `<spec.storage.mountPath>/<job>`), and serves `/metrics` on `--metrics-port` (or
 `DRESSAGE_METRICS_PORT`; default 9400). `--config` falls back to `DRESSAGE_JOB_CONFIG`,
@@ -64,11 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JOB.yaml",
         help=f"AsyncRLJob manifest (${JOB_CONFIG_ENV})",
     )
-    parser.add_argument(
-        "--engine-urls",
-        default=None,
-        help=f"comma-separated (${ENGINE_URLS_ENV}); optional: the proxy lists the engines",
-    )
+    parser.add_argument("--engine-urls", default=None, help=f"comma-separated (${ENGINE_URLS_ENV})")
     parser.add_argument("--proxy-url", default=None, help=f"rollout proxy URL (${PROXY_URL_ENV})")
     parser.add_argument(
         "--workdir",
@@ -130,8 +124,11 @@ def resolve_wiring(args: argparse.Namespace, environ: Mapping[str, str]) -> Wiri
         u for u in (args.engine_urls or environ.get(ENGINE_URLS_ENV, "")).split(",") if u
     ]
     proxy_url = args.proxy_url or environ.get(PROXY_URL_ENV, "")
-    if not proxy_url:
-        raise ValueError(f"dressage train needs --proxy-url (or ${PROXY_URL_ENV})")
+    if not engine_urls or not proxy_url:
+        raise ValueError(
+            f"dressage train needs --engine-urls (or ${ENGINE_URLS_ENV}) and --proxy-url "
+            f"(or ${PROXY_URL_ENV})"
+        )
     port = args.metrics_port
     if port is None:
         port = _env_int(environ, METRICS_PORT_ENV)

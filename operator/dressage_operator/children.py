@@ -420,6 +420,9 @@ def trainer_env(job: AsyncRLJob, owner: Owner, index: int) -> dict[str, str]:
         "NODE_RANK": str(index),
         "DRESSAGE_ROLLOUT_MAX_RETRIES": str(spec.rollout.max_retries),
         "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
+        # The engines at the pod's creation. Rank 0's disk publisher takes the engine set from
+        # the proxy (it follows `inference.replicas`); the list serves what needs a fixed set.
+        "DRESSAGE_ENGINE_URLS": ",".join(engine_urls(job, owner)),
         "DRESSAGE_PROXY_URL": naming.proxy_url(owner.name, owner.namespace),
         "DRESSAGE_METRICS_PORT": str(naming.METRICS_PORT),
         # The run directory on the shared storage: weights/<version>/ (which the engines load

@@ -83,8 +83,9 @@ def test_trainer_gang_rendezvous_and_wiring() -> None:
         assert env["NODE_RANK"] == str(rank)
         assert env["DRESSAGE_ROLLOUT_MAX_RETRIES"] == "3"
         assert env["NCCL_DEBUG"] == "WARN"
-        # The trainer reads the engine set from the proxy: scaling engines leaves it alone.
-        assert "DRESSAGE_ENGINE_URLS" not in env
+        assert env["DRESSAGE_ENGINE_URLS"].split(",")[3] == (
+            "http://job-a-engine-3.job-a-engine.ns.svc:30000"
+        )
         assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
         assert container["command"][:1] == ["torchrun"]
         assert "--node-rank=$(NODE_RANK)" in container["command"]

@@ -91,8 +91,7 @@ def test_trainer_command_parses_with_torchrun_and_dressage_train(
     args = cli.build_parser(argv).parse_args(argv)
     wiring = trainer_cli.resolve_wiring(args, env)
     assert wiring.config == str(config)
-    # No engine list: rank 0's weight publisher reads the engine set from the proxy.
-    assert wiring.engine_urls == []
+    assert wiring.engine_urls == children.engine_urls(job, OWNER)
     assert wiring.proxy_url == naming.proxy_url("job-a", "ns")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert wiring.metrics_port == ports["metrics"] == naming.METRICS_PORT
