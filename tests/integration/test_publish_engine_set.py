@@ -23,6 +23,7 @@ from dressage.engine.testing import EngineProcess, start_engine
 from dressage.orchestrator.publish import WeightPublisher
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.proxy.testing import start_proxy
+from dressage.testing import free_port
 from tests.integration.proxy_support import engine_version, tiny_checkpoint, wait_for
 from tests.scripted_http import scripted_server
 
@@ -139,6 +140,36 @@ async def test_an_engine_that_misses_a_publish_is_held_out_and_caught_up(tmp_pat
                 view = await engines_of(proxy.base_url)
                 assert all(e["routable"] and e["weight_version"] == "v1" for e in view.values())
                 assert publisher.current == (tmp_path, "v1")
+            finally:
+                await publisher.aclose()
+                await client.aclose()
+
+
+async def test_a_listed_engine_that_is_not_up_yet_does_not_fail_a_publish(tmp_path: Path) -> None:
+    """A scale-up lists the new engine before its server answers (SGLang loads the model for
+    minutes): it is commanded, but neither its pause nor its update can fail the publish."""
+    engine = ScriptedEngine()
+    listing = tmp_path / "engines"
+    starting = f"http://127.0.0.1:{free_port()}"
+    async with scripted_server(engine.answer) as url:
+        write_engines(listing, [url])
+        args = ("--engine-urls-file", str(listing), "--health-interval-s", HEALTH_INTERVAL)
+        with start_proxy([], *args) as proxy:
+            client = ProxyRolloutClient(proxy.base_url)
+            publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=None)
+            try:
+                assert await publisher.sync(tmp_path, "v0") is False
+                write_engines(listing, [url, starting])
+
+                async def listed() -> bool:
+                    return starting in await engines_of(proxy.base_url)
+
+                await wait_for(listed, what="the starting engine to be listed")
+                await publisher.publish(tmp_path, "v1")
+                view = await engines_of(proxy.base_url)
+                assert (view[url]["weight_version"], view[url]["routable"]) == ("v1", True)
+                assert (view[starting]["healthy"], view[starting]["routable"]) == (False, False)
+                assert await publisher.catch_up() == []  # nothing healthy lags
             finally:
                 await publisher.aclose()
                 await client.aclose()

@@ -19,6 +19,7 @@ engines serving V (`dressage.proxy.routing`). `GET /dressage/engines` answers
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -43,7 +44,7 @@ async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -
         raise invalid("mode must be abort, in_place or retract", "mode")
     state.gate.pause()
     failures = await _broadcast(state, "/pause_generation", {"mode": mode}, legacy_body={})
-    return _control_answer(state, failures)
+    return _control_answer(failures, state)
 
 
 async def continue_generation(
@@ -55,7 +56,7 @@ async def continue_generation(
     if stated:
         await _apply_weight_version(state, version)
     state.gate.resume()
-    return _control_answer(state, failures)
+    return _control_answer(failures, state)
 
 
 async def engines(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
@@ -96,14 +97,28 @@ def _engine_set(state: ProxyState) -> dict[str, Any]:
     return {"weight_version": state.pool.target_version, "engines": state.pool.snapshot()}
 
 
+@dataclass
+class _Results:
+    """Each engine's answer to a command (None: it took it); `excused` are the engines that
+    were unhealthy when it was sent, whose failure does not fail the command."""
+
+    failures: dict[str, str | None]
+    excused: set[str]
+
+
 async def _broadcast(
     state: ProxyState,
     path: str,
     body: dict[str, Any],
     *,
     legacy_body: dict[str, Any] | None = None,
-) -> dict[str, str | None]:
-    """POST `body` to `path` on every engine; each engine's failure, None where it took it.
+) -> _Results:
+    """POST `body` to `path` on every engine of the pool.
+
+    An engine that is unhealthy when the command is sent (starting, as a newly added one is,
+    or down) is commanded too, so none stays paused once it recovers, but its failure is
+    excused: it is not routed to, runs none of the proxy's generations, and the publisher
+    brings it to the current weights once it passes a health check.
 
     `legacy_body` goes to engines whose release predates the pause modes (SGLang before 0.5.6
     reads no body and aborts every in-flight request on a pause: the proxy then resumes or
@@ -113,6 +128,7 @@ async def _broadcast(
     assert connections is not None, "engines are commanded only while the app serves"
     content = orjson.dumps(body)
     legacy = None if legacy_body is None else orjson.dumps(legacy_body)
+    excused = {e.url for e in state.pool.engines if not e.healthy}
 
     async def send(url: str) -> str | None:
         engine = state.pool.get(url)
@@ -131,13 +147,21 @@ async def _broadcast(
 
     urls = state.pool.urls
     answers = await asyncio.gather(*(send(url) for url in urls))
-    return dict(zip(urls, answers, strict=True))
+    return _Results(dict(zip(urls, answers, strict=True)), excused)
 
 
-def _control_answer(state: ProxyState, failures: dict[str, str | None]) -> Answer:
-    results = {url: "ok" if failure is None else failure for url, failure in failures.items()}
-    data = {"paused": state.gate.paused, "epoch": state.gate.epoch, "engines": results}
-    failed = sum(failure is not None for failure in failures.values())
+def _control_answer(results: _Results, state: ProxyState) -> Answer:
+    shown = {}
+    failed = 0
+    for url, failure in results.failures.items():
+        if failure is None:
+            shown[url] = "ok"
+        elif url in results.excused:
+            shown[url] = f"not routed (unhealthy), {failure}"
+        else:
+            shown[url] = failure
+            failed += 1
+    data = {"paused": state.gate.paused, "epoch": state.gate.epoch, "engines": shown}
     if failed:
         err = ProxyError(
             502, errors.ENGINE_ERROR, f"{failed} engine(s) did not take the command", detail=data
