@@ -94,7 +94,9 @@ class DistributedPublisher(WeightPublisher):
             try:
                 await self.sender.send(named, version)
             finally:
-                await self._resume()
+                # The proxy routes to engines on the new version from now on; an engine that
+                # missed it is held out (a replaced engine is not in the formed group).
+                await self._resume(version)
         finally:
             _drain(named)
 
@@ -120,6 +122,9 @@ class PublishFollower:
 
     async def versions(self) -> list[str | None]:
         raise RuntimeError("only trainer rank 0 asks the engines for their versions")
+
+    async def sync(self, model_path: Path, version: str) -> bool:
+        raise RuntimeError("a collective publish is synced by `publish` on every rank")
 
     async def aclose(self) -> None:
         """Nothing to close."""

@@ -69,6 +69,8 @@ class Publisher(Protocol):
 
     async def versions(self) -> list[str | None]: ...
 
+    async def sync(self, model_path: Path, version: str) -> bool: ...
+
 
 def is_collective(publisher: object) -> bool:
     """Whether every trainer rank must enter the publisher's `publish` (a distributed publish
@@ -80,25 +82,31 @@ def is_collective(publisher: object) -> bool:
 async def sync_engines(
     session: TrainerSession, publisher: Publisher, *, engines_have_initial_weights: bool
 ) -> bool:
-    """Publish the session's current weights where an engine serves another version.
+    """Make the session's current version the one every engine serves, before rollout starts.
 
-    Engines outlive a trainer restart on a cluster; after a resume they must serve the weights
-    of the checkpoint's version before rollout continues. Before the first step they serve the
-    initial weights only if they were started from the trainer's initial model: engines started
-    from the staged base model while the trainer warm-started its own get the trainer's `v0`.
-    Rank 0 decides; with a collective publisher every rank calls this and learns the decision
-    from rank 0. Returns whether it published.
+    Engines outlive a trainer restart on a cluster, and an engine replaced meanwhile starts on
+    the staged base model; each engine that serves another version than the checkpoint's loads
+    its weights, while the proxy routes only to engines on that version
+    (`WeightPublisher.sync`). Engines started from the staged base model while the trainer
+    warm-started its own serve other weights under the same label `v0`
+    (`engines_have_initial_weights=False`): before the first step they get the trainer's `v0`
+    in a full publish. With a collective publisher (weights over the network) every rank calls
+    this, rank 0 decides and the gang publishes together. Returns whether any engine loaded
+    weights.
     """
-    collective = is_collective(publisher)
+    if not is_collective(publisher):
+        if session.state.version_index == 0 and not engines_have_initial_weights:
+            await publisher.publish(session.weights_dir, session.state.version)
+            return True
+        return await publisher.sync(session.weights_dir, session.state.version)
     due = False
-    if not collective or session.env.is_main:
+    if session.env.is_main:
         if session.state.version_index == 0:
             due = not engines_have_initial_weights
         else:
             versions = await publisher.versions()
             due = any(v != session.state.version for v in versions)
-    if collective:
-        due = bool(broadcast_object(due, session.env))
+    due = bool(broadcast_object(due, session.env))
     if due:
         await publisher.publish(session.weights_dir, session.state.version)
     return due

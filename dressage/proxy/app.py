@@ -17,7 +17,7 @@ from dressage.proxy import errors
 from dressage.proxy.answers import error_response
 from dressage.proxy.background import expiry_loop, health_loop
 from dressage.proxy.chat import ChatTokenizer, load_chat_tokenizer
-from dressage.proxy.config import ProxyConfig
+from dressage.proxy.config import ProxyConfig, read_engine_urls
 from dressage.proxy.endpoints import control, openai_chat, sessions, sglang
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generator, PauseGate
@@ -46,7 +46,7 @@ def create_app(
         config=config,
         clock=clock,
         store=store,
-        pool=EnginePool(config.engine_urls),
+        pool=EnginePool(initial_engine_urls(config)),
         gate=PauseGate(),
         metrics=ProxyMetrics(lambda: float(len(store))),
         tokenizer=tokenizer,
@@ -84,6 +84,19 @@ def create_app(
     return App(_routes(state), fallback=_no_route, lifespan=lifespan)
 
 
+def initial_engine_urls(config: ProxyConfig) -> list[str]:
+    """The engines the proxy starts with: `engine_urls`, else those in `engine_urls_file`
+    (which must be readable at startup; ValueError naming it otherwise)."""
+    if config.engine_urls_file is None:
+        return list(config.engine_urls)
+    try:
+        return read_engine_urls(config.engine_urls_file)
+    except OSError as exc:
+        raise ValueError(f"engine_urls_file (--engine-urls-file): cannot read it: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"engine_urls_file (--engine-urls-file): {exc}") from None
+
+
 def _routes(state: ProxyState) -> list[Route]:
     """The route table: path, endpoint (metered under its name) and methods."""
 
@@ -118,7 +131,17 @@ def _routes(state: ProxyState) -> list[Route]:
         ),
         Route("/segments", on("segments", sessions.segments), GET),
         Route("/pause_generation", on("pause", control.pause, body=Body.OPTIONAL_JSON), POST),
-        Route("/continue_generation", on("continue", control.continue_generation), POST),
+        Route(
+            "/continue_generation",
+            on("continue", control.continue_generation, body=Body.OPTIONAL_JSON),
+            POST,
+        ),
+        Route("/dressage/engines", on("engines", control.engines), GET),
+        Route(
+            "/dressage/weight_version",
+            on("weight_version", control.set_weight_version, body=Body.JSON),
+            POST,
+        ),
     ]
 
 

@@ -1,18 +1,31 @@
-"""The loops a serving proxy runs beside its requests: engine health and session expiry."""
+"""The loops a serving proxy runs beside its requests: the engine set, engine health and
+weight versions, and session expiry."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 
 import orjson
 
+from dressage.data.versions import normalize_version
 from dressage.engine.sglang_support import parse_version
+from dressage.proxy.config import read_engine_urls
 from dressage.proxy.state import ProxyState
 from dressage.proxy.upstream import EngineConnections, UpstreamError
 
+log = logging.getLogger("dressage.proxy")
+
+_VERSION_TIMEOUT_S = 5.0
+"""Bound on one `/get_weight_version` read. SGLang answers it from the HTTP process's own
+fields (v0.5.2 `http_server.get_weight_version`), with no round trip to the scheduler, so it
+answers at once even while the engine is paused or loading weights."""
+
 
 async def health_loop(state: ProxyState, connections: EngineConnections) -> None:
-    """Probe every engine's `/health`; an engine is routed to only while it answers 200.
+    """Every `health_interval_s`: take up changes of the engine URLs file, then check every
+    engine (`check_engine`); an engine is routed to only while it passes.
 
     No engine is judged while generation is paused for a weight update, nor by a probe that a
     pause overlapped: SGLang's `/health` generates a token, so it blocks while the engine is
@@ -21,32 +34,96 @@ async def health_loop(state: ProxyState, connections: EngineConnections) -> None
     about to resume.
     """
     interval = state.config.health_interval_s
-    gate = state.gate
-
-    async def probe(url: str) -> None:
-        epoch = gate.epoch
-        try:
-            reply = await connections.request(
-                "GET", url, "/health", timeout_s=min(5.0, interval * 2)
+    while True:
+        reload_engine_set(state)
+        if not state.gate.paused:
+            await asyncio.gather(
+                *(check_engine(state, connections, url) for url in state.pool.urls)
             )
-            ok = reply.status == 200
-            reason = f"health check answered HTTP {reply.status}"
-        except UpstreamError as exc:
-            ok, reason = False, f"health check failed: {type(exc).__name__}: {exc}"
+        await asyncio.sleep(interval)
+
+
+def reload_engine_set(state: ProxyState) -> None:
+    """Make the pool the engines listed in `--engine-urls-file` (nothing without one). A file
+    that cannot be read or holds a bad entry leaves the pool as it is: the kubelet replaces a
+    ConfigMap's files atomically, so that is a mistake to report, not a list to apply."""
+    path = state.config.engine_urls_file
+    if path is None:
+        return
+    try:
+        urls = read_engine_urls(path)
+    except (OSError, ValueError) as exc:
+        message = f"engine URLs file not applied, keeping {len(state.pool.urls)} engines: {exc}"
+        if message != state.engine_set_error:
+            log.warning(message)
+        state.engine_set_error = message
+        return
+    state.engine_set_error = None
+    added, removed = state.pool.set_urls(urls)
+    for url in added:
+        state.metrics.engine_healthy.labels(url).set(0)
+        log.info("engine %s joined the pool", url)
+    for url in removed:
+        with contextlib.suppress(KeyError):  # no sample for it yet
+            state.metrics.engine_healthy.remove(url)
+        log.info("engine %s left the pool", url)
+
+
+async def check_engine(state: ProxyState, connections: EngineConnections, url: str) -> None:
+    """Probe one engine's `/health`, and once it passes read its release (when not known) and
+    its weight version. A result a pause overlapped is dropped (see `health_loop`)."""
+    gate = state.gate
+    epoch = gate.epoch
+    timeout_s = min(5.0, state.config.health_interval_s * 2)
+    try:
+        reply = await connections.request("GET", url, "/health", timeout_s=timeout_s)
+        ok = reply.status == 200
+        reason = f"health check answered HTTP {reply.status}"
+    except UpstreamError as exc:
+        ok, reason = False, f"health check failed: {type(exc).__name__}: {exc}"
+    if gate.paused or gate.epoch != epoch:
+        return
+    engine = state.pool.get(url)
+    if engine is None:
+        return  # left the pool while it was probed
+    if ok:
+        if engine.release is None:
+            engine.release = await _release(connections, url)
+        reads = state.pool.version_reads
+        version = await read_weight_version(connections, url)
         if gate.paused or gate.epoch != epoch:
             return
-        if ok and state.pool[url].release is None:
-            state.pool[url].release = await _release(connections, url)
-        if ok:
-            state.pool.mark_up(url)
-        elif state.pool[url].healthy or state.pool[url].last_error != reason:
-            state.pool.mark_down(url, reason)
-        state.metrics.engine_healthy.labels(url).set(1 if ok else 0)
+        if state.pool.version_reads == reads:  # else a newer read has already been applied
+            engine.weight_version = version
+        state.pool.mark_up(url)
+    elif engine.healthy or engine.last_error != reason:
+        state.pool.mark_down(url, reason)
+    state.metrics.engine_healthy.labels(url).set(1 if ok else 0)
 
-    while True:
-        if not gate.paused:
-            await asyncio.gather(*(probe(e.url) for e in state.pool.engines))
-        await asyncio.sleep(interval)
+
+async def read_weight_version(connections: EngineConnections, url: str) -> str | None:
+    """The weight version an engine reports (`GET /get_weight_version`), None when it does not
+    answer one."""
+    try:
+        reply = await connections.request(
+            "GET", url, "/get_weight_version", timeout_s=_VERSION_TIMEOUT_S
+        )
+        data = orjson.loads(reply.body) if reply.status == 200 else None
+    except (UpstreamError, ValueError):
+        return None
+    return normalize_version(data.get("weight_version")) if isinstance(data, dict) else None
+
+
+async def refresh_weight_versions(state: ProxyState, connections: EngineConnections) -> None:
+    """Read every engine's weight version now (after a publish, or when the publisher states
+    the current version), so routing follows at once rather than at the next health check."""
+    urls = state.pool.urls
+    versions = await asyncio.gather(*(read_weight_version(connections, url) for url in urls))
+    state.pool.version_reads += 1
+    for url, version in zip(urls, versions, strict=True):
+        engine = state.pool.get(url)
+        if engine is not None:
+            engine.weight_version = version
 
 
 async def _release(connections: EngineConnections, url: str) -> str | None:

@@ -97,6 +97,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a bad --config manifest
         print(f"dressage proxy: {exc}", file=sys.stderr)
         return 2
+    from dressage.proxy.app import initial_engine_urls
+
+    try:
+        initial_engine_urls(config)
+    except ValueError as exc:  # an engine URLs file that cannot be read
+        print(f"dressage proxy: {exc}", file=sys.stderr)
+        return 2
     serve(config)
     return 0
 

@@ -49,6 +49,45 @@ class SamplingSettings:
     top_p: float = 1.0
 
 
+@dataclass(frozen=True)
+class EngineView:
+    """One engine as the proxy sees it (`GET /dressage/engines`)."""
+
+    url: str
+    healthy: bool
+    routable: bool
+    weight_version: str | None
+
+
+@dataclass(frozen=True)
+class EngineSet:
+    """The proxy's engines and the weight version it routes to (None: not told one yet)."""
+
+    weight_version: str | None
+    engines: tuple[EngineView, ...]
+
+    @classmethod
+    def from_json(cls, data: Any) -> EngineSet:
+        try:
+            engines = tuple(
+                EngineView(
+                    url=str(e["url"]),
+                    healthy=bool(e["healthy"]),
+                    routable=bool(e["routable"]),
+                    weight_version=_label(e["weight_version"]),
+                )
+                for e in data["engines"]
+            )
+            version = data["weight_version"]
+        except (KeyError, TypeError) as exc:
+            raise RolloutError(f"the proxy's engine set is malformed: {exc!r}") from None
+        return cls(_label(version), engines)
+
+
+def _label(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 class ProxyRolloutClient:
     """The proxy endpoints a whitebox agent and the collector use.
 
@@ -174,5 +213,24 @@ class ProxyRolloutClient:
     async def pause(self, mode: str = "in_place") -> None:
         await self._post("/pause_generation", {"mode": mode}, control=True)
 
-    async def resume(self) -> None:
-        await self._post("/continue_generation", {}, control=True)
+    async def resume(self, weight_version: str | None = None) -> None:
+        """Continue generation; with `weight_version`, the proxy routes only to engines that
+        serve it from now on."""
+        body = {} if weight_version is None else {"weight_version": weight_version}
+        await self._post("/continue_generation", body, control=True)
+
+    async def engines(self) -> EngineSet:
+        """The engines behind the proxy and the weight version it routes to."""
+        try:
+            response = await self._control.get(self.base_url + "/dressage/engines")
+        except httpx.HTTPError as exc:
+            raise RolloutError(f"GET /dressage/engines: {type(exc).__name__}: {exc}") from exc
+        return EngineSet.from_json(self._answer("GET /dressage/engines", response))
+
+    async def set_weight_version(self, weight_version: str) -> EngineSet:
+        """Tell the proxy the job's current weight version (it reads every engine's version
+        and routes only to those serving it); answers the engine set after the change."""
+        data = await self._post(
+            "/dressage/weight_version", {"weight_version": weight_version}, control=True
+        )
+        return EngineSet.from_json(data)

@@ -7,6 +7,7 @@ configure the same fields.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -19,8 +20,14 @@ class ProxyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    engine_urls: list[str] = Field(min_length=1)
-    """Base URLs of the inference engines (SGLang servers or embedded engines)."""
+    engine_urls: list[str] = Field(default_factory=list)
+    """Base URLs of the inference engines (SGLang servers or embedded engines), fixed for the
+    proxy's life. Give this or `engine_urls_file`."""
+    engine_urls_file: Path | None = None
+    """A file listing the engines' base URLs (one per line or comma-separated; blank lines and
+    `#` comments ignored), read again every `health_interval_s`: engines listed later join the
+    pool, engines no longer listed leave it (their requests in flight finish). The operator
+    points it at the job's ConfigMap, which the kubelet keeps current in the pod."""
     host: str = "127.0.0.1"
     """Address to listen on."""
     port: int = Field(default=8000, ge=0, le=65535)
@@ -63,18 +70,20 @@ class ProxyConfig(BaseModel):
     @field_validator("engine_urls")
     @classmethod
     def _strip_urls(cls, urls: list[str]) -> list[str]:
-        out = []
-        for url in urls:
-            url = url.strip().rstrip("/")
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"engine URL {url!r} must start with http:// or https://")
-            out.append(url)
-        if len(set(out)) != len(out):
-            raise ValueError("engine URLs must be distinct")
-        return out
+        return normalize_engine_urls(urls)
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> ProxyConfig:
+        if self.engine_urls and self.engine_urls_file is not None:
+            raise ValueError(
+                "engine_urls (--engine-urls) and engine_urls_file (--engine-urls-file) exclude "
+                "each other: give the fixed list or the file"
+            )
+        if not self.engine_urls and self.engine_urls_file is None:
+            raise ValueError(
+                "the proxy needs its engines: engine_urls (--engine-urls) or engine_urls_file "
+                "(--engine-urls-file)"
+            )
         if self.max_partial_rollout_preempts is not None and not self.partial_rollout:
             raise ValueError(
                 "max_partial_rollout_preempts (--max-partial-rollout-preempts) needs partial "
@@ -85,6 +94,40 @@ class ProxyConfig(BaseModel):
     @property
     def served_model_name(self) -> str:
         return self.model_name or self.model or "dressage"
+
+
+def normalize_engine_urls(urls: list[str]) -> list[str]:
+    """Engine base URLs without surrounding blanks and trailing slashes; ValueError for one
+    that is not http(s) or for a repeat."""
+    out = []
+    for url in urls:
+        url = url.strip().rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"engine URL {url!r} must start with http:// or https://")
+        out.append(url)
+    if len(set(out)) != len(out):
+        raise ValueError("engine URLs must be distinct")
+    return out
+
+
+def parse_engine_urls(text: str) -> list[str]:
+    """The engine URLs listed in the text of an engine URLs file (see
+    `ProxyConfig.engine_urls_file`); ValueError naming a bad entry."""
+    items: list[str] = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0]
+        items.extend(item for item in line.replace(",", " ").split() if item)
+    return normalize_engine_urls(items)
+
+
+def read_engine_urls(path: Path) -> list[str]:
+    """The engine URLs in the file at `path`; OSError when it cannot be read, ValueError
+    (naming the file) when an entry is not an engine URL."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return parse_engine_urls(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def defaults_from_job(job: AsyncRLJob) -> dict[str, Any]:

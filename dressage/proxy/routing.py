@@ -1,8 +1,19 @@
-"""The engine pool: health, load and stickiness. Pure bookkeeping; the server does the I/O.
+"""The engine pool: membership, health, weight versions, load and stickiness. Pure
+bookkeeping; the server does the I/O.
 
-Routing rule: a session sticks to the engine that served it while that engine is healthy
-(its KV cache holds the trajectory's prefix); otherwise the healthy engine with the fewest
+Routable engines. An engine is routed to while it is healthy and, once the pool knows the
+job's current weight version (`target_version`, set by the weight publisher), only while it
+serves that version: an engine that joined the job (a scale-up, a replaced pod) or missed an
+update serves other weights than the trajectories it would extend, so it is held out until the
+publisher brought it up to date. Until the pool is told a version, every healthy engine is
+routable.
+
+Routing rule: a session sticks to the engine that served it while that engine is routable
+(its KV cache holds the trajectory's prefix); otherwise the routable engine with the fewest
 generations in flight is chosen (ties go to the earliest-listed engine).
+
+Membership changes at runtime (`set_urls`): a removed engine leaves the pool at once; the
+requests it is serving keep their `EngineState` and finish (or fail over) as they would have.
 """
 
 from __future__ import annotations
@@ -27,6 +38,9 @@ class EngineState:
     release: str | None = None
     """The SGLang release the engine reports (`/get_server_info` `version`); None until known,
     and again after the engine was down (a replaced engine may run another image)."""
+    weight_version: str | None = None
+    """The weight version the engine last reported (`/get_weight_version`); None until read,
+    and again after the engine was down (a replaced engine starts on its base weights)."""
 
     def supports(self, feature: Feature) -> bool:
         """Whether the engine's release has `feature`; an unknown release is taken as the
@@ -35,19 +49,57 @@ class EngineState:
 
 
 class EnginePool:
-    """The engines behind the proxy."""
+    """The engines behind the proxy. Engines listed at construction start healthy (as a fixed
+    `--engine-urls` list always did); engines added later start unhealthy until a health
+    check passes."""
 
     def __init__(self, urls: list[str]) -> None:
-        if not urls:
-            raise ValueError("an engine pool needs at least one engine URL")
         self.engines = [EngineState(url) for url in urls]
         self._by_url = {e.url: e for e in self.engines}
+        self.target_version: str | None = None
+        """The job's current weight version: only engines serving it are routed to (None: no
+        version known yet, every healthy engine is routable)."""
+        self.version_reads = 0
+        """Counts reads of every engine's version at once, so that a health check's older
+        read never overwrites a newer one."""
 
     def __getitem__(self, url: str) -> EngineState:
         return self._by_url[url]
 
+    def get(self, url: str) -> EngineState | None:
+        """The engine at `url`, None when it is not (or no longer) in the pool."""
+        return self._by_url.get(url)
+
+    @property
+    def urls(self) -> list[str]:
+        return [e.url for e in self.engines]
+
+    def set_urls(self, urls: list[str]) -> tuple[list[str], list[str]]:
+        """Make the pool exactly `urls` (in that order); returns (added, removed) URLs."""
+        wanted = dict.fromkeys(urls)
+        removed = [e.url for e in self.engines if e.url not in wanted]
+        added = [url for url in wanted if url not in self._by_url]
+        for url in added:
+            self._by_url[url] = EngineState(url, healthy=False, last_error="not checked yet")
+        for url in removed:
+            del self._by_url[url]
+        self.engines = [self._by_url[url] for url in wanted]
+        return added, removed
+
+    def routable(self, engine: EngineState) -> bool:
+        """Whether `engine` may take new generations (healthy, and on the current version)."""
+        if not engine.healthy:
+            return False
+        return self.target_version is None or engine.weight_version == self.target_version
+
     def healthy(self) -> list[EngineState]:
         return [e for e in self.engines if e.healthy]
+
+    def _why_not(self, engine: EngineState) -> str:
+        if not engine.healthy:
+            return engine.last_error or "unhealthy"
+        served = engine.weight_version or "an unknown version"
+        return f"serves weight version {served}, not the current {self.target_version}"
 
     def pick(
         self, sticky: str | None = None, *, exclude: frozenset[str] = frozenset()
@@ -55,30 +107,41 @@ class EnginePool:
         """The engine for the next request of a session stuck to `sticky` (if any)."""
         if sticky is not None and sticky not in exclude:
             engine = self._by_url.get(sticky)
-            if engine is not None and engine.healthy:
+            if engine is not None and self.routable(engine):
                 return engine
-        candidates = [e for e in self.engines if e.healthy and e.url not in exclude]
+        candidates = [e for e in self.engines if self.routable(e) and e.url not in exclude]
         if not candidates:
+            lagging = self.target_version is not None and any(
+                e.healthy and e.url not in exclude for e in self.engines
+            )
+            if lagging:
+                message = f"no engine serves the current weight version {self.target_version} yet"
+            else:
+                message = "no healthy inference engine is available"
             raise ProxyError(
                 503,
                 errors.NO_HEALTHY_ENGINE,
-                "no healthy inference engine is available",
-                detail={
-                    "engines": {e.url: e.last_error or "unhealthy" for e in self.engines},
-                },
+                message,
+                detail={"engines": {e.url: self._why_not(e) for e in self.engines}},
                 headers={"Retry-After": "1"},
             )
         return min(candidates, key=lambda e: e.inflight)
 
     def mark_down(self, url: str, reason: str) -> None:
-        engine = self._by_url[url]
+        """Record a failed check or request (nothing when the engine has left the pool)."""
+        engine = self._by_url.get(url)
+        if engine is None:
+            return
         engine.healthy = False
         engine.failures += 1
         engine.last_error = reason
         engine.release = None
+        engine.weight_version = None
 
     def mark_up(self, url: str) -> None:
-        engine = self._by_url[url]
+        engine = self._by_url.get(url)
+        if engine is None:
+            return
         engine.healthy = True
         engine.failures = 0
         engine.last_error = None
@@ -88,6 +151,8 @@ class EnginePool:
             {
                 "url": e.url,
                 "healthy": e.healthy,
+                "routable": self.routable(e),
+                "weight_version": e.weight_version,
                 "inflight": e.inflight,
                 "last_error": e.last_error,
                 "sglang_version": e.release,

@@ -62,7 +62,16 @@ resumes from its partial output (prompt + generated tokens, remaining budget) an
 keep their own versions; without it the partial output is discarded and the turn is generated
 again from its prompt after continue. Each interruption counts as a preempt.
 Answers `{"paused": bool, "epoch": n, "engines": {url: "ok" | error}}`; 502 `engine_error`
-when an engine did not take the command.
+when an engine did not take the command (an engine that was unhealthy when commanded, such as
+one still starting, is not routed to and does not count; its entry says so).
+
+`POST /continue_generation` may carry `{"weight_version": V}`: the version the engines now
+serve. From then on, and after `POST /dressage/weight_version {"weight_version": V}`, only
+engines that report V on `/get_weight_version` are routed to; an engine that joined the job or
+missed an update is held out until the weight publisher brought it to V. `GET
+/dressage/engines`: the current version and each engine (`url`, `healthy`, `routable`,
+`weight_version`, `inflight`, `last_error`, `sglang_version`). With `--engine-urls-file` the
+engine set follows that file while the proxy runs (see `dressage.proxy.config`).
 
 `GET /health` (no auth): engines, pause state, sessions. `GET /metrics` (no auth): Prometheus.
 

@@ -33,5 +33,7 @@ class ProxyState:
     generator: Generator | None = None
     inflight: int = 0
     """Generating requests admitted now (bounded by `--max-concurrency`)."""
+    engine_set_error: str | None = None
+    """Why the engine URLs file was last not applied (None once it was)."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     """Background loops running while the app serves."""

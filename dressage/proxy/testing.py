@@ -37,7 +37,9 @@ def start_proxy(
 ) -> Iterator[ProxyProcess]:
     """Run `dressage proxy --engine-urls ... ARGS` for the duration of the `with` block."""
     cmd = [sys.executable, "-m", "dressage", "proxy", "--host", "127.0.0.1", "--port", "0"]
-    cmd += ["--engine-urls", ",".join(engine_urls), *args]
+    if engine_urls:  # else the engines come from ARGS (`--engine-urls-file`)
+        cmd += ["--engine-urls", ",".join(engine_urls)]
+    cmd += list(args)
     with run_until_ready(
         "proxy", cmd, _MARKER, env=env, startup_timeout_s=startup_timeout_s
     ) as ready:

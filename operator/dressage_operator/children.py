@@ -20,7 +20,11 @@ Roles and how they are wired:
   group of 1 + replicas x tensorParallelSize ranks (`weight_sync_rendezvous`), NCCL between GPU
   pods with the NCCL environment of `NCCL_ENV`.
 - config: a ConfigMap `<job>-config` with the job manifest (`job.yaml`) the runtime loads with
-  `dressage.api.load_job`.
+  `dressage.api.load_job`, and the engine URLs (`engines`) the proxy follows while the job runs:
+  a change of `inference.replicas` creates or deletes engine pods and rewrites that list, the
+  proxy takes up the list, and the trainer's weight publisher, which reads the engine set from
+  the proxy, brings each new engine to the current weight version before the proxy routes to
+  it.
 - model staging: when `spec.model.source` is a Hugging Face id, every pod that reads the model
   (trainer, engines, proxy) starts with a `stage-model` init container that downloads it once
   onto the job's storage (`ModelSpec.staged_path`); the token Secret reaches only that init
@@ -63,6 +67,16 @@ INITIAL_WEIGHT_VERSION = INITIAL_VERSION
 """Weight version the engines report before the trainer publishes any: the trainer's own label
 of its initial weights (`dressage.data.versions`), so a fresh engine is never mistaken for a
 newer version than the trainer's."""
+BASE_WEIGHT_VERSION = "base"
+"""Weight version of an engine's staged base model when the trainer warm-starts from other
+weights: a label the trainer never issues, so the proxy holds such an engine out until the
+weight publisher gave it the trainer's current version."""
+
+
+def engine_base_version(job: AsyncRLJob) -> str:
+    """The label of the weights an engine pod starts on: the trainer's `v0` when those are the
+    trainer's initial weights (no warm start), else `base`."""
+    return INITIAL_WEIGHT_VERSION if job.spec.model.warm_start is None else BASE_WEIGHT_VERSION
 
 
 @dataclass(frozen=True)
@@ -339,7 +353,10 @@ def build_config_map(job: AsyncRLJob, owner: Owner) -> Obj:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": _meta(job, owner, naming.config_map(owner.name), naming.ROLE_CONFIG),
-            "data": {naming.CONFIG_KEY: runtime_manifest(job, owner)},
+            "data": {
+                naming.CONFIG_KEY: runtime_manifest(job, owner),
+                naming.ENGINES_KEY: "".join(f"{url}\n" for url in engine_urls(job, owner)),
+            },
         }
     )
 
@@ -382,6 +399,7 @@ def build_engine_service(job: AsyncRLJob, owner: Owner) -> Obj:
 
 
 def engine_urls(job: AsyncRLJob, owner: Owner) -> list[str]:
+    """The URLs of the job's engine pods, `inference.replicas` of them by index."""
     replicas = job.spec.inference.replicas
     return [naming.engine_url(owner.name, owner.namespace, i) for i in range(replicas)]
 
@@ -475,6 +493,8 @@ def trainer_env(job: AsyncRLJob, owner: Owner, index: int) -> dict[str, str]:
         "NODE_RANK": str(index),
         "DRESSAGE_ROLLOUT_MAX_RETRIES": str(spec.rollout.max_retries),
         "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
+        # The engines at the pod's creation. Rank 0's disk publisher takes the engine set from
+        # the proxy (it follows `inference.replicas`); the list serves what needs a fixed set.
         "DRESSAGE_ENGINE_URLS": ",".join(engine_urls(job, owner)),
         "DRESSAGE_PROXY_URL": naming.proxy_url(owner.name, owner.namespace),
         "DRESSAGE_METRICS_PORT": str(naming.METRICS_PORT),
@@ -558,7 +578,7 @@ def engine_command(job: AsyncRLJob) -> list[str]:
         "--port",
         str(naming.ENGINE_PORT),
         "--weight-version",
-        INITIAL_WEIGHT_VERSION,
+        engine_base_version(job),
         "--enable-metrics",
     ]
     if spec.model.tokenizer:
@@ -644,7 +664,9 @@ def build_engine_pods(job: AsyncRLJob, owner: Owner, config: OperatorConfig) -> 
 
 
 def proxy_command(job: AsyncRLJob, owner: Owner) -> list[str]:
-    """The proxy command line; staleness flags come from the job manifest it loads."""
+    """The proxy command line; staleness flags come from the job manifest it loads, the engines
+    from the ConfigMap's engine list, which it follows while it runs (so the Deployment does
+    not change, and its sessions survive, when `inference.replicas` does)."""
     return [
         "python",
         "-m",
@@ -656,8 +678,8 @@ def proxy_command(job: AsyncRLJob, owner: Owner) -> list[str]:
         "0.0.0.0",
         "--port",
         str(naming.PROXY_PORT),
-        "--engine-urls",
-        ",".join(engine_urls(job, owner)),
+        "--engine-urls-file",
+        naming.ENGINES_PATH,
         "--model",
         proxy_model(job),
     ]

@@ -36,6 +36,10 @@ PROXY_PORT: Final = 8000
 CONFIG_DIR: Final = "/etc/dressage"
 CONFIG_KEY: Final = "job.yaml"
 CONFIG_PATH: Final = f"{CONFIG_DIR}/{CONFIG_KEY}"
+ENGINES_KEY: Final = "engines"
+"""ConfigMap key listing the job's engine URLs, one per line: the proxy's `--engine-urls-file`
+(the kubelet updates the mounted file when `inference.replicas` changes)."""
+ENGINES_PATH: Final = f"{CONFIG_DIR}/{ENGINES_KEY}"
 
 
 def config_map(job: str) -> str:

@@ -53,7 +53,7 @@ def test_engine_command_parses_with_sglangs_parser(example: Path) -> None:
     args = _sglang_parser().parse_args(cmd[3:])
     assert args.model_path == job.spec.model.staged_path(job.spec.storage.mount_path)
     assert args.tensor_parallel_size == job.spec.inference.tensor_parallel_size
-    assert args.weight_version == children.INITIAL_WEIGHT_VERSION
+    assert args.weight_version == children.engine_base_version(job)
     assert args.enable_metrics is True
     assert args.port == int(cmd[cmd.index("--port") + 1])
 

@@ -24,11 +24,13 @@ from dressage.api.job import (
     PodSecuritySpec,
     PodTemplateOverrides,
     SecretKeySelector,
+    WarmStartSpec,
 )
 from dressage.data.versions import INITIAL_VERSION
 from dressage.model import staging
 from dressage.orchestrator import train_cli
 from dressage.proxy import cli as proxy_cli
+from dressage.proxy.config import parse_engine_urls
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 K8S_VERSION = "1.33.0"
@@ -111,6 +113,12 @@ def test_engines_and_proxy_flags() -> None:
     # INITIAL_VERSION; the trainer's side is pinned in test_trainer_step), or the staleness
     # window would take the base model for a version of its own.
     assert flags["--weight-version"] == INITIAL_VERSION == "v0"
+    # Engines of a warm-started job start on weights that are not the trainer's v0: their
+    # label is one the trainer never issues, so the proxy holds them out until synced.
+    warm = job.model_copy(deep=True)
+    warm.spec.model.warm_start = WarmStartSpec()
+    warm_cmd = children.engine_command(warm)
+    assert warm_cmd[warm_cmd.index("--weight-version") + 1] == "base"
     assert cmd[-4:] == ["--mem-fraction-static", "0.85", "--context-length", "32768"]
     assert engine["spec"]["restartPolicy"] == "Always"
     proxy = children.build_proxy_deployment(job, OWNER, CONFIG)
@@ -119,8 +127,12 @@ def test_engines_and_proxy_flags() -> None:
     assert proxy["spec"]["strategy"] == {"type": "Recreate"}
     pcmd = proxy["spec"]["template"]["spec"]["containers"][0]["command"]
     assert pcmd[:4] == ["python", "-m", "dressage", "proxy"]
-    assert pcmd[pcmd.index("--engine-urls") + 1].count(",") == 3
+    assert "--engine-urls" not in pcmd
+    assert pcmd[pcmd.index("--engine-urls-file") + 1] == naming.ENGINES_PATH
     config = children.build_config_map(job, OWNER)
+    assert parse_engine_urls(config["data"][naming.ENGINES_KEY]) == [
+        f"http://job-a-engine-{i}.job-a-engine.ns.svc:30000" for i in range(4)
+    ]
     loaded = AsyncRLJob.model_validate(yaml.safe_load(config["data"][naming.CONFIG_KEY]))
     # The runtime reads the staged copy of the hub model; the rest of the spec is the job's.
     assert loaded.spec.model.source == "/dressage/models/Qwen--Qwen3-8B"

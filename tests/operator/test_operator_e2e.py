@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,68 @@ def test_failed_inference_pod_is_replaced_alone(
     assert status["restarts"] == 0
     assert status["inference"]["restarts"] == 1
     assert status["phase"] == "Running"
+
+
+@dataclass(frozen=True)
+class _Scaled:
+    replicas: int
+    pods: list[str]
+    urls: list[str]
+
+
+def _scaled(replicas: int) -> _Scaled:
+    """The engine pods and listed URLs of job `scale` at `replicas` engines."""
+    return _Scaled(
+        replicas,
+        [f"scale-engine-{i}" for i in range(replicas)],
+        [f"http://scale-engine-{i}.scale-engine.e2e.svc:30000" for i in range(replicas)],
+    )
+
+
+def test_scaling_engines_changes_engine_pods_and_the_proxys_list_only(
+    cluster: EmulatedCluster, operator: Operator
+) -> None:
+    """`inference.replicas` rolls out: engine pods are created or deleted (highest index
+    first), the ConfigMap's engine list follows, and neither the trainer gang nor the proxy
+    Deployment is touched (the proxy follows the list, the trainer reads it from the proxy)."""
+    c = cluster
+    c.create(_job("scale"))
+    before = _uids(_run_all(c, "scale"))
+    proxy_path = c.path("apps/v1", "deployments", "scale-proxy")
+    proxy = c.get(proxy_path)
+    assert proxy is not None
+    command = proxy["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--engine-urls-file") + 1] == "/etc/dressage/engines"
+
+    def listed() -> list[str]:
+        configmap = c.get(c.path("v1", "configmaps", "scale-config")) or {}
+        return str(configmap.get("data", {}).get("engines", "")).split()
+
+    def engines() -> list[str]:
+        return sorted(n for n in _pods(c, "scale") if "-engine-" in n)
+
+    assert listed() == _scaled(2).urls
+    for replicas in (3, 1):
+        c.patch(c.job_path("scale"), {"spec": {"inference": {"replicas": replicas}}})
+        scaled = _scaled(replicas)
+        wait_for(lambda: engines() == scaled.pods, what=f"engine pods {scaled.pods}")  # noqa: B023
+        wait_for(lambda: listed() == scaled.urls, what=f"{scaled.urls} listed")  # noqa: B023
+        status = wait_for(
+            lambda: (
+                _status(c, "scale")["inference"]["desired"] == scaled.replicas  # noqa: B023
+                and _status(c, "scale")
+            ),
+            what="status follows",
+        )
+        assert status["restarts"] == 0
+    after = _uids(_pods(c, "scale"))
+    assert {n: after[n] for n in ("scale-trainer-0", "scale-trainer-1", "scale-engine-0")} == {
+        n: before[n] for n in ("scale-trainer-0", "scale-trainer-1", "scale-engine-0")
+    }
+    kept = c.get(proxy_path)
+    assert kept is not None
+    assert kept["metadata"]["uid"] == proxy["metadata"]["uid"]
+    assert kept["metadata"]["annotations"] == proxy["metadata"]["annotations"]
 
 
 def test_suspend_deletes_pods_and_resume_recreates_them(

@@ -23,6 +23,7 @@ from dressage import cli
 from dressage.api import AsyncRLJob, load_job
 from dressage.orchestrator import train_cli as trainer_cli
 from dressage.proxy import cli as proxy_cli
+from dressage.proxy.config import parse_engine_urls
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 CONFIG = OperatorConfig()
@@ -163,7 +164,13 @@ def test_proxy_command_parses_with_dressage_proxy(example: Path, tmp_path: Path)
     proxy = proxy_cli.build_config(args, env)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert (proxy.host, proxy.port) == ("0.0.0.0", ports["http"])
-    assert proxy.engine_urls == children.engine_urls(job, OWNER)
+    # The engines come from the ConfigMap key mounted at --engine-urls-file.
+    assert proxy.engine_urls == []
+    assert str(proxy.engine_urls_file) == naming.ENGINES_PATH
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts[naming.CONFIG_DIR] == "config"
+    listed = children.build_config_map(job, OWNER)["data"][naming.ENGINES_KEY]
+    assert parse_engine_urls(listed) == children.engine_urls(job, OWNER)
     assert proxy.partial_rollout == job.spec.partial_rollout
     assert proxy.max_partial_rollout_preempts == job.spec.staleness.max_partial_rollout_preempts
     assert proxy.record_token_versions == job.spec.proxy.record_token_versions

@@ -4,6 +4,7 @@ from the job, and a failed update still continues generation."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,17 +17,22 @@ from tests.scripted_http import scripted_server
 
 
 class SlowEngine:
-    """Answers pause/continue at once and holds `/update_weights_from_disk` until released."""
+    """Answers pause/continue at once, reports its weight version, and holds
+    `/update_weights_from_disk` until released."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.paths: list[str] = []
+        self.version = "v0"
 
     async def answer(self, path: str, body: bytes) -> object:
         self.paths.append(path)
         if path == "/update_weights_from_disk":
             await self.release.wait()
+            self.version = json.loads(body)["weight_version"]
             return {"success": True, "message": "updated", "num_paused_requests": 0}
+        if path == "/get_weight_version":
+            return {"weight_version": self.version}
         return {"message": "ok", "status": "ok"}
 
     @asynccontextmanager

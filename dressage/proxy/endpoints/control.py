@@ -1,23 +1,35 @@
-"""Control and observation: `/pause_generation`, `/continue_generation`, `/health`,
-`/metrics`.
+"""Control and observation: `/pause_generation`, `/continue_generation`, the engine set
+(`/dressage/engines`, `/dressage/weight_version`), `/health`, `/metrics`.
 
 Pause closes the proxy's gate (new generations wait) and then pauses every engine; continue
 resumes the engines and then opens the gate. The answer reports each engine's result, 502
 `engine_error` when one did not take the command. Engines whose SGLang release predates the
 pause modes (before 0.5.6) get the body they act on, `{}`: every pause aborts there.
+
+The current weight version. The weight publisher states the job's current version, on
+`/continue_generation` `{"weight_version": V}` after a publish and on
+`POST /dressage/weight_version` `{"weight_version": V}` otherwise (at the trainer's start,
+after bringing a lagging engine up to date). The proxy then reads every engine's
+`/get_weight_version` before answering (and before the gate opens), and routes only to
+engines serving V (`dressage.proxy.routing`). `GET /dressage/engines` answers
+`{"weight_version": V | null, "engines": [{"url", "healthy", "routable", "weight_version",
+"inflight", "last_error", "sglang_version"}, ...]}`; the publisher reads the engine set there.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from dressage.asgi import Answer, HttpRequest
+from dressage.data.versions import normalize_version
 from dressage.engine import sglang_support as sglang
 from dressage.proxy import errors
 from dressage.proxy.answers import error_response, json_response
+from dressage.proxy.background import refresh_weight_versions
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.state import ProxyState
 from dressage.proxy.upstream import UpstreamError
@@ -32,15 +44,66 @@ async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -
         raise invalid("mode must be abort, in_place or retract", "mode")
     state.gate.pause()
     failures = await _broadcast(state, "/pause_generation", {"mode": mode}, legacy_body={})
-    return _control_answer(state, failures)
+    return _control_answer(failures, state)
 
 
 async def continue_generation(
     state: ProxyState, request: HttpRequest, body: dict[str, Any]
 ) -> Answer:
+    stated = "weight_version" in body
+    version = _weight_version(body) if stated else None
     failures = await _broadcast(state, "/continue_generation", {})
+    if stated:
+        await _apply_weight_version(state, version)
     state.gate.resume()
-    return _control_answer(state, failures)
+    return _control_answer(failures, state)
+
+
+async def engines(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
+    return json_response(_engine_set(state))
+
+
+async def set_weight_version(
+    state: ProxyState, request: HttpRequest, body: dict[str, Any]
+) -> Answer:
+    if "weight_version" not in body:
+        raise invalid("weight_version is required (a version label, or null)", "weight_version")
+    await _apply_weight_version(state, _weight_version(body))
+    return json_response(_engine_set(state))
+
+
+def _weight_version(body: dict[str, Any]) -> str | None:
+    value = body["weight_version"]
+    if value is None:
+        return None
+    version = normalize_version(value) if isinstance(value, str) else None
+    if version is None:
+        raise invalid(
+            "weight_version must be a version label (a non-empty string) or null",
+            "weight_version",
+        )
+    return version
+
+
+async def _apply_weight_version(state: ProxyState, version: str | None) -> None:
+    """Route only to engines serving `version` from now on (None: to every healthy one),
+    with every engine's version read first so routing follows at once."""
+    assert state.connections is not None, "engines are read only while the app serves"
+    await refresh_weight_versions(state, state.connections)
+    state.pool.target_version = version
+
+
+def _engine_set(state: ProxyState) -> dict[str, Any]:
+    return {"weight_version": state.pool.target_version, "engines": state.pool.snapshot()}
+
+
+@dataclass
+class _Results:
+    """Each engine's answer to a command (None: it took it); `excused` are the engines that
+    were unhealthy when it was sent, whose failure does not fail the command."""
+
+    failures: dict[str, str | None]
+    excused: set[str]
 
 
 async def _broadcast(
@@ -49,8 +112,13 @@ async def _broadcast(
     body: dict[str, Any],
     *,
     legacy_body: dict[str, Any] | None = None,
-) -> dict[str, str | None]:
-    """POST `body` to `path` on every engine; each engine's failure, None where it took it.
+) -> _Results:
+    """POST `body` to `path` on every engine of the pool.
+
+    An engine that is unhealthy when the command is sent (starting, as a newly added one is,
+    or down) is commanded too, so none stays paused once it recovers, but its failure is
+    excused: it is not routed to, runs none of the proxy's generations, and the publisher
+    brings it to the current weights once it passes a health check.
 
     `legacy_body` goes to engines whose release predates the pause modes (SGLang before 0.5.6
     reads no body and aborts every in-flight request on a pause: the proxy then resumes or
@@ -60,9 +128,12 @@ async def _broadcast(
     assert connections is not None, "engines are commanded only while the app serves"
     content = orjson.dumps(body)
     legacy = None if legacy_body is None else orjson.dumps(legacy_body)
+    excused = {e.url for e in state.pool.engines if not e.healthy}
 
     async def send(url: str) -> str | None:
-        engine = state.pool[url]
+        engine = state.pool.get(url)
+        if engine is None:
+            return None  # left the pool meanwhile
         payload = content if legacy is None or engine.supports(sglang.PAUSE_MODES) else legacy
         try:
             reply = await connections.request(
@@ -74,15 +145,23 @@ async def _broadcast(
             return f"HTTP {reply.status}: {reply.body[:200].decode(errors='replace')}"
         return None
 
-    urls = [e.url for e in state.pool.engines]
+    urls = state.pool.urls
     answers = await asyncio.gather(*(send(url) for url in urls))
-    return dict(zip(urls, answers, strict=True))
+    return _Results(dict(zip(urls, answers, strict=True)), excused)
 
 
-def _control_answer(state: ProxyState, failures: dict[str, str | None]) -> Answer:
-    results = {url: "ok" if failure is None else failure for url, failure in failures.items()}
-    data = {"paused": state.gate.paused, "epoch": state.gate.epoch, "engines": results}
-    failed = sum(failure is not None for failure in failures.values())
+def _control_answer(results: _Results, state: ProxyState) -> Answer:
+    shown = {}
+    failed = 0
+    for url, failure in results.failures.items():
+        if failure is None:
+            shown[url] = "ok"
+        elif url in results.excused:
+            shown[url] = f"not routed (unhealthy), {failure}"
+        else:
+            shown[url] = failure
+            failed += 1
+    data = {"paused": state.gate.paused, "epoch": state.gate.epoch, "engines": shown}
     if failed:
         err = ProxyError(
             502, errors.ENGINE_ERROR, f"{failed} engine(s) did not take the command", detail=data
@@ -96,6 +175,7 @@ async def health(state: ProxyState, request: HttpRequest, body: dict[str, Any]) 
     return json_response(
         {
             "status": "ok" if healthy else errors.NO_HEALTHY_ENGINE,
+            "weight_version": state.pool.target_version,
             "engines": state.pool.snapshot(),
             "paused": state.gate.paused,
             "active_sessions": len(state.store),

@@ -1,0 +1,175 @@
+"""The weight publisher follows the proxy's engine set: an engine added while the job runs,
+an engine restarted on its base weights and an engine that missed a publish are brought to the
+current version before the proxy routes to them.
+
+Real processes on loopback: a `dressage proxy`, embedded engines (or scripted ones where an
+engine must refuse an update), and the publisher in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dressage.engine.errors import EngineError
+from dressage.engine.testing import EngineProcess, start_engine
+from dressage.orchestrator.publish import WeightPublisher
+from dressage.proxy.client import ProxyRolloutClient
+from dressage.proxy.testing import start_proxy
+from dressage.testing import free_port
+from tests.integration.proxy_support import engine_version, tiny_checkpoint, wait_for
+from tests.scripted_http import scripted_server
+
+HEALTH_INTERVAL = "0.5"
+"""The proxy's health interval; its probes time out after twice that, which a loaded test
+machine needs."""
+
+
+def write_engines(path: Path, urls: list[str]) -> None:
+    staged = path.with_name(path.name + ".new")
+    staged.write_text("\n".join(urls) + "\n")
+    os.replace(staged, path)
+
+
+async def engines_of(proxy_url: str) -> dict[str, dict[str, Any]]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(proxy_url + "/dressage/engines")
+        response.raise_for_status()
+        return {e["url"]: e for e in response.json()["engines"]}
+
+
+def engine(cache_dir: Path, *extra: str) -> Iterator[EngineProcess]:
+    return start_engine(cache_dir=cache_dir, weight_version="v0", extra_args=extra)
+
+
+async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    checkpoint = tiny_checkpoint(cache_dir)
+    listing = tmp_path / "engines"
+    with ExitStack() as stack:
+        replaced = ExitStack()
+        stack.enter_context(replaced)
+        first = replaced.enter_context(engine(cache_dir))
+        write_engines(listing, [first.base_url])
+        proxy = stack.enter_context(
+            start_proxy(
+                [], "--engine-urls-file", str(listing), "--health-interval-s", HEALTH_INTERVAL
+            )
+        )
+        client = ProxyRolloutClient(proxy.base_url)
+        publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=0.2)
+
+        async def caught_up(url: str) -> bool:
+            view = (await engines_of(proxy.base_url)).get(url)
+            return view is not None and view["routable"] and view["weight_version"] == "v1"
+
+        try:
+            assert await publisher.sync(checkpoint, "v0") is False
+            await publisher.publish(checkpoint, "v1")
+            assert await engine_version(first.base_url) == "v1"
+
+            # A scale-up: the new engine starts on the base weights as v0.
+            second = stack.enter_context(engine(cache_dir))
+            assert await engine_version(second.base_url) == "v0"
+            write_engines(listing, [first.base_url, second.base_url])
+            await wait_for(lambda: caught_up(second.base_url), timeout_s=60, what="scale-up")
+            assert await engine_version(second.base_url) == "v1"
+
+            # The first engine's process is replaced on the same address, at base weights.
+            port = first.port
+            replaced.close()
+            first = stack.enter_context(engine(cache_dir, "--port", str(port)))
+            await wait_for(lambda: caught_up(first.base_url), timeout_s=60, what="restart")
+            assert await engine_version(first.base_url) == "v1"
+        finally:
+            await publisher.aclose()
+            await client.aclose()
+
+
+class ScriptedEngine:
+    """Reports its weight version and takes (or, with `fail`, refuses) weight updates."""
+
+    def __init__(self) -> None:
+        self.version = "v0"
+        self.fail = False
+
+    async def answer(self, path: str, body: bytes) -> object:
+        if path == "/get_weight_version":
+            return {"weight_version": self.version}
+        if path == "/update_weights_from_disk":
+            if self.fail:
+                return {"success": False, "message": "cannot read the checkpoint"}
+            self.version = json.loads(body)["weight_version"]
+            return {"success": True, "message": "updated", "num_paused_requests": 0}
+        return {}
+
+
+async def test_an_engine_that_misses_a_publish_is_held_out_and_caught_up(tmp_path: Path) -> None:
+    a, b = ScriptedEngine(), ScriptedEngine()
+    async with scripted_server(a.answer) as url_a, scripted_server(b.answer) as url_b:
+        with start_proxy([url_a, url_b], "--health-interval-s", HEALTH_INTERVAL) as proxy:
+            client = ProxyRolloutClient(proxy.base_url)
+            publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=None)
+            try:
+                assert await publisher.sync(tmp_path, "v0") is False
+                b.fail = True
+                await publisher.publish(tmp_path, "v1")  # one engine took it: published
+                view = await engines_of(proxy.base_url)
+                assert [
+                    (view[u]["weight_version"], view[u]["routable"]) for u in (url_a, url_b)
+                ] == [
+                    ("v1", True),
+                    ("v0", False),
+                ]
+                b.fail = False
+                assert await publisher.catch_up() == [url_b]
+                assert (await engines_of(proxy.base_url))[url_b]["routable"] is True
+
+                # No engine takes a version: the publish fails and routing stays on v1.
+                a.fail = b.fail = True
+                with pytest.raises(EngineError, match="cannot read the checkpoint"):
+                    await publisher.publish(tmp_path, "v2")
+                view = await engines_of(proxy.base_url)
+                assert all(e["routable"] and e["weight_version"] == "v1" for e in view.values())
+                assert publisher.current == (tmp_path, "v1")
+            finally:
+                await publisher.aclose()
+                await client.aclose()
+
+
+async def test_a_listed_engine_that_is_not_up_yet_does_not_fail_a_publish(tmp_path: Path) -> None:
+    """A scale-up lists the new engine before its server answers (SGLang loads the model for
+    minutes): it is commanded, but neither its pause nor its update can fail the publish."""
+    engine = ScriptedEngine()
+    listing = tmp_path / "engines"
+    starting = f"http://127.0.0.1:{free_port()}"
+    async with scripted_server(engine.answer) as url:
+        write_engines(listing, [url])
+        args = ("--engine-urls-file", str(listing), "--health-interval-s", HEALTH_INTERVAL)
+        with start_proxy([], *args) as proxy:
+            client = ProxyRolloutClient(proxy.base_url)
+            publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=None)
+            try:
+                assert await publisher.sync(tmp_path, "v0") is False
+                write_engines(listing, [url, starting])
+
+                async def listed() -> bool:
+                    return starting in await engines_of(proxy.base_url)
+
+                await wait_for(listed, what="the starting engine to be listed")
+                await publisher.publish(tmp_path, "v1")
+                view = await engines_of(proxy.base_url)
+                assert (view[url]["weight_version"], view[url]["routable"]) == ("v1", True)
+                assert (view[starting]["healthy"], view[starting]["routable"]) == (False, False)
+                assert await publisher.catch_up() == []  # nothing healthy lags
+            finally:
+                await publisher.aclose()
+                await client.aclose()
