@@ -705,7 +705,8 @@ class CodeSpec(ApiModel):
     """pip requirement specifiers installed when each trainer pod starts (an
     `install-packages` init container running the trainer image, `pip install --user` into an
     emptyDir on the pods' `PYTHONUSERBASE`); requirements the image already satisfies are kept
-    from the image. Needs the pods to reach the package index."""
+    from the image. Needs the pods to reach the package index, and a trainer image whose
+    Python allows user installs (the runtime image does; a virtualenv does not)."""
     index_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
     """Package index for `packages` (`pip --index-url`); unset: the image's pip default."""
 
