@@ -703,6 +703,69 @@ class StorageSpec(ApiModel):
     """Informational size used by the chart when it provisions storage."""
 
 
+PACKAGES_DIR = "/opt/dressage/packages"
+"""Where the trainer pods' `install-packages` init container installs `spec.code.packages`
+(`pip install --user` with this as `PYTHONUSERBASE`, an emptyDir shared with the trainer)."""
+CODE_ENV = ("PYTHONPATH", "PYTHONUSERBASE")
+"""Variables the operator sets on the trainer pods when `spec.code` is set."""
+
+
+def _package(requirement: str) -> str:
+    if not requirement.strip() or requirement.lstrip().startswith("-") or "\n" in requirement:
+        raise PydanticCustomError(
+            "package_requirement",
+            "'{requirement}' is not a requirement specifier (such as 'math-verify==0.8.0' or "
+            "'mylib @ https://host/mylib-1.0-py3-none-any.whl'); pip options are not accepted, "
+            "set code.indexUrl for another package index",
+            {"requirement": requirement},
+        )
+    return requirement.strip()
+
+
+PackageRequirement = Annotated[str, AfterValidator(_package)]
+
+
+class CodeSpec(ApiModel):
+    """The job's own code on a cluster: rewards, environments, agent programs and their data.
+
+    They all run in the trainer pods (rank 0 rolls out and scores; every rank builds the task).
+    `dressage run` ignores this field: locally, user code is imported from the manifest's
+    directory and the working directory, and packages come from the environment it runs in.
+    For code that needs system libraries or large dependencies, build an image `FROM` the
+    runtime image and set `trainer.image` instead."""
+
+    path: str | None = Field(default=None, min_length=1)
+    """A directory on the job's storage, relative to `storage.mountPath` (or absolute under
+    it). `dressage train` runs there, so relative paths (`task.dataset.path`, an
+    `agentCommand` script) are found in it, and it is on the trainer pods' `PYTHONPATH`, so
+    `task.reward: rewards:score` imports its `rewards.py`. It must exist when the trainer
+    starts."""
+    packages: list[PackageRequirement] = Field(default_factory=list)
+    """pip requirement specifiers installed when each trainer pod starts (an
+    `install-packages` init container running the trainer image, `pip install --user` into an
+    emptyDir on the pods' `PYTHONUSERBASE`); requirements the image already satisfies are kept
+    from the image. Needs the pods to reach the package index, and a trainer image whose
+    Python allows user installs (the runtime image does; a virtualenv does not)."""
+    index_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+    """Package index for `packages` (`pip --index-url`); unset: the image's pip default."""
+
+    @model_validator(mode="after")
+    def _check_path(self) -> CodeSpec:
+        if self.path is not None and ".." in self.path.split("/"):
+            raise ValueError(f"code.path {self.path!r} must not contain '..'")
+        if self.index_url is not None and not self.packages:
+            raise ValueError("code.indexUrl is set but code.packages is empty")
+        return self
+
+    def directory(self, mount_path: str) -> str | None:
+        """The code directory in the trainer pods: `path` under `mount_path` when relative."""
+        if self.path is None:
+            return None
+        if self.path.startswith("/"):
+            return self.path.rstrip("/") or "/"
+        return f"{mount_path.rstrip('/')}/{self.path.strip('/')}".rstrip("/")
+
+
 class FailurePolicy(ApiModel):
     """What the operator does when pods fail."""
 
@@ -750,6 +813,8 @@ class AsyncRLJobSpec(ApiModel):
     """Optimisation."""
     storage: StorageSpec = Field(default_factory=StorageSpec)
     """Checkpoint and weight-sync storage."""
+    code: CodeSpec = Field(default_factory=CodeSpec)
+    """The job's own code and packages on a cluster (ignored by `dressage run`)."""
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     """Restart policy."""
     local: LocalSpec = Field(default_factory=LocalSpec)
@@ -765,6 +830,7 @@ class AsyncRLJobSpec(ApiModel):
     def _check_cross_fields(self) -> AsyncRLJobSpec:
         if self.task.agent == "blackbox" and not self.task.agent_command:
             raise ValueError("task.agentCommand is required when task.agent is 'blackbox'")
+        self._check_code()
         if (
             self.staleness.max_partial_rollout_preempts is not None
             and self.rollout.mode is not RolloutMode.PARTIAL_ASYNC
@@ -783,6 +849,24 @@ class AsyncRLJobSpec(ApiModel):
                 f"{admitted}); the excess would be refused with HTTP 429"
             )
         return self
+
+    def _check_code(self) -> None:
+        code = self.code
+        mount = self.storage.mount_path.rstrip("/")
+        outside = not (f"{code.path}/").startswith(f"{mount}/")
+        if code.path is not None and code.path.startswith("/") and outside:
+            raise ValueError(
+                f"code.path {code.path!r} is not on the job's storage: give it relative "
+                f"to storage.mountPath ({self.storage.mount_path}) or absolute under it"
+            )
+        if code.path is not None or code.packages:
+            clash = sorted({e.name for e in self.trainer.template.env} & set(CODE_ENV))
+            if clash:
+                raise ValueError(
+                    f"trainer.template.env sets {', '.join(clash)}, which the operator sets "
+                    "on the trainer pods when code is set: put the code in code.path and "
+                    "the packages in code.packages"
+                )
 
     @property
     def partial_rollout(self) -> bool:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from dressage.model.tokenizer import (
     BOS_TOKEN,
+    CHAT_TEMPLATE,
+    DEFAULT_VOCAB,
     EOS_TOKEN,
     PAD_TOKEN,
     SPECIAL_TOKENS,
@@ -139,6 +141,15 @@ def build_tiny_model(
     return out_dir
 
 
+def tokenizer_revision() -> str:
+    """A short hash of what the built-in tokenizer files are made from (special tokens,
+    vocabulary and chat template)."""
+    import hashlib
+
+    recipe = json.dumps([SPECIAL_TOKENS, DEFAULT_VOCAB, CHAT_TEMPLATE])
+    return hashlib.sha256(recipe.encode()).hexdigest()[:8]
+
+
 def default_cache_dir() -> Path:
     """Where built-in models are cached: `$DRESSAGE_CACHE_DIR` or `~/.cache/dressage`."""
     env = os.environ.get("DRESSAGE_CACHE_DIR")
@@ -148,9 +159,11 @@ def default_cache_dir() -> Path:
 def resolve_model_source(source: str, cache_dir: Path | None = None) -> Path:
     """Map a model source to a checkpoint directory.
 
-    `builtin:tiny` (optionally `builtin:tiny@SEED`) is built once into `cache_dir` and reused;
-    the build goes to a temporary directory renamed into place, so concurrent processes never see
-    a half-written checkpoint. Any other string is taken as a path.
+    `builtin:tiny` (optionally `builtin:tiny@SEED`) is built once into `cache_dir` and reused
+    (its directory is named after the seed and `tokenizer_revision()`, so a changed chat
+    template or vocabulary builds afresh); the build goes to a temporary directory renamed into
+    place, so concurrent processes never see a half-written checkpoint. Any other string is
+    taken as a path.
     """
     if not source.startswith(BUILTIN_PREFIX):
         return Path(source)
@@ -162,7 +175,7 @@ def resolve_model_source(source: str, cache_dir: Path | None = None) -> Path:
     except ValueError:
         raise ValueError(f"builtin model seed in {source!r} is not an integer") from None
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / "models" / f"tiny-seed{seed}"
+    target = root / "models" / f"tiny-seed{seed}-{tokenizer_revision()}"
     if (target / "model.safetensors").exists():
         return target
     root.joinpath("models").mkdir(parents=True, exist_ok=True)

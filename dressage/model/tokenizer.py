@@ -27,14 +27,28 @@ DEFAULT_VOCAB: tuple[str, ...] = tuple(
 """Plain (non-special) tokens: digits, letters, punctuation and arithmetic symbols, whitespace."""
 
 CHAT_TEMPLATE = (
+    "{% if tools %}<|system|>tools:"
+    "{% for tool in tools %}{% set f = tool['function'] if 'function' in tool else tool %}"
+    " {{ f['name'] }}({{ ((f['parameters'] or {})['properties'] or {}) | list | join(',') }})"
+    "{% endfor %}<|end|>\n{% endif %}"
     "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' + '\\n' }}"
+    "{{ '<|' + message['role'] + '|>' + (message['content'] or '') }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{{ '<tool_call>' + ({'name': call['function']['name'],"
+    " 'arguments': call['function']['arguments']} | tojson) + '</tool_call>' }}"
+    "{% endfor %}"
+    "{{ '<|end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
-"""Renders `[{"role": "user", "content": "1+1="}]` as `<|user|>1+1=<|end|>\\n<|assistant|>`.
+"""Renders `[{"role": "user", "content": "1+1="}]` as `<|user|>1+1=<|end|>\n<|assistant|>`.
 
 Roles are system, user, assistant and tool; an assistant turn ends with the eos token `<|end|>`.
+Tools, compact for a character-level model, come first as one system line listing each
+function with its parameter names (`<|system|>tools: calculator(expression)<|end|>`); an
+assistant's `tool_calls` follow its content in the Hermes syntax the proxy parses,
+`<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>`, and a tool
+result is a `<|tool|>` turn.
 """
 
 

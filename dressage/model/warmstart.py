@@ -10,7 +10,9 @@ sampling the demonstrated answer turn, averaged over the task's first `eval_prom
 rate, and RL's effect stays visible.
 
 The result is a Hugging Face checkpoint directory (tokenizer files included), cached under
-`cache_dir/warmstart/<hash>` where the hash covers the base weights, the task and the settings.
+`cache_dir/warmstart/<hash>` where the hash covers the base weights, the task spec, the contents
+of the task's local inputs (the dataset file or directory, an environment's module source) and
+the settings: editing the data file or the environment builds a new warm start.
 """
 
 from __future__ import annotations
@@ -51,15 +53,60 @@ class WarmStartResult:
     cached: bool
 
 
+def _hash_file(digest: hashlib._Hash, path: Path, name: str) -> None:
+    digest.update(f"{name}\0{path.stat().st_size}\0".encode())
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+
+
+def _hash_tree(digest: hashlib._Hash, path: Path) -> None:
+    if path.is_dir():
+        for item in sorted(p for p in path.rglob("*") if p.is_file()):
+            _hash_file(digest, item, item.relative_to(path).as_posix())
+    elif path.is_file():
+        _hash_file(digest, path, path.name)
+
+
+def _task_inputs(task: TaskSpec) -> list[Path]:
+    """The local files a task is built from, beyond its spec: the dataset's path (or its local
+    `dataFiles`) and the source file of a user environment's module."""
+    from dressage.tasks.usercode import UserCodeError, resolve_path
+
+    inputs: list[Path] = []
+    dataset = task.dataset
+    if dataset is not None and dataset.path is not None:
+        inputs.append(resolve_path(dataset.path, "spec.task.dataset.path"))
+    for name in (dataset.data_files or []) if dataset is not None else []:
+        try:
+            inputs.append(resolve_path(name, "spec.task.dataset.dataFiles"))
+        except UserCodeError:
+            continue  # a remote file, or a pattern the `datasets` builder expands
+    if task.environment is not None:
+        import importlib.util
+
+        module = task.environment.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is not None and found.origin and Path(found.origin).is_file():
+            inputs.append(Path(found.origin))
+    return inputs
+
+
 def cache_key(base_dir: Path, task: TaskSpec, settings: WarmStartSpec) -> str:
-    """Hash of the base weights, the task and the warm-start settings."""
+    """Hash of the base weights, the task (its spec and the contents of its local inputs:
+    dataset files, an environment's module) and the warm-start settings."""
     digest = hashlib.sha256()
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         path = base_dir / name
         if path.is_file():
             digest.update(name.encode())
             digest.update(path.read_bytes())
     digest.update(task.model_dump_json().encode())
+    for path in _task_inputs(task):
+        _hash_tree(digest, path)
     digest.update(settings.model_dump_json().encode())
     return digest.hexdigest()[:16]
 

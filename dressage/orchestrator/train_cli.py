@@ -178,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         wiring = resolve_wiring(args, os.environ)
         job = load_wired_job(wiring)
+        from dressage.tasks.usercode import enter_code_dir
+
+        # The job's own rewards, environments, agents and data (`spec.code.path`).
+        enter_code_dir(job.spec)
     except (JobValidationError, OSError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -4,7 +4,9 @@ A job names its reward function (`spec.task.reward`) and its environment class
 (`spec.task.environment`) by import path. `dressage run` makes the job manifest's directory and
 the working directory importable (`add_job_dir`), so a `rewards.py` next to the manifest is
 found as `rewards:my_reward`; relative dataset paths are looked up in the same two places
-(`resolve_path`). A reference that cannot be imported is a `UserCodeError` naming the field,
+(`resolve_path`). On a cluster, `dressage train` runs in the job's code directory on its
+storage (`spec.code.path`, `enter_code_dir`), so the same references and relative paths work
+there. A reference that cannot be imported is a `UserCodeError` naming the field,
 the import path and the directories searched.
 """
 
@@ -14,7 +16,10 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dressage.api.job import AsyncRLJobSpec
 
 _job_dirs: list[Path] = []
 
@@ -33,6 +38,25 @@ def add_job_dir(manifest: str | Path) -> list[str]:
     sys.path[:0] = added
     importlib.invalidate_caches()
     return added
+
+
+def enter_code_dir(spec: AsyncRLJobSpec) -> Path | None:
+    """Make `spec.code.path` (on the job's storage) the working directory and importable, as
+    the trainer pods need before the task is built; None when the job names no code."""
+    directory = spec.code.directory(spec.storage.mount_path)
+    if directory is None:
+        return None
+    path = Path(directory)
+    if not path.is_dir():
+        raise UserCodeError(
+            f"spec.code.path: {directory} is not a directory on the job's storage (copy the "
+            "job's code there before starting it)"
+        )
+    os.chdir(path)
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+        importlib.invalidate_caches()
+    return path
 
 
 def job_dirs() -> list[Path]:

@@ -44,6 +44,7 @@ from dressage.api.job import (
     API_GROUP,
     API_VERSION,
     KIND,
+    PACKAGES_DIR,
     STAGED_MODELS_DIR,
     AsyncRLJob,
     ObjectMeta,
@@ -505,6 +506,58 @@ def trainer_env(job: AsyncRLJob, owner: Owner, index: int) -> dict[str, str]:
     }
 
 
+INSTALL_PACKAGES_CONTAINER = "install-packages"
+PACKAGES_VOLUME = "packages"
+
+
+def code_env(job: AsyncRLJob) -> dict[str, str]:
+    """What the trainer pods need to import the job's own code (`spec.code`): its directory on
+    `PYTHONPATH` and, with packages, the user site they are installed in on `PYTHONUSERBASE`
+    (which Python puts on `sys.path` ahead of the image's site-packages)."""
+    code = job.spec.code
+    env: dict[str, str] = {}
+    directory = code.directory(job.spec.storage.mount_path)
+    if directory is not None:
+        env["PYTHONPATH"] = directory
+    if code.packages:
+        env["PYTHONUSERBASE"] = PACKAGES_DIR
+    return env
+
+
+def install_packages_command(job: AsyncRLJob) -> list[str]:
+    """`pip install --user` of `spec.code.packages` (empty when there are none): with `--user`,
+    requirements the image already satisfies (torch, transformers) are kept, not reinstalled."""
+    code = job.spec.code
+    if not code.packages:
+        return []
+    command = ["python", "-m", "pip", "install", "--user", "--no-cache-dir", "--no-input"]
+    if code.index_url:
+        command += ["--index-url", code.index_url]
+    return [*command, *code.packages]
+
+
+def _add_code(job: AsyncRLJob, container: Obj, spec: Obj) -> None:
+    """Give a trainer pod `spec.code`: the `install-packages` init container (after model
+    staging) and the emptyDir it installs into, mounted in both containers."""
+    command = install_packages_command(job)
+    if not command:
+        return
+    mount = {"name": PACKAGES_VOLUME, "mountPath": PACKAGES_DIR}
+    spec["volumes"].append({"name": PACKAGES_VOLUME, "emptyDir": {}})
+    container["volumeMounts"].append(mount)
+    init = {
+        "name": INSTALL_PACKAGES_CONTAINER,
+        "image": container["image"],
+        "command": command,
+        "env": [{"name": "PYTHONUSERBASE", "value": PACKAGES_DIR}],
+        "volumeMounts": [mount],
+        "securityContext": container_security_context(
+            job.spec.trainer.template.security, with_capabilities=False
+        ),
+    }
+    spec["initContainers"] = [*spec.get("initContainers", []), init]
+
+
 def build_trainer_pods(
     job: AsyncRLJob, owner: Owner, config: OperatorConfig, gang: int
 ) -> list[Obj]:
@@ -517,7 +570,11 @@ def build_trainer_pods(
             "name": "trainer",
             "image": trainer.image or config.runtime_image,
             "command": trainer_command(job),
-            "env": _env(trainer_env(job, owner, index), trainer.template, proxy_token_env(job)),
+            "env": _env(
+                {**trainer_env(job, owner, index), **code_env(job)},
+                trainer.template,
+                proxy_token_env(job),
+            ),
             "ports": [
                 {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},
                 {"name": "metrics", "containerPort": naming.METRICS_PORT},
@@ -542,6 +599,7 @@ def build_trainer_pods(
             **{naming.LABEL_INDEX: str(index), naming.LABEL_GANG: str(gang)},
         )
         spec = _pod_spec(job, owner, config, trainer.template, container, "Never")
+        _add_code(job, container, spec)
         spec["hostname"] = name
         spec["subdomain"] = naming.trainer_service(owner.name)
         pods.append(

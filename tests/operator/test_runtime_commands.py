@@ -21,6 +21,7 @@ from torch.distributed.run import get_args_parser
 
 from dressage import cli
 from dressage.api import AsyncRLJob, load_job
+from dressage.api.job import CODE_ENV
 from dressage.orchestrator import train_cli as trainer_cli
 from dressage.proxy import cli as proxy_cli
 from dressage.proxy.config import parse_engine_urls
@@ -115,7 +116,11 @@ def test_every_trainer_variable_is_read_by_the_runtime_or_torchrun(example: Path
         else:
             # Template env (e.g. NCCL_DEBUG) comes from the job; the rest is rendezvous.
             from_template = any(e.name == name for e in load_job(example).spec.trainer.template.env)
-            assert name in referenced | TORCH_ENV or from_template, f"nothing reads {name}"
+            # `spec.code`'s PYTHONPATH / PYTHONUSERBASE are read by the Python interpreter.
+            for_python = name in CODE_ENV
+            assert name in referenced | TORCH_ENV or from_template or for_python, (
+                f"nothing reads {name}"
+            )
     assert referenced <= set(env)
 
 
