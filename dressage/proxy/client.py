@@ -33,8 +33,10 @@ class RolloutError(GroupFailed):
     """
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
-        # The counting label: the proxy's error code, else the start of the message.
-        reason = code or message.split(":", 2)[-1].strip()[:60] or "rollout_error"
+        # The counting label: the proxy's error code, else the last non-empty part of the
+        # message ("POST /generate: ReadTimeout: " counts as `ReadTimeout`).
+        parts = [part.strip() for part in message.split(":", 2)[1:]]
+        reason = code or next((p[:60] for p in reversed(parts) if p), "rollout_error")
         super().__init__(reason, message, staleness=code in STALENESS_REFUSALS)
         self.status = status
         self.code = code
