@@ -92,6 +92,9 @@ class EngineConfig:
     """Never start two scheduler steps less than this apart (0: as fast as the CPU allows)."""
     weights_group_timeout_s: float = 600.0
     """Bound on joining a weight-update group and on each of its broadcasts."""
+    device: str = "cpu"
+    """Torch device of the weights, the KV cache and the forward passes (`cpu`, `cuda`,
+    `cuda:N`); sampling stays on the CPU either way."""
 
 
 class BadRequest(Exception):
@@ -159,6 +162,7 @@ class EngineServer:
             context_length=self.context_length,
             weight_version=config.weight_version,
             min_step_interval_s=config.min_step_interval_ms / 1000,
+            device=config.device,
         )
         self.fatal_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None
@@ -216,7 +220,9 @@ class EngineServer:
 
     async def _initial_load(self) -> None:
         try:
-            weights = await asyncio.to_thread(load_weights, self.config.model_path, self.shape)
+            weights = await asyncio.to_thread(
+                load_weights, self.config.model_path, self.shape, self.config.device
+            )
         except Exception as exc:
             self.fatal_error = f"loading {self.config.model_path} failed: {exc}"
             log.error("%s", self.fatal_error)
@@ -371,7 +377,9 @@ class EngineServer:
                     raise ValueError(
                         f"model_path: {path} has a different architecture than the served model"
                     )
-                weights = await asyncio.to_thread(load_weights, path, self.shape)
+                weights = await asyncio.to_thread(
+                    load_weights, path, self.shape, self.config.device
+                )
             except (ValueError, OSError) as exc:
                 message = f"Failed to update weights: {exc}"
                 return json_response(
@@ -514,7 +522,9 @@ class EngineServer:
             def arrived(i: int, tensor: torch.Tensor) -> None:
                 # Convert to the serving dtype while the rest of the bucket is in flight.
                 if problem is None:
-                    loaded[req.names[i]] = tensor.to(torch.float32).contiguous()
+                    loaded[req.names[i]] = tensor.to(
+                        device=self.scheduler.device, dtype=torch.float32
+                    ).contiguous()
 
             try:
                 await in_daemon_thread(group.broadcast, tensors, arrived)
@@ -590,6 +600,8 @@ class EngineServer:
                 "context_length": self.context_length,
                 "max_running_requests": self.config.max_batch_size,
                 "random_seed": self.config.seed,
+                "device": self.config.device,
+                "peak_memory_bytes": peak_memory_bytes(self.config.device),
             }
         )
 
@@ -623,6 +635,14 @@ class EngineServer:
             self.scheduler.abort(rid)
             return empty_response(503)
         return empty_response(200)
+
+
+def peak_memory_bytes(device: str) -> int | None:
+    """Peak bytes allocated by torch on a CUDA `device` since the process started; None on
+    CPU (where torch keeps no such count)."""
+    if not device.startswith("cuda"):
+        return None
+    return int(torch.cuda.max_memory_allocated(torch.device(device)))
 
 
 def _group_answer(success: bool, message: str) -> Answer:
