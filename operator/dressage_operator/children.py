@@ -477,6 +477,10 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     ]
     if spec.model.tokenizer:
         cmd += ["--tokenizer-path", spec.model.tokenizer]
+    if spec.rollout.seeded_sampling:
+        # The job model admits seededSampling only with a release that has the flag
+        # (spec.inference.sglangVersion >= 0.5.3); 0.5.2's parser refuses it.
+        cmd.append("--enable-deterministic-inference")
     return cmd + list(spec.inference.extra_args)
 
 

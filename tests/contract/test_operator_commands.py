@@ -61,3 +61,20 @@ def test_engine_command_parses_with_sglangs_parser(example: Path) -> None:
 def test_the_parser_refuses_what_sglang_does_not_know() -> None:
     with pytest.raises(_Refused, match="--no-such-flag"):
         _sglang_parser().parse_args(["--model-path", "m", "--no-such-flag"])
+
+
+def test_sglang_0_5_2_has_no_deterministic_inference_flag() -> None:
+    """Why the operator gates `--enable-deterministic-inference` on
+    `spec.inference.sglangVersion` (>= 0.5.3): the pinned release's parser refuses it, so a
+    seeded job on a 0.5.2 image would crash-loop its engines."""
+    from dressage.api.sglang import (
+        DETERMINISTIC_INFERENCE_SINCE,
+        SGLANG_PINNED_VERSION,
+        parse_version,
+    )
+
+    job = load_job(EXAMPLES[0])
+    base = children.engine_command(job)[3:]
+    assert parse_version(SGLANG_PINNED_VERSION) < parse_version(DETERMINISTIC_INFERENCE_SINCE)
+    with pytest.raises(_Refused, match="--enable-deterministic-inference"):
+        _sglang_parser().parse_args([*base, "--enable-deterministic-inference"])

@@ -280,6 +280,20 @@ def test_the_model_reserves_every_variable_and_engine_flag_the_builders_set(
     assert flags <= set(OPERATOR_ENGINE_FLAGS)
 
 
+def test_seeded_sampling_turns_on_sglangs_deterministic_inference() -> None:
+    """Only with a release that has the flag (the job model refuses seededSampling on 0.5.2,
+    whose parser has no `--enable-deterministic-inference`), and only when asked for."""
+    base = load_job(EXAMPLES[0].parent / "single-node-gpu.yaml").to_wire()
+    assert "--enable-deterministic-inference" not in children.engine_command(
+        AsyncRLJob.model_validate(base)
+    )
+    spec = dict(base["spec"])  # type: ignore[arg-type]
+    spec["rollout"] = {**spec.get("rollout", {}), "seededSampling": True}
+    spec["inference"] = {**spec.get("inference", {}), "sglangVersion": "0.5.3"}
+    seeded = children.engine_command(AsyncRLJob.model_validate({**base, "spec": spec}))
+    assert seeded.count("--enable-deterministic-inference") == 1
+
+
 def test_engine_probes_tolerate_model_load_and_weight_update_pauses() -> None:
     """The startup probe proves a generation works and waits out a long model load; liveness
     and readiness never hit SGLang's generation check, which blocks while a weight update
