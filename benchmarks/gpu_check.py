@@ -114,11 +114,16 @@ class CheckOptions:
 
 
 def reset_peak(device: str) -> None:
-    """Start a new peak-memory window on a CUDA device (nothing on CPU)."""
+    """Start a new peak-memory window on a CUDA device (nothing on CPU), after freeing what an
+    earlier part left, so each part's peak is its own."""
     if device.startswith("cuda"):
+        import gc
+
         import torch
 
+        gc.collect()
         torch.cuda.synchronize(torch.device(device))
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(torch.device(device))
 
 
