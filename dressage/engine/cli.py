@@ -45,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--context-length", type=int, default=None, help="max prompt + output tokens"
     )
     serve.add_argument(
+        "--max-queued-requests",
+        type=int,
+        default=None,
+        help="requests that may wait for a slot; beyond them HTTP 503 'The request queue is "
+        "full.', as SGLang's flag of the same name (default: no limit)",
+    )
+    serve.add_argument(
         "--start-unloaded",
         action="store_true",
         help="serve without weights (503) until the first /update_weights_from_disk",
@@ -81,6 +88,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_batch_size < 1 or args.threads < 1:
         print("--max-batch-size and --threads must be at least 1", file=sys.stderr)
         return 2
+    if args.max_queued_requests is not None and args.max_queued_requests < 0:
+        print("--max-queued-requests must be >= 0", file=sys.stderr)
+        return 2
     if not args.min_step_interval_ms >= 0:  # also refuses nan
         print("--min-step-interval-ms must be >= 0", file=sys.stderr)
         return 2
@@ -102,6 +112,7 @@ def serve(args: argparse.Namespace) -> int:
                 context_length=args.context_length,
                 start_unloaded=args.start_unloaded,
                 min_step_interval_ms=args.min_step_interval_ms,
+                max_queued_requests=args.max_queued_requests,
                 device=args.device,
             )
         )

@@ -71,6 +71,17 @@ from dressage.model import resolve_model_source
 log = logging.getLogger(__name__)
 
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+QUEUE_FULL_MESSAGE = "The request queue is full."
+QUEUE_FULL_BODY = {
+    "object": "error",
+    "message": QUEUE_FULL_MESSAGE,
+    "type": "503",
+    "param": None,
+    "code": 503,
+}
+"""SGLang v0.5.2's answer to a request beyond `--max-queued-requests`: the scheduler aborts it
+with status 503 (`managers/scheduler.py`), `tokenizer_manager` raises `HTTPException(503)`, and
+`entrypoints/http_server.py` renders an `ErrorResponse`."""
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body accepted (a prompt of millions of token ids); beyond it, HTTP 413."""
 
@@ -92,6 +103,10 @@ class EngineConfig:
     """Never start two scheduler steps less than this apart (0: as fast as the CPU allows)."""
     weights_group_timeout_s: float = 600.0
     """Bound on joining a weight-update group and on each of its broadcasts."""
+    max_queued_requests: int | None = None
+    """Most requests waiting for a free slot (beyond the `max_batch_size` running ones); one
+    more is turned away with SGLang's HTTP 503 "The request queue is full." (None: no limit,
+    SGLang's default)."""
     device: str = "cpu"
     """Torch device of the weights, the KV cache and the forward passes (`cpu`, `cuda`,
     `cuda:N`); sampling stays on the CPU either way."""
@@ -233,6 +248,15 @@ class EngineServer:
         await asyncio.wrap_future(future)
         self._loaded.set()
 
+    def _queue_full(self) -> bool:
+        """Whether one more request would wait beyond `max_queued_requests`: requests in
+        flight past the running batch are the waiting queue."""
+        limit = self.config.max_queued_requests
+        if limit is None:
+            return False
+        waiting = len(self._active_rids) - self.config.max_batch_size
+        return waiting >= 0 and waiting + 1 > limit
+
     def _ready(self) -> bool:
         return self.scheduler.loaded and self.scheduler.alive
 
@@ -312,6 +336,8 @@ class EngineServer:
         rid = req.rid or uuid.uuid4().hex
         if rid in self._active_rids:
             return error_response(f"rid: {rid!r} is already used by an in-flight request")
+        if self._queue_full():
+            return json_response(QUEUE_FULL_BODY, 503)
 
         loop = asyncio.get_running_loop()
         results: asyncio.Queue[tuple[dict[str, Any], bool]] = asyncio.Queue()

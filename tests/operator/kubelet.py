@@ -81,7 +81,8 @@ class ProbeResult:
 def sglang_as_embedded(argv: list[str]) -> list[str]:
     """`python -m sglang.launch_server ARGS` as `dressage engine serve` arguments.
 
-    Mapped: `--model-path` (to `--model`), `--host`, `--port`, `--weight-version`. Accepted
+    Mapped: `--model-path` (to `--model`), `--host`, `--port`, `--weight-version`,
+    `--max-queued-requests`. Accepted
     and dropped: `--tp-size 1` (one process), `--dtype` (the embedded engine computes in
     float32), `--enable-metrics` (it serves no `/metrics`), `--enable-deterministic-inference`
     (it always draws from each request's seed). Anything else is refused, so a flag the
@@ -91,7 +92,13 @@ def sglang_as_embedded(argv: list[str]) -> list[str]:
     i = 0
     while i < len(argv):
         flag, value = argv[i], argv[i + 1] if i + 1 < len(argv) else None
-        if flag in ("--model-path", "--host", "--port", "--weight-version"):
+        if flag in (
+            "--model-path",
+            "--host",
+            "--port",
+            "--weight-version",
+            "--max-queued-requests",
+        ):
             assert value is not None, flag
             out += ["--model" if flag == "--model-path" else flag, value]
             i += 2
