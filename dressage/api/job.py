@@ -271,6 +271,10 @@ class ModelSpec(ApiModel):
     token_secret: SecretKeySelector | None = None
     """Secret key holding a Hugging Face token (`HF_TOKEN`) for gated or private models; only
     the model-staging step receives it."""
+    hub_offline: bool = False
+    """Stage a Hugging Face `source` from the Hugging Face cache on the job's storage
+    (`<storage.mountPath>/models/.hf-home`, laid out as the hub writes it) and never from the
+    network (`HF_HUB_OFFLINE=1` on the staging step): for clusters without internet access."""
     tokenizer: str | None = None
     """Tokenizer source when it differs from `source`."""
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"

@@ -184,6 +184,8 @@ def staging_init_containers(job: AsyncRLJob, config: OperatorConfig) -> list[Obj
     # The hub client's own cache and lock files go to the shared storage too: the image's
     # home directory may not exist for the pods' user.
     env: list[Obj] = [{"name": "HF_HOME", "value": f"{mount}/{STAGED_MODELS_DIR}/.hf-home"}]
+    if model.hub_offline:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     if model.token_secret is not None:
         env.append(
             {

@@ -186,6 +186,20 @@ def test_a_hub_model_is_staged_before_any_pod_reads_it_and_only_staging_sees_the
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
+def test_an_offline_hub_model_is_staged_from_the_cache_only() -> None:
+    for offline in (False, True):
+        job = _hub_job(hubOffline=offline)
+        for role, spec in _pod_specs(job).items():
+            (init,) = spec["initContainers"]
+            env = {e["name"]: e.get("value") for e in init["env"]}
+            assert env["HF_HOME"] == "/data/models/.hf-home", role
+            assert ("HF_HUB_OFFLINE" in env) is offline, role
+            if offline:
+                assert env["HF_HUB_OFFLINE"] == "1"
+            for container in spec["containers"]:
+                assert "HF_HUB_OFFLINE" not in str(container), role
+
+
 def test_a_model_on_a_path_is_read_in_place_without_staging() -> None:
     job = _hub_job()
     job.spec.model.source = "/data/checkpoints/base"

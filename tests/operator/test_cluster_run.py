@@ -4,8 +4,9 @@ Kubernetes API emulation, its pods run as local processes by a test kubelet
 and volumes the operator declared.
 
 The job names its model by a hub id (`acme/tiny`); the model sits in a Hugging Face cache on
-the job's shared storage, laid out as the hub writes it, and the node has no network
-(`HF_HUB_OFFLINE=1`), so the real `dressage stage-model` init containers stage it from there.
+the job's shared storage, laid out as the hub writes it, and the job stages offline
+(`model.hubOffline`: the operator sets `HF_HUB_OFFLINE=1`), so the real `dressage stage-model`
+init containers stage it from there.
 The proxy's bearer token comes from a Secret (`secretKeyRef`). Engine pods run the embedded
 engine in place of SGLang (`kubelet.sglang_as_embedded` maps the flags it needs and refuses
 any other one). Every child is validated against the Kubernetes schemas. The job trains,
@@ -48,7 +49,7 @@ def _manifest() -> dict[str, Any]:
         "kind": "AsyncRLJob",
         "metadata": {"name": JOB},
         "spec": {
-            "model": {"source": "acme/tiny", "dtype": "float32"},
+            "model": {"source": "acme/tiny", "dtype": "float32", "hubOffline": True},
             "task": {"name": "arithmetic", "params": {"maxOperand": 9}},
             "trainer": {"nodes": 1, "gpusPerNode": 0},
             "inference": {"replicas": 2},
@@ -68,7 +69,7 @@ def _manifest() -> dict[str, Any]:
 
 @pytest.fixture
 def kubelet(cluster: EmulatedCluster, tmp_path: Path) -> Iterator[Kubelet]:
-    node = Kubelet(cluster, tmp_path / "node", node_env={"HF_HUB_OFFLINE": "1"})
+    node = Kubelet(cluster, tmp_path / "node")
     yield node
     node.stop()
 
