@@ -408,7 +408,7 @@ def check_fsdp(opts: CheckOptions) -> PartResult:
     result = PartResult("fsdp")
     device = torch.device(opts.device)
     if opts.cuda:
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(device.index or 0)  # set_device refuses a device without index
     shape = SMALL_LLAMA if opts.small else HALF_B_LLAMA
     groups, size, length = (1, 4, 32) if opts.small else (4, 4, 1024)
     owns_group = not dist.is_initialized()
