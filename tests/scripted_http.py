@@ -7,12 +7,23 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from dressage.testing import free_port
 
+
+@dataclass(frozen=True)
+class Status:
+    """An answer with an HTTP status other than 200: `code` and its JSON `body`."""
+
+    code: int
+    body: Any
+
+
 Answer = Callable[[str, bytes], Awaitable[Any]]
-"""`(path, body) -> JSON-compatible answer` (always status 200); it may wait."""
+"""`(path, body) -> JSON-compatible answer` (status 200) or a `Status`; it may wait."""
 
 
 async def _serve_connection(
@@ -30,10 +41,15 @@ async def _serve_connection(
                     length = int(line.split(b":", 1)[1])
             body = await reader.readexactly(length)
             path = head.split(b" ", 2)[1].decode()
-            data = json.dumps(await answer(path, body)).encode()
+            result = await answer(path, body)
+            code, payload = (
+                (result.code, result.body) if isinstance(result, Status) else (200, result)
+            )
+            data = json.dumps(payload).encode()
             writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(data), data)
+                b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s"
+                % (code, HTTPStatus(code).phrase.encode(), len(data), data)
             )
             await writer.drain()
     finally:

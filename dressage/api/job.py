@@ -15,6 +15,12 @@ from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from dressage.api.base import ApiModel
+from dressage.api.sglang import (
+    DETERMINISTIC_INFERENCE_SINCE,
+    SGLANG_PINNED_VERSION,
+    check_release_in_range,
+    has_deterministic_inference,
+)
 
 API_GROUP = "dressage.io"
 API_VERSION = "v1alpha1"
@@ -62,6 +68,7 @@ OPERATOR_ENGINE_FLAGS = {
     "--port": "the engine Service's port is fixed",
     "--weight-version": "the trainer stamps weight versions",
     "--enable-metrics": "metrics are always on",
+    "--enable-deterministic-inference": "set spec.rollout.seededSampling",
 }
 """SGLang flags the operator puts on the engine command line, with what to do instead."""
 
@@ -143,6 +150,21 @@ EnvVarName = Annotated[
     WithJsonSchema({"type": "string", "minLength": 1, "pattern": ENV_VAR_NAME_PATTERN}),
 ]
 EngineArg = Annotated[str, AfterValidator(_engine_arg)]
+
+
+def _sglang_version(version: str) -> str:
+    try:
+        check_release_in_range(version)
+    except ValueError as exc:
+        raise PydanticCustomError("sglang_version", "{problem}", {"problem": str(exc)}) from None
+    return version
+
+
+SGLangVersion = Annotated[
+    str,
+    Field(pattern=r"^v?\d+\.\d+\.\d+"),
+    AfterValidator(_sglang_version),
+]
 
 RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
 """The only capability the Restricted Pod Security Standard lets a container add."""
@@ -249,6 +271,10 @@ class ModelSpec(ApiModel):
     token_secret: SecretKeySelector | None = None
     """Secret key holding a Hugging Face token (`HF_TOKEN`) for gated or private models; only
     the model-staging step receives it."""
+    hub_offline: bool = False
+    """Stage a Hugging Face `source` from the Hugging Face cache on the job's storage
+    (`<storage.mountPath>/models/.hf-home`, laid out as the hub writes it) and never from the
+    network (`HF_HUB_OFFLINE=1` on the staging step): for clusters without internet access."""
     tokenizer: str | None = None
     """Tokenizer source when it differs from `source`."""
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
@@ -509,6 +535,11 @@ class InferenceSpec(ApiModel):
     """Container resources; the GPU limit is added from `tensorParallelSize`."""
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
     """Pod overrides for the engine pods."""
+    sglang_version: SGLangVersion = SGLANG_PINNED_VERSION
+    """The SGLang release the engine image runs (default: the release of the operator's SGLang
+    image). The operator builds the engine command line for it and passes only flags that
+    release has; set it when `image` names another SGLang release. Supported: 0.5.2 up to,
+    not including, 0.6.0."""
     weight_update_timeout_seconds: float = Field(default=900.0, gt=0)
     """How long one engine may take to load a published checkpoint
     (`/update_weights_from_disk`): every tensor-parallel rank reads it from storage while
@@ -596,6 +627,12 @@ class RolloutSpec(ApiModel):
     """Sampling temperature."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     """Nucleus sampling threshold."""
+    seeded_sampling: bool = False
+    """Make every sample's tokens a function of its sampling seed (reproducible rollouts).
+    Each sample always carries its own seed; the embedded engine always draws from it, while
+    SGLang does only in deterministic-inference mode, which the operator then turns on
+    (`--enable-deterministic-inference`: batch-invariant kernels, slower; SGLang 0.5.3 or
+    later, see `inference.sglangVersion`)."""
 
 
 class OffPolicyCorrectionSpec(ApiModel):
@@ -839,6 +876,15 @@ class AsyncRLJobSpec(ApiModel):
             raise ValueError(
                 "staleness.maxPartialRolloutPreempts needs partial rollout: set "
                 "rollout.mode to 'partial_async' or proxy.partialRollout to true"
+            )
+        if self.rollout.seeded_sampling and not has_deterministic_inference(
+            self.inference.sglang_version
+        ):
+            raise ValueError(
+                f"rollout.seededSampling needs SGLang {DETERMINISTIC_INFERENCE_SINCE} or later "
+                "(--enable-deterministic-inference), but inference.sglangVersion is "
+                f"{self.inference.sglang_version}: set inference.image and "
+                "inference.sglangVersion to a newer release, or turn seededSampling off"
             )
         in_flight = self.rollout.concurrency * self.rollout.group_size
         admitted = self.proxy.max_concurrency * self.proxy.replicas

@@ -1,9 +1,13 @@
-"""`dressage engine serve`: run the embedded CPU engine (SGLang's HTTP API subset).
+"""`dressage engine serve`: run the embedded engine (SGLang's HTTP API subset), on CPU by default.
 
 Prints `engine listening on http://HOST:PORT` once the socket accepts connections (with
 `--port 0`, the port the OS chose) and `engine ready on http://HOST:PORT` once weights are
 loaded; `/health` answers 503 in between. With `--start-unloaded` the engine waits for its first
 `/update_weights_from_disk` before it is ready.
+
+`--device cuda` (or `cuda:N`) puts the weights, the KV cache and the forward passes on a GPU;
+the default is `cpu`. Sampling runs on the CPU either way, so a seeded request draws the same
+tokens from the same logits on both.
 
 `--min-step-interval-ms N` emulates a slower accelerator: two decode steps never start less
 than N ms apart, so each request gains at most one token per N ms. It bounds generation speed
@@ -26,7 +30,7 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="engine_command", required=True, metavar="ACTION")
-    serve = sub.add_parser("serve", help="serve the SGLang HTTP API subset on CPU")
+    serve = sub.add_parser("serve", help="serve the SGLang HTTP API subset (CPU or GPU)")
     serve.add_argument("--model", default="builtin:tiny", help="checkpoint dir or builtin:tiny")
     serve.add_argument("--cache-dir", type=Path, default=None, help="where builtin models go")
     serve.add_argument("--host", default="127.0.0.1")
@@ -41,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--context-length", type=int, default=None, help="max prompt + output tokens"
     )
     serve.add_argument(
+        "--max-queued-requests",
+        type=int,
+        default=None,
+        help="requests that may wait for a slot; beyond them HTTP 503 'The request queue is "
+        "full.', as SGLang's flag of the same name (default: no limit)",
+    )
+    serve.add_argument(
         "--start-unloaded",
         action="store_true",
         help="serve without weights (503) until the first /update_weights_from_disk",
@@ -52,6 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="start decode steps at least N ms apart, emulating a slower accelerator for "
         "tests and demos (default 0: no pacing)",
+    )
+    serve.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of the weights and forward passes: cpu (default), cuda or cuda:N",
     )
     serve.add_argument("--log-level", default="warning")
 
@@ -72,8 +88,15 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_batch_size < 1 or args.threads < 1:
         print("--max-batch-size and --threads must be at least 1", file=sys.stderr)
         return 2
+    if args.max_queued_requests is not None and args.max_queued_requests < 0:
+        print("--max-queued-requests must be >= 0", file=sys.stderr)
+        return 2
     if not args.min_step_interval_ms >= 0:  # also refuses nan
         print("--min-step-interval-ms must be >= 0", file=sys.stderr)
+        return 2
+    problem = device_problem(args.device)
+    if problem is not None:
+        print(f"--device: {problem}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
     try:
@@ -89,12 +112,33 @@ def serve(args: argparse.Namespace) -> int:
                 context_length=args.context_length,
                 start_unloaded=args.start_unloaded,
                 min_step_interval_ms=args.min_step_interval_ms,
+                max_queued_requests=args.max_queued_requests,
+                device=args.device,
             )
         )
     except (ValueError, OSError) as exc:
         print(f"cannot serve --model {args.model}: {exc}", file=sys.stderr)
         return 2
     return _run(_serve(server, args.host, args.port, args.log_level))
+
+
+def device_problem(device: str) -> str | None:
+    """Why this process cannot compute on `device` (`cpu`, `cuda`, `cuda:N`), or None."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        return f"{device!r} is not a torch device (cpu, cuda or cuda:N)"
+    if parsed.type == "cpu":
+        return None
+    if parsed.type != "cuda":
+        return f"{device!r}: only cpu and cuda devices are supported"
+    if not torch.cuda.is_available():
+        return f"{device!r} asked for but torch sees no CUDA device"
+    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        return f"{device!r}: torch sees {torch.cuda.device_count()} CUDA device(s)"
+    return None
 
 
 def _run(main: Coroutine[Any, Any, int]) -> int:

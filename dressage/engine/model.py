@@ -130,7 +130,7 @@ class ModelWeights:
     lm_head: torch.Tensor
 
 
-def _read_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+def _read_tensors(checkpoint: Path, device: torch.device) -> dict[str, torch.Tensor]:
     single = checkpoint / "model.safetensors"
     index = checkpoint / "model.safetensors.index.json"
     if single.exists():
@@ -144,15 +144,18 @@ def _read_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
     for file in files:
         with safe_open(str(file), framework="pt") as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                tensors[name] = handle.get_tensor(name).to(torch.float32)
+                tensors[name] = handle.get_tensor(name).to(device=device, dtype=torch.float32)
     return tensors
 
 
-def load_weights(checkpoint: Path, shape: ModelShape | None = None) -> ModelWeights:
-    """Read and check a checkpoint's weights; errors name the missing or misshapen tensor."""
+def load_weights(
+    checkpoint: Path, shape: ModelShape | None = None, device: torch.device | str = "cpu"
+) -> ModelWeights:
+    """Read and check a checkpoint's weights, placed on `device`; errors name the missing or
+    misshapen tensor."""
     checkpoint = Path(checkpoint)
     shape = shape or ModelShape.from_checkpoint(checkpoint)
-    tensors = _read_tensors(checkpoint)
+    tensors = _read_tensors(checkpoint, torch.device(device))
     h, qd = shape.hidden_size, shape.num_heads * shape.head_dim
     kvd = shape.num_kv_heads * shape.head_dim
 
@@ -281,20 +284,27 @@ def replace_weights(weights: ModelWeights, updates: dict[str, torch.Tensor]) -> 
 class KVCache:
     """Keys and values of every running request: `[layer][slot, kv_head, position, head_dim]`."""
 
-    def __init__(self, shape: ModelShape, slots: int, max_len: int) -> None:
+    def __init__(
+        self, shape: ModelShape, slots: int, max_len: int, device: torch.device | str = "cpu"
+    ) -> None:
         size = (shape.num_layers, slots, shape.num_kv_heads, max_len, shape.head_dim)
-        self.k = torch.zeros(size)
-        self.v = torch.zeros(size)
+        self.k = torch.zeros(size, device=device)
+        self.v = torch.zeros(size, device=device)
         self.slots = slots
         self.max_len = max_len
 
 
 class Decoder:
     """Forward passes over a KV cache for one model shape; weights are passed per call, so a
-    weight swap between two calls is atomic from the decoder's point of view."""
+    weight swap between two calls is atomic from the decoder's point of view.
 
-    def __init__(self, shape: ModelShape, max_len: int) -> None:
+    The forward passes run on `device` (where the weights and the cache live); the logits they
+    return are on the CPU, where sampling draws from each request's seeded generator.
+    """
+
+    def __init__(self, shape: ModelShape, max_len: int, device: torch.device | str = "cpu") -> None:
         self.shape = shape
+        self.device = torch.device(device)
         d = shape.head_dim
         inv_freq = 1.0 / (
             shape.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)
@@ -302,8 +312,8 @@ class Decoder:
         positions = torch.arange(max_len, dtype=torch.float32)
         freqs = torch.outer(positions, inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos = emb.cos()
-        self.sin = emb.sin()
+        self.cos = emb.cos().to(self.device)
+        self.sin = emb.sin().to(self.device)
         self.max_len = max_len
 
     @torch.inference_mode()
@@ -311,18 +321,19 @@ class Decoder:
         self, weights: ModelWeights, cache: KVCache, slot: int, tokens: list[int]
     ) -> torch.Tensor:
         """Run `tokens` at positions 0..T-1 into `slot`; return logits `[T, vocab]`."""
-        ids = torch.tensor(tokens, dtype=torch.long)
+        dev = self.device
+        ids = torch.tensor(tokens, dtype=torch.long, device=dev)
         t = ids.shape[0]
-        positions = torch.arange(t)
+        positions = torch.arange(t, device=dev)
         x = weights.embed[ids].unsqueeze(0)  # [1, T, H]
-        causal = torch.ones(t, t, dtype=torch.bool).triu(1)  # True = masked
+        causal = torch.ones(t, t, dtype=torch.bool, device=dev).triu(1)  # True = masked
         for li, layer in enumerate(weights.layers):
             q, k, v = self._qkv(layer, x, positions.unsqueeze(0))  # [1, heads, T, d]
             cache.k[li, slot, :, :t] = k[0]
             cache.v[li, slot, :, :t] = v[0]
             x = x + self._attend(layer, q, k, v, causal.unsqueeze(0))
             x = x + self._mlp(layer, x)
-        return self._logits(weights, x)[0]
+        return self._logits(weights, x)[0].cpu()
 
     @torch.inference_mode()
     def decode(
@@ -335,12 +346,13 @@ class Decoder:
     ) -> torch.Tensor:
         """Advance each slot by one token at its own position; return logits `[B, vocab]`."""
         b = len(slots)
-        slot_t = torch.tensor(slots, dtype=torch.long)
-        pos_t = torch.tensor(positions, dtype=torch.long)
+        dev = self.device
+        slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
+        pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
         length = max(positions) + 1
         contiguous = slots == list(range(b))
-        x = weights.embed[torch.tensor(tokens, dtype=torch.long)].unsqueeze(1)  # [B, 1, H]
-        masked = torch.arange(length).unsqueeze(0) > pos_t.unsqueeze(1)  # [B, L]
+        x = weights.embed[torch.tensor(tokens, dtype=torch.long, device=dev)].unsqueeze(1)
+        masked = torch.arange(length, device=dev).unsqueeze(0) > pos_t.unsqueeze(1)  # [B, L]
         mask = masked.unsqueeze(1)  # [B, 1(query), L]
         for li, layer in enumerate(weights.layers):
             q, k, v = self._qkv(layer, x, pos_t.unsqueeze(1))  # [B, heads, 1, d]
@@ -354,7 +366,7 @@ class Decoder:
                 values = cache.v[li, slot_t, :, :length]
             x = x + self._attend(layer, q, keys, values, mask)
             x = x + self._mlp(layer, x)
-        return self._logits(weights, x)[:, 0]
+        return self._logits(weights, x)[:, 0].cpu()
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         variance = x.pow(2).mean(-1, keepdim=True)
@@ -410,6 +422,7 @@ class Decoder:
 
 def full_logits(weights: ModelWeights, tokens: list[int]) -> torch.Tensor:
     """Logits `[T, vocab]` of a whole sequence (no persistent cache); used to check parity."""
-    decoder = Decoder(weights.shape, len(tokens))
-    cache = KVCache(weights.shape, 1, len(tokens))
+    device = weights.embed.device
+    decoder = Decoder(weights.shape, len(tokens), device)
+    cache = KVCache(weights.shape, 1, len(tokens), device)
     return decoder.prefill(weights, cache, 0, tokens)

@@ -123,6 +123,7 @@ class Scheduler:
         weight_version: str,
         min_step_interval_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.shape = shape
         self.tokenizer = tokenizer
@@ -131,8 +132,10 @@ class Scheduler:
         self.context_length = context_length
         self._version = weight_version
         self._weights: ModelWeights | None = None
-        self._decoder = Decoder(shape, context_length)
-        self._cache = KVCache(shape, max_batch_size, context_length)
+        self.device = torch.device(device)
+        """Where the weights, the KV cache and the forward passes live (sampling is on CPU)."""
+        self._decoder = Decoder(shape, context_length, self.device)
+        self._cache = KVCache(shape, max_batch_size, context_length, self.device)
         self._free_slots = list(range(max_batch_size))
         self._waiting: deque[Request] = deque()
         self._running: list[Request] = []

@@ -71,6 +71,17 @@ from dressage.model import resolve_model_source
 log = logging.getLogger(__name__)
 
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+QUEUE_FULL_MESSAGE = "The request queue is full."
+QUEUE_FULL_BODY = {
+    "object": "error",
+    "message": QUEUE_FULL_MESSAGE,
+    "type": "503",
+    "param": None,
+    "code": 503,
+}
+"""SGLang v0.5.2's answer to a request beyond `--max-queued-requests`: the scheduler aborts it
+with status 503 (`managers/scheduler.py`), `tokenizer_manager` raises `HTTPException(503)`, and
+`entrypoints/http_server.py` renders an `ErrorResponse`."""
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body accepted (a prompt of millions of token ids); beyond it, HTTP 413."""
 
@@ -92,6 +103,13 @@ class EngineConfig:
     """Never start two scheduler steps less than this apart (0: as fast as the CPU allows)."""
     weights_group_timeout_s: float = 600.0
     """Bound on joining a weight-update group and on each of its broadcasts."""
+    max_queued_requests: int | None = None
+    """Most requests waiting for a free slot (beyond the `max_batch_size` running ones); one
+    more is turned away with SGLang's HTTP 503 "The request queue is full." (None: no limit,
+    SGLang's default)."""
+    device: str = "cpu"
+    """Torch device of the weights, the KV cache and the forward passes (`cpu`, `cuda`,
+    `cuda:N`); sampling stays on the CPU either way."""
 
 
 class BadRequest(Exception):
@@ -159,6 +177,7 @@ class EngineServer:
             context_length=self.context_length,
             weight_version=config.weight_version,
             min_step_interval_s=config.min_step_interval_ms / 1000,
+            device=config.device,
         )
         self.fatal_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None
@@ -216,7 +235,9 @@ class EngineServer:
 
     async def _initial_load(self) -> None:
         try:
-            weights = await asyncio.to_thread(load_weights, self.config.model_path, self.shape)
+            weights = await asyncio.to_thread(
+                load_weights, self.config.model_path, self.shape, self.config.device
+            )
         except Exception as exc:
             self.fatal_error = f"loading {self.config.model_path} failed: {exc}"
             log.error("%s", self.fatal_error)
@@ -226,6 +247,15 @@ class EngineServer:
         future = self.scheduler.swap_weights(weights, None, abort_all=False)
         await asyncio.wrap_future(future)
         self._loaded.set()
+
+    def _queue_full(self) -> bool:
+        """Whether one more request would wait beyond `max_queued_requests`: requests in
+        flight past the running batch are the waiting queue."""
+        limit = self.config.max_queued_requests
+        if limit is None:
+            return False
+        waiting = len(self._active_rids) - self.config.max_batch_size
+        return waiting >= 0 and waiting + 1 > limit
 
     def _ready(self) -> bool:
         return self.scheduler.loaded and self.scheduler.alive
@@ -306,6 +336,8 @@ class EngineServer:
         rid = req.rid or uuid.uuid4().hex
         if rid in self._active_rids:
             return error_response(f"rid: {rid!r} is already used by an in-flight request")
+        if self._queue_full():
+            return json_response(QUEUE_FULL_BODY, 503)
 
         loop = asyncio.get_running_loop()
         results: asyncio.Queue[tuple[dict[str, Any], bool]] = asyncio.Queue()
@@ -371,7 +403,9 @@ class EngineServer:
                     raise ValueError(
                         f"model_path: {path} has a different architecture than the served model"
                     )
-                weights = await asyncio.to_thread(load_weights, path, self.shape)
+                weights = await asyncio.to_thread(
+                    load_weights, path, self.shape, self.config.device
+                )
             except (ValueError, OSError) as exc:
                 message = f"Failed to update weights: {exc}"
                 return json_response(
@@ -514,7 +548,9 @@ class EngineServer:
             def arrived(i: int, tensor: torch.Tensor) -> None:
                 # Convert to the serving dtype while the rest of the bucket is in flight.
                 if problem is None:
-                    loaded[req.names[i]] = tensor.to(torch.float32).contiguous()
+                    loaded[req.names[i]] = tensor.to(
+                        device=self.scheduler.device, dtype=torch.float32
+                    ).contiguous()
 
             try:
                 await in_daemon_thread(group.broadcast, tensors, arrived)
@@ -590,6 +626,8 @@ class EngineServer:
                 "context_length": self.context_length,
                 "max_running_requests": self.config.max_batch_size,
                 "random_seed": self.config.seed,
+                "device": self.config.device,
+                "peak_memory_bytes": peak_memory_bytes(self.config.device),
             }
         )
 
@@ -623,6 +661,14 @@ class EngineServer:
             self.scheduler.abort(rid)
             return empty_response(503)
         return empty_response(200)
+
+
+def peak_memory_bytes(device: str) -> int | None:
+    """Peak bytes allocated by torch on a CUDA `device` since the process started; None on
+    CPU (where torch keeps no such count)."""
+    if not device.startswith("cuda"):
+        return None
+    return int(torch.cuda.max_memory_allocated(torch.device(device)))
 
 
 def _group_answer(success: bool, message: str) -> Answer:

@@ -1,6 +1,7 @@
 """Which SGLang releases Dressage supports, and which release each API feature needs.
 
-`SGLANG_PINNED_VERSION` is the release the engine image runs (`images/sglang/Dockerfile`,
+`SGLANG_PINNED_VERSION` (defined in `dressage.api.sglang`, which the job model and the
+operator read) is the release the engine image runs (`images/sglang/Dockerfile`,
 `lmsysorg/sglang:v0.5.2-cu126`) and the one the contract tests (`tests/contract/`) import.
 `SGLANG_MIN_VERSION` is the oldest release the client talks to at all: every endpoint Dressage
 calls exists there with a body Dressage can send (`/generate`, `/update_weights_from_disk` with
@@ -20,13 +21,12 @@ The embedded engine implements every feature here and reports `EMBEDDED_ENGINE_S
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-SGLANG_PINNED_VERSION = "0.5.2"
-"""The release in the engine image and in the contract tests' environment."""
-SGLANG_MIN_VERSION = "0.5.2"
-"""The oldest release the client supports."""
+from dressage.api.sglang import DETERMINISTIC_INFERENCE_SINCE
+from dressage.api.sglang import SGLANG_MIN_VERSION as SGLANG_MIN_VERSION
+from dressage.api.sglang import SGLANG_PINNED_VERSION as SGLANG_PINNED_VERSION
+from dressage.api.sglang import parse_version as parse_version
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Feature:
 
 SAMPLING_SEED = Feature(
     "sampling_seed",
-    "0.5.3",
+    DETERMINISTIC_INFERENCE_SINCE,
     "sampling_params.sampling_seed (per-request seed; the sampler uses it only when the server "
     "runs with --enable-deterministic-inference); 0.5.3 to 0.5.9 refuse an explicit null",
     "sampling/sampling_params.py (SamplingParams.__init__ keyword sampling_seed), "
@@ -90,17 +90,6 @@ FEATURES: dict[str, Feature] = {
 
 EMBEDDED_ENGINE_SGLANG_VERSION = "0.5.19"
 """The SGLang release whose API the embedded engine serves (the first with every feature)."""
-
-_RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    """`0.5.3.post1` or `v0.5.3` -> `(0, 5, 3)`; ValueError naming the text otherwise."""
-    match = _RELEASE.match(text.strip())
-    if match is None:
-        raise ValueError(f"not an SGLang release version: {text!r}")
-    major, minor, patch = (int(g) for g in match.groups())
-    return major, minor, patch
 
 
 def supports(version: str, feature: Feature | str) -> bool:

@@ -5,7 +5,11 @@ with `huggingface_hub.snapshot_download` (token from `HF_TOKEN`, for gated model
 temporary directory beside `DIR` and renames it into place, so a reader never sees half a
 model, and writes a marker naming what was staged. A second run finds the marker for the same
 source and revision and does nothing: an engine or trainer pod that restarts, or a job that is
-recreated on the same storage, never downloads again. The operator runs it as the first step of
+recreated on the same storage, never downloads again. With `HF_HUB_OFFLINE` set (a cluster
+without internet access, where the model sits in a Hugging Face cache under `HF_HOME`, laid
+out as the hub writes it), nothing is downloaded: the cached snapshot of the revision is copied
+into place instead (`snapshot_download` with a `local_dir` never reads the cache offline). The
+operator runs it as the first step of
 a job (`spec.model.source` a hub id, `spec.model.tokenSecret` the token); `dressage run`
 does not need it (local paths and `builtin:tiny` are read in place).
 """
@@ -25,6 +29,7 @@ from typing import Any
 MARKER = ".dressage-staged.json"
 """Written last into a staged directory: `{"source", "revision"}`."""
 TOKEN_ENV = "HF_TOKEN"
+OFFLINE_ENV = "HF_HUB_OFFLINE"
 
 Download = Callable[..., Any]
 """`huggingface_hub.snapshot_download`'s signature (repo_id, revision, local_dir, token)."""
@@ -55,8 +60,12 @@ def stage_model(
     revision: str | None = None,
     token: str | None = None,
     download: Download | None = None,
+    offline: bool = False,
 ) -> bool:
     """Make `dest` hold the model `source` at `revision`; True when it was downloaded now.
+
+    `offline`: copy the revision's snapshot from the local Hugging Face cache instead of
+    downloading (`download(..., local_files_only=True)` gives the snapshot directory).
 
     Raises `StagingError` when the download fails or gives no `config.json`; nothing is left
     at `dest` then (an earlier complete staging stays as it was).
@@ -71,9 +80,20 @@ def stage_model(
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         try:
-            download(repo_id=source, revision=revision, local_dir=str(tmp), token=token)
+            if offline:
+                snapshot = download(
+                    repo_id=source, revision=revision, token=token, local_files_only=True
+                )
+                # Cached files are links into the cache's blobs: copy what they point to.
+                shutil.copytree(snapshot, tmp, dirs_exist_ok=True)
+            else:
+                download(repo_id=source, revision=revision, local_dir=str(tmp), token=token)
         except Exception as exc:
-            hint = "" if token else f" (gated or private models need ${TOKEN_ENV})"
+            hint = (
+                f" (${OFFLINE_ENV} is set: it must be in the Hugging Face cache under $HF_HOME)"
+                if offline
+                else ("" if token else f" (gated or private models need ${TOKEN_ENV})")
+            )
             raise StagingError(
                 f"spec.model.source: could not download {source!r}"
                 f"{f' at revision {revision!r}' if revision else ''}: "
@@ -109,8 +129,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     token = os.environ.get(TOKEN_ENV) or None
+    offline = os.environ.get(OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     try:
-        downloaded = stage_model(args.source, args.dest, revision=args.revision, token=token)
+        downloaded = stage_model(
+            args.source, args.dest, revision=args.revision, token=token, offline=offline
+        )
     except StagingError as exc:
         print(f"dressage stage-model: {exc}", file=sys.stderr)
         return 1

@@ -68,6 +68,8 @@ def create_app(
             pause_timeout_s=config.pause_timeout_s,
             on_preempt=state.metrics.preempts.inc,
             on_retry=state.metrics.engine_retries.inc,
+            on_busy=lambda url: state.metrics.engine_busy.labels(url).inc(),
+            busy_timeout_s=config.engine_busy_timeout_s,
         )
         state.tasks = [
             asyncio.create_task(health_loop(state, connections)),

@@ -61,6 +61,9 @@ class ProxyConfig(BaseModel):
     """Model id listed by `/v1/models`; defaults to `model`."""
     engine_timeout_s: float = Field(default=600.0, gt=0)
     """Longest wait for one engine answer before 504 `engine_timeout`."""
+    engine_busy_timeout_s: float = Field(default=60.0, gt=0)
+    """How long a generation keeps retrying, with backoff, engines that answer 503 because
+    their request queue is full (SGLang `--max-queued-requests`) before 503 `engine_busy`."""
     health_interval_s: float = Field(default=5.0, gt=0)
     """Seconds between engine health checks."""
     pause_timeout_s: float = Field(default=900.0, gt=0)

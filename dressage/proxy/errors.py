@@ -31,6 +31,7 @@ PARTIAL_ROLLOUT_STALENESS_EXCEEDED = "partial_rollout_staleness_exceeded"  # 502
 ENGINE_FAILED = "engine_failed"  # 502
 ENGINE_ERROR = "engine_error"  # 502 (engine answered an error status)
 NO_HEALTHY_ENGINE = "no_healthy_engine"  # 503
+ENGINE_BUSY = "engine_busy"  # 503 (every engine's queue stayed full)
 PAUSE_TIMEOUT = "pause_timeout"  # 503
 ENGINE_TIMEOUT = "engine_timeout"  # 504
 

@@ -20,6 +20,16 @@ died before any token of this turn came back is sent to another healthy engine; 
 dying after part of the turn was received answers 502 `engine_failed`; an engine silent beyond
 the timeout answers 504 `engine_timeout`.
 
+A busy engine is not a failed one. SGLang (v0.5.2 `managers/scheduler.py`) turns a request
+away when its waiting queue holds `--max-queued-requests`: `FINISH_ABORT` with status 503 and
+"The request queue is full.", which `tokenizer_manager` raises as `HTTPException(503)` and
+`http_server` renders as `{"object": "error", "message": ..., "type": "503", "code": 503}`.
+The engine never took the request, so a 503 leaves the engine routable (the health
+loop alone decides health): the turn goes to another engine not yet tried, and when every
+engine turned it away, waits with exponential backoff (`BUSY_BACKOFF_S` doubling up to
+`BUSY_BACKOFF_MAX_S`) and tries them again, for at most `busy_timeout_s`; then it answers 503
+`engine_busy` with `Retry-After`. Each such 503 counts in `dressage_proxy_engine_busy_total`.
+
 The engines are called through `EngineConnections` (pooled keep-alive connections): it is
 on the hot path, and its CPU per request is most of what the proxy adds to a generation.
 """
@@ -55,6 +65,13 @@ from dressage.proxy.upstream import (
 
 dumps = orjson.dumps
 loads = orjson.loads
+
+BUSY_BACKOFF_S = 0.05
+"""First wait after every engine answered 503 (queue full); doubled after each round."""
+BUSY_BACKOFF_MAX_S = 2.0
+"""Longest wait between two rounds of busy engines."""
+DEFAULT_BUSY_TIMEOUT_S = 60.0
+"""How long a turn keeps retrying engines whose queues are full before 503 `engine_busy`."""
 
 DEFAULT_MAX_NEW_TOKENS = 128
 """SGLang's default `max_new_tokens`, used to size the remaining budget of a resume."""
@@ -236,6 +253,8 @@ class Generator:
         pause_timeout_s: float,
         on_preempt: Callable[[], None],
         on_retry: Callable[[], None],
+        on_busy: Callable[[str], None] = lambda url: None,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
     ) -> None:
         self.connections = connections
         self.pool = pool
@@ -245,6 +264,9 @@ class Generator:
         self.pause_timeout_s = pause_timeout_s
         self.on_preempt = on_preempt
         self.on_retry = on_retry
+        self.on_busy = on_busy
+        """Called with the engine's URL for every 503 (queue full) it answered."""
+        self.busy_timeout_s = busy_timeout_s
 
     async def run(
         self,
@@ -314,10 +336,34 @@ class Generator:
         seeded = "sampling_seed" in body["sampling_params"]
         tried: set[str] = set()
         failures: dict[str, str] = {}
+        busy: dict[str, str] = {}
+        """Engines that answered 503 (queue full) in this round: skipped, not marked down."""
+        backoff = BUSY_BACKOFF_S
+        busy_until: float | None = None
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                engine = self.pool.pick(session.engine_url, exclude=frozenset(tried))
+                engine = self.pool.pick(session.engine_url, exclude=frozenset(tried | set(busy)))
             except ProxyError as exc:
+                if busy:
+                    # Every engine left is busy: wait, then offer the turn to them again.
+                    now = loop.time()
+                    if busy_until is None:
+                        busy_until = now + self.busy_timeout_s
+                    if now >= busy_until:
+                        raise ProxyError(
+                            503,
+                            errors.ENGINE_BUSY,
+                            "every inference engine turned the generation away as busy for "
+                            f"{self.busy_timeout_s:g}s: "
+                            f"{'; '.join(f'{u}: {m}' for u, m in busy.items())}",
+                            detail={"engines": dict(busy), "received_tokens": received},
+                            headers={"Retry-After": "1"},
+                        ) from exc
+                    await asyncio.sleep(min(backoff, busy_until - now))
+                    backoff = min(backoff * 2, BUSY_BACKOFF_MAX_S)
+                    busy.clear()
+                    continue
                 if not failures:
                     raise
                 raise ProxyError(
@@ -369,10 +415,10 @@ class Generator:
             finally:
                 engine.inflight -= 1
             status, raw = reply.status, reply.body
-            if status == 503 and received == 0:
-                failures[engine.url] = self._down(engine.url, f"HTTP 503: {_message(raw)}")
-                tried.add(engine.url)
-                self.on_retry()
+            if status == 503:
+                # Busy (SGLang: "The request queue is full."), not dead: see the module doc.
+                busy[engine.url] = f"HTTP 503: {_message(raw)}"
+                self.on_busy(engine.url)
                 continue
             if 400 <= status < 500:
                 raise invalid(f"engine {engine.url} refused the request: {_message(raw)}")

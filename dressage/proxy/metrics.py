@@ -87,6 +87,13 @@ class ProxyMetrics:
             "Generations sent to another engine because theirs failed before answering.",
             registry=r,
         )
+        self.engine_busy = Counter(
+            names.PROXY_ENGINE_BUSY.removesuffix("_total"),
+            "Generations an engine turned away with HTTP 503 (its request queue is full); the "
+            "proxy tried another engine or backed off, without marking the engine down.",
+            ["engine"],
+            registry=r,
+        )
         self.expired_sessions = Counter(
             names.PROXY_EXPIRED_SESSIONS.removesuffix("_total"),
             "Sessions dropped after being idle longer than the session TTL.",

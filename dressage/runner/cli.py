@@ -1,9 +1,10 @@
-"""`dressage run JOB.yaml [--steps N] [--workdir DIR] [--fresh] [--metrics-port P]`.
+"""`dressage run JOB.yaml [--steps N] [--workdir DIR] [--fresh] [--metrics-port P] [--device D]`.
 
 Runs an AsyncRLJob locally: engines, proxy and trainer as local processes, progress on stdout,
 Prometheus `/metrics`, and a report in `<workdir>/<job>/`. Rerunning the same command resumes
 from the last checkpoint; `--fresh` starts over. Ctrl-C (or SIGTERM) stops every child process
-and still writes the report of the steps done.
+and still writes the report of the steps done. `--device cuda` runs the trainer and the
+embedded engines on the GPU (default: CPU).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port", type=int, default=None, help="override spec.local.metricsPort (0: free)"
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of the trainer and the embedded engines: cpu (default), cuda, cuda:N",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +63,13 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None and args.steps < 1:
         print("--steps must be at least 1", file=sys.stderr)
         return 2
+    from dressage.engine.cli import device_problem
     from dressage.runner.local import LocalRun, LocalRunOptions
+
+    problem = device_problem(args.device)
+    if problem is not None:
+        print(f"--device: {problem}", file=sys.stderr)
+        return 2
 
     options = LocalRunOptions(
         manifest=Path(args.manifest),
@@ -65,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps if args.steps is not None else job.spec.training.steps,
         fresh=args.fresh,
         metrics_port=args.metrics_port,
+        device=args.device,
     )
     local = LocalRun(job, options, out=lambda line: print(line, flush=True))
     return asyncio.run(_main(local))

@@ -44,6 +44,8 @@ class LocalRunOptions:
     steps: int
     fresh: bool = False
     metrics_port: int | None = None
+    device: str = "cpu"
+    """Torch device of the trainer and of every embedded engine (`cpu`, `cuda`, `cuda:N`)."""
 
 
 class LocalRun:
@@ -73,7 +75,11 @@ class LocalRun:
 
         model_dir = await asyncio.to_thread(initial_model_dir, spec, cache_dir, log=self.out)
         session = await asyncio.to_thread(
-            TrainerSession.open, spec, model_dir=model_dir, run_dir=RunDir(self.root)
+            TrainerSession.open,
+            spec,
+            model_dir=model_dir,
+            run_dir=RunDir(self.root),
+            device=torch.device(self.options.device),
         )
         self.history.resume(session.state.step, session.state.record)
         self.rewards = [float(r["reward"]) for r in self.history.read() if "reward" in r]
@@ -130,6 +136,7 @@ class LocalRun:
                 "--threads", str(spec.local.engine_threads),
                 "--max-batch-size", str(spec.local.engine_max_batch_size),
                 "--cache-dir", str(cache_dir),
+                "--device", self.options.device,
             )  # fmt: skip
             child = ChildProcess(
                 f"engine-{i}", argv, log_path=self.root / "logs" / f"engine-{i}.log"
@@ -163,6 +170,9 @@ class LocalRun:
             child.stop()
         self.children.clear()
         self.metrics.close()
+        if self.options.device.startswith("cuda") and torch.cuda.is_available():
+            peak = torch.cuda.max_memory_allocated(torch.device(self.options.device))
+            self.out(f"trainer peak GPU memory: {peak / 2**30:.2f} GiB")
         if self.history.path.is_file():
             path = write_report(
                 self.root,

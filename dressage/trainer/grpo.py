@@ -200,7 +200,12 @@ class GRPOTrainer:
         config: TrainerConfig,
         env: DistEnv | None = None,
         device: torch.device | None = None,
+        *,
+        shard: bool | None = None,
     ) -> None:
+        """`shard`: wrap the policy in FSDP2 (None: when the gang has more than one rank).
+        `True` with one rank needs a process group of one (benchmarks and the GPU check
+        exercise the sharded path that way on a single device)."""
         self.env = env or DistEnv()
         self.device = device or torch.device("cpu")
         self.config = config
@@ -213,7 +218,7 @@ class GRPOTrainer:
                 activation_checkpointing_kwargs={"use_reentrant": False}
             )
         self.model: torch.nn.Module = TokenLogprobs(model, config.logprob_chunk_tokens)
-        self.sharded = self.env.distributed
+        self.sharded = self.env.distributed if shard is None else shard
         if self.sharded:
             self._shard()
         self.optimizer = torch.optim.AdamW(

@@ -207,6 +207,8 @@ def staging_init_containers(job: AsyncRLJob, config: OperatorConfig) -> list[Obj
     # The hub client's own cache and lock files go to the shared storage too: the image's
     # home directory may not exist for the pods' user.
     env: list[Obj] = [{"name": "HF_HOME", "value": f"{mount}/{STAGED_MODELS_DIR}/.hf-home"}]
+    if model.hub_offline:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     if model.token_secret is not None:
         env.append(
             {
@@ -641,6 +643,10 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     ]
     if spec.model.tokenizer:
         cmd += ["--tokenizer-path", spec.model.tokenizer]
+    if spec.rollout.seeded_sampling:
+        # The job model admits seededSampling only with a release that has the flag
+        # (spec.inference.sglangVersion >= 0.5.3); 0.5.2's parser refuses it.
+        cmd.append("--enable-deterministic-inference")
     return cmd + list(spec.inference.extra_args)
 
 

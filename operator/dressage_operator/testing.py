@@ -76,6 +76,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
     "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True),
     "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
+    "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
     "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True),
     "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(

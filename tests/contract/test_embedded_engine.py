@@ -79,3 +79,36 @@ async def test_sampling_params_get_sglangs_status(
 async def test_the_engine_reports_the_release_it_serves(engine: EngineProcess) -> None:
     async with EngineClient(engine.base_url) as client:
         assert await client.sglang_version() == EMBEDDED_ENGINE_SGLANG_VERSION
+
+
+async def test_a_request_past_the_queue_limit_gets_sglangs_503(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """`--max-queued-requests` as SGLang's: with the one slot busy and no room to wait, the
+    next request is turned away with the body SGLang's own `ErrorResponse` renders
+    (`entrypoints/http_server.py`'s `HTTPException` handler, v0.5.2), and served again once
+    the slot is free."""
+    from sglang.srt.entrypoints.openai.protocol import ErrorResponse
+
+    expected = ErrorResponse(
+        object="error", message="The request queue is full.", type="503", code=503
+    ).model_dump()
+    cache: Path = tmp_path_factory.mktemp("queue-cache")
+    resolve_model_source(BUILTIN_TINY, cache)
+    limits = ["--max-queued-requests", "0"]
+    body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 30, "ignore_eos": True}}
+    with start_engine(
+        cache_dir=cache, max_batch_size=1, min_step_interval_ms=50, extra_args=limits
+    ) as engine:
+        async with httpx.AsyncClient(base_url=engine.base_url, timeout=60) as client:
+            async with client.stream("POST", "/generate", json={**body, "stream": True}) as long:
+                assert long.status_code == 200
+                lines = long.aiter_lines()
+                await anext(lines)  # the first chunk: the request holds the only slot
+                refused = await client.post("/generate", json=body)
+                async for _ in lines:
+                    pass
+            served = await client.post("/generate", json=body)
+    assert refused.status_code == 503
+    assert refused.json() == expected
+    assert served.status_code == 200, served.text

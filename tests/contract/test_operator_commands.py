@@ -97,3 +97,20 @@ def test_the_weight_update_group_the_operator_wires_fits_sglangs_ranks() -> None
         ranks += [req.rank_offset + t for t in range(tp)]
     assert sorted(ranks) == list(range(1, rendezvous.world_size))
     assert req.backend == "nccl"
+
+
+def test_sglang_0_5_2_has_no_deterministic_inference_flag() -> None:
+    """Why the operator gates `--enable-deterministic-inference` on
+    `spec.inference.sglangVersion` (>= 0.5.3): the pinned release's parser refuses it, so a
+    seeded job on a 0.5.2 image would crash-loop its engines."""
+    from dressage.api.sglang import (
+        DETERMINISTIC_INFERENCE_SINCE,
+        SGLANG_PINNED_VERSION,
+        parse_version,
+    )
+
+    job = load_job(EXAMPLES[0])
+    base = children.engine_command(job)[3:]
+    assert parse_version(SGLANG_PINNED_VERSION) < parse_version(DETERMINISTIC_INFERENCE_SINCE)
+    with pytest.raises(_Refused, match="--enable-deterministic-inference"):
+        _sglang_parser().parse_args([*base, "--enable-deterministic-inference"])

@@ -183,15 +183,29 @@ async def test_an_abort_before_prefill_is_an_abort_with_no_tokens() -> None:
     assert data["meta_info"]["finish_reason"]["type"] == "abort"
 
 
-async def test_a_full_queue_reaches_the_agent_with_sglangs_message() -> None:
+async def test_a_full_queue_is_retried_and_the_engine_stays_routable() -> None:
     with fake_sglang() as fake:
         fake.answers.append((503, QUEUE_FULL_ERROR))
         async with running_proxy(fake.url) as proxy:
             answer = await proxy.post(
                 "/generate", json=_generate({"max_new_tokens": 4}), headers={"X-Session-Id": "s"}
             )
+            engines = (await proxy.get("/health")).json()["engines"]
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["meta_info"]["finish_reason"]["type"] == "length"
+    assert [e["healthy"] for e in engines] == [True]
+
+
+async def test_a_queue_full_past_the_busy_timeout_reaches_the_agent_as_is() -> None:
+    with fake_sglang() as fake:
+        fake.answers.extend([(503, QUEUE_FULL_ERROR)] * 1000)
+        async with running_proxy(fake.url, engine_busy_timeout_s=0.2) as proxy:
+            answer = await proxy.post(
+                "/generate", json=_generate({"max_new_tokens": 4}), headers={"X-Session-Id": "s"}
+            )
     # SGLang's flat error body (`{"object": "error", "message": ...}`) is read, not lost.
-    assert answer.status_code >= 500, answer.text
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["type"] == "engine_busy"
     assert "The request queue is full." in answer.json()["error"]["message"]
 
 

@@ -198,6 +198,20 @@ def test_a_hub_model_is_staged_before_any_pod_reads_it_and_only_staging_sees_the
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
+def test_an_offline_hub_model_is_staged_from_the_cache_only() -> None:
+    for offline in (False, True):
+        job = _hub_job(hubOffline=offline)
+        for role, spec in _pod_specs(job).items():
+            (init,) = spec["initContainers"]
+            env = {e["name"]: e.get("value") for e in init["env"]}
+            assert env["HF_HOME"] == "/data/models/.hf-home", role
+            assert ("HF_HUB_OFFLINE" in env) is offline, role
+            if offline:
+                assert env["HF_HUB_OFFLINE"] == "1"
+            for container in spec["containers"]:
+                assert "HF_HUB_OFFLINE" not in str(container), role
+
+
 def test_a_model_on_a_path_is_read_in_place_without_staging() -> None:
     job = _hub_job()
     job.spec.model.source = "/data/checkpoints/base"
@@ -290,6 +304,20 @@ def test_the_model_reserves_every_variable_and_engine_flag_the_builders_set(
     engine = children.engine_command(job)[3 : -len(job.spec.inference.extra_args) or None]
     flags = {a for a in engine if a.startswith("--")}
     assert flags <= set(OPERATOR_ENGINE_FLAGS)
+
+
+def test_seeded_sampling_turns_on_sglangs_deterministic_inference() -> None:
+    """Only with a release that has the flag (the job model refuses seededSampling on 0.5.2,
+    whose parser has no `--enable-deterministic-inference`), and only when asked for."""
+    base = load_job(EXAMPLES[0].parent / "single-node-gpu.yaml").to_wire()
+    assert "--enable-deterministic-inference" not in children.engine_command(
+        AsyncRLJob.model_validate(base)
+    )
+    spec = dict(base["spec"])  # type: ignore[arg-type]
+    spec["rollout"] = {**spec.get("rollout", {}), "seededSampling": True}
+    spec["inference"] = {**spec.get("inference", {}), "sglangVersion": "0.5.3"}
+    seeded = children.engine_command(AsyncRLJob.model_validate({**base, "spec": spec}))
+    assert seeded.count("--enable-deterministic-inference") == 1
 
 
 def test_engine_probes_tolerate_model_load_and_weight_update_pauses() -> None:

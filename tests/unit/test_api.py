@@ -187,3 +187,30 @@ def test_engine_args_cannot_set_the_operators_flags(arg: str, says: str) -> None
 def test_images_with_whitespace_are_refused() -> None:
     errors = _errors(_manifest(trainer={"image": "registry/runtime: 1"}))
     assert "spec.trainer.image" in errors
+
+
+def test_the_sglang_release_defaults_to_the_image_pin() -> None:
+    from dressage.api.sglang import SGLANG_PINNED_VERSION
+
+    job = validate_job(_manifest())
+    assert job.spec.inference.sglang_version == SGLANG_PINNED_VERSION
+    assert not job.spec.rollout.seeded_sampling
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.0", "1.0.0", "latest", ""])
+def test_an_sglang_release_outside_the_supported_range_is_named(version: str) -> None:
+    with pytest.raises(JobValidationError) as info:
+        validate_job(_manifest(inference={"sglangVersion": version}))
+    assert "spec.inference.sglangVersion" in [path for path, _ in info.value.errors]
+
+
+def test_seeded_sampling_needs_a_release_with_deterministic_inference() -> None:
+    with pytest.raises(JobValidationError) as info:
+        validate_job(_manifest(rollout={"seededSampling": True}))
+    message = str(info.value)
+    assert "rollout.seededSampling" in message
+    assert "inference.sglangVersion is 0.5.2" in message
+    job = validate_job(
+        _manifest(rollout={"seededSampling": True}, inference={"sglangVersion": "0.5.3.post1"})
+    )
+    assert job.spec.rollout.seeded_sampling

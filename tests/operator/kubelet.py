@@ -1,0 +1,721 @@
+"""A small test kubelet: runs the pods the operator creates in the Kubernetes API emulation as
+local processes, so a job runs end to end as it would on a cluster.
+
+What it does, as a kubelet and cluster DNS would:
+
+- watches (polls) the namespace's Pods and Deployments; a Deployment's pod template runs as
+  one pod `<deployment>-0` (the emulation has no ReplicaSet controller) whose readiness is
+  written to the Deployment's `status.readyReplicas`;
+- runs a pod's init containers in order, then its containers; resolves `env` (`value`,
+  `valueFrom.fieldRef`, `secretKeyRef`, `configMapKeyRef`, `envFrom`) from the API and expands
+  `$(VAR)` in the command as Kubernetes does;
+- mounts volumes by rewriting paths: a `persistentVolumeClaim` is a directory shared by every
+  pod naming the claim, a `configMap` a directory of its keys, an `emptyDir` a fresh directory
+  per pod; every mount path in the command, the environment and the ConfigMap's files becomes
+  that directory;
+- networking: every pod gets loopback ports for its `containerPort`s (stable per pod name, so a
+  replaced pod answers where its predecessor did). A pod's DNS name
+  (`<hostname>.<subdomain>.<ns>.svc`) and a Service's (`<service>.<ns>.svc`, matched to pods by
+  its selector, ports by `targetPort`) with a port become `127.0.0.1:<port>`; a bare DNS name
+  becomes `127.0.0.1`; `--port N`, `--master-port=N` and environment values equal to one of the
+  container's own ports become its loopback port, and `--host 0.0.0.0` loopback;
+- probes: every container's `startupProbe` until it passes, then `livenessProbe` and
+  `readinessProbe`, each with its declared `timeoutSeconds` (`httpGet`, `tcpSocket`), every
+  `probe_interval_s` instead of `periodSeconds`, so a test sees many probes in seconds; every
+  result is recorded (`ProbeResult`) and readiness sets the pod's `Ready` condition;
+- pod status: `Pending`, then `Running` once the containers started, `Succeeded` or `Failed`
+  when they exit (restart policy `Never`; a container of an `Always` pod that exits is
+  restarted in place with `restartCount` counted), deletion stops the processes;
+- images: `python` and `torchrun` run in this interpreter; a container whose command is
+  `python -m sglang.launch_server` runs the embedded engine instead (`sglang_as_embedded`
+  maps the flags it needs and refuses every other one).
+
+Not emulated: resource limits, security contexts (checked against the schemas and the Pod
+Security Standard elsewhere), node placement, image pulls, more than one Deployment replica.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from dressage_operator.testing import EmulatedCluster
+
+from dressage.testing import PROJECT_ROOT, free_port
+
+Obj = dict[str, Any]
+KUBELET_VAR = re.compile(r"\$\((\w+)\)|\$\$")
+DNS_WITH_PORT = re.compile(r"\b([a-z0-9][-a-z0-9.]*\.svc(?:\.cluster\.local)?):(\d+)\b")
+DNS_NAME = re.compile(r"\b([a-z0-9][-a-z0-9.]*\.svc(?:\.cluster\.local)?)\b")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    pod: str
+    uid: str
+    container: str
+    kind: str
+    """`startupProbe`, `livenessProbe` or `readinessProbe`."""
+    ok: bool
+    seconds: float
+    timeout_s: float
+    at: float
+    """`time.monotonic()` when the probe started."""
+    detail: str
+    body: str = ""
+
+
+def sglang_as_embedded(argv: list[str]) -> list[str]:
+    """`python -m sglang.launch_server ARGS` as `dressage engine serve` arguments.
+
+    Mapped: `--model-path` (to `--model`), `--host`, `--port`, `--weight-version`,
+    `--max-queued-requests`. Accepted
+    and dropped: `--tp-size 1` (one process), `--dtype` (the embedded engine computes in
+    float32), `--enable-metrics` (it serves no `/metrics`), `--enable-deterministic-inference`
+    (it always draws from each request's seed). Anything else is refused, so a flag the
+    operator starts sending shows up here as a failing test instead of being ignored.
+    """
+    out = ["-m", "dressage", "engine", "serve"]
+    i = 0
+    while i < len(argv):
+        flag, value = argv[i], argv[i + 1] if i + 1 < len(argv) else None
+        if flag in (
+            "--model-path",
+            "--host",
+            "--port",
+            "--weight-version",
+            "--max-queued-requests",
+        ):
+            assert value is not None, flag
+            out += ["--model" if flag == "--model-path" else flag, value]
+            i += 2
+        elif flag == "--tp-size":
+            assert value == "1", "the embedded engine is one process: --tp-size must be 1"
+            i += 2
+        elif flag == "--dtype":
+            i += 2
+        elif flag in ("--enable-metrics", "--enable-deterministic-inference"):
+            i += 1
+        else:
+            raise AssertionError(f"the test kubelet has no embedded-engine mapping for {flag}")
+    return out
+
+
+@dataclass
+class _Container:
+    name: str
+    process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    restarts: int = 0
+    started: bool = False
+    """The startup probe passed (or there is none)."""
+    ready: bool = False
+
+
+@dataclass
+class _Pod:
+    name: str
+    uid: str
+    manifest: Obj
+    root: Path
+    deployment: str | None = None
+    containers: dict[str, _Container] = field(default_factory=dict)
+    phase: str = "Pending"
+    ready: bool | None = None
+    stopping: bool = False
+    thread: threading.Thread | None = None
+    probers: list[threading.Thread] = field(default_factory=list)
+
+
+class Kubelet:
+    """Runs the pods of one namespace of an `EmulatedCluster` as local processes."""
+
+    def __init__(
+        self,
+        cluster: EmulatedCluster,
+        root: Path,
+        *,
+        node_env: dict[str, str] | None = None,
+        probe_interval_s: float = 0.25,
+    ) -> None:
+        self.cluster = cluster
+        self.root = Path(root)
+        self.node_env = dict(node_env or {})
+        """Extra environment of every container (what the node provides, e.g. no network)."""
+        self.probe_interval_s = probe_interval_s
+        self.probes: list[ProbeResult] = []
+        self.ports: dict[tuple[str, int], int] = {}
+        self.pods: dict[str, _Pod] = {}
+        self.finished: list[_Pod] = []
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kubelet", daemon=True)
+
+    # --- lifecycle
+
+    def start(self) -> Kubelet:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        with self._lock:
+            pods = [*self.pods.values(), *self.finished]
+            for pod in pods:
+                pod.stopping = True
+        for pod in pods:
+            self._kill(pod, signal.SIGTERM)
+        for pod in pods:
+            for thread in [pod.thread, *pod.probers]:
+                if thread is not None:
+                    thread.join(timeout=15)
+        for pod in pods:
+            self._kill(pod, signal.SIGKILL)
+
+    def evict(self, name: str, reason: str = "Evicted") -> None:
+        """Kill the pod's processes at once and fail it, as a node lost or an eviction does."""
+        with self._lock:
+            pod = self.pods[name]
+            pod.stopping = True
+        self._kill(pod, signal.SIGKILL)
+        self._set_status(pod, "Failed", ready=False, reason=reason, message=f"test: {reason}")
+
+    def port(self, pod: str, container_port: int) -> int:
+        """The loopback port of `pod`'s `container_port` (allocated on first use)."""
+        with self._lock:
+            key = (pod, container_port)
+            if key not in self.ports:
+                self.ports[key] = free_port()
+            return self.ports[key]
+
+    def log_text(self, pod: str, container: str) -> str:
+        path = self.root / "logs" / f"{pod}.{container}.log"
+        return path.read_text(errors="replace") if path.is_file() else ""
+
+    def running(self, name: str) -> bool:
+        with self._lock:
+            pod = self.pods.get(name)
+            return pod is not None and pod.phase == "Running"
+
+    def ready(self, name: str) -> bool:
+        with self._lock:
+            pod = self.pods.get(name)
+            return (
+                pod is not None
+                and pod.phase == "Running"
+                and all(c.ready for c in pod.containers.values())
+            )
+
+    # --- the sync loop
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(httpx.HTTPError):
+                self._sync()
+            self._stop.wait(0.1)
+
+    def _desired(self) -> dict[str, tuple[str, Obj, str | None]]:
+        c = self.cluster
+        out: dict[str, tuple[str, Obj, str | None]] = {}
+        for pod in c.items("v1", "pods"):
+            meta = pod["metadata"]
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") and meta[
+                "name"
+            ] not in self.pods:
+                continue
+            out[meta["name"]] = (meta["uid"], pod, None)
+        for deployment in c.items("apps/v1", "deployments"):
+            meta = deployment["metadata"]
+            template = deployment["spec"]["template"]
+            name = f"{meta['name']}-0"
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {**template.get("metadata", {}), "name": name, "uid": meta["uid"]},
+                "spec": template["spec"],
+            }
+            out[name] = (meta["uid"], pod, meta["name"])
+        return out
+
+    def _sync(self) -> None:
+        desired = self._desired()
+        with self._lock:
+            for name, pod in list(self.pods.items()):
+                want = desired.get(name)
+                if want is None or want[0] != pod.uid:
+                    pod.stopping = True
+                    del self.pods[name]
+                    self.finished.append(pod)
+                    threading.Thread(target=self._terminate, args=(pod,), daemon=True).start()
+            for name, (uid, manifest, deployment) in desired.items():
+                if name in self.pods or any(p.name == name and p.uid == uid for p in self.finished):
+                    continue
+                if any(p.name == name and _alive(p) for p in self.finished):
+                    continue  # the predecessor's processes are still stopping
+                pod = _Pod(
+                    name=name,
+                    uid=uid,
+                    manifest=manifest,
+                    root=self.root / "pods" / f"{name}-{uid[:8]}",
+                    deployment=deployment,
+                )
+                self.pods[name] = pod
+                pod.thread = threading.Thread(
+                    target=self._run_pod, args=(pod,), name=f"pod-{name}", daemon=True
+                )
+                pod.thread.start()
+
+    # --- one pod
+
+    def _run_pod(self, pod: _Pod) -> None:
+        spec = pod.manifest["spec"]
+        try:
+            mounts = self._volumes(pod)
+            for container in spec.get("initContainers") or []:
+                code = self._run_to_end(pod, container, mounts)
+                if code != 0:
+                    self._set_status(pod, "Failed", ready=False, reason="InitContainerFailed")
+                    return
+                if pod.stopping:
+                    return
+            for container in spec["containers"]:
+                pod.containers[container["name"]] = _Container(container["name"])
+                self._start(pod, container, mounts)
+            self._set_status(pod, "Running", ready=False)
+            pod.probers = [
+                threading.Thread(target=self._probe_loop, args=(pod, c), daemon=True)
+                for c in spec["containers"]
+            ]
+            for prober in pod.probers:
+                prober.start()
+            self._watch(pod, spec, mounts)
+        except Exception as exc:  # a bug here must show as a failed pod, not a hang
+            self._set_status(pod, "Failed", ready=False, reason="KubeletError", message=str(exc))
+            raise
+
+    def _watch(self, pod: _Pod, spec: Obj, mounts: dict[str, Path]) -> None:
+        policy = spec.get("restartPolicy", "Always")
+        by_name = {c["name"]: c for c in spec["containers"]}
+        while not pod.stopping:
+            codes = {}
+            for name, state in pod.containers.items():
+                assert state.process is not None
+                code = state.process.poll()
+                if code is None:
+                    continue
+                if policy == "Always" or (policy == "OnFailure" and code != 0):
+                    state.restarts += 1
+                    state.started = state.ready = False
+                    self._start(pod, by_name[name], mounts)
+                    self._set_status(pod, "Running", ready=False)
+                    continue
+                codes[name] = code
+            if len(codes) == len(pod.containers):
+                failed = any(code != 0 for code in codes.values())
+                self._set_status(pod, "Failed" if failed else "Succeeded", ready=False)
+                return
+            time.sleep(0.1)
+
+    def _terminate(self, pod: _Pod) -> None:
+        self._kill(pod, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while _alive(pod) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._kill(pod, signal.SIGKILL)
+
+    def _kill(self, pod: _Pod, sig: signal.Signals) -> None:
+        for state in pod.containers.values():
+            if state.process is not None and state.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(state.process.pid, sig)
+
+    # --- volumes and rewriting
+
+    def _volumes(self, pod: _Pod) -> dict[str, Path]:
+        out: dict[str, Path] = {}
+        for volume in pod.manifest["spec"].get("volumes") or []:
+            name = volume["name"]
+            if "persistentVolumeClaim" in volume:
+                path = self.root / "claims" / volume["persistentVolumeClaim"]["claimName"]
+            elif "configMap" in volume or "emptyDir" in volume:
+                path = pod.root / "volumes" / name
+            else:
+                raise AssertionError(f"{pod.name}: volume {name} of an unemulated kind")
+            path.mkdir(parents=True, exist_ok=True)
+            out[name] = path
+        for volume in pod.manifest["spec"].get("volumes") or []:
+            if "configMap" in volume:
+                cm_name = volume["configMap"]["name"]
+                cm = self.cluster.get(self.cluster.path("v1", "configmaps", cm_name))
+                assert cm is not None, f"{pod.name}: ConfigMap {cm_name} does not exist"
+                for key, text in (cm.get("data") or {}).items():
+                    (out[volume["name"]] / key).write_text(text)
+        return out
+
+    def _mount_map(self, container: Obj, mounts: dict[str, Path]) -> list[tuple[str, Path]]:
+        pairs = [(m["mountPath"], mounts[m["name"]]) for m in container.get("volumeMounts") or []]
+        return sorted(pairs, key=lambda p: -len(p[0]))
+
+    def _dns(self) -> dict[str, dict[int, int]]:
+        """DNS name -> {port -> loopback port}, from the pods and Services now in the API."""
+        c = self.cluster
+        ns = c.namespace
+        out: dict[str, dict[int, int]] = {}
+        desired = self._desired()
+        for name, (_, pod, _) in desired.items():
+            spec = pod["spec"]
+            ports = {
+                p["containerPort"]: self.port(name, p["containerPort"])
+                for ctr in spec["containers"]
+                for p in ctr.get("ports") or []
+            }
+            if spec.get("hostname") and spec.get("subdomain"):
+                out[f"{spec['hostname']}.{spec['subdomain']}.{ns}.svc"] = ports
+        for service in c.items("v1", "services"):
+            selector = service["spec"].get("selector") or {}
+            matched = [
+                (name, pod)
+                for name, (_, pod, _) in desired.items()
+                if selector
+                and all(pod["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())
+            ]
+            if not matched:
+                continue
+            name, pod = matched[0]
+            named = {
+                p.get("name"): p["containerPort"]
+                for ctr in pod["spec"]["containers"]
+                for p in ctr.get("ports") or []
+            }
+            ports = {}
+            for port in service["spec"].get("ports") or []:
+                target = port.get("targetPort", port["port"])
+                target = named.get(target, target) if isinstance(target, str) else target
+                ports[port["port"]] = self.port(name, int(target))
+            out[f"{service['metadata']['name']}.{ns}.svc"] = ports
+        return out
+
+    def _rewrite(self, text: str, mounts: list[tuple[str, Path]], dns: dict[str, Any]) -> str:
+        def with_port(m: re.Match[str]) -> str:
+            host = m[1].removesuffix(".cluster.local")
+            ports = dns.get(host)
+            if ports is None or int(m[2]) not in ports:
+                return m[0]
+            return f"127.0.0.1:{ports[int(m[2])]}"
+
+        text = DNS_WITH_PORT.sub(with_port, text)
+        text = DNS_NAME.sub(
+            lambda m: "127.0.0.1" if m[1].removesuffix(".cluster.local") in dns else m[0], text
+        )
+        for mount_path, host in mounts:
+            pattern = re.compile(
+                rf"(?<![\w.-]){re.escape(mount_path)}(?=/|$|[\s\"',:])", re.MULTILINE
+            )
+            text = pattern.sub(str(host).replace("\\", "\\\\"), text)
+        return text
+
+    def _env(self, pod: _Pod, container: Obj) -> dict[str, str]:
+        c = self.cluster
+        env: dict[str, str] = {}
+        for source in container.get("envFrom") or []:
+            if "configMapRef" in source:
+                obj = c.get(c.path("v1", "configmaps", source["configMapRef"]["name"])) or {}
+                env.update(obj.get("data") or {})
+            if "secretRef" in source:
+                obj = c.get(c.path("v1", "secrets", source["secretRef"]["name"])) or {}
+                env.update({k: _b64(v) for k, v in (obj.get("data") or {}).items()})
+        for item in container.get("env") or []:
+            if "value" in item:
+                env[item["name"]] = _expand(item["value"], env)
+                continue
+            ref = item["valueFrom"]
+            if "fieldRef" in ref:
+                env[item["name"]] = self._field(pod, ref["fieldRef"]["fieldPath"])
+            elif "secretKeyRef" in ref:
+                key = ref["secretKeyRef"]
+                secret = c.get(c.path("v1", "secrets", key["name"]))
+                assert secret is not None, f"{pod.name}: Secret {key['name']} does not exist"
+                env[item["name"]] = _b64(secret["data"][key["key"]])
+            elif "configMapKeyRef" in ref:
+                key = ref["configMapKeyRef"]
+                cm = c.get(c.path("v1", "configmaps", key["name"]))
+                assert cm is not None, f"{pod.name}: ConfigMap {key['name']} does not exist"
+                env[item["name"]] = cm["data"][key["key"]]
+            else:
+                raise AssertionError(f"{pod.name}: unemulated env source {ref}")
+        return env
+
+    def _field(self, pod: _Pod, path: str) -> str:
+        meta = pod.manifest["metadata"]
+        values = {
+            "metadata.name": pod.name,
+            "metadata.namespace": self.cluster.namespace,
+            "metadata.uid": pod.uid,
+            "status.podIP": "127.0.0.1",
+            "status.hostIP": "127.0.0.1",
+            "spec.nodeName": "test-kubelet",
+        }
+        label = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+        if label:
+            return str(meta.get(label[1], {}).get(label[2], ""))
+        assert path in values, f"{pod.name}: unemulated fieldRef {path}"
+        return values[path]
+
+    def _argv(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> tuple[list[str], Obj]:
+        env = self._env(pod, container)
+        own = {p["containerPort"] for p in container.get("ports") or []}
+        for name, value in env.items():
+            if value.isdigit() and int(value) in own:
+                env[name] = str(self.port(pod.name, int(value)))
+        argv = [
+            _expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]
+        ]
+        mount_map = self._mount_map(container, mounts)
+        dns = self._dns()
+        argv = [self._rewrite(a, mount_map, dns) for a in argv]
+        env = {k: self._rewrite(v, mount_map, dns) for k, v in env.items()}
+        out: list[str] = []
+        for i, arg in enumerate(argv):
+            before = argv[i - 1] if i else ""
+            flag, eq, value = arg.partition("=")
+            if before in ("--port", "--master-port") and arg.isdigit() and int(arg) in own:
+                arg = str(self.port(pod.name, int(arg)))
+            elif eq and flag in ("--port", "--master-port") and value.isdigit():
+                arg = f"{flag}={self.port(pod.name, int(value))}" if int(value) in own else arg
+            elif before == "--host" and arg == "0.0.0.0":
+                arg = "127.0.0.1"
+            out.append(arg)
+        if out[:3] == ["python", "-m", "sglang.launch_server"]:
+            out = [sys.executable, *sglang_as_embedded(out[3:])]
+        elif out and out[0] == "python":
+            out = [sys.executable, *out[1:]]
+        elif out and out[0] == "torchrun":
+            out = [sys.executable, "-m", "torch.distributed.run", *out[1:]]
+        return out, env
+
+    def _rewrite_config_files(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> None:
+        """ConfigMap files name in-pod paths and Service names too: rewrite them in place."""
+        mount_map = self._mount_map(container, mounts)
+        dns = self._dns()
+        for volume in pod.manifest["spec"].get("volumes") or []:
+            if "configMap" in volume:
+                for path in mounts[volume["name"]].iterdir():
+                    path.write_text(self._rewrite(path.read_text(), mount_map, dns))
+
+    def _popen(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> subprocess.Popen[bytes]:
+        argv, env = self._argv(pod, container, mounts)
+        self._rewrite_config_files(pod, container, mounts)
+        full = {
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(PROJECT_ROOT), str(PROJECT_ROOT / "operator")) if p
+            ),
+            "PYTHONUNBUFFERED": "1",
+            "HOME": str(pod.root / "home"),
+            **self.node_env,
+            **env,
+        }
+        (pod.root / "home").mkdir(parents=True, exist_ok=True)
+        log = self.root / "logs" / f"{pod.name}.{container['name']}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            out.write(f"$ {' '.join(argv)}\n".encode())
+            out.flush()
+            return subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=full,
+                cwd=pod.root,
+                start_new_session=True,
+            )
+
+    def _run_to_end(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> int:
+        state = _Container(container["name"])
+        pod.containers[state.name] = state
+        state.process = self._popen(pod, container, mounts)
+        try:
+            return state.process.wait(timeout=120)
+        finally:
+            del pod.containers[state.name]
+
+    def _start(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> None:
+        state = pod.containers[container["name"]]
+        state.process = self._popen(pod, container, mounts)
+        state.started = "startupProbe" not in container
+        state.ready = "readinessProbe" not in container and state.started
+
+    # --- probes
+
+    def _probe_loop(self, pod: _Pod, container: Obj) -> None:
+        state = pod.containers[container["name"]]
+        while not pod.stopping and pod.phase == "Running":
+            process = state.process
+            if process is None or process.poll() is not None:
+                time.sleep(self.probe_interval_s)
+                continue
+            kinds = ["startupProbe"] if not state.started else ["livenessProbe", "readinessProbe"]
+            for kind in kinds:
+                probe = container.get(kind)
+                if probe is None:
+                    continue
+                result = self._probe(pod, container, kind, probe)
+                if pod.stopping:
+                    return
+                with self._lock:
+                    self.probes.append(result)
+                if kind == "startupProbe" and result.ok:
+                    state.started = True
+                    state.ready = "readinessProbe" not in container
+                if kind == "readinessProbe" and result.ok != state.ready:
+                    state.ready = result.ok
+                    self._set_status(pod, "Running", ready=self._all_ready(pod))
+            if state.started and state.ready:
+                self._set_status(pod, "Running", ready=self._all_ready(pod), only_if_changed=True)
+            time.sleep(self.probe_interval_s)
+
+    def _all_ready(self, pod: _Pod) -> bool:
+        return all(c.ready for c in pod.containers.values())
+
+    def _probe(self, pod: _Pod, container: Obj, kind: str, probe: Obj) -> ProbeResult:
+        timeout = float(probe.get("timeoutSeconds", 1))
+        named = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
+        started = time.monotonic()
+        ok, detail, body = False, "", ""
+        if "httpGet" in probe:
+            get = probe["httpGet"]
+            port = get["port"]
+            port = named[port] if isinstance(port, str) else port
+            url = f"http://127.0.0.1:{self.port(pod.name, port)}{get.get('path', '/')}"
+            try:
+                reply = httpx.get(url, timeout=timeout)
+                ok = 200 <= reply.status_code < 400
+                detail, body = f"HTTP {reply.status_code}", reply.text[:500]
+            except httpx.HTTPError as exc:
+                detail = f"{type(exc).__name__}: {exc}"
+        elif "tcpSocket" in probe:
+            port = probe["tcpSocket"]["port"]
+            port = named[port] if isinstance(port, str) else port
+            try:
+                with socket.create_connection(
+                    ("127.0.0.1", self.port(pod.name, port)), timeout=timeout
+                ):
+                    ok, detail = True, "connected"
+            except OSError as exc:
+                detail = f"{type(exc).__name__}: {exc}"
+        else:
+            raise AssertionError(f"{pod.name}: unemulated probe {probe}")
+        return ProbeResult(
+            pod=pod.name,
+            uid=pod.uid,
+            container=container["name"],
+            kind=kind,
+            ok=ok,
+            seconds=time.monotonic() - started,
+            timeout_s=timeout,
+            at=started,
+            detail=detail,
+            body=body,
+        )
+
+    # --- status
+
+    def _set_status(
+        self,
+        pod: _Pod,
+        phase: str,
+        *,
+        ready: bool,
+        reason: str | None = None,
+        message: str | None = None,
+        only_if_changed: bool = False,
+    ) -> None:
+        if self._stop.is_set():
+            return
+        with self._lock:
+            changed = (pod.phase, pod.ready) != (phase, ready)
+            if only_if_changed and not changed:
+                return
+            if pod.phase in ("Succeeded", "Failed") and phase == "Running":
+                return
+            pod.phase = phase
+            pod.ready = ready
+        c = self.cluster
+        if pod.deployment is not None:
+            replicas = 1 if phase == "Running" and ready else 0
+            with contextlib.suppress(httpx.HTTPError):
+                c.patch(
+                    c.path("apps/v1", "deployments", pod.deployment),
+                    {"status": {"replicas": 1, "readyReplicas": replicas}},
+                )
+            return
+        images = {
+            c["name"]: c.get("image", "")
+            for c in [
+                *pod.manifest["spec"].get("initContainers", []),
+                *pod.manifest["spec"]["containers"],
+            ]
+        }
+        status: Obj = {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [
+                {
+                    "name": s.name,
+                    "image": images.get(s.name, ""),
+                    "imageID": "",
+                    "ready": s.ready,
+                    "restartCount": s.restarts,
+                    "started": s.started,
+                }
+                for s in pod.containers.values()
+            ],
+        }
+        if reason:
+            status["reason"] = reason
+        if message:
+            status["message"] = message
+        current = c.get(c.path("v1", "pods", pod.name))
+        if current is None or current["metadata"]["uid"] != pod.uid:
+            return
+        with contextlib.suppress(httpx.HTTPError):
+            c.patch(c.path("v1", "pods", pod.name), {"status": status})
+
+
+def _alive(pod: _Pod) -> bool:
+    return any(s.process is not None and s.process.poll() is None for s in pod.containers.values())
+
+
+def _b64(value: str) -> str:
+    return base64.b64decode(value).decode()
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    """`$(VAR)` -> its value when defined (else left as is), `$$` -> `$`, as Kubernetes does."""
+    return KUBELET_VAR.sub(lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), text)
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
