@@ -103,6 +103,33 @@ def _meta(job: AsyncRLJob, owner: Owner, name: str, role: str, **labels: str) ->
     }
 
 
+def _short_hash(content: object) -> str:
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def trainer_spec_hash(job: AsyncRLJob) -> str:
+    """What a trainer gang runs from the job's spec: all of `spec.trainer` (nodes, GPUs, image,
+    resources, template, timeout). A change restarts the gang from its checkpoint."""
+    return _short_hash(job.spec.trainer.to_wire())
+
+
+ENGINE_SPEC_EXCLUDED = frozenset({"replicas", "weightUpdateTimeoutSeconds"})
+"""`spec.inference` fields that no engine pod carries: how many engines there are, and how long
+the trainer waits for one to load weights."""
+
+
+def engine_spec_hash(job: AsyncRLJob) -> str:
+    """What an engine pod runs from `spec.inference` (image, resources, tensor parallelism,
+    extra arguments, template). A change replaces the engines one by one."""
+    wire = job.spec.inference.to_wire()
+    return _short_hash({k: v for k, v in wire.items() if k not in ENGINE_SPEC_EXCLUDED})
+
+
+def _role_spec(pod: Obj, value: str) -> Obj:
+    pod["metadata"]["annotations"][naming.ANNOTATION_ROLE_SPEC] = value
+    return pod
+
+
 def _finish(obj: Obj) -> Obj:
     obj["metadata"].setdefault("annotations", {})[naming.ANNOTATION_HASH] = spec_hash(obj)
     return obj
@@ -440,16 +467,15 @@ def build_trainer_pods(
         spec = _pod_spec(job, owner, config, trainer.template, container, "Never")
         spec["hostname"] = name
         spec["subdomain"] = naming.trainer_service(owner.name)
-        pods.append(
-            _finish(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": _template_meta(meta, trainer.template),
-                    "spec": spec,
-                }
-            )
+        pod = _finish(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": _template_meta(meta, trainer.template),
+                "spec": spec,
+            }
         )
+        pods.append(_role_spec(pod, trainer_spec_hash(job)))
     return pods
 
 
@@ -538,7 +564,7 @@ def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, inde
     container["volumeMounts"].append({"name": "home", "mountPath": ENGINE_HOME})
     spec["hostname"] = name
     spec["subdomain"] = naming.engine_service(owner.name)
-    return _finish(
+    pod = _finish(
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -546,6 +572,7 @@ def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, inde
             "spec": spec,
         }
     )
+    return _role_spec(pod, engine_spec_hash(job))
 
 
 def build_engine_pods(job: AsyncRLJob, owner: Owner, config: OperatorConfig) -> list[Obj]:

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from dressage.api.job import API_GROUP, API_VERSION, PLURAL, AsyncRLJob
 from dressage.api.status import AsyncRLJobStatus
-from dressage_operator import children, naming
+from dressage_operator import children, drift, naming
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import (
     Applied,
@@ -52,6 +52,7 @@ from dressage_operator.kube import (
     object_path,
     resource_path,
 )
+from dressage_operator.limits import limit_errors
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.staleness import ScrapeResult, scrape
@@ -98,6 +99,8 @@ class JobState:
     refused_cycles: int = 0
     infrastructure_checked: tuple[int, datetime | None] = (-1, None)
     """(generation, time) of the last ConfigMap/Service check that every write passed."""
+    recheck_infrastructure: bool = False
+    """A ConfigMap, Service or NetworkPolicy of the job changed since the last cycle began."""
 
 
 @dataclass
@@ -114,6 +117,14 @@ class Runtime:
     def wake(self, namespace: str | None, job: str | None) -> None:
         state = self.jobs.get((namespace or "", job or ""))
         if state is not None:
+            state.wake.set()
+
+    def recheck(self, namespace: str | None, job: str | None) -> None:
+        """A ConfigMap, Service or NetworkPolicy of the job changed: compare them with the
+        job again in the next cycle (and set back what was changed by hand)."""
+        state = self.jobs.get((namespace or "", job or ""))
+        if state is not None:
+            state.recheck_infrastructure = True
             state.wake.set()
 
 
@@ -187,6 +198,25 @@ def pod_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: 
 @kopf.on.event("apps", "v1", "deployments", labels={naming.LABEL_JOB: kopf.PRESENT})
 def deployment_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
     memo.runtime.wake(namespace, labels.get(naming.LABEL_JOB))
+
+
+@kopf.on.event("configmaps", labels={naming.LABEL_JOB: kopf.PRESENT})
+def config_map_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
+    memo.runtime.recheck(namespace, labels.get(naming.LABEL_JOB))
+
+
+@kopf.on.event("services", labels={naming.LABEL_JOB: kopf.PRESENT})
+def service_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
+    memo.runtime.recheck(namespace, labels.get(naming.LABEL_JOB))
+
+
+@kopf.on.event(
+    "networking.k8s.io", "v1", "networkpolicies", labels={naming.LABEL_JOB: kopf.PRESENT}
+)
+def network_policy_event(
+    namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
+) -> None:
+    memo.runtime.recheck(namespace, labels.get(naming.LABEL_JOB))
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
@@ -284,13 +314,16 @@ async def reconcile(
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None, "ok"
     now = datetime.now(UTC)
+    checked = (-1, None) if state.recheck_infrastructure else state.infrastructure_checked
+    state.recheck_infrastructure = False
     previous = _status_of(body)
     job, errors = spec_errors(body, f"{namespace}/{name}")
+    over = () if job is None or errors else tuple(limit_errors(job.spec, config.limits))
     owner = children.Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
     proxy: children.Obj | None = None
     foreign_proxy = False
     scrape_result: ScrapeResult | None = None
-    if job is not None and not errors:
+    if job is not None and not errors and not over:
         proxy = await kube.get(
             resource_path("apps/v1", "deployments", namespace, naming.proxy(name))
         )
@@ -313,7 +346,8 @@ async def reconcile(
         handled_failures=state.handled_failures,
         scrape=scrape_result,
         spec_errors=errors,
-        infrastructure_checked=state.infrastructure_checked,
+        limit_errors=over,
+        infrastructure_checked=checked,
         refused_cycles=state.refused_cycles,
     )
     plan = decide(job, owner, config, observed)
@@ -395,10 +429,15 @@ async def _ensure(
             return ChildResult(kind, name, verb, Applied.NOT_OWNED, message=message)
         want = desired["metadata"]["annotations"][naming.ANNOTATION_HASH]
         have = (live["metadata"].get("annotations") or {}).get(naming.ANNOTATION_HASH)
-        if have == want:
-            return ChildResult(kind, name, "patch", Applied.UNCHANGED)
         verb = "patch"
-        await kube.patch(path, {k: v for k, v in desired.items() if k != "status"})
+        if have == want:
+            # Written from this spec; changed by hand since? Set back what the operator renders.
+            drifted = drift.drift(desired, live)
+            if not drifted:
+                return ChildResult(kind, name, verb, Applied.UNCHANGED)
+            await kube.patch(path, drift.correction(desired, live))
+            return ChildResult(kind, name, verb, Applied.CORRECTED, message=", ".join(drifted))
+        await kube.patch(path, drift.correction(desired, live))
         return ChildResult(kind, name, verb, Applied.UPDATED)
     except KubeError as exc:
         return _refused(kind, name, verb, exc)

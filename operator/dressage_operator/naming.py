@@ -15,6 +15,10 @@ LABEL_GANG: Final = "dressage.io/gang"
 """On trainer pods: the gang restart number that created the pod (`status.restarts`)."""
 ANNOTATION_HASH: Final = "dressage.io/spec-hash"
 """Hash of the desired object the child was last written from: drift shows as a mismatch."""
+ANNOTATION_ROLE_SPEC: Final = "dressage.io/role-spec-hash"
+"""On trainer and engine pods: hash of the part of the job's spec that the role's pods run
+(`children.trainer_spec_hash`, `children.engine_spec_hash`). Pods are not patched: a pod whose
+hash differs from the job's is replaced (the trainer gang together, engines one by one)."""
 MANAGED_BY: Final = "dressage-operator"
 
 ROLE_TRAINER: Final = "trainer"

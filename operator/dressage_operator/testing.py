@@ -457,6 +457,9 @@ class DressageKube(kmock.KubernetesEmulator):
         meta = request.data.setdefault("metadata", {})
         if request.namespace and not meta.get("namespace"):
             meta["namespace"] = request.namespace
+        if not meta.get("name") and meta.get("generateName"):
+            # As the API server does (kopf names its Events so).
+            meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         meta.update(
             uid=str(uuid.uuid4()),
             resourceVersion=str(next(self._versions)),
