@@ -88,7 +88,7 @@ def _events(c: EmulatedCluster, job: str, reason: str) -> list[dict[str, Any]]:
 
 
 def _condition(c: EmulatedCluster, job: str, ctype: str) -> dict[str, Any]:
-    conds = {x["type"]: x for x in _status(c, job).get("conditions", [])}
+    conds: dict[str, dict[str, Any]] = {x["type"]: x for x in _status(c, job).get("conditions", [])}
     return conds.get(ctype, {})
 
 
@@ -202,8 +202,10 @@ def test_a_hand_edited_config_map_and_service_are_set_back(
         ),
         what="two DriftCorrected Events",
     )
-    assert "ConfigMap edited-config" in messages and "data.extra" in messages
-    assert "Service edited-engine" in messages and "spec.ports" in messages
+    assert "ConfigMap edited-config" in messages
+    assert "data.extra" in messages
+    assert "Service edited-engine" in messages
+    assert "spec.ports" in messages
 
 
 def test_a_job_over_the_limit_is_refused_naming_the_field_and_one_at_the_limit_runs(
