@@ -200,18 +200,28 @@ def deployment_event(namespace: str | None, labels: Mapping[str, str], memo: Any
     memo.runtime.wake(namespace, labels.get(naming.LABEL_JOB))
 
 
-@kopf.on.event("configmaps", labels={naming.LABEL_JOB: kopf.PRESENT})
+def _changed(type: str | None, **_: Any) -> bool:
+    """A change or deletion of an existing child; not its creation (ours) nor the initial
+    listing, which need no second look (kopf skips the handler without invoking it)."""
+    return type in ("MODIFIED", "DELETED")
+
+
+@kopf.on.event("configmaps", labels={naming.LABEL_JOB: kopf.PRESENT}, when=_changed)
 def config_map_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
     memo.runtime.recheck(namespace, labels.get(naming.LABEL_JOB))
 
 
-@kopf.on.event("services", labels={naming.LABEL_JOB: kopf.PRESENT})
+@kopf.on.event("services", labels={naming.LABEL_JOB: kopf.PRESENT}, when=_changed)
 def service_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
     memo.runtime.recheck(namespace, labels.get(naming.LABEL_JOB))
 
 
 @kopf.on.event(
-    "networking.k8s.io", "v1", "networkpolicies", labels={naming.LABEL_JOB: kopf.PRESENT}
+    "networking.k8s.io",
+    "v1",
+    "networkpolicies",
+    labels={naming.LABEL_JOB: kopf.PRESENT},
+    when=_changed,
 )
 def network_policy_event(
     namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
