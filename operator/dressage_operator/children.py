@@ -107,22 +107,65 @@ def _short_hash(content: object) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 
+NOT_READ_BY_PODS = (
+    "suspend",
+    "ttlSecondsAfterFinished",
+    "activeDeadlineSeconds",
+    "failurePolicy",
+    "local",
+)
+"""Spec fields only the operator acts on: changing them replaces no pod."""
+POD_ONLY = ("replicas", "image", "resources", "template")
+"""Fields of `spec.proxy` that shape only the proxy's own pods."""
+
+
+def trainer_inputs(job: AsyncRLJob) -> dict[str, Any]:
+    """What a trainer gang runs from the job's spec: `spec.trainer` (nodes, GPUs, image,
+    resources, template) and everything `dressage train` reads from `job.yaml` (model, task,
+    rollout, training, staleness, storage, the proxy's training flags, the engines' weight
+    update timeout). Not the engines' or the proxy's pods, nor how many engines there are."""
+    wire = job.spec.to_wire()
+    for key in NOT_READ_BY_PODS:
+        wire.pop(key, None)
+    inference = wire.pop("inference", {})
+    wire["inference"] = {"weightUpdateTimeoutSeconds": inference.get("weightUpdateTimeoutSeconds")}
+    wire["proxy"] = {k: v for k, v in wire.get("proxy", {}).items() if k not in POD_ONLY}
+    return wire
+
+
+def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
+    """What an engine pod runs from the job's spec: `spec.inference` (image, resources, tensor
+    parallelism, extra arguments, template; not the engine count or the trainer's weight
+    update timeout), the model's dtype and tokenizer, and the storage's mount path."""
+    wire = job.spec.inference.to_wire()
+    inputs = {k: v for k, v in wire.items() if k not in ("replicas", "weightUpdateTimeoutSeconds")}
+    model = job.spec.model
+    inputs["model"] = {"dtype": model.dtype, "tokenizer": model.tokenizer}
+    inputs["mountPath"] = job.spec.storage.mount_path
+    return inputs
+
+
+def proxy_inputs(job: AsyncRLJob) -> dict[str, Any]:
+    """What the proxy reads from `job.yaml` (`dressage.proxy.config.defaults_from_job`): a
+    change restarts the proxy through its Deployment, as the file is read at start."""
+    spec = job.spec
+    return {
+        "partialRollout": spec.partial_rollout,
+        "recordTokenVersions": spec.proxy.record_token_versions,
+        "maxPartialRolloutPreempts": spec.staleness.max_partial_rollout_preempts,
+        "maxConcurrency": spec.proxy.max_concurrency,
+        "model": [spec.model.tokenizer, spec.model.source],
+    }
+
+
 def trainer_spec_hash(job: AsyncRLJob) -> str:
-    """What a trainer gang runs from the job's spec: all of `spec.trainer` (nodes, GPUs, image,
-    resources, template, timeout). A change restarts the gang from its checkpoint."""
-    return _short_hash(job.spec.trainer.to_wire())
-
-
-ENGINE_SPEC_EXCLUDED = frozenset({"replicas", "weightUpdateTimeoutSeconds"})
-"""`spec.inference` fields that no engine pod carries: how many engines there are, and how long
-the trainer waits for one to load weights."""
+    """A change restarts the trainer gang from its checkpoint (`trainer_inputs`)."""
+    return _short_hash(trainer_inputs(job))
 
 
 def engine_spec_hash(job: AsyncRLJob) -> str:
-    """What an engine pod runs from `spec.inference` (image, resources, tensor parallelism,
-    extra arguments, template). A change replaces the engines one by one."""
-    wire = job.spec.inference.to_wire()
-    return _short_hash({k: v for k, v in wire.items() if k not in ENGINE_SPEC_EXCLUDED})
+    """A change replaces the engines one by one (`engine_inputs`)."""
+    return _short_hash(engine_inputs(job))
 
 
 def _role_spec(pod: Obj, value: str) -> Obj:
@@ -615,6 +658,9 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
     }
     pod_meta = _template_meta(
         {"labels": _meta(job, owner, name, naming.ROLE_PROXY)["labels"]}, proxy.template
+    )
+    pod_meta.setdefault("annotations", {})[naming.ANNOTATION_ROLE_SPEC] = _short_hash(
+        proxy_inputs(job)
     )
     return _finish(
         {

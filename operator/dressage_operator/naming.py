@@ -16,9 +16,10 @@ LABEL_GANG: Final = "dressage.io/gang"
 ANNOTATION_HASH: Final = "dressage.io/spec-hash"
 """Hash of the desired object the child was last written from: drift shows as a mismatch."""
 ANNOTATION_ROLE_SPEC: Final = "dressage.io/role-spec-hash"
-"""On trainer and engine pods: hash of the part of the job's spec that the role's pods run
-(`children.trainer_spec_hash`, `children.engine_spec_hash`). Pods are not patched: a pod whose
-hash differs from the job's is replaced (the trainer gang together, engines one by one)."""
+"""On trainer and engine pods and the proxy's pod template: hash of what the role's pods run
+from the job's spec (`children.trainer_inputs`, `engine_inputs`, `proxy_inputs`). Pods are not
+patched: a pod whose hash differs from the job's is replaced (the trainer gang together,
+engines one by one, the proxy through its Deployment)."""
 MANAGED_BY: Final = "dressage-operator"
 
 ROLE_TRAINER: Final = "trainer"

@@ -73,8 +73,28 @@ def _decide(job: AsyncRLJob, pods: tuple[PodInfo, ...], status: AsyncRLJobStatus
     ],
 )
 def test_a_changed_spec_trainer_is_a_counted_gang_restart(trainer: dict[str, Any]) -> None:
+    _assert_gang_restart(trainer, _job(trainer=trainer))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"training": {"learningRate": 3e-5}},
+        {"staleness": {"keepVersions": 2}},
+        {"rollout": {"groupSize": 4}},
+        {"inference": {"replicas": 2, "weightUpdateTimeoutSeconds": 60.0}},
+    ],
+    ids=["learningRate", "keepVersions", "groupSize", "weightUpdateTimeout"],
+)
+def test_what_the_trainer_reads_from_job_yaml_rolls_out_as_a_gang_restart(
+    spec: dict[str, Any],
+) -> None:
+    _assert_gang_restart({"nodes": 2}, _job(**spec))
+
+
+def _assert_gang_restart(trainer: dict[str, Any], job: AsyncRLJob) -> None:
     pods = _pods_of(_job())
-    plan = _decide(_job(trainer=trainer), pods)
+    plan = _decide(job, pods)
     assert plan.create_pods == []
     assert plan.delete_pods == []
     assert (plan.status.restarts, plan.status.spec_restarts) == (1, 1)
@@ -83,11 +103,11 @@ def test_a_changed_spec_trainer_is_a_counted_gang_restart(trainer: dict[str, Any
     assert plan.status.phase is JobPhase.RESTARTING
     assert [e.reason for e in plan.events] == ["TrainerRollout", "Restarting"]
     # Next cycle: the old gang goes and the new one is built from the new spec.
-    nxt = _decide(_job(trainer=trainer), pods, plan.status)
+    nxt = _decide(job, pods, plan.status)
     assert sorted(nxt.delete_pods) == ["job-a-trainer-0", "job-a-trainer-1"]
     # Once the old pods are gone, the whole new gang is created.
     engines = tuple(p for p in pods if p.role == naming.ROLE_INFERENCE)
-    last = _decide(_job(trainer=trainer), engines, nxt.status)
+    last = _decide(job, engines, nxt.status)
     created = [p for p in last.create_pods if "trainer" in p["metadata"]["name"]]
     assert len(created) == trainer["nodes"]
     assert {p["metadata"]["labels"][naming.LABEL_GANG] for p in created} == {"1"}
@@ -147,7 +167,25 @@ def test_a_changed_spec_inference_replaces_engines_one_at_a_time() -> None:
     assert _decide(new, unready).delete_pods == ["job-a-engine-1"]
     # The weight-update timeout is the trainer's: no engine is replaced for it.
     timeout = _job(inference={"replicas": 2, "weightUpdateTimeoutSeconds": 5.0})
-    assert _decide(timeout, _pods_of(_job())).delete_pods == []
+    assert not [n for n in _decide(timeout, _pods_of(_job())).delete_pods if "engine" in n]
+    # The model's dtype is on the engines' command line: they are replaced.
+    # (The trainer reads it too: here its gang already runs the new spec.)
+    dtype = _job(model={"source": "builtin:tiny", "dtype": "float32"})
+    trainers = tuple(p for p in _pods_of(dtype) if p.role == naming.ROLE_TRAINER)
+    engines = tuple(p for p in _pods_of(_job()) if p.role == naming.ROLE_INFERENCE)
+    assert _decide(dtype, trainers + engines).delete_pods == ["job-a-engine-0"]
+
+
+def test_what_the_proxy_reads_from_job_yaml_changes_its_pod_template() -> None:
+    def template(job: AsyncRLJob) -> dict[str, Any]:
+        deployment = children.build_proxy_deployment(job, OWNER, CONFIG)
+        return deployment["spec"]["template"]  # type: ignore[no-any-return]
+
+    base = template(_job())
+    assert template(_job(proxy={"maxConcurrency": 512})) != base
+    assert template(_job(rollout={"mode": "partial_async"})) != base
+    # Neither the trainer's settings nor the engine count restart the proxy.
+    assert template(_job(training={"learningRate": 3e-5})) == base
 
 
 def test_a_cycle_creates_at_most_max_creates_per_cycle_and_comes_back_at_once() -> None:
