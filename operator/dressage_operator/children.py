@@ -124,12 +124,14 @@ def trainer_inputs(job: AsyncRLJob) -> dict[str, Any]:
     resources, template) and everything `dressage train` reads from `job.yaml` (model, task,
     rollout, training, staleness, storage, the proxy's training flags, the engines' weight
     update timeout). Not the engines' or the proxy's pods, nor how many engines there are."""
-    wire = job.spec.to_wire()
+    wire: dict[str, Any] = job.spec.to_wire()
     for key in NOT_READ_BY_PODS:
         wire.pop(key, None)
-    inference = wire.pop("inference", {})
-    wire["inference"] = {"weightUpdateTimeoutSeconds": inference.get("weightUpdateTimeoutSeconds")}
-    wire["proxy"] = {k: v for k, v in wire.get("proxy", {}).items() if k not in POD_ONLY}
+    wire["inference"] = {
+        "weightUpdateTimeoutSeconds": job.spec.inference.weight_update_timeout_seconds
+    }
+    proxy: dict[str, Any] = wire.get("proxy", {})
+    wire["proxy"] = {k: v for k, v in proxy.items() if k not in POD_ONLY}
     return wire
 
 
