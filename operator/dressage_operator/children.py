@@ -121,12 +121,14 @@ POD_ONLY = ("replicas", "image", "resources", "template")
 
 def trainer_inputs(job: AsyncRLJob) -> dict[str, Any]:
     """What a trainer gang runs from the job's spec: `spec.trainer` (nodes, GPUs, image,
-    resources, template) and everything `dressage train` reads from `job.yaml` (model, task,
+    resources, template) and everything `dressage train` reads from `job.yaml` (model but its
+    token Secret, task,
     rollout, training, staleness, storage, the proxy's training flags, the engines' weight
     update timeout). Not the engines' or the proxy's pods, nor how many engines there are."""
     wire: dict[str, Any] = job.spec.to_wire()
     for key in NOT_READ_BY_PODS:
         wire.pop(key, None)
+    wire["model"].pop("tokenSecret", None)  # read only by the stage-model init container
     wire["inference"] = {
         "weightUpdateTimeoutSeconds": job.spec.inference.weight_update_timeout_seconds
     }
