@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from dressage.api.job import (
     API_GROUP,
@@ -119,19 +120,25 @@ POD_ONLY = ("replicas", "image", "resources", "template")
 """Fields of `spec.proxy` that shape only the proxy's own pods."""
 
 
+def _set_fields(model: BaseModel) -> dict[str, Any]:
+    """The fields that differ from their defaults: a field added to the model later, with a
+    default, leaves the hash of every running job as it was (no restart at an upgrade), and a
+    field set to its default is the same as one left unset."""
+    return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+
 def trainer_inputs(job: AsyncRLJob) -> dict[str, Any]:
     """What a trainer gang runs from the job's spec: `spec.trainer` (nodes, GPUs, image,
     resources, template) and everything `dressage train` reads from `job.yaml` (model but its
-    token Secret, task,
-    rollout, training, staleness, storage, the proxy's training flags, the engines' weight
-    update timeout). Not the engines' or the proxy's pods, nor how many engines there are."""
-    wire: dict[str, Any] = job.spec.to_wire()
+    token Secret, task, rollout, training, staleness, storage, the proxy's training flags, the
+    engines' weight update timeout). Not the engines' or the proxy's pods, nor how many
+    engines there are."""
+    wire = _set_fields(job.spec)
     for key in NOT_READ_BY_PODS:
         wire.pop(key, None)
     wire["model"].pop("tokenSecret", None)  # read only by the stage-model init container
-    wire["inference"] = {
-        "weightUpdateTimeoutSeconds": job.spec.inference.weight_update_timeout_seconds
-    }
+    inference: dict[str, Any] = wire.pop("inference", {})
+    wire["inference"] = {"weightUpdateTimeoutSeconds": inference.get("weightUpdateTimeoutSeconds")}
     proxy: dict[str, Any] = wire.get("proxy", {})
     wire["proxy"] = {k: v for k, v in proxy.items() if k not in POD_ONLY}
     return wire
@@ -141,7 +148,7 @@ def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
     """What an engine pod runs from the job's spec: `spec.inference` (image, resources, tensor
     parallelism, extra arguments, template; not the engine count or the trainer's weight
     update timeout), the model's dtype and tokenizer, and the storage's mount path."""
-    wire = job.spec.inference.to_wire()
+    wire = _set_fields(job.spec.inference)
     inputs = {k: v for k, v in wire.items() if k not in ("replicas", "weightUpdateTimeoutSeconds")}
     model = job.spec.model
     inputs["model"] = {"dtype": model.dtype, "tokenizer": model.tokenizer}

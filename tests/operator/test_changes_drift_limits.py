@@ -348,3 +348,14 @@ def test_the_model_and_the_crd_refuse_what_is_above_the_static_maximum() -> None
         _body() | {"spec": {**_body()["spec"], "inference": {"replicas": 5000}}}, "ns/a"
     )
     assert [f for f, _ in errors] == ["spec.inference.replicas"]
+
+
+def test_a_field_set_to_its_default_is_no_change() -> None:
+    """So a field added to the model with a default restarts no running job at an upgrade."""
+    pods = _pods_of(_job())
+    explicit = _job(training={"learningRate": 1e-5}, inference={"replicas": 2, "image": None})
+    assert children.trainer_spec_hash(explicit) == children.trainer_spec_hash(_job())
+    assert children.engine_spec_hash(explicit) == children.engine_spec_hash(_job())
+    plan = _decide(explicit, pods)
+    assert plan.status.restarts == 0
+    assert plan.delete_pods == []
