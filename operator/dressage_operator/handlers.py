@@ -99,8 +99,6 @@ class JobState:
     refused_cycles: int = 0
     infrastructure_checked: tuple[int, datetime | None] = (-1, None)
     """(generation, time) of the last ConfigMap/Service check that every write passed."""
-    recheck_infrastructure: bool = False
-    """A ConfigMap, Service or NetworkPolicy of the job changed since the last cycle began."""
 
 
 @dataclass
@@ -117,14 +115,6 @@ class Runtime:
     def wake(self, namespace: str | None, job: str | None) -> None:
         state = self.jobs.get((namespace or "", job or ""))
         if state is not None:
-            state.wake.set()
-
-    def recheck(self, namespace: str | None, job: str | None) -> None:
-        """A ConfigMap, Service or NetworkPolicy of the job changed: compare them with the
-        job again in the next cycle (and set back what was changed by hand)."""
-        state = self.jobs.get((namespace or "", job or ""))
-        if state is not None:
-            state.recheck_infrastructure = True
             state.wake.set()
 
 
@@ -198,35 +188,6 @@ def pod_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: 
 @kopf.on.event("apps", "v1", "deployments", labels={naming.LABEL_JOB: kopf.PRESENT})
 def deployment_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
     memo.runtime.wake(namespace, labels.get(naming.LABEL_JOB))
-
-
-def _changed(type: str | None, **_: Any) -> bool:
-    """A change or deletion of an existing child; not its creation (ours) nor the initial
-    listing, which need no second look (kopf skips the handler without invoking it)."""
-    return type in ("MODIFIED", "DELETED")
-
-
-@kopf.on.event("configmaps", labels={naming.LABEL_JOB: kopf.PRESENT}, when=_changed)
-def config_map_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
-    memo.runtime.recheck(namespace, labels.get(naming.LABEL_JOB))
-
-
-@kopf.on.event("services", labels={naming.LABEL_JOB: kopf.PRESENT}, when=_changed)
-def service_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
-    memo.runtime.recheck(namespace, labels.get(naming.LABEL_JOB))
-
-
-@kopf.on.event(
-    "networking.k8s.io",
-    "v1",
-    "networkpolicies",
-    labels={naming.LABEL_JOB: kopf.PRESENT},
-    when=_changed,
-)
-def network_policy_event(
-    namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
-) -> None:
-    memo.runtime.recheck(namespace, labels.get(naming.LABEL_JOB))
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
@@ -324,8 +285,6 @@ async def reconcile(
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None, "ok"
     now = datetime.now(UTC)
-    checked = (-1, None) if state.recheck_infrastructure else state.infrastructure_checked
-    state.recheck_infrastructure = False
     previous = _status_of(body)
     job, errors = spec_errors(body, f"{namespace}/{name}")
     over = () if job is None or errors else tuple(limit_errors(job.spec, config.limits))
@@ -357,7 +316,7 @@ async def reconcile(
         scrape=scrape_result,
         spec_errors=errors,
         limit_errors=over,
-        infrastructure_checked=checked,
+        infrastructure_checked=state.infrastructure_checked,
         refused_cycles=state.refused_cycles,
     )
     plan = decide(job, owner, config, observed)

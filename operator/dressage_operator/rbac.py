@@ -34,11 +34,10 @@ CLUSTER_RULES: Final[list[Rule]] = [
         "resources": ["pods"],
         "verbs": ["get", "list", "watch", "create", "delete"],
     },
-    # ConfigMaps, Services and NetworkPolicies are watched too: one changed by hand is set back.
     {
         "apiGroups": [""],
         "resources": ["services", "configmaps"],
-        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+        "verbs": ["get", "create", "patch", "delete"],
     },
     {
         "apiGroups": ["apps"],
@@ -49,7 +48,7 @@ CLUSTER_RULES: Final[list[Rule]] = [
     {
         "apiGroups": ["networking.k8s.io"],
         "resources": ["networkpolicies"],
-        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+        "verbs": ["get", "create", "patch", "delete"],
     },
     # Events about jobs (kopf posting and phase transitions).
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},

@@ -2,7 +2,8 @@
 Kubernetes API emulation (see test_operator_e2e.py for what the emulation does and does not).
 
 The operator here runs with raised limits (`DRESSAGE_OPERATOR_LIMITS`) and a small
-`DRESSAGE_OPERATOR_MAX_CREATES_PER_CYCLE`, as a cluster admin would set them in the chart.
+`DRESSAGE_OPERATOR_MAX_CREATES_PER_CYCLE`, as a cluster admin would set them in the chart, and a
+resync of 1 s: the interval at which the ConfigMap and Services are compared with the job.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def operator(
         DRESSAGE_OPERATOR_SCRAPE_URL_TEMPLATE=(
             f"http://127.0.0.1:{metrics_server.port}/{{namespace}}/{{job}}/metrics"
         ),
+        # The ConfigMap and the Services are compared with the job once per resync interval.
+        DRESSAGE_OPERATOR_RESYNC_SECONDS="1",
         DRESSAGE_OPERATOR_LIMITS=json.dumps({"inferenceReplicas": RAISED_ENGINES}),
         DRESSAGE_OPERATOR_MAX_CREATES_PER_CYCLE=str(CREATES_PER_CYCLE),
     )
