@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,14 +170,33 @@ def proxy_inputs(job: AsyncRLJob) -> dict[str, Any]:
     }
 
 
+_MEMO: dict[tuple[str, int], tuple[AsyncRLJob, str]] = {}
+_MEMO_SIZE = 512
+
+
+def _memo(kind: str, job: AsyncRLJob, compute: Callable[[AsyncRLJob], str]) -> str:
+    """`compute(job)`, once per job object: a cycle asks for each hash once per pod it
+    builds, and dumping a spec without its defaults is not cheap. The entry holds the job, so
+    its id cannot be reused while it is cached."""
+    key = (kind, id(job))
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is job:
+        return hit[1]
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    value = compute(job)
+    _MEMO[key] = (job, value)
+    return value
+
+
 def trainer_spec_hash(job: AsyncRLJob) -> str:
     """A change restarts the trainer gang from its checkpoint (`trainer_inputs`)."""
-    return _short_hash(trainer_inputs(job))
+    return _memo("trainer", job, lambda j: _short_hash(trainer_inputs(j)))
 
 
 def engine_spec_hash(job: AsyncRLJob) -> str:
     """A change replaces the engines one by one (`engine_inputs`)."""
-    return _short_hash(engine_inputs(job))
+    return _memo("engine", job, lambda j: _short_hash(engine_inputs(j)))
 
 
 def _role_spec(pod: Obj, value: str) -> Obj:
