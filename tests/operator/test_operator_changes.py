@@ -165,7 +165,18 @@ def test_an_engine_image_change_replaces_the_engines_one_by_one(
     after = _uids(_pods(c, "roll"))
     assert after["roll-trainer-0"] == before["roll-trainer-0"]  # the trainer is untouched
     assert _status(c, "roll")["restarts"] == 0
-    wait_for(lambda: len(_events(c, "roll", "EngineRollout")) == 2, what="2 EngineRollout")
+    wait_for(
+        lambda: (
+            {
+                n
+                for n in ("roll-engine-0", "roll-engine-1")
+                for e in _events(c, "roll", "EngineRollout")
+                if f"engine pod {n} replaced" in e["message"]
+            }
+            == {"roll-engine-0", "roll-engine-1"}
+        ),
+        what="an EngineRollout Event for each engine",
+    )
 
 
 def test_a_hand_scaled_proxy_deployment_is_set_back(
@@ -177,7 +188,7 @@ def test_a_hand_scaled_proxy_deployment_is_set_back(
     wait_for(lambda: c.get(path), what="proxy Deployment")
     c.patch(path, {"spec": {"replicas": 3}})
     wait_for(lambda: (c.get(path) or {}).get("spec", {}).get("replicas") == 1, what="replicas 1")
-    (event,) = wait_for(lambda: _events(c, "scaled", "DriftCorrected"), what="Event")
+    event, *_ = wait_for(lambda: _events(c, "scaled", "DriftCorrected"), what="Event")
     assert event["type"] == "Warning"
     assert "Deployment scaled-proxy" in event["message"]
     assert "spec.replicas" in event["message"]
