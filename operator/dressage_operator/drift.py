@@ -6,7 +6,9 @@ the operator writes is compared (fields the API server or other controllers add,
 defaults, `clusterIP`, extra labels or annotations, are not), empty values match absent ones
 (the API server omits them), and quantities compare by value (`1000m` is `1`), so the operator
 never fights the API server over a defaulted or normalised field. A ConfigMap's `data` is
-compared exactly: a key added by hand is drift too.
+compared exactly: a key added by hand is drift too. Lists of named elements (containers, env,
+volumes, ports) are matched by name: an element someone else adds is not drift, a changed or
+missing one is.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ def _same_scalar(want: Any, have: Any) -> bool:
     return False
 
 
+def _named(items: list[Any]) -> bool:
+    return bool(items) and all(isinstance(i, dict) and "name" in i for i in items)
+
+
 def differences(want: Any, have: Any, path: str = "") -> list[str]:
     """The paths (`spec.replicas`, `spec.ports[0].port`) where `have` lacks or contradicts
     what `want` says; empty when `have` carries all of `want`."""
@@ -81,6 +87,18 @@ def differences(want: Any, have: Any, path: str = "") -> list[str]:
     if isinstance(want, list):
         if not isinstance(have, list):
             return [] if empty(want) and empty(have) else [path]
+        if _named(want) and _named(have):
+            # Containers, env, volumes, ports: matched by name, so an element others add
+            # (a sidecar or env var a mutating webhook injects) is not drift.
+            by_name = {item["name"]: item for item in have}
+            found = []
+            for item in want:
+                sub = f"{path}[{item['name']}]"
+                if item["name"] not in by_name:
+                    found.append(sub)
+                else:
+                    found += differences(item, by_name[item["name"]], sub)
+            return found
         if len(want) != len(have):
             return [path]
         found = []

@@ -248,7 +248,17 @@ def test_a_hand_scaled_or_edited_child_is_drift_and_the_correction_sets_it_back(
     live["spec"]["template"]["spec"]["containers"][0]["image"] = "someone/else:1"
     assert drift.drift(desired, live) == [
         "spec.replicas",
-        "spec.template.spec.containers[0].image",
+        "spec.template.spec.containers[proxy].image",
+    ]
+    # A sidecar or an env var injected by a mutating webhook is not drift; a removed one is.
+    injected = _defaulted_deployment(desired)
+    pod = injected["spec"]["template"]["spec"]
+    pod["containers"].append({"name": "istio-proxy", "image": "istio/proxyv2"})
+    pod["containers"][0]["env"].insert(0, {"name": "INJECTED", "value": "1"})
+    assert drift.drift(desired, injected) == []
+    del pod["containers"][0]["env"][1]
+    assert drift.drift(desired, injected) == [
+        "spec.template.spec.containers[proxy].env[DRESSAGE_JOB_CONFIG]"
     ]
     config_map = children.build_config_map(job, OWNER)
     edited = copy.deepcopy(config_map)
