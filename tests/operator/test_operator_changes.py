@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from dressage_operator.limits import DEFAULT_LIMITS
 from dressage_operator.testing import EmulatedCluster, operator_env
 
 from dressage.testing import free_port
@@ -222,7 +223,7 @@ def test_a_hand_edited_config_map_and_service_are_set_back(
     assert "spec.ports" in messages
 
 
-def test_a_job_over_the_limit_is_refused_naming_the_field_and_one_at_the_limit_runs(
+def test_a_job_over_the_limit_is_refused_naming_the_field_and_starts_once_under_it(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
@@ -272,3 +273,6 @@ def test_a_small_job_gets_its_children_while_a_large_one_is_being_created(
     assert still_creating < large_pods, f"the small job waited for all {large_pods} pods"
     wait_for(lambda: len(_pods(c, "large")) == large_pods, timeout=120, what="large job done")
     assert waited < 10.0
+    # The large job is above the default limit and accepted under the raised one.
+    assert DEFAULT_LIMITS["inferenceReplicas"] < RAISED_ENGINES
+    assert _condition(c, "large", "SpecValid")["status"] == "True"
