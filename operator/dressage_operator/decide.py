@@ -529,9 +529,10 @@ class _Decider:
         return lost
 
     def outdated_trainers(self, current: dict[int, PodInfo]) -> list[PodInfo]:
-        """Pods of the current gang that run another `spec.trainer` than the job's (nodes,
-        GPUs, image, resources, template), or a rank the job no longer has. Pods without the
-        annotation (written by an older operator) are left to run."""
+        """Pods of the current gang that run something else than the job says
+        (`children.trainer_inputs`: `spec.trainer` and what the trainer reads from `job.yaml`),
+        or a rank the job no longer has. Pods without the annotation (written by an older
+        operator) are left to run."""
         want = children.trainer_spec_hash(self.job)
         nodes = self.spec.trainer.nodes
         return sorted(
@@ -546,7 +547,7 @@ class _Decider:
         )
 
     def roll_out_trainer(self, outdated: list[PodInfo]) -> None:
-        """A gang restart from the checkpoint that starts the changed `spec.trainer`: counted
+        """A gang restart from the checkpoint that starts what the job now says: counted
         in `status.restarts` (the new gang's number) and `status.specRestarts`, never against
         `maxRestarts`. As for a failure, the count is written first and the old gang deleted
         next cycle."""
@@ -557,7 +558,7 @@ class _Decider:
         names = ", ".join(p.name for p in outdated)
         nodes = self.spec.trainer.nodes
         message = (
-            f"spec.trainer changed ({names} run the previous one); gang restart "
+            f"what the trainer runs changed ({names} run the previous spec); gang restart "
             f"{self.st.restarts} with {nodes} trainer pods from the last checkpoint"
         )
         self.event("Normal", "TrainerRollout", message)
@@ -618,10 +619,11 @@ class _Decider:
         self.plan.handled_failures = frozenset(handled)
 
     def roll_out_engines(self) -> None:
-        """Replace engines that run another `spec.inference` (image, resources, arguments,
-        template) than the job's, one at a time: an outdated engine that is not ready goes at
-        once; a ready one only while every other engine is ready and none is being replaced,
-        so at most one engine is out of service for the rollout."""
+        """Replace engines that run something else than the job says
+        (`children.engine_inputs`: image, resources, arguments, template, dtype, ...), one at
+        a time: an outdated engine that is not ready goes at once; a ready one only while every
+        other engine is ready and none is being replaced, so at most one engine is out of
+        service for the rollout."""
         want = children.engine_spec_hash(self.job)
         replicas = self.spec.inference.replicas
         live = [p for p in self.engines if p.index < replicas and not p.terminating]
@@ -648,7 +650,7 @@ class _Decider:
         self.event(
             "Normal",
             "EngineRollout",
-            f"engine pod {victim.name} replaced to apply the changed spec.inference "
+            f"engine pod {victim.name} replaced to apply the changed spec "
             f"({len(outdated) - 1} more to go)",
         )
 

@@ -113,7 +113,7 @@ def test_trainer_nodes_2_3_2_restart_the_gang_with_the_new_size(
     assert status["trainer"]["restarts"] == 1
     assert status["trainer"]["failed"] == 0
     assert status["phase"] == "Restarting"
-    assert "spec.trainer changed" in status["message"]
+    assert "what the trainer runs changed" in status["message"]
     wait_for(lambda: _events(c, "resize", "TrainerRollout"), what="TrainerRollout Event")
 
     for name in _trainers(c, "resize"):
