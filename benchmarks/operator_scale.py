@@ -7,12 +7,19 @@ trainer and engine pods), the time until every job's children exist, and the ope
 resident memory (idle and with the jobs). The emulation answers in-process, so the figures are
 the operator's own latency plus loopback HTTP, not a real API server's.
 
-    python benchmarks/operator_scale.py [--jobs 1 100] [--timeout 300]
+Fairness: with the engine limit raised (`DRESSAGE_OPERATOR_LIMITS`), a large job (500 engines)
+is applied, and once its first children exist a small job (1 trainer, 1 engine); the figure is
+the time from the small job's creation until all its children exist, and how many of the large
+job's children existed by then, with the operator's `maxCreatesPerCycle` (50) and without a
+bound (every child of a job created in one cycle).
+
+    python benchmarks/operator_scale.py [--jobs 1 100] [--fairness-engines 500] [--timeout 300]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -21,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +57,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _job(name: str) -> dict[str, Any]:
+def _job(name: str, engines: int = 1) -> dict[str, Any]:
     return {
         "apiVersion": "dressage.io/v1alpha1",
         "kind": "AsyncRLJob",
@@ -57,7 +65,7 @@ def _job(name: str) -> dict[str, Any]:
         "spec": {
             "model": {"source": "builtin:tiny"},
             "trainer": {"nodes": 1, "gpusPerNode": 0},
-            "inference": {"replicas": 1},
+            "inference": {"replicas": engines},
             "storage": {"persistentVolumeClaim": "shared"},
         },
     }
@@ -89,15 +97,16 @@ CHILD_PLURALS = {"pods", "services", "configmaps", "deployments"}
 CHILDREN_PER_JOB = 7  # ConfigMap, 3 Services, Deployment, 1 trainer pod, 1 engine pod
 
 
-def run(n_jobs: int, timeout: float) -> dict[str, Any]:
-    with emulated_cluster(NAMESPACE) as c, tempfile.TemporaryDirectory() as tmp:
-        c.http.timeout = httpx.Timeout(120.0)
+@contextlib.contextmanager
+def _operator(c: EmulatedCluster, **extra_env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator as a real process against the emulation, started and healthy."""
+    with tempfile.TemporaryDirectory() as tmp:
         health = free_port()
-        log = (Path(tmp) / "operator.log").open("w")
         env = {
             **os.environ,
             "KUBECONFIG": str(c.write_kubeconfig(Path(tmp) / "config")),
             "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'operator'}",
+            **extra_env,
         }
         proc = subprocess.Popen(
             [
@@ -113,7 +122,10 @@ def run(n_jobs: int, timeout: float) -> dict[str, Any]:
             ],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            # OPERATOR_LOG=path keeps the operator's log of the last run.
+            stderr=open(os.environ["OPERATOR_LOG"], "w")  # noqa: SIM115
+            if os.environ.get("OPERATOR_LOG")
+            else subprocess.DEVNULL,
         )
         try:
             deadline = time.monotonic() + 60
@@ -126,6 +138,15 @@ def run(n_jobs: int, timeout: float) -> dict[str, Any]:
                         raise RuntimeError("the operator did not start") from None
                     time.sleep(0.1)
             time.sleep(1.0)  # let kopf finish its initial listing
+            yield proc
+        finally:
+            stop_process(proc, grace_s=30)
+
+
+def run(n_jobs: int, timeout: float) -> dict[str, Any]:
+    with emulated_cluster(NAMESPACE) as c:
+        c.http.timeout = httpx.Timeout(120.0)
+        with _operator(c) as proc:
             idle_rss = _rss_mib(proc.pid)
             idle_cpu = _cpu_seconds(proc.pid)
             own_cpu = time.process_time()
@@ -150,13 +171,6 @@ def run(n_jobs: int, timeout: float) -> dict[str, Any]:
             rss = _rss_mib(proc.pid)
             operator_cpu = _cpu_seconds(proc.pid) - idle_cpu
             emulator_cpu = time.process_time() - own_cpu
-        finally:
-            stop_process(proc, grace_s=30)
-            log.close()
-            if os.environ.get("OPERATOR_LOG"):
-                Path(os.environ["OPERATOR_LOG"]).write_text(
-                    (Path(tmp) / "operator.log").read_text()
-                )
     return {
         "jobs": n_jobs,
         "converged": len(done),
@@ -172,12 +186,67 @@ def run(n_jobs: int, timeout: float) -> dict[str, Any]:
     }
 
 
+def fairness(engines: int, creates_per_cycle: int | None, timeout: float) -> dict[str, Any]:
+    """A small job applied while a large one (`engines` engines) is being created: how long
+    until the small job's children all exist, and how far the large job had got by then.
+    `creates_per_cycle` None: no bound (every child of a job created in one cycle)."""
+    large_children = CHILDREN_PER_JOB - 1 + engines
+    bound = 10**9 if creates_per_cycle is None else creates_per_cycle
+    with emulated_cluster(NAMESPACE) as c:
+        c.http.timeout = httpx.Timeout(120.0)
+        limits = json.dumps({"inferenceReplicas": engines})
+        with _operator(
+            c,
+            DRESSAGE_OPERATOR_LIMITS=limits,
+            DRESSAGE_OPERATOR_MAX_CREATES_PER_CYCLE=str(bound),
+        ):
+            start = time.monotonic()
+            c.create(_job("large", engines))
+            deadline = start + timeout
+            while _children_ready(c).get("large", 0) < CHILDREN_PER_JOB:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the large job did not start")
+                time.sleep(0.01)
+            small_created = time.monotonic()
+            large_at_small_creation = _children_ready(c).get("large", 0)
+            c.create(_job("small"))
+            small_done = large_done = None
+            large_at_small_done = 0
+            while (small_done is None or large_done is None) and time.monotonic() < deadline:
+                counts = _children_ready(c)
+                now = time.monotonic()
+                if small_done is None and counts.get("small", 0) >= CHILDREN_PER_JOB:
+                    small_done, large_at_small_done = now, counts.get("large", 0)
+                if large_done is None and counts.get("large", 0) >= large_children:
+                    large_done = now
+                time.sleep(0.01)
+    return {
+        "large_job_engines": engines,
+        "max_creates_per_cycle": creates_per_cycle,
+        "large_children_when_small_applied": large_at_small_creation,
+        "small_job_seconds_to_all_children": None
+        if small_done is None
+        else round(small_done - small_created, 3),
+        "large_children_when_small_done": large_at_small_done,
+        "large_job_children": large_children,
+        "large_job_seconds_to_all_children": None
+        if large_done is None
+        else round(large_done - start, 3),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 100])
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--fairness-engines", type=int, default=500, help="engines of the large job; 0 skips"
+    )
     args = parser.parse_args()
     results = [run(n, args.timeout) for n in args.jobs]
+    fair = []
+    if args.fairness_engines:
+        fair = [fairness(args.fairness_engines, bound, args.timeout) for bound in (50, None)]
     header = (
         f"{'jobs':>5} {'create (s)':>11} {'all children (s)':>17} "
         f"{'median (s)':>11} {'max (s)':>8} "
@@ -204,10 +273,19 @@ def main() -> int:
     ):
         ratio = results[-1]["seconds_to_all_children"] / results[0]["seconds_to_all_children"]
         print(f"time ratio {results[-1]['jobs']} jobs / {results[0]['jobs']} job: {ratio:.1f}x")
+    for f in fair:
+        bound = f["max_creates_per_cycle"] or "unbounded"
+        print(
+            f"fairness, {f['large_job_engines']} engines, creates per cycle {bound}: small job "
+            f"{f['small_job_seconds_to_all_children']} s, large job had "
+            f"{f['large_children_when_small_done']}/{f['large_job_children']} children by then "
+            f"(all in {f['large_job_seconds_to_all_children']} s)"
+        )
     RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps({"results": results}, indent=2) + "\n")
+    RESULT.write_text(json.dumps({"results": results, "fairness": fair}, indent=2) + "\n")
     print(f"wrote {RESULT.relative_to(ROOT)}")
-    return 0 if all(r["converged"] == r["jobs"] for r in results) else 1
+    converged = all(r["converged"] == r["jobs"] for r in results)
+    return 0 if converged and all(f["small_job_seconds_to_all_children"] for f in fair) else 1
 
 
 if __name__ == "__main__":

@@ -116,6 +116,16 @@ def _engine_arg(arg: str) -> str:
     return arg
 
 
+MAX_INFERENCE_REPLICAS = 4096
+MAX_TENSOR_PARALLEL_SIZE = 64
+MAX_TRAINER_NODES = 1024
+MAX_GPUS_PER_NODE = 64
+MAX_ROLLOUT_SIZE = 65536
+"""Static maxima of what a manifest may ask, in the model and the CRD alike. They only bound
+the absurd; each cluster's own, lower limits are the operator's (`dressage_operator.limits`,
+raised in the operator chart's `limits:`)."""
+
+
 MAX_PROXY_REPLICAS = 1
 """A session (its turns, its finalize and its segment reads) lives in one proxy's memory and the
 proxy Service does not route a session's requests to one replica, so a job runs one proxy."""
@@ -504,9 +514,9 @@ class PodTemplateOverrides(ApiModel):
 class TrainerSpec(ApiModel):
     """The trainer gang: data-parallel torch.distributed workers."""
 
-    nodes: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1, le=MAX_TRAINER_NODES)
     """Number of trainer pods (one torchrun node each)."""
-    gpus_per_node: int = Field(default=1, ge=0)
+    gpus_per_node: int = Field(default=1, ge=0, le=MAX_GPUS_PER_NODE)
     """GPUs per trainer pod; 0 trains on CPU with the gloo backend."""
     image: ImageRef | None = None
     """Trainer image; defaults to the runtime image of the operator's release."""
@@ -522,9 +532,9 @@ class TrainerSpec(ApiModel):
 class InferenceSpec(ApiModel):
     """Inference engines: SGLang servers on a cluster, the embedded engine locally."""
 
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=MAX_INFERENCE_REPLICAS)
     """Number of engine servers."""
-    tensor_parallel_size: int = Field(default=1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     """GPUs per engine (SGLang `--tp-size`)."""
     image: ImageRef | None = None
     """SGLang image; defaults to the SGLang image of the operator's release."""
@@ -578,7 +588,7 @@ class ProxySpec(ApiModel):
     """Train only the tokens of a sample's last real output version
     (`--mask-nonlast-version-tokens`). Applied once, where the trainer builds its inputs;
     `dressage train --[no-]mask-nonlast-version-tokens` overrides it either way."""
-    max_concurrency: int = Field(default=256, ge=1)
+    max_concurrency: int = Field(default=256, ge=1, le=MAX_ROLLOUT_SIZE)
     """Concurrent generations the proxy admits before answering 429."""
     token_secret: SecretKeySelector | None = None
     """Secret key holding the proxy's bearer token. When set, the proxy requires it on every
@@ -615,11 +625,11 @@ class RolloutSpec(ApiModel):
     max_retries: int = Field(default=3, ge=0)
     """Prompt-group retries after a failed group (`DRESSAGE_ROLLOUT_MAX_RETRIES`); the group
     is dropped once they are exhausted."""
-    group_size: int = Field(default=8, ge=1)
+    group_size: int = Field(default=8, ge=1, le=MAX_ROLLOUT_SIZE)
     """Trajectories per prompt (the GRPO group)."""
-    batch_size: int = Field(default=8, ge=1)
+    batch_size: int = Field(default=8, ge=1, le=MAX_ROLLOUT_SIZE)
     """Prompt groups per trainer step."""
-    concurrency: int = Field(default=32, ge=1)
+    concurrency: int = Field(default=32, ge=1, le=MAX_ROLLOUT_SIZE)
     """Prompt groups in flight at once in the background worker."""
     max_new_tokens: int = Field(default=32, ge=1)
     """Generation budget per turn."""

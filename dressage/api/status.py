@@ -118,7 +118,11 @@ class AsyncRLJobStatus(ApiModel):
     proxy: RoleStatus = Field(default_factory=RoleStatus)
     """Proxy pods."""
     restarts: int = 0
-    """Trainer gang restarts so far (limited by `spec.failurePolicy.maxRestarts`)."""
+    """Trainer gang restarts so far, the current gang's number: after a failed or lost pod
+    (limited by `spec.failurePolicy.maxRestarts`) or to roll out a `spec.trainer` change."""
+    spec_restarts: int = 0
+    """Those of `restarts` that rolled out a change of `spec.trainer` (not counted against
+    `spec.failurePolicy.maxRestarts`)."""
     gang_pods: list[str] = Field(default_factory=list)
     """Trainer pods of the current gang seen created: one of them gone without having failed
     (force-deleted, its node lost) restarts the gang like a failed one."""

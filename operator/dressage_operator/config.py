@@ -7,7 +7,9 @@ its flags and hands the result to the handlers through kopf's memo.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from dressage_operator.limits import DEFAULT_LIMITS, LIMITS_ENV, parse_limits
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/dressage/dressage-runtime:0.1.0"
 DEFAULT_SGLANG_IMAGE = "ghcr.io/dressage/dressage-sglang:0.1.0"
@@ -34,6 +36,12 @@ class OperatorConfig:
     network_policies: bool = False
     """Give each job a NetworkPolicy that lets only the job's own pods reach its engines and
     proxy (the chart's `networkPolicy.enabled`)."""
+    limits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+    """What one job may ask (`dressage_operator.limits`; the chart's `limits:`)."""
+    max_creates_per_cycle: int = 50
+    """Children one job's reconcile creates at most per cycle before it yields to the other
+    jobs and continues (the chart's `maxCreatesPerCycle`): a large job being created never
+    keeps a small one waiting for more than a few cycles."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -49,6 +57,8 @@ class OperatorConfig:
             scrape_url_template=e.get(p + "SCRAPE_URL_TEMPLATE") or None,
             metrics_port=int(e.get(p + "METRICS_PORT", "8080")),
             network_policies=e.get(p + "NETWORK_POLICIES", "").lower() in ("1", "true", "yes"),
+            limits=parse_limits(e.get(LIMITS_ENV, "")),
+            max_creates_per_cycle=max(1, int(e.get(p + "MAX_CREATES_PER_CYCLE", "50"))),
         )
 
     def scrape_url(self, namespace: str, job: str) -> str:

@@ -54,6 +54,9 @@ from dressage_operator.observe import PodInfo
 from dressage_operator.staleness import ScrapeResult
 
 REASON_INVALID_SPEC = "InvalidSpec"
+REASON_LIMIT_EXCEEDED = "LimitExceeded"
+"""A valid spec that asks more than this cluster's limits (`dressage_operator.limits`)."""
+REASON_DRIFT_CORRECTED = "DriftCorrected"
 WAIT_FOR_TERMINATION_SECONDS = 2.0
 """Requeue delay while old pods with the names we need are still terminating."""
 CONFLICT_RETRY_SECONDS = 1.0
@@ -180,6 +183,9 @@ class Observed:
     scrape: ScrapeResult | None = None
     spec_errors: tuple[tuple[str, str], ...] = ()
     """`(field, message)` pairs the spec fails on (`spec_errors`); any makes the job Failed."""
+    limit_errors: tuple[tuple[str, str], ...] = ()
+    """`(field, message)` pairs of fields above this cluster's limits (`limits.limit_errors`):
+    refused like an invalid spec, with reason `LimitExceeded`."""
     infrastructure_checked: tuple[int, datetime | None] = (-1, None)
     """(generation, time) of the last ConfigMap/Service check that every write passed."""
     refused_cycles: int = 0
@@ -229,6 +235,9 @@ class Applied(StrEnum):
     like a refusal until it is gone."""
     REFUSED = "refused"
     """The API server answered with an error (422 Invalid, 403 Forbidden, ...)."""
+    CORRECTED = "corrected"
+    """The child was written from the job's current spec but had drifted (edited or scaled by
+    hand): set back; `ChildResult.message` names the fields."""
 
 
 VERB_OF_EVENT = {"create": "FailedCreate", "patch": "FailedUpdate", "delete": "FailedDelete"}
@@ -308,15 +317,20 @@ class _Conditions:
 
 
 def invalid_spec_status(
-    previous: AsyncRLJobStatus, errors: list[tuple[str, str]], generation: int, now: datetime
+    previous: AsyncRLJobStatus,
+    errors: list[tuple[str, str]],
+    generation: int,
+    now: datetime,
+    reason: str = REASON_INVALID_SPEC,
 ) -> AsyncRLJobStatus:
-    """The status of a job whose spec fails validation: Failed, and a SpecValid=False
-    condition whose message names each field at fault."""
+    """The status of a job whose spec fails validation (or asks more than the cluster's
+    limits, `reason` `LimitExceeded`): Failed, and a SpecValid=False condition whose message
+    names each field at fault."""
     status = previous.model_copy(deep=True)
     message = "; ".join(f"{path}: {msg}" for path, msg in errors)
     conds = _Conditions(status, now, generation)
-    conds.set(ConditionType.SPEC_VALID, False, REASON_INVALID_SPEC, message)
-    conds.set(ConditionType.FAILED, True, REASON_INVALID_SPEC, message)
+    conds.set(ConditionType.SPEC_VALID, False, reason, message)
+    conds.set(ConditionType.FAILED, True, reason, message)
     status.phase = JobPhase.FAILED
     status.observed_generation = generation
     status.message = f"invalid spec: {message}"
@@ -410,7 +424,8 @@ class _Decider:
         self.conds.set(ConditionType.SPEC_VALID, True, "Valid", "")
         self.apply_scrape()
         failed = self.conds.get(ConditionType.FAILED)
-        if self.st.phase is JobPhase.FAILED and failed and failed.reason == REASON_INVALID_SPEC:
+        refused = (REASON_INVALID_SPEC, REASON_LIMIT_EXCEEDED)
+        if self.st.phase is JobPhase.FAILED and failed and failed.reason in refused:
             # The spec was fixed: start over.
             self.conds.set(ConditionType.FAILED, False, "SpecCorrected", "")
             self.st.completion_time = None
@@ -489,6 +504,10 @@ class _Decider:
         if failed or lost:
             self.trainer_failed(failed, lost)
             return
+        outdated = self.outdated_trainers(current)
+        if outdated:
+            self.roll_out_trainer(outdated)
+            return
         self.st.gang_pods = sorted(
             set(self.st.gang_pods)
             | {p.name for i, p in current.items() if i < spec.trainer.nodes and not p.terminating}
@@ -509,6 +528,7 @@ class _Decider:
             self.st.start_time = timestamp(self.obs.now)
 
         self.reconcile_engines()
+        self.roll_out_engines()
         self.plan.ensure_proxy = True
 
         ready = sum(1 for p in current.values() if p.ready)
@@ -535,6 +555,45 @@ class _Decider:
                 lost.append(name)
         return lost
 
+    def outdated_trainers(self, current: dict[int, PodInfo]) -> list[PodInfo]:
+        """Pods of the current gang that run something else than the job says
+        (`children.trainer_inputs`: `spec.trainer` and what the trainer reads from `job.yaml`),
+        or a rank the job no longer has. Pods without the annotation (written by an older
+        operator) are left to run."""
+        want = children.trainer_spec_hash(self.job)
+        nodes = self.spec.trainer.nodes
+        return sorted(
+            (
+                p
+                for p in current.values()
+                if not p.terminating
+                and not p.succeeded
+                and (p.index >= nodes or (p.role_spec and p.role_spec != want))
+            ),
+            key=lambda p: p.index,
+        )
+
+    def roll_out_trainer(self, outdated: list[PodInfo]) -> None:
+        """A gang restart from the checkpoint that starts what the job now says: counted
+        in `status.restarts` (the new gang's number) and `status.specRestarts`, never against
+        `maxRestarts`. As for a failure, the count is written first and the old gang deleted
+        next cycle."""
+        self.st.gang_pods = []
+        self.st.restarts += 1
+        self.st.spec_restarts += 1
+        self.st.trainer.restarts = self.st.restarts
+        names = ", ".join(p.name for p in outdated)
+        nodes = self.spec.trainer.nodes
+        message = (
+            f"what the trainer runs changed ({names} run the previous spec); gang restart "
+            f"{self.st.restarts} with {nodes} trainer pods from the last checkpoint"
+        )
+        self.event("Normal", "TrainerRollout", message)
+        self.requeue(0.0)
+        self.set_phase(JobPhase.RESTARTING, message)
+        self.reconcile_engines()
+        self.plan.ensure_proxy = True
+
     def trainer_failed(self, failed: list[PodInfo], lost: list[str]) -> None:
         limit = self.spec.failure_policy.max_restarts
         if failed:
@@ -545,12 +604,13 @@ class _Decider:
             self.event("Warning", "TrainerPodLost", why)
         self.st.trainer.failed += len(failed) + len(lost)
         self.st.gang_pods = []
-        if self.st.restarts < limit:
+        spent = self.st.restarts - self.st.spec_restarts
+        if spent < limit:
             # Counted now, deleted next cycle (as an old gang): the count is written first.
             self.st.restarts += 1
             self.st.trainer.restarts = self.st.restarts
             self.requeue(0.0)
-            self.set_phase(JobPhase.RESTARTING, f"{why}; gang restart {self.st.restarts}/{limit}")
+            self.set_phase(JobPhase.RESTARTING, f"{why}; gang restart {spent + 1}/{limit}")
             self.reconcile_engines()
             self.plan.ensure_proxy = True
         else:
@@ -585,6 +645,42 @@ class _Decider:
         self.delete([p for p in self.engines if p.index >= replicas])
         self.plan.handled_failures = frozenset(handled)
 
+    def roll_out_engines(self) -> None:
+        """Replace engines that run something else than the job says
+        (`children.engine_inputs`: image, resources, arguments, template, dtype, ...), one at
+        a time: an outdated engine that is not ready goes at once; a ready one only while every
+        other engine is ready and none is being replaced, so at most one engine is out of
+        service for the rollout."""
+        want = children.engine_spec_hash(self.job)
+        replicas = self.spec.inference.replicas
+        live = [p for p in self.engines if p.index < replicas and not p.terminating]
+        outdated = sorted(
+            (
+                p
+                for p in live
+                if p.role_spec and p.role_spec != want and p.name not in self.plan.delete_pods
+            ),
+            key=lambda p: p.index,
+        )
+        if not outdated:
+            return
+        victim = next((p for p in outdated if not p.ready), None)
+        if victim is None:
+            busy = any(p.terminating for p in self.engines) or any(
+                pod["metadata"]["labels"].get(naming.LABEL_ROLE) == naming.ROLE_INFERENCE
+                for pod in self.plan.create_pods
+            )
+            if busy or len(live) < replicas or not all(p.ready for p in live):
+                return
+            victim = outdated[0]
+        self.delete([victim])
+        self.event(
+            "Normal",
+            "EngineRollout",
+            f"engine pod {victim.name} replaced to apply the changed spec "
+            f"({len(outdated) - 1} more to go)",
+        )
+
     def count(self) -> None:
         spec = self.spec
         gang = self.st.restarts
@@ -610,15 +706,22 @@ def decide(job: AsyncRLJob | None, owner: Owner, config: OperatorConfig, obs: Ob
     """Compute this cycle's actions and the job's provisional status. `job` is None, or
     `obs.spec_errors` is not empty, when the spec is invalid: then the plan writes nothing but
     a Failed status naming each field, and is not retried before the resync (or a change)."""
-    if job is None or obs.spec_errors:
-        status = invalid_spec_status(obs.status, list(obs.spec_errors), obs.generation, obs.now)
+    if job is None or obs.spec_errors or obs.limit_errors:
+        reason = REASON_INVALID_SPEC if job is None or obs.spec_errors else REASON_LIMIT_EXCEEDED
+        errors = [*obs.spec_errors, *obs.limit_errors]
+        status = invalid_spec_status(obs.status, errors, obs.generation, obs.now, reason)
         return Plan(
             status=status,
             requeue_after=config.resync_seconds,
             handled_failures=obs.handled_failures,
             invalid=True,
         )
-    return _Decider(job, owner, config, obs).run()
+    plan = _Decider(job, owner, config, obs).run()
+    if len(plan.create_pods) > config.max_creates_per_cycle:
+        # Fairness: the rest next cycle, after the other jobs' loops had their turn.
+        plan.create_pods = plan.create_pods[: config.max_creates_per_cycle]
+        plan.requeue_after = 0.0
+    return plan
 
 
 def settle(
@@ -654,6 +757,15 @@ def settle(
         conds.set(ConditionType.CHILDREN_APPLIED, False, f"{refused[0].kind}{how}", message)
     else:
         conds.set(ConditionType.CHILDREN_APPLIED, True, "Applied")
+    events += [
+        Event(
+            "Warning",
+            REASON_DRIFT_CORRECTED,
+            f"{r.kind} {r.name} differed from what the job says ({r.message}): set back",
+        )
+        for r in results
+        if r.applied is Applied.CORRECTED
+    ]
 
     checked = obs.infrastructure_checked
     if plan.ensure_infrastructure:

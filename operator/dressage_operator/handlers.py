@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from dressage.api.job import API_GROUP, API_VERSION, PLURAL, AsyncRLJob
 from dressage.api.status import AsyncRLJobStatus
-from dressage_operator import children, naming
+from dressage_operator import children, drift, naming
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import (
     Applied,
@@ -52,6 +52,7 @@ from dressage_operator.kube import (
     object_path,
     resource_path,
 )
+from dressage_operator.limits import limit_errors
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.staleness import ScrapeResult, scrape
@@ -286,11 +287,12 @@ async def reconcile(
     now = datetime.now(UTC)
     previous = _status_of(body)
     job, errors = spec_errors(body, f"{namespace}/{name}")
+    over = () if job is None or errors else tuple(limit_errors(job.spec, config.limits))
     owner = children.Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
     proxy: children.Obj | None = None
     foreign_proxy = False
     scrape_result: ScrapeResult | None = None
-    if job is not None and not errors:
+    if job is not None and not errors and not over:
         proxy = await kube.get(
             resource_path("apps/v1", "deployments", namespace, naming.proxy(name))
         )
@@ -313,6 +315,7 @@ async def reconcile(
         handled_failures=state.handled_failures,
         scrape=scrape_result,
         spec_errors=errors,
+        limit_errors=over,
         infrastructure_checked=state.infrastructure_checked,
         refused_cycles=state.refused_cycles,
     )
@@ -395,10 +398,15 @@ async def _ensure(
             return ChildResult(kind, name, verb, Applied.NOT_OWNED, message=message)
         want = desired["metadata"]["annotations"][naming.ANNOTATION_HASH]
         have = (live["metadata"].get("annotations") or {}).get(naming.ANNOTATION_HASH)
-        if have == want:
-            return ChildResult(kind, name, "patch", Applied.UNCHANGED)
         verb = "patch"
-        await kube.patch(path, {k: v for k, v in desired.items() if k != "status"})
+        if have == want:
+            # Written from this spec; changed by hand since? Set back what the operator renders.
+            drifted = drift.drift(desired, live)
+            if not drifted:
+                return ChildResult(kind, name, verb, Applied.UNCHANGED)
+            await kube.patch(path, drift.correction(desired, live))
+            return ChildResult(kind, name, verb, Applied.CORRECTED, message=", ".join(drifted))
+        await kube.patch(path, drift.correction(desired, live))
         return ChildResult(kind, name, verb, Applied.UPDATED)
     except KubeError as exc:
         return _refused(kind, name, verb, exc)

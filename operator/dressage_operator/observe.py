@@ -27,6 +27,8 @@ class PodInfo:
     owner_uid: str = ""
     """uid of the job in the pod's controller owner reference: a pod left by an earlier job
     of the same name carries that job's uid."""
+    role_spec: str = ""
+    """The pod's `naming.ANNOTATION_ROLE_SPEC`: what part of the spec it runs ("" if none)."""
 
     @property
     def failed(self) -> bool:
@@ -81,6 +83,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
         terminating=bool(meta.get("deletionTimestamp")),
         reason=failure_reason(status) if phase == "Failed" else "",
         owner_uid=controller_uid(meta),
+        role_spec=str((meta.get("annotations") or {}).get(naming.ANNOTATION_ROLE_SPEC, "")),
     )
 
 

@@ -4,7 +4,8 @@
 real loopback HTTP port in its own thread and event loop, so kopf, httpx and the real `kubectl`
 talk to it exactly as to an API server. kmock 0.8 is a plain object store; `DressageKube` adds
 what the operator relies on: `uid`, increasing `resourceVersion`, `creationTimestamp` and
-`generation` (bumped only when `.spec` changes), 201 on create, and namespace defaulting.
+`generation` (bumped only when `.spec` changes), 201 on create, namespace defaulting, and a name
+from `generateName` (kopf's Events are posted so, and tests read them).
 What it still does not do (schema validation beyond the rules below, garbage collection,
 label selectors, `/status` separation) is tested elsewhere with real schemas, or stated in the
 tests.
@@ -458,6 +459,9 @@ class DressageKube(kmock.KubernetesEmulator):
         meta = request.data.setdefault("metadata", {})
         if request.namespace and not meta.get("namespace"):
             meta["namespace"] = request.namespace
+        if not meta.get("name") and meta.get("generateName"):
+            # As the API server does (kopf names its Events so).
+            meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         meta.update(
             uid=str(uuid.uuid4()),
             resourceVersion=str(next(self._versions)),

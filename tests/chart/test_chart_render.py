@@ -246,6 +246,28 @@ def test_default_deployment_runs_one_non_root_operator_watching_all_namespaces()
     assert env["DRESSAGE_OPERATOR_NETWORK_POLICIES"] == "false"
 
 
+def test_an_admin_raises_a_job_limit_and_the_creation_bound_in_the_values(
+    tmp_path: Path,
+) -> None:
+    values = {"limits": {"inferenceReplicas": 500}, "maxCreatesPerCycle": 20}
+    (container,) = one(render(values, tmp_path), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    config = OperatorConfig.from_env(env)
+    assert config.limits["inferenceReplicas"] == 500
+    assert config.limits["trainerNodes"] == OperatorConfig().limits["trainerNodes"]
+    assert config.max_creates_per_cycle == 20
+    # The chart's defaults are the operator's own.
+    (default,) = one(render({}, tmp_path), "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in default["env"]}
+    assert OperatorConfig.from_env(env) == OperatorConfig.from_env({})
+    # Above the CRD's static maximum the values schema refuses it.
+    result = helm_template({"limits": {"inferenceReplicas": 5000}}, tmp_path)
+    assert result.returncode != 0
+    assert "inferenceReplicas" in result.stderr
+
+
 def test_network_policies_are_switched_on_by_one_value(tmp_path: Path) -> None:
     objects = render(COMBINATIONS["network-policies"], tmp_path)
     (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]

@@ -278,6 +278,8 @@ def test_readme_lists_the_operator_variables_config_reads() -> None:
         "SECONDS": "7.5",
         "TEMPLATE": "http://x/{job}",
         "POLICIES": "true",
+        "LIMITS": '{"trainerNodes": 3}',
+        "CYCLE": "7",
     }
     for name in listed:
         value = next((v for k, v in values.items() if name.endswith(k)), "registry/image:1")
