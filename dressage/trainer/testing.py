@@ -4,6 +4,7 @@ reproducible synthetic batches (no engine needed)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,11 @@ def gathered_weights(trainer: Any) -> dict[str, Any]:
     return out
 
 
-def ddp_worker(argv: list[str] | None = None) -> int:
+def ddp_worker(
+    argv: list[str] | None = None,
+    *,
+    publish: Callable[[Any, Any, str, Path], None] | None = None,
+) -> int:
     """A trainer rank for the data-parallel tests: train on synthetic batches, save weights.
 
     Run under torchrun: `torchrun --nproc_per_node 2 -m dressage.trainer.testing --model DIR
@@ -84,10 +89,10 @@ def ddp_worker(argv: list[str] | None = None) -> int:
     rank also trains through a `TrainerSession` that is reopened from its sharded checkpoint
     after `N - 1` steps (`OUT/resumed-rank<R>.pt`) and one that is not
     (`OUT/straight-rank<R>.pt`), both with the job defaults for logprob chunking and
-    activation checkpointing. With `--engine-url` the trained weights are then published to
-    that engine over a gloo weight-update group as version `v-gang`: every rank gathers each
-    parameter (`PublishFollower` on rank 1), rank 0 sends (`DistributedPublisher`); each rank
-    records how many tensors it was handed in `OUT/published-rank<R>.json`. With
+    activation checkpointing. With `--engine-url` the trained weights are then handed to
+    `publish(trainer, env, engine_url, out)` (the orchestration layer's
+    `dressage.orchestrator.testing` worker publishes them over a weight-update group; the
+    trainer layer knows no publisher). With
     `--stale-optimizer` a session checkpointing the optimizer state every second step trains
     3 steps and is reopened: `OUT/stale-rank<R>.json` says whether this rank's weights are
     step 3's and its optimizer shards step 2's. Each rank writes
@@ -144,7 +149,9 @@ def ddp_worker(argv: list[str] | None = None) -> int:
         if env.is_main:
             (args.out / "metrics.json").write_text(json.dumps(history))
         if args.engine_url:
-            _publish_to_engine(trainer, env, args.engine_url, args.out)
+            if publish is None:
+                raise SystemExit("--engine-url needs the dressage.orchestrator.testing worker")
+            publish(trainer, env, args.engine_url, args.out)
         if args.stale_optimizer:
             _resume_with_stale_optimizer(args.model, args.out, env, args.lr)
         if args.resume:
@@ -235,43 +242,6 @@ def _resume_with_stale_optimizer(model: Path, out: Path, env: Any, lr: float) ->
     }
     train(resumed, 4)
     (out / f"stale-rank{env.rank}.json").write_text(json.dumps(result))
-
-
-def _publish_to_engine(trainer: Any, env: Any, engine_url: str, out: Path) -> None:
-    """Publish `trainer`'s weights to one engine from a gang (see `ddp_worker`)."""
-    import asyncio
-    import json
-
-    from dressage.orchestrator.distributed_publish import DistributedPublisher, PublishFollower
-
-    handed = 0
-
-    def weights() -> Any:
-        nonlocal handed
-        for item in trainer.iter_publishable():
-            handed += 1
-            yield item
-
-    async def publish() -> None:
-        if env.is_main:
-            publisher = DistributedPublisher(
-                [engine_url],
-                weights=weights,
-                master_address="127.0.0.1",
-                master_port=0,
-                backend="gloo",
-                bucket_bytes=4096,
-                update_timeout_s=120.0,
-            )
-            try:
-                await publisher.publish(Path(), "v-gang")
-            finally:
-                await publisher.aclose()
-        else:
-            await PublishFollower(weights).publish(Path(), "v-gang")
-
-    asyncio.run(publish())
-    (out / f"published-rank{env.rank}.json").write_text(json.dumps({"tensors": handed}))
 
 
 if __name__ == "__main__":

@@ -29,11 +29,11 @@ STEPS = 3
 LR = 1e-2
 
 
-def _launch(model: Path, out: Path, *extra: str) -> Path:
+def _launch(model: Path, out: Path, *extra: str, worker: str = "dressage.trainer.testing") -> Path:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "dressage.trainer.testing", "--model", str(model), "--out", str(out), *extra,
+        "-m", worker, "--model", str(model), "--out", str(out), *extra,
     ]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
     finished = all((out / f"done-rank{r}").is_file() for r in (0, 1))
@@ -136,7 +136,12 @@ def test_a_gang_publishes_its_sharded_weights_to_a_real_engine(model: Path, tmp_
     from tests.integration.test_weight_sync import engine_logprobs, model_logprobs
 
     with start_engine(model=str(model), weight_version="v0") as engine:
-        out = _launch(model, tmp_path / "gang", "--steps", "2", "--engine-url", engine.base_url)
+        out = _launch(
+            model,
+            tmp_path / "gang",
+            *("--steps", "2", "--engine-url", engine.base_url),
+            worker="dressage.orchestrator.testing",
+        )
         version = httpx.get(f"{engine.base_url}/get_weight_version", timeout=10).json()
         output, served = asyncio.run(engine_logprobs(engine.base_url))
 
