@@ -262,7 +262,7 @@ def test_a_hand_scaled_or_edited_child_is_drift_and_the_correction_sets_it_back(
     ]
     config_map = children.build_config_map(job, OWNER)
     edited = copy.deepcopy(config_map)
-    edited["data"] = {naming.CONFIG_KEY: "edited: true\n", "extra": "x"}
+    edited["data"] = {**config_map["data"], naming.CONFIG_KEY: "edited: true\n", "extra": "x"}
     del edited["metadata"]["labels"][naming.LABEL_ROLE]
     assert drift.drift(config_map, edited) == [
         f"metadata.labels.{naming.LABEL_ROLE}",
