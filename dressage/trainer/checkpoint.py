@@ -32,6 +32,8 @@ values that are not tensors (the optimizer's param groups). Reads go one tensor 
 rank at a time, so a rank holds its own new shards plus one old shard, never the whole
 model. A checkpoint that cannot be cut this way (an entry missing, or old shards that neither
 make up nor repeat the new tensor's shape: another model) is refused, naming the entry.
+The weights and an older checkpoint's optimizer state (`optimizer_step`) may have been
+written by gangs of different sizes; each is read, or resharded, on its own.
 """
 
 from __future__ import annotations
