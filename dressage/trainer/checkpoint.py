@@ -18,8 +18,22 @@ A checkpoint is complete when its `state.json` and the `.done` marker of every r
 resume takes the newest complete one, so a run killed at any moment (mid-write included)
 resumes from the last complete step. Each rank writes its shards from a CPU snapshot in a
 thread of its own, without collectives, so the session may let training and the publishing of
-the next weight version go on while the optimizer state is still being written. A checkpoint
-resumes only on a gang of the world size that wrote it (the shards are per rank).
+the next weight version go on while the optimizer state is still being written.
+
+A checkpoint resumes on a gang of any world size. On the world size that wrote it each rank
+reads its own directory. On another (`spec.trainer.nodes` or `gpusPerNode` changed) each rank
+rebuilds its new shards from the old ranks' files, which shared storage lets every rank read:
+FSDP2 cuts every parameter, and the AdamW moments shaped like it, on dim 0 the way
+`torch.chunk` does (`chunk_rows`: uneven, the last ranks' chunks possibly empty), so the old
+ranks' shards in rank order make up the full tensor and a new rank copies the rows of its
+chunk out of the old shards that hold them (`source_slices`). An entry every old rank holds
+whole (AdamW's scalar `step`, a replicated buffer) is read from old rank 0, and so are the
+values that are not tensors (the optimizer's param groups). Reads go one tensor of one old
+rank at a time, so a rank holds its own new shards plus one old shard, never the whole
+model. A checkpoint that cannot be cut this way (an entry missing, or old shards that neither
+make up nor repeat the new tensor's shape: another model) is refused, naming the entry.
+The weights and an older checkpoint's optimizer state (`optimizer_step`) may have been
+written by gangs of different sizes; each is read, or resharded, on its own.
 """
 
 from __future__ import annotations
@@ -28,7 +42,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -45,6 +59,103 @@ def _local_checkpoint_io() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         yield
+
+
+def chunk_rows(length: int, parts: int, index: int) -> tuple[int, int]:
+    """Rows `[start, stop)` of dim 0 that part `index` of `parts` holds of a tensor with
+    `length` rows, cut as `torch.chunk` (and FSDP2) cut it: parts of `ceil(length / parts)`
+    rows, the last one shorter, those past the end empty."""
+    if parts < 1 or not 0 <= index < parts:
+        raise ValueError(f"part {index} of {parts} does not exist")
+    size = -(-length // parts)
+    return min(index * size, length), min((index + 1) * size, length)
+
+
+def source_slices(old_rows: Sequence[int], start: int, stop: int) -> list[tuple[int, int, int]]:
+    """Where rows `[start, stop)` of a tensor lie when old rank `r` holds the next
+    `old_rows[r]` of its rows: `(old_rank, local_start, local_stop)` for each old shard that
+    holds some of them, in row order."""
+    out = []
+    offset = 0
+    for rank, rows in enumerate(old_rows):
+        lo, hi = max(start, offset), min(stop, offset + rows)
+        if lo < hi:
+            out.append((rank, lo - offset, hi - offset))
+        offset += rows
+    if start < stop and (start < 0 or stop > offset):
+        raise ValueError(f"rows {start}..{stop} lie outside the {offset} rows of the shards")
+    return out
+
+
+def reshard_plan(
+    old_shapes: Sequence[tuple[int, ...] | None], rows: ShardRows, local_rows: int
+) -> list[tuple[int, int, int, int]] | None:
+    """How to build a local tensor holding `local_rows` rows from `rows.start` of a tensor of
+    `rows.shape` out of the old ranks' shards of it (shapes `old_shapes`, in rank order):
+    `(old_rank, old_start, old_stop, local_start)` copies, in order. Old shards that make up
+    the tensor on dim 0 are cut (`source_slices`); old shards that each hold all of it (a
+    0-dim tensor, a replicated one) are read from rank 0. None when they do neither."""
+    shape = tuple(rows.shape)
+    if any(s is None for s in old_shapes) or not old_shapes:
+        return None
+    olds = [tuple(s) for s in old_shapes if s is not None]
+    if not shape:
+        return [(0, 0, 0, 0)] if all(s == () for s in olds) else None
+    stop = rows.start + local_rows
+    if rows.start < 0 or stop > shape[0]:
+        return None
+    if (
+        all(len(s) == len(shape) and s[1:] == shape[1:] for s in olds)
+        and sum(s[0] for s in olds) == shape[0]
+    ):
+        return [
+            (rank, lo, hi, lo + offset - rows.start)
+            for rank, lo, hi in source_slices([s[0] for s in olds], rows.start, stop)
+            for offset in [sum(s[0] for s in olds[:rank])]
+        ]
+    if all(s == shape for s in olds):
+        return [(0, rows.start, stop, 0)] if stop > rows.start else []
+    return None
+
+
+def _rows(tensor: Any) -> int:
+    return int(tensor.shape[0]) if tensor.dim() > 0 else 0
+
+
+@dataclass(frozen=True)
+class ShardRows:
+    """Which part of a full tensor a rank's local tensor is: rows `start` onwards (as many as
+    the local tensor has) of a tensor of `shape` (a 0-dim tensor: all of it)."""
+
+    shape: tuple[int, ...]
+    start: int = 0
+
+
+def _is_leaf(value: Any) -> bool:
+    # torch.distributed.checkpoint flattens dicts and every list holding a tensor, dict or
+    # such list; anything else (a tuple, a list of names, a number) is one entry.
+    import torch
+
+    if isinstance(value, dict):
+        return False
+    if isinstance(value, list):
+        return all(
+            not isinstance(v, torch.Tensor | dict) and (not isinstance(v, list) or _is_leaf(v))
+            for v in value
+        )
+    return True
+
+
+def _entries(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """`(key, container, index)` of every entry of `tree` under the key
+    torch.distributed.checkpoint stores it by (dict keys and list indices joined by dots)."""
+    items: Iterable[tuple[Any, Any]] = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    for index, value in items:
+        key = f"{prefix}.{index}" if prefix else str(index)
+        if _is_leaf(value):
+            yield key, tree, index
+        else:
+            yield from _entries(value, key)
 
 
 @dataclass
@@ -151,13 +262,12 @@ class RunDir:
         return bool(raw.get("optimizer", True))
 
     def optimizer_step(self, step: int) -> int | None:
-        """The newest complete checkpoint at or before `step`, written by the same world size,
-        that holds optimizer state (None when there is none)."""
-        world = self.world_size(step)
+        """The newest complete checkpoint at or before `step` that holds optimizer state
+        (None when there is none), whatever world size wrote it."""
         for earlier in reversed(self.steps()):
             if earlier > step or not self.is_complete(earlier):
                 continue
-            if self.world_size(earlier) == world and self.has_optimizer(earlier):
+            if self.has_optimizer(earlier):
                 return earlier
         return None
 
@@ -167,6 +277,90 @@ class RunDir:
 
         with _local_checkpoint_io():
             load(buffers, checkpoint_id=str(self.rank_dir(step, rank)), no_dist=True)
+
+    def load_local(
+        self, step: int, rank: int, world_size: int, buffers: dict[str, Any], layout: Any
+    ) -> None:
+        """Fill `buffers`, the local shards of rank `rank` of a gang of `world_size`, from
+        checkpoint `step`: its own directory when that world size wrote it, otherwise
+        resharded from every old rank's (`reshard`). `layout` has the structure of `buffers`
+        with a `ShardRows` for every tensor."""
+        if self.world_size(step) == world_size:
+            self.load_shards(step, rank, buffers)
+        else:
+            self.reshard(step, buffers, layout)
+
+    def _shapes(self, step: int, rank: int) -> dict[str, tuple[int, ...] | None]:
+        from torch.distributed.checkpoint.filesystem import FileSystemReader
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+        metadata = FileSystemReader(str(self.rank_dir(step, rank))).read_metadata()
+        return {
+            key: tuple(meta.size) if isinstance(meta, TensorStorageMetadata) else None
+            for key, meta in metadata.state_dict_metadata.items()
+        }
+
+    def _read(
+        self, step: int, rank: int, key: str, shape: tuple[int, ...] | None, dtype: Any
+    ) -> Any:
+        import torch
+        from torch.distributed.checkpoint.state_dict_loader import load
+
+        buffer = {key: torch.empty(shape or (), dtype=dtype)}
+        with _local_checkpoint_io():
+            load(buffer, checkpoint_id=str(self.rank_dir(step, rank)), no_dist=True)
+        return buffer[key]
+
+    def reshard(self, step: int, buffers: dict[str, Any], layout: Any) -> None:
+        """Fill `buffers` with the rows `layout` names of every tensor of checkpoint `step`,
+        cut from the shards of all the ranks that wrote it, one old shard at a time (see the
+        module docstring); the entries that are not tensors come from old rank 0."""
+        import torch
+
+        world = self.world_size(step)
+        shapes = [self._shapes(step, r) for r in range(world)]
+        rows = dict((key, container[index]) for key, container, index in _entries(layout))
+        others: dict[str, Any] = {}
+        where: dict[str, tuple[Any, Any]] = {}
+        for key, container, index in _entries(buffers):
+            missing = [r for r in range(world) if key not in shapes[r]]
+            if missing:
+                raise ValueError(
+                    f"cannot resume from checkpoint {self.checkpoint_dir(step)}: rank "
+                    f"{missing[0]}'s shards have no {key!r} (written for another model?)"
+                )
+            target = container[index]
+            if not isinstance(target, torch.Tensor):
+                others[key] = target
+                where[key] = (container, index)
+                continue
+            if rows[key] is None:
+                raise ValueError(
+                    f"cannot reshard checkpoint {self.checkpoint_dir(step)} into {key!r}: "
+                    "this gang does not shard it on dim 0"
+                )
+            plan = reshard_plan([sh[key] for sh in shapes], rows[key], _rows(target))
+            if plan is None:
+                raise ValueError(
+                    f"cannot resume from checkpoint {self.checkpoint_dir(step)} on this gang: "
+                    f"the shards of {key!r} written by its {world} ranks have shapes "
+                    f"{[sh[key] for sh in shapes]}, which neither make up nor repeat its "
+                    f"shape {list(rows[key].shape)} (written for another model?)"
+                )
+            for source, lo, hi, offset in plan:
+                old = self._read(step, source, key, shapes[source][key], target.dtype)
+                if target.dim() == 0:
+                    target.copy_(old)
+                else:
+                    target.narrow(0, offset, hi - lo).copy_(old.narrow(0, lo, hi - lo))
+                del old
+        if others:
+            from torch.distributed.checkpoint.state_dict_loader import load
+
+            with _local_checkpoint_io():
+                load(others, checkpoint_id=str(self.rank_dir(step, 0)), no_dist=True)
+            for key, (container, index) in where.items():
+                container[index] = others[key]
 
     # --- writing --------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from dressage.trainer.batch import (
     to_tensors,
     trained_token_count,
 )
+from dressage.trainer.checkpoint import ShardRows, chunk_rows
 from dressage.trainer.correction import CorrectionConfig, off_policy_correction
 from dressage.trainer.distributed import DistEnv, all_reduce_sum
 from dressage.trainer.loss import LossInputs, chunked_token_logprobs_and_entropy, grpo_loss
@@ -468,15 +469,42 @@ def local_shards(trainer: GRPOTrainer, *, optimizer: bool = True) -> dict[str, A
     return dict(_tree_map(snapshot, lambda t: _local(t).detach().to("cpu", copy=True)))
 
 
+def shard_rows(tensor: torch.Tensor) -> ShardRows | None:
+    """Which rows of its full tensor `tensor`'s local part is: FSDP2's dim-0 chunk for a
+    DTensor sharded on dim 0, all of it for a plain or replicated tensor (None for another
+    placement, which a checkpoint cannot be resharded into)."""
+    placements = getattr(tensor, "placements", None)
+    shape = tuple(tensor.shape)
+    if placements is None:
+        return ShardRows(shape)
+    from torch.distributed.tensor import Replicate, Shard
+
+    if all(isinstance(p, Replicate) for p in placements):
+        return ShardRows(shape)
+    if len(placements) != 1 or placements[0] != Shard(0) or not shape:
+        return None
+    mesh: Any = tensor.device_mesh  # type: ignore[attr-defined]
+    start, stop = chunk_rows(shape[0], mesh.size(), mesh.get_local_rank())
+    if _local(tensor).shape[0] != stop - start:
+        return None
+    return ShardRows(shape, start)
+
+
+Loader = Callable[[dict[str, Any], dict[str, Any]], None]
+"""Fills `buffers` (plain CPU tensors shaped like a rank's `local_shards`) in place; its
+second argument has the same structure with each tensor's `shard_rows`."""
+
+
 def load_local_shards(
     trainer: GRPOTrainer,
-    load: Callable[[dict[str, Any]], None],
-    load_optimizer: Callable[[dict[str, Any]], None] | None = None,
+    load: Loader,
+    load_optimizer: Loader | None = None,
 ) -> None:
     """Fill the trainer's weights from this rank's shards, and its optimizer state from the
     shards `load_optimizer` reads (None: the optimizer keeps its fresh state). Each loader
     fills `buffers` (shaped like `local_shards`, `{"model": ...}` or `{"optimizer": ...}`) in
-    place; the two may read different checkpoints."""
+    place, given which rows of each full tensor they are (`shard_rows`), so that it can cut
+    them from a checkpoint of another world size; the two may read different checkpoints."""
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
         get_state_dict,
@@ -484,9 +512,9 @@ def load_local_shards(
         set_state_dict,
     )
 
-    def read(part: str, reader: Callable[[dict[str, Any]], None], target: Any) -> Any:
+    def read(part: str, reader: Loader, target: Any) -> Any:
         buffers = {part: _tree_map(target, lambda t: torch.empty_like(_local(t), device="cpu"))}
-        reader(buffers)
+        reader(buffers, {part: _tree_map(target, shard_rows)})
         return _restore(target, buffers[part])
 
     if load_optimizer is None:

@@ -17,6 +17,11 @@ optimizer state of the newest complete checkpoint before it that has one: the Ad
 (and step count) are then a few steps old, which a warning says. With no such checkpoint the
 moments start fresh, with a warning too. Both are deterministic: the same checkpoints resume
 to the same state.
+
+A checkpoint written by a gang of another world size (`spec.trainer.nodes` or `gpusPerNode`
+changed: the operator restarts the gang from the checkpoint) is resharded as it is read
+(`RunDir.load_local`), with a warning naming both sizes; the weights and the optimizer state
+may come from checkpoints of different sizes.
 """
 
 from __future__ import annotations
@@ -122,20 +127,25 @@ class TrainerSession:
         model = load_policy(model_dir, device)
         trainer = GRPOTrainer(model, config or trainer_config(spec), env, device)
         if saved is not None:
-            written_by = run_dir.world_size(saved.step)
-            if written_by != env.world_size:
-                raise ValueError(
-                    f"checkpoint {run_dir.checkpoint_dir(saved.step)} was written by "
-                    f"{written_by} trainer ranks but this trainer has {env.world_size} "
-                    "(spec.trainer.nodes x gpusPerNode must match to resume)"
-                )
             optimizer_step = run_dir.optimizer_step(saved.step)
+            reads = {saved.step} if optimizer_step is None else {saved.step, optimizer_step}
+            for read in sorted(reads):
+                written_by = run_dir.world_size(read)
+                if written_by != env.world_size:
+                    warnings.warn(
+                        f"checkpoint {run_dir.checkpoint_dir(read)} was written by {written_by} "
+                        f"trainer ranks: resharding it to {env.world_size} "
+                        "(spec.trainer.nodes x gpusPerNode changed)",
+                        stacklevel=2,
+                    )
             load_local_shards(
                 trainer,
-                functools.partial(run_dir.load_shards, saved.step, env.rank),
+                functools.partial(run_dir.load_local, saved.step, env.rank, env.world_size),
                 None
                 if optimizer_step is None
-                else functools.partial(run_dir.load_shards, optimizer_step, env.rank),
+                else functools.partial(
+                    run_dir.load_local, optimizer_step, env.rank, env.world_size
+                ),
             )
             if optimizer_step is None:
                 warnings.warn(

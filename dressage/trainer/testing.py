@@ -74,6 +74,29 @@ def gathered_weights(trainer: Any) -> dict[str, Any]:
     return out
 
 
+def gathered_state(trainer: Any) -> dict[str, Any]:
+    """The policy's full float32 weights and the optimizer's full state (each AdamW moment
+    whole, by parameter name; none before the first step) on this rank: comparable between
+    gangs of any world size (collective when sharded)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    def full(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: full(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [full(v) for v in value]
+        gather = getattr(value, "full_tensor", None)
+        if callable(gather):
+            value = gather()
+        return value.detach().cpu().clone() if hasattr(value, "detach") else value
+
+    if not trainer.optimizer.state:
+        # `get_state_dict` would give a fresh optimizer a state (a zero step).
+        return {"model": full(get_model_state_dict(trainer.model)), "optimizer": None}
+    model, optimizer = get_state_dict(trainer.model, trainer.optimizer)
+    return {"model": full(model), "optimizer": full(optimizer)}
+
+
 def ddp_worker(
     argv: list[str] | None = None,
     *,
@@ -95,7 +118,10 @@ def ddp_worker(
     trainer layer knows no publisher). With
     `--stale-optimizer` a session checkpointing the optimizer state every second step trains
     3 steps and is reopened: `OUT/stale-rank<R>.json` says whether this rank's weights are
-    step 3's and its optimizer shards step 2's. Each rank writes
+    step 3's and its optimizer shards step 2's. Each `--reshard-run DIR UNTIL` opens a
+    session on run directory `DIR` (resuming whatever checkpoint it holds, of any world
+    size), trains it to step `UNTIL` and has rank 0 write `gathered_state` as opened and as
+    trained to `OUT/<name of DIR>-open.pt` and `-end.pt`. Each rank writes
     `OUT/done-rank<R>` last, before the process
     group is torn down, so a test judges on complete files.
     """
@@ -126,6 +152,7 @@ def ddp_worker(
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--engine-url", default=None)
     parser.add_argument("--stale-optimizer", action="store_true")
+    parser.add_argument("--reshard-run", nargs=2, action="append", default=[])
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     env = current_env()
@@ -154,6 +181,8 @@ def ddp_worker(
             publish(trainer, env, args.engine_url, args.out)
         if args.stale_optimizer:
             _resume_with_stale_optimizer(args.model, args.out, env, args.lr)
+        for run, until in args.reshard_run:
+            reshard_run(args.model, Path(run), int(until), env, args.out, args.lr)
         if args.resume:
             spec = job_spec(
                 learning_rate=args.lr,
@@ -189,6 +218,27 @@ def ddp_worker(
     finally:
         shutdown_distributed()
     return 0
+
+
+def reshard_run(model: Path, run: Path, until: int, env: Any, out: Path, lr: float) -> Any:
+    """See `ddp_worker --reshard-run`; returns the trained session."""
+    import torch
+
+    from dressage.trainer.checkpoint import RunDir
+    from dressage.trainer.session import TrainerSession
+
+    spec = job_spec(learning_rate=lr, optimizer_checkpoint_every=2)
+    session = TrainerSession.open(spec, model_dir=model, run_dir=RunDir(run), env=env)
+    opened = gathered_state(session.trainer) | {"step": session.state.step}
+    while session.state.step < until:
+        session.trainer.train_step(synthetic_batch(session.state.step + 1))
+        session.commit_step({"next": session.state.step})
+    session.wait_for_checkpoint()
+    trained = gathered_state(session.trainer) | {"step": session.state.step}
+    if env.is_main:
+        torch.save(opened, out / f"{run.name}-open.pt")
+        torch.save(trained, out / f"{run.name}-end.pt")
+    return session
 
 
 def _resume_with_stale_optimizer(model: Path, out: Path, env: Any, lr: float) -> None:
