@@ -332,7 +332,11 @@ def test_a_checkpoint_missing_a_ranks_shards_is_not_resumed(
     assert run.latest_step() == 1
 
 
-def test_resuming_on_another_world_size_is_refused(model_dir: Path, tmp_path: Path) -> None:
+def test_a_checkpoint_of_another_world_size_with_shards_missing_is_refused(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """Resuming on another gang size reshards from every writing rank's files
+    (`tests/integration/test_trainer_reshard.py`); ranks whose files are gone cannot be."""
     run = RunDir(tmp_path / "run")
     session = TrainerSession.open(job_spec(), model_dir=model_dir, run_dir=run)
     session.trainer.train_step(synthetic_batch(1))
@@ -343,7 +347,10 @@ def test_resuming_on_another_world_size_is_refused(model_dir: Path, tmp_path: Pa
     (run.checkpoint_dir(1) / "rank-1.done").write_text("")
     (run.checkpoint_dir(1) / "rank-2.done").write_text("")
     (run.checkpoint_dir(1) / "rank-3.done").write_text("")
-    with pytest.raises(ValueError, match="written by 4 trainer ranks"):
+    with (
+        pytest.warns(UserWarning, match="written by 4 trainer ranks: resharding it to 1"),
+        pytest.raises(FileNotFoundError, match="step-000001/rank-1"),
+    ):
         TrainerSession.open(job_spec(), model_dir=model_dir, run_dir=run)
 
 

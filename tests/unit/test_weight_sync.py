@@ -95,7 +95,7 @@ async def test_a_failed_publish_still_takes_part_in_every_gather_and_continues_g
     async def pause() -> None:
         calls.append("pause")
 
-    async def resume() -> None:
+    async def resume(version: str | None) -> None:
         calls.append("continue")
 
     publisher.sender = _FailingSender()  # type: ignore[assignment]
