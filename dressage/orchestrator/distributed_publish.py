@@ -91,12 +91,16 @@ class DistributedPublisher(WeightPublisher):
         named = iter(self.weights())
         try:
             await self._pause()
+            sent = False
             try:
                 await self.sender.send(named, version)
+                sent = True
             finally:
-                # The proxy routes to engines on the new version from now on; an engine that
-                # missed it is held out (a replaced engine is not in the formed group).
-                await self._resume(version)
+                # After a full send the proxy routes to engines on the new version (an engine
+                # that missed it, such as a replaced one outside the formed group, is held
+                # out); after a failed one the engines keep their old label and the proxy its
+                # routing.
+                await self._resume(version if sent else None)
         finally:
             _drain(named)
 

@@ -97,6 +97,7 @@ async def test_a_failed_publish_still_takes_part_in_every_gather_and_continues_g
 
     async def resume(version: str | None) -> None:
         calls.append("continue")
+        assert version is None  # the engines keep their old label
 
     publisher.sender = _FailingSender()  # type: ignore[assignment]
     publisher._pause = pause  # type: ignore[method-assign]
