@@ -52,6 +52,7 @@ MODES = ("sync", "fully_async")
 JOBS = ("main", "balanced")
 PLACEMENTS = {"main": ("any",), "balanced": ("separate", "inline")}
 ANCHORS = "AReaL reports 2.77x and verl 2.35-2.67x (GPU clusters, large models)"
+TICKS = os.sysconf("SC_CLK_TCK")
 TARGETS = {"overlap_efficiency": 0.85, "async_over_sync": 1.6}
 
 
@@ -121,13 +122,20 @@ class SchedWatch:
 
     def _poll(self, pid: int) -> None:
         while not self._stop.is_set():
-            cpu = wait = 0.0
+            wait = 0.0
             try:
-                for tid in os.listdir(f"/proc/{pid}/task"):
-                    fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
-                    cpu, wait = cpu + int(fields[0]) / 1e9, wait + int(fields[1]) / 1e9
+                tids = os.listdir(f"/proc/{pid}/task")
+                # utime + stime of the whole process, ended threads included.
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 return  # the run ended
+            cpu = (int(stat[11]) + int(stat[12])) / TICKS
+            for tid in tids:
+                try:
+                    fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+                except OSError:
+                    continue  # a thread that just ended
+                wait += int(fields[1]) / 1e9
             steps = 0
             if self.history.exists():
                 steps = sum(1 for line in self.history.read_text().splitlines() if line.strip())

@@ -79,7 +79,7 @@ class ChildProcess:
 
     def _drain(self, stream: IO[str] | None, log: IO[str]) -> None:
         assert stream is not None
-        with log:
+        with log, stream:
             for line in stream:
                 log.write(line)
                 log.flush()
