@@ -121,8 +121,9 @@ class SchedWatch:
             self._thread.join(timeout=5)
 
     def _poll(self, pid: int) -> None:
+        wait = 0.0
+        last_waits: dict[str, float] = {}
         while not self._stop.is_set():
-            wait = 0.0
             try:
                 tids = os.listdir(f"/proc/{pid}/task")
                 # utime + stime of the whole process, ended threads included.
@@ -130,12 +131,17 @@ class SchedWatch:
             except OSError:
                 return  # the run ended
             cpu = (int(stat[11]) + int(stat[12])) / TICKS
+            waits: dict[str, float] = {}
             for tid in tids:
                 try:
                     fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
                 except OSError:
                     continue  # a thread that just ended
-                wait += int(fields[1]) / 1e9
+                waits[tid] = int(fields[1]) / 1e9
+            # Each thread's wait since the previous poll: threads that end take their totals
+            # with them, so summing the live threads' totals would go down.
+            wait += sum(w - last_waits.get(tid, 0.0) for tid, w in waits.items())
+            last_waits = waits
             steps = 0
             if self.history.exists():
                 steps = sum(1 for line in self.history.read_text().splitlines() if line.strip())

@@ -206,6 +206,49 @@ def reached(steps: list[int | None]) -> str:
     return "/".join("not" if s is None else str(s) for s in steps)
 
 
+def rows_of(
+    settings: list[Setting], per_setting: list[list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """One row per setting with the seeds run so far."""
+    return [
+        {
+            "experiment": setting.experiment,
+            "setting": setting.label,
+            "key": KEYS[SETTINGS.index(setting)],
+            "overrides": setting.overrides,
+            "aggregate": aggregate(seeds),
+            "seeds": seeds,
+        }
+        for setting, seeds in zip(settings, per_setting, strict=True)
+        if seeds
+    ]
+
+
+def write(
+    args: argparse.Namespace, rows: list[dict[str, Any]], elapsed: float, *, complete: bool
+) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "benchmark": "staleness_ablation",
+                "job": str(JOB.relative_to(ROOT)),
+                "complete": complete,
+                "quick": args.quick,
+                "threshold": args.threshold,
+                "steps": args.steps,
+                "seeds": args.seeds,
+                "smoothing_steps": SMOOTHING,
+                "final_window": FINAL_WINDOW,
+                "wall_seconds": round(elapsed, 1),
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default 30)")
@@ -272,6 +315,9 @@ def main() -> int:
                 if figures["status"] != "ok":
                     figures["output_tail"] = result.output_tail
                 per_setting[index].append(figures)
+                # Written after every run, so a run stopped early keeps what it measured.
+                rows = rows_of(settings, per_setting)
+                write(args, rows, time.monotonic() - started, complete=False)
                 print(
                     f"  {setting.experiment} / {setting.label} seed {seed}: {figures['status']}, "
                     f"{len(result.history)} steps, final reward {fmt(figures['final_reward'])}, "
@@ -279,17 +325,8 @@ def main() -> int:
                     f"{fmt(figures['seconds_to_threshold'], 1)} s, "
                     f"{result.wall_seconds:.0f} s, load {load_before}->{figures['load_after']}"
                 )
-    rows: list[dict[str, Any]] = [
-        {
-            "experiment": setting.experiment,
-            "setting": setting.label,
-            "key": KEYS[SETTINGS.index(setting)],
-            "overrides": setting.overrides,
-            "aggregate": aggregate(seeds),
-            "seeds": seeds,
-        }
-        for setting, seeds in zip(settings, per_setting, strict=True)
-    ]
+    rows = rows_of(settings, per_setting)
+    write(args, rows, time.monotonic() - started, complete=True)
 
     print()
     print(
@@ -318,25 +355,6 @@ def main() -> int:
     elapsed = time.monotonic() - started
     print(f"total wall time {elapsed:.0f} s")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "staleness_ablation",
-                "job": str(JOB.relative_to(ROOT)),
-                "quick": args.quick,
-                "threshold": args.threshold,
-                "steps": args.steps,
-                "seeds": args.seeds,
-                "smoothing_steps": SMOOTHING,
-                "final_window": FINAL_WINDOW,
-                "wall_seconds": round(elapsed, 1),
-                "rows": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
     print(f"wrote {args.out}")
     return 0
 
