@@ -1,7 +1,8 @@
 """Rollout orchestration in a process of its own (`spec.rollout.separateProcess`) under
 `dressage run`: the job trains as with the in-process collector, the checkpoint's data position
 still counts every started prompt at most once, the rollout process ends with the run, and it
-dies with a runner killed by SIGKILL.
+dies with a runner killed by SIGKILL; a rollout process that cannot start fails the next batch
+with its exit code.
 """
 
 from __future__ import annotations
@@ -103,3 +104,23 @@ def test_rollout_process_dies_with_a_killed_runner(tmp_path: Path) -> None:
     finally:
         runner.kill()
     _wait_gone(pid)
+
+
+async def test_a_rollout_process_that_cannot_start_fails_next_batch_with_its_exit_code() -> None:
+    from dressage.orchestrator.rollout_process import (
+        RolloutProcessCollector,
+        RolloutProcessFailed,
+        RolloutRecipe,
+    )
+
+    # Not a job manifest: the child refuses it and exits before serving a batch.
+    collector = RolloutProcessCollector(
+        RolloutRecipe(job={"kind": "AsyncRLJob"}, model_dir="/nonexistent", proxy_url="http://x")
+    )
+    try:
+        with pytest.raises(RolloutProcessFailed, match=r"exited \(exit code 1\)"):
+            await collector.next_batch()
+    finally:
+        await collector.aclose()
+    assert collector.pid is not None
+    _wait_gone(collector.pid)
