@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,16 @@ class RunResult:
 
 
 def run_job(
-    job: dict[str, Any], workdir: Path, *, steps: int, timeout_s: float = 900.0
+    job: dict[str, Any],
+    workdir: Path,
+    *,
+    steps: int,
+    timeout_s: float = 900.0,
+    on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> RunResult:
-    """Run `job` from scratch for `steps` steps under `workdir` and return its history."""
+    """Run `job` from scratch for `steps` steps under `workdir` and return its history.
+
+    `on_start` is called with the `dressage run` process once it started (to watch it)."""
     name = str(job["metadata"]["name"])
     workdir.mkdir(parents=True, exist_ok=True)
     manifest = workdir / f"{name}.yaml"
@@ -78,6 +86,8 @@ def run_job(
     timed_out = False
     with log.open("w") as sink:
         process = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        if on_start is not None:
+            on_start(process)
         try:
             code = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -102,6 +112,11 @@ def step_seconds(record: dict[str, Any]) -> float:
         + record.get("train_seconds", 0.0)
         + record.get("publish_seconds", 0.0)
     )
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average (how many runnable processes compete for it)."""
+    return round(os.getloadavg()[0], 2)
 
 
 def median(values: list[float]) -> float | None:

@@ -5,23 +5,34 @@ The reference's two experiments on one multi-turn agent job that learns in a loc
 boxes and takes the object it was asked for, every turn through the proxy), partial async
 rollout, 48 groups in flight against batches of 16, so the worker runs ahead of the trainer,
 batches mix weight versions, and episodes keep going across weight updates (each turn resumes
-under the newest weights). Three settings; the baseline is shared by both experiments:
+under the newest weights). Six settings; the baseline is shared by every experiment:
 
 - baseline: `keepVersions` 0 and `maxPartialRolloutPreempts` unset (both controls off);
-- (a) batch-level control: `keepVersions` 2;
+- (a) batch-level control: `keepVersions` 2 with admission control off (the filter drops what
+  is already stale) and on (`staleness.admission`: the worker starts no group the window would
+  reject on arrival);
 - (b) partial-rollout control: `maxPartialRolloutPreempts` 2 (an episode may span at most 3
-  versions; beyond that the proxy answers 502 and the group is retried whole).
+  versions; beyond that the proxy answers 502 and the group is retried whole);
+- (c) off-policy correction: token-level truncated importance sampling
+  (`training.offPolicyCorrection.mode: tis`, clip 2) on the baseline and on (a) with admission.
 
 The reference ran (b) with a blackbox coding agent; here both run the whitebox agent, whose
 multi-turn episodes are the long-horizon trajectories that cross weight updates (a blackbox
 program is one process per trajectory, more than two cores can start per step).
 
 Each setting runs for `--steps` steps with `--seeds` training seeds (the trainer and sampler
-seed; the prompt stream and the cached warm start are shared), one run after the other. Prints
-one row per setting aggregated over seeds and writes per-seed details to
-`benchmarks/results/staleness_ablation.json`.
+seed; the prompt stream and the cached warm start are shared), one run after the other. Besides
+the steps to the reward threshold it reports the wall-clock seconds to it (the sum of the step
+times up to that step: rollout wait + train + publish, startup excluded), since dropping groups
+costs rollout time, not steps. Prints one row per setting aggregated over seeds (medians of
+the per-seed figures) and writes per-seed details to
+`benchmarks/results/staleness_ablation.json`, with the machine's load average around each run.
 
     python benchmarks/staleness_ablation.py [--steps 30] [--seeds 3] [--threshold 0.6]
+        [--settings baseline,a-admission,...] [--quick]
+
+A run takes about 3 minutes at 30 steps on an idle 2-core machine: the full ablation (6 settings
+x 3 seeds) about an hour. `--quick` (10 steps, 3 seeds, threshold 0.55) takes about 20 minutes.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, base_job, fmt, mean, merged, run_job
+from _runs import ROOT, base_job, fmt, load_average, mean, median, merged, run_job, step_seconds
 
 JOB = ROOT / "examples" / "local-household.yaml"
 
@@ -55,23 +66,36 @@ class Setting:
 
 
 ASYNC = {"mode": "partial_async", "concurrency": 48}
+OFF = {"keepVersions": 0, "maxPartialRolloutPreempts": None}
+BATCH = {"keepVersions": 2, "maxPartialRolloutPreempts": None}
+TIS = {"offPolicyCorrection": {"mode": "tis", "tisClip": 2.0}}
 SETTINGS = (
-    Setting(
-        "baseline",
-        "both off",
-        {"staleness": {"keepVersions": 0, "maxPartialRolloutPreempts": None}, "rollout": ASYNC},
-    ),
+    Setting("baseline", "both off", {"staleness": OFF, "rollout": ASYNC}),
     Setting(
         "a batch-level",
         "keepVersions 2",
-        {"staleness": {"keepVersions": 2, "maxPartialRolloutPreempts": None}, "rollout": ASYNC},
+        {"staleness": {**BATCH, "admission": False}, "rollout": ASYNC},
+    ),
+    Setting(
+        "a batch-level",
+        "+ admission",
+        {"staleness": {**BATCH, "admission": True}, "rollout": ASYNC},
     ),
     Setting(
         "b partial",
         "preempts 2",
         {"staleness": {"keepVersions": 0, "maxPartialRolloutPreempts": 2}, "rollout": ASYNC},
     ),
+    Setting("c correction", "off + tis", {"staleness": OFF, "rollout": ASYNC, "training": TIS}),
+    Setting(
+        "c correction",
+        "kv2 adm + tis",
+        {"staleness": {**BATCH, "admission": True}, "rollout": ASYNC, "training": TIS},
+    ),
 )
+KEYS = ("baseline", "a", "a-admission", "b", "c-tis", "c-admission-tis")
+"""`--settings` names of SETTINGS, in order."""
+QUICK = {"steps": 10, "seeds": 3, "threshold": 0.55}
 
 
 PROXY = {"maxConcurrency": 512}
@@ -80,7 +104,7 @@ would answer 429 and turn the ablation into one of retries; the limit is raised 
 
 
 def job_for(setting: Setting, seed: int) -> dict[str, Any]:
-    slug = f"{setting.label.replace(' ', '-').lower()}-s{seed}"
+    slug = f"{KEYS[SETTINGS.index(setting)]}-s{seed}"
     spec = merged(setting.overrides, {"training": {"seed": seed}, "proxy": PROXY})
     return merged(base_job(JOB), {"metadata": {"name": f"ablation-{slug}"}, "spec": spec})
 
@@ -94,8 +118,16 @@ def steps_to_threshold(rewards: list[float], threshold: float) -> int | None:
     return None
 
 
+def seconds_to_step(history: list[dict[str, Any]], step: int | None) -> float | None:
+    """Wall-clock seconds of steps 1..`step` (rollout wait + train + publish)."""
+    if step is None:
+        return None
+    return round(sum(step_seconds(h) for h in history[:step]), 2)
+
+
 def seed_figures(history: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
     rewards = [float(h.get("reward", 0.0)) for h in history]
+    reached_at = steps_to_threshold(rewards, threshold)
     diffs = [float(h.get("train_rollout_logprob_abs_diff", 0.0)) for h in history]
     spans = [float(h.get("staleness/version_span_mean", 0.0)) for h in history]
     span_max = [float(h.get("staleness/version_span_max", 0.0)) for h in history]
@@ -105,7 +137,11 @@ def seed_figures(history: list[dict[str, Any]], threshold: float) -> dict[str, A
             dropped[reason] = dropped.get(reason, 0) + int(n)
     return {
         "steps": len(history),
-        "steps_to_threshold": steps_to_threshold(rewards, threshold),
+        "steps_to_threshold": reached_at,
+        "seconds_to_threshold": seconds_to_step(history, reached_at),
+        "seconds_per_step": (
+            round(sum(step_seconds(h) for h in history) / len(history), 3) if history else None
+        ),
         "final_reward": mean(rewards[-FINAL_WINDOW:]),
         "logprob_diff_mean": mean(diffs),
         "logprob_diff_peak": max(diffs, default=None),
@@ -113,6 +149,21 @@ def seed_figures(history: list[dict[str, Any]], threshold: float) -> dict[str, A
         "version_span_max": max(span_max, default=None),
         "dropped_groups": sum(dropped.values()),
         "dropped_by_reason": dropped,
+        "trained_groups": int(sum(float(h.get("groups", 0.0)) for h in history)),
+        "admissions_held": sum(int(h.get("admissions_held", 0)) for h in history),
+        "mismatch_kl_k3_mean": mean(
+            [float(h["mismatch_kl_k3"]) for h in history if "mismatch_kl_k3" in h]
+        ),
+        "clipped_fraction_mean": mean(
+            [
+                float(h["off_policy_clipped_fraction"])
+                for h in history
+                if "off_policy_clipped_fraction" in h
+            ]
+        ),
+        "is_ess_fraction_mean": mean(
+            [float(h["is_ess_fraction"]) for h in history if "is_ess_fraction" in h]
+        ),
         "staleness_failures": sum(int(h.get("staleness_failures", 0)) for h in history),
         "retries": sum(int(h.get("retries", 0)) for h in history),
         "rewards": rewards,
@@ -125,13 +176,22 @@ def aggregate(seeds: list[dict[str, Any]]) -> dict[str, Any]:
 
     return {
         "steps_to_threshold": [s["steps_to_threshold"] for s in seeds],
+        "seconds_to_threshold": [s["seconds_to_threshold"] for s in seeds],
+        "median_seconds_to_threshold": median(values("seconds_to_threshold")),
+        "seeds_reaching_threshold": sum(1 for s in seeds if s["steps_to_threshold"] is not None),
+        "seconds_per_step": median(values("seconds_per_step")),
         "final_reward": mean(values("final_reward")),
         "logprob_diff_mean": mean(values("logprob_diff_mean")),
         "logprob_diff_peak": max(values("logprob_diff_peak"), default=None),
         "version_span_mean": mean(values("version_span_mean")),
         "version_span_max": max(values("version_span_max"), default=None),
         "dropped_groups": sum(int(s["dropped_groups"]) for s in seeds),
+        "trained_groups": sum(int(s["trained_groups"]) for s in seeds),
+        "admissions_held": sum(int(s["admissions_held"]) for s in seeds),
         "staleness_failures": sum(int(s["staleness_failures"]) for s in seeds),
+        "mismatch_kl_k3_mean": mean(values("mismatch_kl_k3_mean")),
+        "clipped_fraction_mean": mean(values("clipped_fraction_mean")),
+        "is_ess_fraction_mean": mean(values("is_ess_fraction_mean")),
         "runs_ok": sum(1 for s in seeds if s["status"] == "ok"),
     }
 
@@ -146,12 +206,66 @@ def reached(steps: list[int | None]) -> str:
     return "/".join("not" if s is None else str(s) for s in steps)
 
 
+def rows_of(
+    settings: list[Setting], per_setting: list[list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """One row per setting with the seeds run so far."""
+    return [
+        {
+            "experiment": setting.experiment,
+            "setting": setting.label,
+            "key": KEYS[SETTINGS.index(setting)],
+            "overrides": setting.overrides,
+            "aggregate": aggregate(seeds),
+            "seeds": seeds,
+        }
+        for setting, seeds in zip(settings, per_setting, strict=True)
+        if seeds
+    ]
+
+
+def write(
+    args: argparse.Namespace, rows: list[dict[str, Any]], elapsed: float, *, complete: bool
+) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "benchmark": "staleness_ablation",
+                "job": str(JOB.relative_to(ROOT)),
+                "complete": complete,
+                "quick": args.quick,
+                "threshold": args.threshold,
+                "steps": args.steps,
+                "seeds": args.seeds,
+                "smoothing_steps": SMOOTHING,
+                "final_window": FINAL_WINDOW,
+                "wall_seconds": round(elapsed, 1),
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=30, help="steps per run (default 30)")
-    parser.add_argument("--seeds", type=int, default=3, help="training seeds (default 3)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 30)")
+    parser.add_argument("--seeds", type=int, default=None, help="training seeds (default 3)")
     parser.add_argument(
-        "--threshold", type=float, default=0.6, help="reward threshold (default 0.6)"
+        "--threshold", type=float, default=None, help="reward threshold (default 0.6)"
+    )
+    parser.add_argument(
+        "--settings",
+        default=",".join(KEYS),
+        help=f"comma-separated subset of {', '.join(KEYS)} (default: all)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"bounded run: {QUICK['steps']} steps, {QUICK['seeds']} seeds, threshold "
+        f"{QUICK['threshold']} unless given",
     )
     parser.add_argument(
         "--run-timeout",
@@ -166,89 +280,81 @@ def main() -> int:
         help="where to write the JSON results",
     )
     args = parser.parse_args()
+    defaults = QUICK if args.quick else {"steps": 30, "seeds": 3, "threshold": 0.6}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.steps < 1 or args.seeds < 1:
+        parser.error("--steps and --seeds must be >= 1")
+    chosen = [k for k in args.settings.split(",") if k]
+    unknown = sorted(set(chosen) - set(KEYS))
+    if unknown or not chosen:
+        parser.error(f"--settings: unknown {unknown}; known: {', '.join(KEYS)}")
+    settings = [s for k, s in zip(KEYS, SETTINGS, strict=True) if k in chosen]
 
     print(
         f"staleness ablation: {JOB.relative_to(ROOT)}, {args.steps} steps x {args.seeds} "
-        f"seed(s) per setting"
+        f"seed(s) x {len(settings)} setting(s), load {load_average()}"
     )
     started = time.monotonic()
-    rows: list[dict[str, Any]] = []
+    per_setting: list[list[dict[str, Any]]] = [[] for _ in settings]
     with tempfile.TemporaryDirectory(prefix="dressage-ablation-") as tmp:
-        for setting in SETTINGS:
-            per_seed: list[dict[str, Any]] = []
-            for seed in range(args.seeds):
+        # Seeds outermost: every setting sees the machine's load at about the same times.
+        for seed in range(args.seeds):
+            for index, setting in enumerate(settings):
+                load_before = load_average()
                 result = run_job(
                     job_for(setting, seed), Path(tmp), steps=args.steps, timeout_s=args.run_timeout
                 )
                 figures = seed_figures(result.history, args.threshold)
                 figures["seed"] = seed
                 figures["wall_seconds"] = round(result.wall_seconds, 1)
+                figures["load_before"] = load_before
+                figures["load_after"] = load_average()
                 figures["status"] = status_of(result.ok, result.timed_out, len(result.history))
                 if figures["status"] != "ok":
                     figures["output_tail"] = result.output_tail
-                per_seed.append(figures)
+                per_setting[index].append(figures)
+                # Written after every run, so a run stopped early keeps what it measured.
+                rows = rows_of(settings, per_setting)
+                write(args, rows, time.monotonic() - started, complete=False)
                 print(
                     f"  {setting.experiment} / {setting.label} seed {seed}: {figures['status']}, "
                     f"{len(result.history)} steps, final reward {fmt(figures['final_reward'])}, "
-                    f"{result.wall_seconds:.0f} s"
+                    f"to threshold {figures['steps_to_threshold']} steps / "
+                    f"{fmt(figures['seconds_to_threshold'], 1)} s, "
+                    f"{result.wall_seconds:.0f} s, load {load_before}->{figures['load_after']}"
                 )
-            rows.append(
-                {
-                    "experiment": setting.experiment,
-                    "setting": setting.label,
-                    "overrides": setting.overrides,
-                    "aggregate": aggregate(per_seed),
-                    "seeds": per_seed,
-                }
-            )
+    rows = rows_of(settings, per_setting)
+    write(args, rows, time.monotonic() - started, complete=True)
 
     print()
     print(
-        f"steps to: first step whose {SMOOTHING}-step trailing mean reward >= {args.threshold} "
-        f"(per seed); final: mean of the last {FINAL_WINDOW} steps; dropped and failures: "
-        f"totals over seeds"
+        f"steps/s to: first step whose {SMOOTHING}-step trailing mean reward >= {args.threshold} "
+        f"(per seed) and the step seconds up to it (median of the seeds that reached it); "
+        f"final: mean of the last {FINAL_WINDOW} steps; lp diff: train_rollout_logprob_abs_diff; "
+        f"drops and fails: totals over seeds"
     )
     header = (
-        f"{'experiment':<16} {'setting':<15} {'steps to':>9} {'final':>6} "
-        f"{'lp diff':>8} {'lp peak':>8} {'span':>5} {'span':>5} {'dropped':>8} {'stale':>6} "
-        f"{'runs':>5}"
+        f"{'experiment':<14} {'setting':<14} {'steps to':>9} {'s to':>6} {'s/step':>6} "
+        f"{'final':>6} {'lp diff':>8} {'k3 KL':>8} {'ESS':>5} {'span':>5} {'drops':>6} "
+        f"{'held':>5} {'fails':>5} {'ok':>4}"
     )
     print(header)
-    print(
-        f"{'':<16} {'':<15} {args.threshold:>9} {'reward':>6} {'mean':>8} {'':>8} "
-        f"{'mean':>5} {'max':>5} {'groups':>8} {'fails':>6} {'ok':>5}"
-    )
     for row in rows:
         a = row["aggregate"]
         print(
-            f"{row['experiment']:<16} {row['setting']:<15} "
-            f"{reached(a['steps_to_threshold']):>9} {fmt(a['final_reward']):>6} "
-            f"{fmt(a['logprob_diff_mean'], 4):>8} {fmt(a['logprob_diff_peak'], 4):>8} "
-            f"{fmt(a['version_span_mean'], 2):>5} {fmt(a['version_span_max'], 0):>5} "
-            f"{a['dropped_groups']:>8} {a['staleness_failures']:>6} "
-            f"{a['runs_ok']}/{len(row['seeds']):<3}"
+            f"{row['experiment']:<14} {row['setting']:<14} "
+            f"{reached(a['steps_to_threshold']):>9} {fmt(a['median_seconds_to_threshold'], 0):>6} "
+            f"{fmt(a['seconds_per_step'], 2):>6} {fmt(a['final_reward']):>6} "
+            f"{fmt(a['logprob_diff_mean'], 4):>8} {fmt(a['mismatch_kl_k3_mean'], 4):>8} "
+            f"{fmt(a['is_ess_fraction_mean'], 2):>5} {fmt(a['version_span_mean'], 2):>5} "
+            f"{a['dropped_groups']:>6} {a['admissions_held']:>5} {a['staleness_failures']:>5} "
+            f"{a['runs_ok']}/{len(row['seeds'])}"
         )
     elapsed = time.monotonic() - started
     print(f"total wall time {elapsed:.0f} s")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "staleness_ablation",
-                "job": str(JOB.relative_to(ROOT)),
-                "threshold": args.threshold,
-                "steps": args.steps,
-                "seeds": args.seeds,
-                "smoothing_steps": SMOOTHING,
-                "final_window": FINAL_WINDOW,
-                "wall_seconds": round(elapsed, 1),
-                "rows": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
     print(f"wrote {args.out}")
     return 0
 

@@ -249,6 +249,58 @@ def build() -> dict[str, Any]:
         unit="ops",
     )
 
+    d.row("Off-policy correction and admission")
+    d.timeseries(
+        "Rollout/train mismatch KL (k1 / k3)",
+        "mismatch_kl of the trained batch: k1 = mean(-log r) and k3 = mean(r - 1 - log r), "
+        "r = exp(train logprob - rollout logprob) over trained tokens; k3 is never negative.",
+        [
+            (f"avg by (job_name) ({m.MISMATCH_KL_K1}{{{POD}}})", "{{job_name}} k1"),
+            (f"avg by (job_name) ({m.MISMATCH_KL_K3}{{{POD}}})", "{{job_name}} k3"),
+        ],
+        decimals=4,
+        width=8,
+    )
+    d.timeseries(
+        "Tokens clipped / masked by the correction",
+        "Fraction of trained tokens whose importance weight was clipped (TIS) or that were "
+        "masked (token band, sequence mask); 0 while training.offPolicyCorrection is off.",
+        [
+            (
+                f"avg by (job_name) ({m.OFF_POLICY_CLIPPED_FRACTION}{{{POD}}})",
+                "{{job_name}} clipped",
+            ),
+            (
+                f"avg by (job_name) ({m.OFF_POLICY_MASKED_FRACTION}{{{POD}}})",
+                "{{job_name}} masked",
+            ),
+        ],
+        unit="percentunit",
+        width=8,
+    )
+    d.timeseries(
+        "IS effective sample size",
+        "(sum w)^2 / sum w^2 of the importance weights over trained tokens, as a fraction of "
+        "the trained tokens: 1 when rollout and trainer agree, lower as they drift apart.",
+        [(f"min by (job_name) ({m.IS_ESS_FRACTION}{{{POD}}})", "{{job_name}}")],
+        unit="percentunit",
+        width=8,
+    )
+    d.timeseries(
+        "Admissions held / s",
+        "Prompt groups whose start admission control held back because they could not have "
+        "been trained inside the staleness window.",
+        [(_rate(m.ROLLOUT_ADMISSIONS_HELD, POD, "job_name"), "{{job_name}}")],
+        unit="ops",
+    )
+    d.timeseries(
+        "Rollout time waiting for admission",
+        "Seconds per second the rollout worker waited for admission: 0 never waits, 1 waits "
+        "all the time (the trainer is the bottleneck).",
+        [(_rate(m.ROLLOUT_ADMISSION_WAIT_SECONDS, POD, "job_name"), "{{job_name}}")],
+        unit="percentunit",
+    )
+
     d.row("Proxy and engines")
     d.timeseries(
         "Proxy latency and overhead (p50 / p99)",

@@ -643,6 +643,11 @@ class RolloutSpec(ApiModel):
     SGLang does only in deterministic-inference mode, which the operator then turns on
     (`--enable-deterministic-inference`: batch-invariant kernels, slower; SGLang 0.5.3 or
     later, see `inference.sglangVersion`)."""
+    separate_process: bool = False
+    """Run rollout orchestration (the collector, the agents, the proxy client, the reward) in
+    a process of its own next to trainer rank 0, instead of on the trainer's interpreter: the
+    two then never wait for each other's interpreter lock, which is what async rollout needs
+    to overlap generation with training."""
 
 
 class OffPolicyCorrectionSpec(ApiModel):
@@ -834,6 +839,17 @@ class LocalSpec(ApiModel):
     """Requests an embedded engine decodes together (`--max-batch-size`)."""
     trainer_threads: int = Field(default=1, ge=1)
     """torch threads of the trainer (it runs inside the `dressage run` process)."""
+    engine_min_step_interval_ms: float = Field(default=0.0, ge=0.0)
+    """Start the embedded engines' decode steps at least this many ms apart
+    (`--min-step-interval-ms`): a decode step then costs wall time but little CPU, as on an
+    accelerator of its own. 0: no pacing."""
+    engine_cpus: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
+    """CPU cores the engines and the proxy are pinned to (unset: not pinned)."""
+    trainer_cpus: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
+    """CPU cores the `dressage run` process (the trainer) is pinned to (unset: not pinned)."""
+    rollout_cpus: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
+    """CPU cores the rollout process (`spec.rollout.separateProcess`) is pinned to (unset:
+    those of the engines when `engineCpus` is set, else not pinned)."""
     cache_dir: str | None = None
     """Where built models and warm starts are cached; unset uses `$DRESSAGE_CACHE_DIR` or
     `~/.cache/dressage`."""

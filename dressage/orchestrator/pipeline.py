@@ -5,7 +5,9 @@ Rank 0 (the only rank under `dressage run`):
 
 1. the proxy's client (`ProxyRolloutClient`) for the job's proxy;
 2. the prompts: the job's task with the model's tokenizer (`TaskPrompts`);
-3. the collector for `spec.rollout.mode`, rolling out the job's agent;
+3. the collector for `spec.rollout.mode`, rolling out the job's agent: in this process, or
+   with `spec.rollout.separateProcess` in a rollout process of its own
+   (`dressage.orchestrator.rollout_process`);
 4. resume: the collector's data position from the trainer session's checkpoint;
 5. the weight publisher for the job's engines and `spec.inference.weightSync`: `disk`
    (`WeightPublisher`, engines load each version's checkpoint) or `distributed`
@@ -26,6 +28,7 @@ Starting engines and proxies is the entry points' business: local child processe
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +40,7 @@ from dressage.orchestrator.distributed_publish import DistributedPublisher, Publ
 from dressage.orchestrator.loop import StepRecord, StepSink, sync_engines, train_loop
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.publish import WeightPublisher
+from dressage.orchestrator.rollout_process import RolloutProcessCollector, RolloutRecipe
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.rollout.collector import Collector
 from dressage.tasks import get_task
@@ -102,12 +106,14 @@ async def run_pipeline(
     sink: StepSink = lambda record: None,
     log: Callable[[str], None] = lambda line: None,
     engines_have_initial_weights: bool = True,
+    rollout_cpus: Sequence[int] | None = None,
 ) -> None:
     """Train `session` until step `steps`; rank 0 needs `endpoints`.
 
     `engines_have_initial_weights`: whether the engines were started from the trainer's initial
     model (`dressage run` starts them so; on a cluster they start from the staged base model,
-    which a warm start changes)."""
+    which a warm start changes). `rollout_cpus`: the cores of the rollout process when
+    `spec.rollout.separateProcess` is on."""
     spec = job.spec
     distributed = spec.inference.weight_sync == "distributed"
     if not session.env.is_main:
@@ -131,9 +137,13 @@ async def run_pipeline(
 
     task = get_task(spec.task)
 
+    # Where the step's reward report comes from: this process's task, or the rollout process.
+    rewards_of: Callable[[], tuple[dict[str, float], dict[str, int]]]
+    rewards_of = functools.partial(reward_report, task)
+
     def record_step(record: StepRecord) -> None:
         # A user's reward function reports its named parts and its failures once per step.
-        parts, failures = reward_report(task)
+        parts, failures = rewards_of()
         record.metrics.update(parts)
         for reason, count in failures.items():
             record.failure_reasons[reason] = record.failure_reasons.get(reason, 0) + count
@@ -146,9 +156,22 @@ async def run_pipeline(
         opened.push_async_callback(proxy.aclose)
         codec = PromptCodec.from_pretrained(session.initial_model_dir)
         source = TaskPrompts(task, codec)
-        collector: Collector = make_collector(
-            spec, source=source, proxy=proxy, run_tag=job.metadata.name
-        )
+        collector: Collector
+        if spec.rollout.separate_process:
+            remote = RolloutProcessCollector(
+                RolloutRecipe(
+                    job=job.model_dump(mode="json", by_alias=True),
+                    model_dir=str(session.initial_model_dir),
+                    proxy_url=endpoints.proxy_url,
+                    proxy_token=endpoints.proxy_token,
+                    cpus=rollout_cpus,
+                )
+            )
+            collector = remote
+            log(f"rollout in process {remote.pid}")
+            rewards_of = remote.drain_reward_report
+        else:
+            collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
         collector.load_state_dict(session.state.collector)
         publisher: WeightPublisher
         if endpoints.weight_sync is not None and distributed:

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _main(local: LocalRun) -> int:
     from dressage.engine.errors import EngineError
+    from dressage.orchestrator.rollout_process import RolloutProcessFailed
     from dressage.proxy.client import RolloutError
     from dressage.rollout.retry import RolloutBroken
     from dressage.runner.processes import ChildFailed
@@ -100,7 +101,14 @@ async def _main(local: LocalRun) -> int:
     except asyncio.CancelledError:
         local.out("interrupted: stopping child processes")
         return EXIT_INTERRUPTED
-    except (ChildFailed, RolloutError, RolloutBroken, EngineError, ValueError) as exc:
+    except (
+        ChildFailed,
+        RolloutError,
+        RolloutBroken,
+        RolloutProcessFailed,
+        EngineError,
+        ValueError,
+    ) as exc:
         print(f"dressage run: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:

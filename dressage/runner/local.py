@@ -26,7 +26,12 @@ from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
-from dressage.runner.processes import ChildProcess, python_module
+from dressage.runner.processes import (
+    ChildProcess,
+    available_cpus,
+    pin_this_process,
+    python_module,
+)
 from dressage.runner.report import History, write_report
 from dressage.trainer import grpo
 from dressage.trainer.checkpoint import RunDir
@@ -69,6 +74,11 @@ class LocalRun:
         if self.options.fresh and self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
+        check_cpus(spec.local.engine_cpus, "spec.local.engineCpus")
+        check_cpus(spec.local.trainer_cpus, "spec.local.trainerCpus")
+        check_cpus(spec.local.rollout_cpus, "spec.local.rolloutCpus")
+        if spec.local.trainer_cpus is not None:
+            pin_this_process(spec.local.trainer_cpus)
         torch.set_num_threads(spec.local.trainer_threads)
         grpo.quiet_transformers()
         cache_dir = Path(spec.local.cache_dir) if spec.local.cache_dir else default_cache_dir()
@@ -115,6 +125,7 @@ class LocalRun:
             metrics=self.metrics,
             sink=self._on_step,
             log=self.out,
+            rollout_cpus=spec.local.rollout_cpus or spec.local.engine_cpus,
         )
 
     def _on_step(self, record: StepRecord) -> None:
@@ -137,9 +148,13 @@ class LocalRun:
                 "--max-batch-size", str(spec.local.engine_max_batch_size),
                 "--cache-dir", str(cache_dir),
                 "--device", self.options.device,
+                "--min-step-interval-ms", str(spec.local.engine_min_step_interval_ms),
             )  # fmt: skip
             child = ChildProcess(
-                f"engine-{i}", argv, log_path=self.root / "logs" / f"engine-{i}.log"
+                f"engine-{i}",
+                argv,
+                log_path=self.root / "logs" / f"engine-{i}.log",
+                cpus=spec.local.engine_cpus,
             )
             self.children.append(child)
             child.start()
@@ -157,7 +172,12 @@ class LocalRun:
             "--host", "127.0.0.1", "--port", "0",
             "--model", str(model_dir),
         )  # fmt: skip
-        child = ChildProcess("proxy", argv, log_path=self.root / "logs" / "proxy.log")
+        child = ChildProcess(
+            "proxy",
+            argv,
+            log_path=self.root / "logs" / "proxy.log",
+            cpus=self.spec.local.engine_cpus,
+        )
         self.children.append(child)
         child.start()
         url = await child.wait_for(PROXY_READY, STARTUP_DEADLINE_S)
@@ -187,6 +207,15 @@ class LocalRun:
                 },
             )
             self.out(f"report: {path} (plots in {self.root})")
+
+
+def check_cpus(cpus: list[int] | None, field: str) -> None:
+    """Refuse cores this machine does not let the run use, naming the job's field."""
+    if cpus is None:
+        return
+    unknown = sorted(set(cpus) - set(available_cpus()))
+    if unknown:
+        raise ValueError(f"{field}: cores {unknown} are not available (usable: {available_cpus()})")
 
 
 def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -33,12 +33,20 @@ class ChildProcess:
     """One child process whose output goes to `log_path`."""
 
     def __init__(
-        self, name: str, argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cpus: Sequence[int] | None = None,
     ) -> None:
+        """`cpus`: the cores the child (and every thread it starts) is pinned to."""
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = env
+        self.cpus = None if cpus is None else sorted(set(cpus))
         self.process: subprocess.Popen[str] | None = None
         self.tail: deque[str] = deque(maxlen=40)
         self._lines: list[str] = []
@@ -60,7 +68,7 @@ class ChildProcess:
             text=True,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_child_setup(self.cpus),
         )
         log = self.log_path.open("a", encoding="utf-8")
         self._reader = threading.Thread(
@@ -71,7 +79,7 @@ class ChildProcess:
 
     def _drain(self, stream: IO[str] | None, log: IO[str]) -> None:
         assert stream is not None
-        with log:
+        with log, stream:
             for line in stream:
                 log.write(line)
                 log.flush()
@@ -128,6 +136,37 @@ class ChildProcess:
     def _signal(process: subprocess.Popen[str], sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
+
+
+def pin_this_process(cpus: Sequence[int]) -> None:
+    """Pin every thread of this process, and so every thread it starts later, to `cpus`.
+
+    Linux sets affinity per thread: threads already running (a metrics server, an executor)
+    are pinned one by one from `/proc/self/task`. Raises `ValueError` naming cores this machine
+    does not let the process use."""
+    wanted = set(cpus)
+    unknown = sorted(wanted - os.sched_getaffinity(0))
+    if unknown:
+        raise ValueError(f"cpus {unknown} are not available here (usable: {available_cpus()})")
+    os.sched_setaffinity(0, wanted)
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(tid), wanted)
+
+
+def available_cpus() -> list[int]:
+    """The cores this process may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def _child_setup(cpus: Sequence[int] | None) -> Callable[[], None]:
+    def setup() -> None:
+        _die_with_parent()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
+    return setup
 
 
 def _die_with_parent() -> None:

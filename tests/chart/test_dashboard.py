@@ -86,6 +86,13 @@ def test_dashboard_covers_the_required_figures() -> None:
         m.OPERATOR_RECONCILE_ERRORS,
         m.OPERATOR_RECONCILE_DURATION,
         m.JOB_PHASE,
+        m.MISMATCH_KL_K1,
+        m.MISMATCH_KL_K3,
+        m.OFF_POLICY_CLIPPED_FRACTION,
+        m.OFF_POLICY_MASKED_FRACTION,
+        m.IS_ESS_FRACTION,
+        m.ROLLOUT_ADMISSIONS_HELD,
+        m.ROLLOUT_ADMISSION_WAIT_SECONDS,
     ]
     missing = [name for name in required if name not in used]
     assert missing == []

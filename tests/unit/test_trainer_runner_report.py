@@ -138,10 +138,17 @@ def test_run_metrics_export_the_step_figures_and_counters() -> None:
             "staleness/version_span_min": 1.0,
             "groups": 4.0,
             "samples": 16.0,
+            "mismatch_kl_k1": 0.25,
+            "mismatch_kl_k3": 0.125,
+            "off_policy_clipped_fraction": 0.5,
+            "off_policy_masked_fraction": 0.375,
+            "is_ess_fraction": 0.75,
         },
         dropped_groups={"retries_exhausted": 2},
         staleness_failures=1,
         failure_reasons={"partial_rollout_staleness_exceeded": 1, "engine_unavailable": 5},
+        admissions_held=6,
+        admission_wait_seconds=1.5,
     )
     run.observe(record, version_ordinal=3)
     text = generate_latest(run.registry).decode()
@@ -159,6 +166,13 @@ def test_run_metrics_export_the_step_figures_and_counters() -> None:
         f'{names.ROLLOUT_FAILURES}{{reason="engine_unavailable"}} 5.0',
         f"{names.ROLLOUT_GROUPS_COMPLETED} 4.0",
         f"{names.TRAINED_SAMPLES} 16.0",
+        f"{names.MISMATCH_KL_K1} 0.25",
+        f"{names.MISMATCH_KL_K3} 0.125",
+        f"{names.OFF_POLICY_CLIPPED_FRACTION} 0.5",
+        f"{names.OFF_POLICY_MASKED_FRACTION} 0.375",
+        f"{names.IS_ESS_FRACTION} 0.75",
+        f"{names.ROLLOUT_ADMISSIONS_HELD} 6.0",
+        f"{names.ROLLOUT_ADMISSION_WAIT_SECONDS} 1.5",
     ]
     lines = text.splitlines()
     for line in expected:
