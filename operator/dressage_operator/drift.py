@@ -13,9 +13,9 @@ missing one is.
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from dressage_operator.quantity import parse_quantity
 
 Obj = dict[str, Any]
 
@@ -26,41 +26,13 @@ def empty(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, str | dict | list) and not value)
 
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
-_SUFFIX = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
-}
-
-
-def quantity(text: str) -> Decimal | None:
-    """The value of a Kubernetes quantity (`500m` -> 0.5), None when `text` is not one."""
-    match = _QUANTITY.match(text)
-    if match is None:
-        return None
-    number, suffix = match.group(1), match.group(2) or ""
-    try:
-        if suffix[:1] in ("e", "E"):
-            return Decimal(number) * Decimal(10) ** int(suffix[1:])
-        return Decimal(number) * _SUFFIX[suffix]
-    except InvalidOperation:
-        return None
-
-
 def _same_scalar(want: Any, have: Any) -> bool:
     if want == have and type(want) is type(have):
         return True
     if isinstance(want, int | float) and isinstance(have, int | float):
         return not isinstance(want, bool) and not isinstance(have, bool) and want == have
     if isinstance(want, str) and isinstance(have, str):
-        a, b = quantity(want), quantity(have)
+        a, b = parse_quantity(want), parse_quantity(have)
         return a is not None and a == b
     return False
 

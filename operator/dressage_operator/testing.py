@@ -55,7 +55,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ from kmock._internal import dicts, enums, rendering
 
 from dressage.api.job import API_GROUP, API_VERSION, KIND, PLURAL
 from dressage_operator.kube import resource_path
+from dressage_operator.quantity import parse_quantity
 
 Obj = dict[str, Any]
 
@@ -100,36 +101,9 @@ ENV_VAR_NAME_MESSAGE = (
     "'-', or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or "
     "'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')"
 )
-QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
 QUANTITY_MESSAGE = (
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 )
-_SUFFIX = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
-}
-
-
-def parse_quantity(text: str) -> Decimal | None:
-    """The value of a Kubernetes quantity (`500m` -> 0.5, `1Gi` -> 1073741824), None when
-    `text` is not one."""
-    match = QUANTITY.match(text)
-    if match is None:
-        return None
-    number, suffix = match.group(1), match.group(2) or ""
-    try:
-        if suffix[:1] in ("e", "E"):
-            return Decimal(number) * Decimal(10) ** int(suffix[1:])
-        return Decimal(number) * _SUFFIX[suffix]
-    except InvalidOperation:
-        return None
 
 
 @dataclass(frozen=True)
