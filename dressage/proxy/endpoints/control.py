@@ -32,7 +32,7 @@ from dressage.proxy.answers import error_response, json_response
 from dressage.proxy.background import refresh_weight_versions
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.state import ProxyState
-from dressage.proxy.upstream import UpstreamError
+from dressage.proxy.upstream import ConnectFailed, ConnectionLost, UpstreamError
 
 PAUSE_MODES = ("abort", "in_place", "retract")
 _ENGINE_COMMAND_TIMEOUT_S = 30.0
@@ -100,7 +100,8 @@ def _engine_set(state: ProxyState) -> dict[str, Any]:
 @dataclass
 class _Results:
     """Each engine's answer to a command (None: it took it); `excused` are the engines that
-    were unhealthy when it was sent, whose failure does not fail the command."""
+    were unhealthy when it was sent or took no connection, whose failure does not fail the
+    command."""
 
     failures: dict[str, str | None]
     excused: set[str]
@@ -118,7 +119,12 @@ async def _broadcast(
     An engine that is unhealthy when the command is sent (starting, as a newly added one is,
     or down) is commanded too, so none stays paused once it recovers, but its failure is
     excused: it is not routed to, runs none of the proxy's generations, and the publisher
-    brings it to the current weights once it passes a health check.
+    brings it to the current weights once it passes a health check. An engine that takes no
+    connection (`ConnectFailed`: its process is gone, as after an eviction, before a health
+    check noticed) is down as well: it is marked down, and its failure is excused the same way.
+    A command whose connection the engine closed (`ConnectionLost`: an idle connection it
+    expired, or its process ending meanwhile) is sent once more on a new connection, so an
+    engine that ended is told from one that is up.
 
     `legacy_body` goes to engines whose release predates the pause modes (SGLang before 0.5.6
     reads no body and aborts every in-flight request on a pause: the proxy then resumes or
@@ -136,9 +142,22 @@ async def _broadcast(
             return None  # left the pool meanwhile
         payload = content if legacy is None or engine.supports(sglang.PAUSE_MODES) else legacy
         try:
-            reply = await connections.request(
-                "POST", url, path, payload, timeout_s=_ENGINE_COMMAND_TIMEOUT_S
-            )
+            try:
+                reply = await connections.request(
+                    "POST", url, path, payload, timeout_s=_ENGINE_COMMAND_TIMEOUT_S
+                )
+            except ConnectionLost:
+                # The engine closed the connection (an idle one it expired, or its process
+                # ended): the commands are idempotent, so send it again on a new connection.
+                reply = await connections.request(
+                    "POST", url, path, payload, timeout_s=_ENGINE_COMMAND_TIMEOUT_S, fresh=True
+                )
+        except ConnectFailed as exc:
+            reason = f"{path} failed: ConnectFailed: {exc}"
+            state.pool.mark_down(url, reason)
+            state.metrics.engine_healthy.labels(url).set(0)
+            excused.add(url)
+            return f"ConnectFailed: {exc}"
         except UpstreamError as exc:
             return f"{type(exc).__name__}: {exc}"
         if reply.status >= 400:
