@@ -190,7 +190,7 @@ async def test_a_refused_pause_fails_the_publish_and_leaves_the_proxy_open(tmp_p
             try:
                 assert await publisher.sync(tmp_path, "v0") is False
                 b.refuse_pause = True
-                with pytest.raises(RolloutError, match="pause_generation.*did not take"):
+                with pytest.raises(RolloutError, match=r"pause_generation.*did not take"):
                     await publisher.publish(tmp_path, "v1")
                 async with httpx.AsyncClient(timeout=10) as http:
                     health = (await http.get(proxy.base_url + "/health")).json()
