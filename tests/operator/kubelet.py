@@ -26,6 +26,8 @@ What it does, as a kubelet and cluster DNS would:
 - pod status: `Pending`, then `Running` once the containers started, `Succeeded` or `Failed`
   when they exit (restart policy `Never`; a container of an `Always` pod that exits is
   restarted in place with `restartCount` counted), deletion stops the processes;
+- faults a test injects: `evict` (the processes killed, the pod failed) and `freeze`/`thaw`
+  (the processes stopped and continued, as on a stalled node);
 - images: `python` and `torchrun` run in this interpreter; a container whose command is
   `python -m sglang.launch_server` runs the embedded engine instead (`sglang_as_embedded`
   maps the flags it needs and refuses every other one).
@@ -194,6 +196,20 @@ class Kubelet:
         self._kill(pod, signal.SIGKILL)
         self._set_status(pod, "Failed", ready=False, reason=reason, message=f"test: {reason}")
 
+    def freeze(self, name: str) -> None:
+        """Stop (SIGSTOP) the pod's processes where they are, as a node that stalls does (or
+        the cgroup freezer); `thaw` lets them go on. Its probes keep running and fail meanwhile,
+        so freeze only a pod without probes, or discount them."""
+        with self._lock:
+            pod = self.pods[name]
+        self._kill(pod, signal.SIGSTOP)
+
+    def thaw(self, name: str) -> None:
+        """Let the processes of a frozen pod (`freeze`) go on (SIGCONT)."""
+        with self._lock:
+            pod = self.pods[name]
+        self._kill(pod, signal.SIGCONT)
+
     def port(self, pod: str, container_port: int) -> int:
         """The loopback port of `pod`'s `container_port` (allocated on first use)."""
         with self._lock:
@@ -338,10 +354,22 @@ class Kubelet:
         self._kill(pod, signal.SIGKILL)
 
     def _kill(self, pod: _Pod, sig: signal.Signals) -> None:
+        """Signal the containers' processes. SIGTERM goes to each container's process group
+        (its main process and what it did not detach); SIGKILL, SIGSTOP and SIGCONT to every
+        process the container started, detached ones too (torchrun starts its workers in
+        sessions of their own), as a container's cgroup is killed or frozen whole."""
         for state in pod.containers.values():
-            if state.process is not None and state.process.poll() is None:
+            if state.process is None or state.process.poll() is not None:
+                continue
+            pid = state.process.pid
+            if sig == signal.SIGTERM:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(state.process.pid, sig)
+                    os.killpg(pid, sig)
+                    os.killpg(pid, signal.SIGCONT)  # a frozen process acts on it once continued
+                continue
+            for member in _process_tree(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, sig)
 
     # --- volumes and rewriting
 
@@ -695,6 +723,25 @@ class Kubelet:
             return
         with contextlib.suppress(httpx.HTTPError):
             c.patch(c.path("v1", "pods", pod.name), {"status": status})
+
+
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants, parents first (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # it ended meanwhile
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    tree, i = [pid], 0
+    while i < len(tree):
+        tree.extend(children.get(tree[i], []))
+        i += 1
+    return tree
 
 
 def _alive(pod: _Pod) -> bool:
