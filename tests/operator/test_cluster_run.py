@@ -105,15 +105,15 @@ def _steps_done(kubelet: Kubelet) -> int:
     return len(re.findall(r"^step \d+ version", log, flags=re.MULTILINE))
 
 
-def _proxy_lists_healthy(kubelet: Kubelet, engines: int) -> bool:
-    """Whether the proxy's engine set has `engines` engines passing its health checks."""
-    url = f"http://127.0.0.1:{kubelet.port(f'{JOB}-proxy-0', PROXY_PORT)}/dressage/engines"
+def _proxy_health(kubelet: Kubelet) -> dict[str, Any] | None:
+    """The proxy's `/health` (its engines, and whether generation is paused), None when it
+    does not answer."""
+    url = f"http://127.0.0.1:{kubelet.port(f'{JOB}-proxy-0', PROXY_PORT)}/health"
     try:
-        reply = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
-    except httpx.HTTPError:
-        return False
-    listed = reply.json()["engines"] if reply.status_code == 200 else []
-    return sum(1 for e in listed if e["healthy"]) == engines
+        body: dict[str, Any] = httpx.get(url, timeout=10).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return body
 
 
 def _versions(results: list[ProbeResult]) -> list[str]:
@@ -174,12 +174,10 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
         wait_until(
             lambda: _steps_done(kubelet) > at_eviction, 120, "a trainer step after the eviction"
         )
-        # Then the trainer is held (between steps: no publish is under way) until the proxy
-        # takes the replacement in, so the job cannot end first and its next publish is to it.
+        # Then the trainer is held until the proxy takes the replacement in, so the job cannot
+        # end first and its next publish is to the replacement too.
         kubelet.freeze(TRAINER)
         try:
-            held_at = _steps_done(kubelet)
-            assert held_at <= STEPS - 2, f"the job ran too far before it was held ({held_at})"
 
             def replaced() -> bool:
                 pod = c.get(c.path("v1", "pods", f"{JOB}-engine-1"))
@@ -190,7 +188,25 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
                 )
 
             wait_until(replaced, 120, "engine 1 replaced and ready")
-            wait_until(lambda: _proxy_lists_healthy(kubelet, 2), 60, "the proxy to take it in")
+
+            def taken_in() -> bool:
+                health = _proxy_health(kubelet)
+                if health is not None and health["paused"]:
+                    # Held in the middle of a publish (the proxy judges no engine while it is
+                    # paused): let the publish finish, and hold the trainer again.
+                    kubelet.thaw(TRAINER)
+                    wait_until(
+                        lambda: (_proxy_health(kubelet) or {}).get("paused") is False,
+                        60,
+                        "the publish to finish",
+                    )
+                    kubelet.freeze(TRAINER)
+                    return False
+                return health is not None and sum(e["healthy"] for e in health["engines"]) == 2
+
+            wait_until(taken_in, 120, "the proxy to take the replacement in")
+            held_at = _steps_done(kubelet)
+            assert held_at <= STEPS - 2, f"the job ran too far before it was held ({held_at})"
         finally:
             kubelet.thaw(TRAINER)
         new_engine = c.get(c.path("v1", "pods", f"{JOB}-engine-1"))
