@@ -23,7 +23,8 @@ class Status:
 
 
 Answer = Callable[[str, bytes], Awaitable[Any]]
-"""`(path, body) -> JSON-compatible answer` (status 200) or a `Status`; it may wait."""
+"""`(path, body) -> JSON-compatible answer` (status 200) or a `Status`; it may wait. One that
+raises `ConnectionResetError` drops the connection without a reply."""
 
 
 async def _serve_connection(
@@ -58,12 +59,24 @@ async def _serve_connection(
 
 @asynccontextmanager
 async def scripted_server(answer: Answer) -> AsyncIterator[str]:
-    """Serve `answer` on a free loopback port; yields the base URL."""
+    """Serve `answer` on a free loopback port; yields the base URL. On exit the server stops
+    listening and closes the connections it holds, as a process that exits does."""
     port = free_port()
-    server = await asyncio.start_server(
-        lambda r, w: _serve_connection(answer, r, w), "127.0.0.1", port
-    )
+    writers: set[asyncio.StreamWriter] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.add(writer)
+        try:
+            await _serve_connection(answer, reader, writer)
+        except ConnectionResetError:
+            pass
+        finally:
+            writers.discard(writer)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.close()
+        for writer in list(writers):
+            writer.close()

@@ -11,7 +11,8 @@ A publish, after the checkpoint of a step is written (rank 0 only):
 4. continue generation, telling the proxy the new version (`{"weight_version": V}`): from then
    on it routes only to engines serving V.
 
-Continue is sent even when an update failed, so a failed publish never leaves engines paused.
+Continue is sent even when an update or the pause failed, so a failed publish never leaves
+engines paused or the proxy's gate closed.
 Without a proxy any failed update is raised. With one, a publish fails only when no engine took
 the new weights; an engine that did not is held out by the proxy (it serves another version)
 and caught up like a new one.
@@ -89,7 +90,15 @@ class WeightPublisher:
         """Make the weights in `model_path` live on every engine as `version`."""
         async with self._lock:
             urls = await self._publish_targets()
-            await self._pause()
+            try:
+                await self._pause()
+            except Exception:
+                # A pause an engine refused has still closed the proxy's gate (and paused the
+                # engines that took it): continue, so no generation waits on a publish that
+                # is not happening. The pause's error is the one reported.
+                with contextlib.suppress(Exception):
+                    await self._resume(None)
+                raise
             failures: dict[str, BaseException] | None = None
             try:
                 failures = await self._update(urls, model_path, version)

@@ -10,6 +10,7 @@ place, from the error name.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -139,6 +140,8 @@ class ProxyRolloutClient:
                 error = response.json().get("error", {})
                 code = error.get("code") or error.get("type")
                 message = error.get("message", message)
+                if error.get("detail"):  # e.g. each engine's answer to a pause
+                    message += f" {json.dumps(error['detail'])[:600]}"
             except (ValueError, AttributeError):
                 pass
             raise RolloutError(

@@ -63,7 +63,8 @@ keep their own versions; without it the partial output is discarded and the turn
 again from its prompt after continue. Each interruption counts as a preempt.
 Answers `{"paused": bool, "epoch": n, "engines": {url: "ok" | error}}`; 502 `engine_error`
 when an engine did not take the command (an engine that was unhealthy when commanded, such as
-one still starting, is not routed to and does not count; its entry says so).
+one still starting, or that took no connection, as one whose process is gone, is not routed to
+and does not count; its entry says so).
 
 `POST /continue_generation` may carry `{"weight_version": V}`: the version the engines now
 serve. From then on, and after `POST /dressage/weight_version {"weight_version": V}`, only

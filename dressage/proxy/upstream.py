@@ -200,13 +200,16 @@ class EngineConnections:
         body: bytes = b"",
         *,
         timeout_s: float | None = None,
+        fresh: bool = False,
     ) -> Reply:
         """`method path` on the engine at base URL `url`; a JSON `body` when not empty.
+        `fresh`: on a new connection, not an idle one (which may have been closed by the
+        engine, or by its process ending, without this side having seen it yet).
         Raises `ConnectFailed`, `ConnectionLost` or `ReplyTimeout` (see the module doc)."""
         origin = self._origins.get(url)
         if origin is None:
             origin = self._origins[url] = _Origin.parse(url)
-        connection = await self._acquire(origin)
+        connection = await (self._connect(origin) if fresh else self._acquire(origin))
         head = b"%s %s%s HTTP/1.1\r\nhost: %s\r\n" % (
             method.encode("ascii"),
             origin.prefix.encode(),

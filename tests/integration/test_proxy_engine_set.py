@@ -9,6 +9,7 @@ kubelet updates a mounted ConfigMap key: a new file renamed over the old one.
 from __future__ import annotations
 
 import os
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,17 @@ class VersionedEngine:
     def __init__(self, version: str) -> None:
         self.version = version
         self.generations = 0
+        self.drop_commands = 0
+        """Commands (pause, continue) answered by closing the connection, as an engine that
+        expired an idle connection does."""
+        self.commands: list[str] = []
 
     async def answer(self, path: str, body: bytes) -> object:
+        if path in ("/pause_generation", "/continue_generation"):
+            if self.drop_commands:
+                self.drop_commands -= 1
+                raise ConnectionResetError
+            self.commands.append(path)
         if path == "/get_weight_version":
             return {"weight_version": self.version}
         if path == "/generate":
@@ -148,6 +158,50 @@ async def test_a_continue_names_the_new_version_and_a_bad_label_is_refused(
                 view = await engine_view(client)
     assert view["weight_version"] == "v1"
     assert [(e["weight_version"], e["routable"]) for e in view["engines"]] == [("v1", True)]
+
+
+async def test_an_engine_whose_process_is_gone_is_marked_down_and_fails_no_pause(
+    tmp_path: Path,
+) -> None:
+    """An engine that exits between two health checks (evicted, node lost) takes no
+    connection: a pause or continue sent before a health check noticed marks it down, and its
+    failure does not fail the command the live engines took. An engine that merely closed the
+    connection is asked again and takes the command."""
+    live, gone = VersionedEngine("v0"), VersionedEngine("v0")
+    async with scripted_server(live.answer) as url_live, AsyncExitStack() as process:
+        url_gone = await process.enter_async_context(scripted_server(gone.answer))
+        with start_proxy([url_live, url_gone], "--health-interval-s", "600") as proxy:
+            async with httpx.AsyncClient(base_url=proxy.base_url, timeout=30) as client:
+
+                async def both_healthy() -> bool:
+                    return all(e["healthy"] for e in (await engine_view(client))["engines"])
+
+                await wait_for(both_healthy, what="the first health check of both engines")
+                # A command on a connection the engine closes is sent again on a new one.
+                live.drop_commands = 1
+                paused = await client.post("/pause_generation", json={"mode": "abort"})
+                assert paused.status_code == 200, paused.text
+                assert (await client.post("/continue_generation", json={})).status_code == 200
+                assert live.commands == ["/pause_generation", "/continue_generation"]
+
+                await process.aclose()  # the engine's process exits
+
+                paused = await client.post("/pause_generation", json={"mode": "abort"})
+                assert paused.status_code == 200, paused.text
+                shown = paused.json()["engines"]
+                assert shown[url_live] == "ok"
+                assert shown[url_gone].startswith("not routed (unhealthy), ConnectFailed")
+                view = {e["url"]: e for e in (await engine_view(client))["engines"]}
+                assert view[url_gone]["healthy"] is False
+                assert view[url_gone]["routable"] is False
+                assert view[url_live]["healthy"] is True
+
+                resumed = await client.post("/continue_generation", json={})
+                assert resumed.status_code == 200, resumed.text
+                assert resumed.json()["paused"] is False
+                answer = await generate(client, "s1")
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["dressage"]["engine"] == url_live
 
 
 def test_the_engine_list_or_its_file_is_required_and_not_both(tmp_path: Path) -> None:

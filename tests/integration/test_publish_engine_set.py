@@ -21,11 +21,11 @@ import pytest
 from dressage.engine.errors import EngineError
 from dressage.engine.testing import EngineProcess, start_engine
 from dressage.orchestrator.publish import WeightPublisher
-from dressage.proxy.client import ProxyRolloutClient
+from dressage.proxy.client import ProxyRolloutClient, RolloutError
 from dressage.proxy.testing import start_proxy
 from dressage.testing import free_port
 from tests.integration.proxy_support import engine_version, tiny_checkpoint, wait_for
-from tests.scripted_http import scripted_server
+from tests.scripted_http import Status, scripted_server
 
 HEALTH_INTERVAL = "0.5"
 """The proxy's health interval; its probes time out after twice that, which a loaded test
@@ -100,8 +100,11 @@ class ScriptedEngine:
     def __init__(self) -> None:
         self.version = "v0"
         self.fail = False
+        self.refuse_pause = False
 
     async def answer(self, path: str, body: bytes) -> object:
+        if path == "/pause_generation" and self.refuse_pause:
+            return Status(500, {"error": "cannot pause"})
         if path == "/get_weight_version":
             return {"weight_version": self.version}
         if path == "/update_weights_from_disk":
@@ -170,6 +173,30 @@ async def test_a_listed_engine_that_is_not_up_yet_does_not_fail_a_publish(tmp_pa
                 assert (view[url]["weight_version"], view[url]["routable"]) == ("v1", True)
                 assert (view[starting]["healthy"], view[starting]["routable"]) == (False, False)
                 assert await publisher.catch_up() == []  # nothing healthy lags
+            finally:
+                await publisher.aclose()
+                await client.aclose()
+
+
+async def test_a_refused_pause_fails_the_publish_and_leaves_the_proxy_open(tmp_path: Path) -> None:
+    """A healthy engine that refuses the pause fails the publish, but the proxy's gate, which
+    the pause closed, is opened again: generations do not wait on a publish that is not
+    happening (the trainer that raised it may be restarted, or never publish again)."""
+    a, b = ScriptedEngine(), ScriptedEngine()
+    async with scripted_server(a.answer) as url_a, scripted_server(b.answer) as url_b:
+        with start_proxy([url_a, url_b], "--health-interval-s", HEALTH_INTERVAL) as proxy:
+            client = ProxyRolloutClient(proxy.base_url)
+            publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=None)
+            try:
+                assert await publisher.sync(tmp_path, "v0") is False
+                b.refuse_pause = True
+                with pytest.raises(RolloutError, match=r"pause_generation.*did not take"):
+                    await publisher.publish(tmp_path, "v1")
+                async with httpx.AsyncClient(timeout=10) as http:
+                    health = (await http.get(proxy.base_url + "/health")).json()
+                assert health["paused"] is False
+                assert (a.version, b.version) == ("v0", "v0")
+                assert publisher.current == (tmp_path, "v0")
             finally:
                 await publisher.aclose()
                 await client.aclose()

@@ -12,7 +12,9 @@ What it does, as a kubelet and cluster DNS would:
 - mounts volumes by rewriting paths: a `persistentVolumeClaim` is a directory shared by every
   pod naming the claim, a `configMap` a directory of its keys, an `emptyDir` a fresh directory
   per pod; every mount path in the command, the environment and the ConfigMap's files becomes
-  that directory;
+  that directory; a ConfigMap changed while a pod runs reaches its files within
+  `config_map_sync_s` (each key's file replaced whole, as a kubelet does for a volume mounted
+  without `subPath`);
 - networking: every pod gets loopback ports for its `containerPort`s (stable per pod name, so a
   replaced pod answers where its predecessor did). A pod's DNS name
   (`<hostname>.<subdomain>.<ns>.svc`) and a Service's (`<service>.<ns>.svc`, matched to pods by
@@ -26,6 +28,8 @@ What it does, as a kubelet and cluster DNS would:
 - pod status: `Pending`, then `Running` once the containers started, `Succeeded` or `Failed`
   when they exit (restart policy `Never`; a container of an `Always` pod that exits is
   restarted in place with `restartCount` counted), deletion stops the processes;
+- faults a test injects: `evict` (the processes killed, the pod failed) and `freeze`/`thaw`
+  (the processes stopped and continued, as on a stalled node);
 - images: `python` and `torchrun` run in this interpreter; a container whose command is
   `python -m sglang.launch_server` runs the embedded engine instead (`sglang_as_embedded`
   maps the flags it needs and refuses every other one).
@@ -138,6 +142,10 @@ class _Pod:
     stopping: bool = False
     thread: threading.Thread | None = None
     probers: list[threading.Thread] = field(default_factory=list)
+    mounts: dict[str, Path] = field(default_factory=dict)
+    """Volume name -> its host directory."""
+    projected: dict[str, dict[str, str]] = field(default_factory=dict)
+    """ConfigMap volume name -> the ConfigMap data its files hold."""
 
 
 class Kubelet:
@@ -156,11 +164,16 @@ class Kubelet:
         self.node_env = dict(node_env or {})
         """Extra environment of every container (what the node provides, e.g. no network)."""
         self.probe_interval_s = probe_interval_s
+        self.config_map_sync_s = 1.0
+        """How often a ConfigMap's changes reach the running pods that mount it (a kubelet
+        takes up to its sync period plus its cache's TTL, about a minute)."""
         self.probes: list[ProbeResult] = []
         self.ports: dict[tuple[str, int], int] = {}
         self.pods: dict[str, _Pod] = {}
         self.finished: list[_Pod] = []
         self._lock = threading.RLock()
+        self._files_lock = threading.Lock()
+        """Held while ConfigMap files are written (at a container's start, on a change)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kubelet", daemon=True)
 
@@ -194,6 +207,20 @@ class Kubelet:
         self._kill(pod, signal.SIGKILL)
         self._set_status(pod, "Failed", ready=False, reason=reason, message=f"test: {reason}")
 
+    def freeze(self, name: str) -> None:
+        """Stop (SIGSTOP) the pod's processes where they are, as a node that stalls does (or
+        the cgroup freezer); `thaw` lets them go on. Its probes keep running and fail meanwhile,
+        so freeze only a pod without probes, or discount them."""
+        with self._lock:
+            pod = self.pods[name]
+        self._kill(pod, signal.SIGSTOP)
+
+    def thaw(self, name: str) -> None:
+        """Let the processes of a frozen pod (`freeze`) go on (SIGCONT)."""
+        with self._lock:
+            pod = self.pods[name]
+        self._kill(pod, signal.SIGCONT)
+
     def port(self, pod: str, container_port: int) -> int:
         """The loopback port of `pod`'s `container_port` (allocated on first use)."""
         with self._lock:
@@ -223,9 +250,13 @@ class Kubelet:
     # --- the sync loop
 
     def _loop(self) -> None:
+        next_refresh = 0.0
         while not self._stop.is_set():
             with contextlib.suppress(httpx.HTTPError):
                 self._sync()
+                if time.monotonic() >= next_refresh:
+                    next_refresh = time.monotonic() + self.config_map_sync_s
+                    self._refresh_config_maps()
             self._stop.wait(0.1)
 
     def _desired(self) -> dict[str, tuple[str, Obj, str | None]]:
@@ -284,7 +315,7 @@ class Kubelet:
     def _run_pod(self, pod: _Pod) -> None:
         spec = pod.manifest["spec"]
         try:
-            mounts = self._volumes(pod)
+            mounts = pod.mounts = self._volumes(pod)
             for container in spec.get("initContainers") or []:
                 code = self._run_to_end(pod, container, mounts)
                 if code != 0:
@@ -338,10 +369,22 @@ class Kubelet:
         self._kill(pod, signal.SIGKILL)
 
     def _kill(self, pod: _Pod, sig: signal.Signals) -> None:
+        """Signal the containers' processes. SIGTERM goes to each container's process group
+        (its main process and what it did not detach); SIGKILL, SIGSTOP and SIGCONT to every
+        process the container started, detached ones too (torchrun starts its workers in
+        sessions of their own), as a container's cgroup is killed or frozen whole."""
         for state in pod.containers.values():
-            if state.process is not None and state.process.poll() is None:
+            if state.process is None or state.process.poll() is not None:
+                continue
+            pid = state.process.pid
+            if sig == signal.SIGTERM:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(state.process.pid, sig)
+                    os.killpg(pid, sig)
+                    os.killpg(pid, signal.SIGCONT)  # a frozen process acts on it once continued
+                continue
+            for member in _process_tree(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, sig)
 
     # --- volumes and rewriting
 
@@ -362,9 +405,47 @@ class Kubelet:
                 cm_name = volume["configMap"]["name"]
                 cm = self.cluster.get(self.cluster.path("v1", "configmaps", cm_name))
                 assert cm is not None, f"{pod.name}: ConfigMap {cm_name} does not exist"
-                for key, text in (cm.get("data") or {}).items():
+                data = dict(cm.get("data") or {})
+                for key, text in data.items():
                     (out[volume["name"]] / key).write_text(text)
+                pod.projected[volume["name"]] = data
         return out
+
+    def _refresh_config_maps(self) -> None:
+        """Bring the files of every running pod's ConfigMap volumes to the ConfigMap now in the
+        API, as a kubelet does: each changed key's file is replaced whole (renamed over, so a
+        reader sees the old text or the new, never part of it), a removed key's file goes, and
+        the pod's containers go on running. Names in them are rewritten as at start."""
+        with self._lock:
+            pods = [p for p in self.pods.values() if p.phase == "Running" and not p.stopping]
+        for pod in pods:
+            for volume in pod.manifest["spec"].get("volumes") or []:
+                if "configMap" not in volume or volume["name"] not in pod.projected:
+                    continue
+                cm = self.cluster.get(
+                    self.cluster.path("v1", "configmaps", volume["configMap"]["name"])
+                )
+                data = dict((cm or {}).get("data") or {})
+                if cm is None or data == pod.projected[volume["name"]]:
+                    continue
+                self._project(pod, volume["name"], data)
+
+    def _project(self, pod: _Pod, volume: str, data: dict[str, str]) -> None:
+        directory = pod.mounts[volume]
+        mounting = [
+            c
+            for c in pod.manifest["spec"]["containers"]
+            if any(m["name"] == volume for m in c.get("volumeMounts") or [])
+        ]
+        mount_map = self._mount_map(mounting[0], pod.mounts) if mounting else []
+        dns = self._dns()
+        with self._files_lock:
+            for key, text in data.items():
+                if pod.projected[volume].get(key) != text:
+                    _replace(directory / key, self._rewrite(text, mount_map, dns))
+            for key in pod.projected[volume].keys() - data.keys():
+                (directory / key).unlink(missing_ok=True)
+            pod.projected[volume] = data
 
     def _mount_map(self, container: Obj, mounts: dict[str, Path]) -> list[tuple[str, Path]]:
         pairs = [(m["mountPath"], mounts[m["name"]]) for m in container.get("volumeMounts") or []]
@@ -511,10 +592,12 @@ class Kubelet:
         """ConfigMap files name in-pod paths and Service names too: rewrite them in place."""
         mount_map = self._mount_map(container, mounts)
         dns = self._dns()
-        for volume in pod.manifest["spec"].get("volumes") or []:
-            if "configMap" in volume:
-                for path in mounts[volume["name"]].iterdir():
-                    path.write_text(self._rewrite(path.read_text(), mount_map, dns))
+        with self._files_lock:
+            for volume in pod.manifest["spec"].get("volumes") or []:
+                if "configMap" in volume:
+                    for key in pod.projected.get(volume["name"], {}):
+                        path = mounts[volume["name"]] / key
+                        _replace(path, self._rewrite(path.read_text(), mount_map, dns))
 
     def _popen(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> subprocess.Popen[bytes]:
         argv, env = self._argv(pod, container, mounts)
@@ -695,6 +778,32 @@ class Kubelet:
             return
         with contextlib.suppress(httpx.HTTPError):
             c.patch(c.path("v1", "pods", pod.name), {"status": status})
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write `path` whole: a reader sees its old text or the new, never part of it."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_text(text)
+    os.replace(staged, path)
+
+
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants, parents first (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # it ended meanwhile
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    tree, i = [pid], 0
+    while i < len(tree):
+        tree.extend(children.get(tree[i], []))
+        i += 1
+    return tree
 
 
 def _alive(pod: _Pod) -> bool:

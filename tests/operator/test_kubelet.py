@@ -1,16 +1,20 @@
-"""The test kubelet's pure parts: SGLang's command as the embedded engine's, and Kubernetes'
-`$(VAR)` expansion (what `test_cluster_run.py` relies on to start the operator's pods)."""
+"""The test kubelet: SGLang's command as the embedded engine's, Kubernetes' `$(VAR)`
+expansion, and a ConfigMap change reaching a running pod's files (what `test_cluster_run.py`
+relies on to run the operator's pods)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from dressage_operator import children
 from dressage_operator.config import OperatorConfig
+from dressage_operator.testing import EmulatedCluster
 
 from dressage.api import validate_job
 from dressage.engine import cli as engine_cli
 
-from .kubelet import _expand, sglang_as_embedded
+from .kubelet import Kubelet, _expand, sglang_as_embedded, wait_until
 
 
 def _engine_command(**inference: object) -> list[str]:
@@ -57,3 +61,63 @@ def test_a_flag_without_a_mapping_is_refused() -> None:
 def test_variable_references_expand_as_kubernetes_does() -> None:
     env = {"A": "1", "B": "two"}
     assert _expand("--x=$(A) $(B)/$(C) $$(A)", env) == "--x=1 two/$(C) $(A)"
+
+
+def _config_map(data: dict[str, str]) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kl-files"}, "data": data}
+
+
+@pytest.mark.integration
+def test_a_config_map_change_reaches_the_files_of_a_running_pod(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    c = cluster
+    ns = c.namespace
+    c.create(_config_map({"engines": f"http://kl-a.{ns}.svc:80\n", "stale": "x"}))
+    c.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "kl-a"},
+            "spec": {"selector": {"app": "kl-a"}, "ports": [{"port": 80, "targetPort": "http"}]},
+        }
+    )
+    c.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "kl-a", "labels": {"app": "kl-a"}},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "python",
+                        "command": ["python", "-c", "import time; time.sleep(300)"],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                        "volumeMounts": [{"name": "files", "mountPath": "/etc/kl"}],
+                    }
+                ],
+                "volumes": [{"name": "files", "configMap": {"name": "kl-files"}}],
+            },
+        }
+    )
+    node = Kubelet(c, tmp_path / "node").start()
+    try:
+        wait_until(lambda: node.running("kl-a"), 60, "the pod to run")
+        (pod_root,) = (tmp_path / "node" / "pods").glob("kl-a-*")
+        files = pod_root / "volumes" / "files"
+        a = f"http://127.0.0.1:{node.port('kl-a', 8080)}"
+        assert (files / "engines").read_text() == a + "\n"
+        process = node.pods["kl-a"].containers["main"].process
+
+        c.delete(c.path("v1", "configmaps", "kl-files"))
+        c.create(_config_map({"engines": f"http://kl-a.{ns}.svc:80\nhttp://kl-b.{ns}.svc:80\n"}))
+        wait_until(lambda: "kl-b" in (files / "engines").read_text(), 30, "the new engines")
+        # Names resolve as at the pod's start (kl-b has no pod: it stays a name).
+        assert (files / "engines").read_text() == f"{a}\nhttp://kl-b.{ns}.svc:80\n"
+        assert sorted(p.name for p in files.iterdir()) == ["engines"]
+        assert node.pods["kl-a"].containers["main"].process is process  # it kept running
+        assert node.running("kl-a")
+    finally:
+        node.stop()

@@ -32,10 +32,18 @@ from dressage.proxy.answers import error_response, json_response
 from dressage.proxy.background import refresh_weight_versions
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.state import ProxyState
-from dressage.proxy.upstream import UpstreamError
+from dressage.proxy.upstream import (
+    ConnectFailed,
+    ConnectionLost,
+    EngineConnections,
+    Reply,
+    UpstreamError,
+)
 
 PAUSE_MODES = ("abort", "in_place", "retract")
 _ENGINE_COMMAND_TIMEOUT_S = 30.0
+_RESEND_DELAYS_S = (0.0, 0.2, 0.5, 1.0)
+"""Waits before each re-send of a command whose connection the engine closed."""
 
 
 async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
@@ -100,7 +108,8 @@ def _engine_set(state: ProxyState) -> dict[str, Any]:
 @dataclass
 class _Results:
     """Each engine's answer to a command (None: it took it); `excused` are the engines that
-    were unhealthy when it was sent, whose failure does not fail the command."""
+    were unhealthy when it was sent or took no connection, whose failure does not fail the
+    command."""
 
     failures: dict[str, str | None]
     excused: set[str]
@@ -118,7 +127,12 @@ async def _broadcast(
     An engine that is unhealthy when the command is sent (starting, as a newly added one is,
     or down) is commanded too, so none stays paused once it recovers, but its failure is
     excused: it is not routed to, runs none of the proxy's generations, and the publisher
-    brings it to the current weights once it passes a health check.
+    brings it to the current weights once it passes a health check. An engine that takes no
+    connection (`ConnectFailed`: its process is gone, as after an eviction, before a health
+    check noticed) is down as well: it is marked down, and its failure is excused the same way.
+    A command whose connection the engine closed (`ConnectionLost`: its process ending
+    meanwhile) is sent again (`_send_command`), so an engine that ended is told from one
+    that is up.
 
     `legacy_body` goes to engines whose release predates the pause modes (SGLang before 0.5.6
     reads no body and aborts every in-flight request on a pause: the proxy then resumes or
@@ -136,9 +150,13 @@ async def _broadcast(
             return None  # left the pool meanwhile
         payload = content if legacy is None or engine.supports(sglang.PAUSE_MODES) else legacy
         try:
-            reply = await connections.request(
-                "POST", url, path, payload, timeout_s=_ENGINE_COMMAND_TIMEOUT_S
-            )
+            reply = await _send_command(connections, url, path, payload)
+        except ConnectFailed as exc:
+            reason = f"{path} failed: ConnectFailed: {exc}"
+            state.pool.mark_down(url, reason)
+            state.metrics.engine_healthy.labels(url).set(0)
+            excused.add(url)
+            return f"ConnectFailed: {exc}"
         except UpstreamError as exc:
             return f"{type(exc).__name__}: {exc}"
         if reply.status >= 400:
@@ -148,6 +166,25 @@ async def _broadcast(
     urls = state.pool.urls
     answers = await asyncio.gather(*(send(url) for url in urls))
     return _Results(dict(zip(urls, answers, strict=True)), excused)
+
+
+async def _send_command(
+    connections: EngineConnections, url: str, path: str, payload: bytes
+) -> Reply:
+    """POST one command to one engine, on a new connection (an idle one may have been closed
+    by the engine, or by its process ending, unnoticed yet). One the engine closes before its
+    reply (a process that is ending resets connections for a moment before they are refused)
+    is sent again, a few times over about 2 s: the commands are idempotent."""
+    for delay in (*_RESEND_DELAYS_S, None):
+        try:
+            return await connections.request(
+                "POST", url, path, payload, timeout_s=_ENGINE_COMMAND_TIMEOUT_S, fresh=True
+            )
+        except ConnectionLost:
+            if delay is None:
+                raise
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def _control_answer(results: _Results, state: ProxyState) -> Answer:
