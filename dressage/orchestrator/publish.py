@@ -123,12 +123,18 @@ class WeightPublisher:
     async def sync(self, model_path: Path, version: str) -> bool:
         """Make `version` (weights in `model_path`) the current one without a pause: the proxy
         is told it first (engines on another version stop being routed to), then the engines
-        that lag load it. Returns whether any engine loaded it. A proxy that does not answer
-        yet is left to the background catch-up."""
+        that lag load it, then generation is continued. Returns whether any engine loaded it.
+        A proxy that does not answer yet is left to the background catch-up.
+
+        Continuing is for a trainer killed inside a publish (a node lost between pause and
+        continue): the proxy and its engines would stay paused until the proxy's pause
+        timeout. A trainer that syncs is never inside a publish, so any pause still held is
+        that dead trainer's."""
         async with self._lock:
             self.current = (model_path, version)
             try:
                 updated = await self._catch_up_locked()
+                await self._resume(version)
             except (RolloutError, EngineError) as exc:
                 if self.proxy is None:
                     raise

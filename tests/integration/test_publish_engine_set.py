@@ -200,3 +200,29 @@ async def test_a_refused_pause_fails_the_publish_and_leaves_the_proxy_open(tmp_p
             finally:
                 await publisher.aclose()
                 await client.aclose()
+
+
+async def test_a_restarted_trainer_continues_a_pause_its_killed_predecessor_left(
+    tmp_path: Path,
+) -> None:
+    """A trainer killed between pause and continue leaves the proxy's gate closed; the next
+    trainer's start (`sync`) opens it, rather than rollouts waiting for the pause timeout."""
+    a = ScriptedEngine()
+    async with scripted_server(a.answer) as url_a:
+        with start_proxy([url_a], "--health-interval-s", HEALTH_INTERVAL) as proxy:
+            client = ProxyRolloutClient(proxy.base_url)
+            try:
+                await client.pause("abort")  # the killed trainer's publish, never continued
+                async with httpx.AsyncClient(timeout=10) as http:
+                    assert (await http.get(proxy.base_url + "/health")).json()["paused"] is True
+                publisher = WeightPublisher(
+                    proxy=client, pause_mode="abort", catch_up_interval_s=None
+                )
+                try:
+                    assert await publisher.sync(tmp_path, "v0") is False
+                finally:
+                    await publisher.aclose()
+                async with httpx.AsyncClient(timeout=10) as http:
+                    assert (await http.get(proxy.base_url + "/health")).json()["paused"] is False
+            finally:
+                await client.aclose()
