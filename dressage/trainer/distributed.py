@@ -124,8 +124,8 @@ def shutdown_distributed() -> None:
     `exit_process`.
 
     `destroy_process_group` drops the package's references to the group, but the group lives
-    on while anything else holds it, and a `DistributedDataParallel` module holds it as long as
-    the module lives: after this call gloo's work threads and TCP loop thread are still running
+    on while anything else holds it, and a module sharded over it (`fully_shard`) holds it as long
+    as the module lives: after this call gloo's work threads and TCP loop thread are still running
     in the test worker when the interpreter finalizes. A gloo thread that takes the GIL while
     the interpreter finalizes is ended by CPython (`pthread_exit`); the unwinding reaches a C++
     frame that may not throw, and `std::terminate` aborts the process with `terminate called

@@ -1,8 +1,8 @@
-"""Data-parallel training: two gloo ranks launched by torchrun stay identical and match one
-process training on the whole batch.
+"""Data-parallel training: two gloo FSDP2 ranks launched by torchrun stay identical and match
+one process training on the whole batch.
 
-Teardown: a gloo gang's threads outlive `destroy_process_group` while the DDP module holds the
-group, and a process finalizing with them sometimes aborts with `terminate called without an
+Teardown: a gloo gang's threads outlive `destroy_process_group` while the sharded module holds
+the group, and a process finalizing with them sometimes aborts with `terminate called without an
 active exception` after its work is done. The worker ends through
 `dressage.trainer.distributed.exit_process` (no interpreter finalization), which removes that
 path. Should a rank still abort that way, the run is judged on what the ranks wrote: the test
