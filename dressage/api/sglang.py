@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import re
 
+SGLANG_TESTED_RELEASES: tuple[str, ...] = ("0.5.2", "0.5.23")
+"""The releases the contract tier (`tests/contract/`) runs against, oldest first: the oldest
+release Dressage supports and the newest on the package index when the matrix last moved."""
+SGLANG_OLDEST_TESTED = SGLANG_TESTED_RELEASES[0]
+SGLANG_NEWEST_TESTED = SGLANG_TESTED_RELEASES[-1]
+
 SGLANG_PINNED_VERSION = "0.5.2"
 """The release in the engine image and in the contract tests' environment."""
 SGLANG_MIN_VERSION = "0.5.2"
