@@ -17,7 +17,7 @@ from dressage.api.job import AsyncRLJobSpec
 from dressage.runner.local import check_cpus
 from dressage.runner.processes import ChildProcess, available_cpus
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _spec(**local: object) -> AsyncRLJobSpec:

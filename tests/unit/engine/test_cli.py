@@ -12,7 +12,7 @@ import torch
 
 from dressage.engine.cli import device_problem
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_cpu_is_always_usable() -> None:

@@ -91,7 +91,7 @@ def test_dressage_train_stops_before_training_when_the_code_dir_is_missing(
     manifest["spec"]["code"] = {"path": "jobs/missing"}  # type: ignore[index]
     config = tmp_path / "job.json"
     config.write_text(json.dumps(manifest))
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     done = subprocess.run(
         [
             *(sys.executable, "-m", "dressage", "train", "--config", str(config)),
