@@ -188,3 +188,12 @@ def test_weights_are_bounded_and_ess_at_most_the_token_count(
     assert float(out.weights[~mask].abs().sum()) == 0.0
     assert out.metrics["ess"] <= out.metrics["tokens"] + 1e-9
     assert out.metrics["mismatch_kl_k3"] >= 0.0
+
+
+@pytest.mark.parametrize("gap", [4.0893481399164254e-113, -1e-30, 1e-17])
+def test_k3_is_never_negative_for_a_tiny_logprob_gap(gap: float) -> None:
+    """Found by the property test above: `exp(x) - 1 - x` is `-x` in float64 for a tiny x."""
+    train = torch.tensor([[gap]], dtype=torch.float64)
+    rollout = torch.zeros((1, 1), dtype=torch.float64)
+    _, k3 = mismatch_kl(train, rollout, torch.ones((1, 1), dtype=torch.bool))
+    assert float(k3) >= 0.0
