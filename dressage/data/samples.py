@@ -26,12 +26,14 @@ from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import Any, Final
 
+from dressage.api.figures import figure
 from dressage.data.spans import VersionSpan, compress_versions
 from dressage.data.versions import normalized_versions, version_span
 
-VERSION_SPAN_MEAN: Final = "staleness/version_span_mean"
-VERSION_SPAN_MAX: Final = "staleness/version_span_max"
-VERSION_SPAN_MIN: Final = "staleness/version_span_min"
+# The batch statistics' keys, as the step's figures declare them.
+VERSION_SPAN_MEAN: Final = figure("version_span_mean").key
+VERSION_SPAN_MAX: Final = figure("version_span_max").key
+VERSION_SPAN_MIN: Final = figure("version_span_min").key
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,7 @@ class AsyncRolloutCollector:
                 leftovers += 1
         self._pending = []
         if leftovers:
-            self.stats.dropped[SHUTDOWN] += leftovers
+            self.stats.totals.dropped_groups[SHUTDOWN] += leftovers
 
     @property
     def in_flight(self) -> int:
@@ -196,7 +196,7 @@ class AsyncRolloutCollector:
     def ahead(self) -> int:
         """Groups started and neither trained nor dropped: in flight, queued or pending."""
         stats = self.stats
-        return stats.groups_started - stats.groups_trained - sum(stats.dropped.values())
+        return stats.groups_started - stats.groups_trained - stats.groups_dropped
 
     def _free_capacity(self) -> None:
         self._capacity_changed.set()
@@ -216,14 +216,14 @@ class AsyncRolloutCollector:
         wait for a batch), never by a timer.
         """
         if not self._admits():
-            self.stats.admissions_held += 1
+            self.stats.totals.admissions_held += 1
             started = self._clock()
             try:
                 while not self._admits() and self._attempts.broken is None:
                     self._capacity_changed.clear()
                     await self._capacity_changed.wait()
             finally:
-                self.stats.admission_wait_seconds += self._clock() - started
+                self.stats.totals.admission_wait_seconds += self._clock() - started
         if self._attempts.broken is not None or self._forced_warned:
             return
         capacity = self.admission.capacity(
@@ -285,7 +285,7 @@ class AsyncRolloutCollector:
             elif self._attempts.broken is not None:
                 self._wake()
         except asyncio.CancelledError:
-            self.stats.dropped[SHUTDOWN] += 1
+            self.stats.totals.dropped_groups[SHUTDOWN] += 1
             raise
         except RolloutBroken:
             self._wake()
@@ -331,7 +331,7 @@ class AsyncRolloutCollector:
         before = self.filter.drop_counts.copy()
         self._pending, _ = self.filter.admit(group, self._pending, samples_of=_samples_of)
         for reason, count in (self.filter.drop_counts - before).items():
-            self.stats.dropped[reason] += count
+            self.stats.totals.dropped_groups[reason] += count
             self._free_capacity()
 
 

@@ -8,9 +8,9 @@ trajectory that would span too many versions with HTTP 502
 `partial_rollout_staleness_exceeded`; the proxy client raises that as a staleness
 `GroupFailed`, and the collector's retry policy retries the whole prompt group (the old partial
 trajectory is never resumed) and counts the staleness failure
-(`CollectorStats.staleness_failures`, `staleness_failure_rate`). Both controls may be on at
-once: the span limit bounds drift inside a trajectory, `keepVersions` bounds which groups enter
-a batch.
+(`CollectorStats.totals.staleness_failures`, `staleness_failure_rate`). Both controls may be on
+at once: the span limit bounds drift inside a trajectory, `keepVersions` bounds which groups
+enter a batch.
 """
 
 from dressage.proxy.errors import PARTIAL_ROLLOUT_STALENESS_EXCEEDED

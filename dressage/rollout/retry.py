@@ -102,10 +102,10 @@ class GroupAttempts:
         """
         for attempt in range(self.policy.max_retries + 1):
             if self.broken is not None:
-                self.stats.dropped[ROLLOUT_BROKEN] += 1
+                self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += 1
                 raise self.broken
             if attempt:
-                self.stats.retries += 1
+                self.stats.totals.retries += 1
                 await self._sleep(self.policy.delay(attempt, self._jitter()))
             try:
                 group = await self.rollout(index, attempt)
@@ -119,7 +119,7 @@ class GroupAttempts:
                 self._dropped_in_a_row = 0
                 self._recent.clear()
                 return group
-        self.stats.dropped[RETRIES_EXHAUSTED] += 1
+        self.stats.totals.dropped_groups[RETRIES_EXHAUSTED] += 1
         self._dropped_in_a_row += 1
         if self._dropped_in_a_row >= self.policy.breaker_after and self.broken is None:
             reasons = ", ".join(f"{r} x{n}" for r, n in self._recent.most_common(5))
@@ -131,7 +131,7 @@ class GroupAttempts:
         return None
 
     def _failed(self, reason: str, *, staleness: bool) -> None:
-        self.stats.failures[reason] += 1
+        self.stats.totals.failure_reasons[reason] += 1
         self._recent[reason] += 1
         if staleness:
-            self.stats.staleness_failures += 1
+            self.stats.totals.staleness_failures += 1

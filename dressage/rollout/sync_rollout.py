@@ -59,7 +59,7 @@ class SyncCollector:
                     raise result
             if self._attempts.broken is not None:
                 # Every started group ends somewhere: the completed ones are abandoned with it.
-                self.stats.dropped[ROLLOUT_BROKEN] += len(groups)
+                self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += len(groups)
                 raise self._attempts.broken
         self.stats.groups_trained += len(groups)
         return self.stats.batch(groups, since=before)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
+from dressage.api.figures import figures_of
 from dressage.api.job import AsyncRLJob
-from dressage.data.samples import VERSION_SPAN_MEAN
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
@@ -130,10 +130,11 @@ class LocalRun:
 
     def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
-        self.rewards.append(record.metrics.get(grpo.REWARD, 0.0))
+        self.rewards.append(record.figures.reward or 0.0)
         self.out(progress_line(record, self.options.steps, self.rewards))
-        if record.failure_reasons:
-            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(record.failure_reasons.items()))
+        failures = record.figures.failure_reasons
+        if failures:
+            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(failures.items()))
             self.out(f"  rollout failures at step {record.step}: {reasons}")
 
     async def _start_engines(self, session: TrainerSession, cache_dir: Path) -> list[str]:
@@ -219,18 +220,27 @@ def check_cpus(cpus: list[int] | None, field: str) -> None:
 
 
 def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:
-    """One line per step: step, reward (and its recent mean), version, drops, diff, span."""
-    m = record.metrics
+    """One line per step: step, reward (and its recent mean), version, then every figure the
+    declaration gives a `line` label (drops, logprob diff, span, entropy, clip), and seconds."""
     recent = rewards[-10:]
-    drops = sum(record.dropped_groups.values())
-    span = m.get(VERSION_SPAN_MEAN)
     seconds = record.rollout_seconds + record.train_seconds + record.publish_seconds
-    return (
-        f"step {record.step:>4}/{total}  reward {m.get(grpo.REWARD, 0.0):.3f} "
-        f"(last {len(recent)}: {sum(recent) / max(len(recent), 1):.3f})  "
-        f"version {record.version}  drops {drops}  "
-        f"logprob_diff {m.get(grpo.LOGPROB_ABS_DIFF, 0.0):.1e}  "
-        f"span {'-' if span is None else f'{span:.2f}'}  "
-        f"entropy {m.get(grpo.ENTROPY, 0.0):.3f}  clip {m.get(grpo.CLIP_FRACTION, 0.0):.3f}  "
-        f"{seconds:.1f}s"
-    )
+    parts = [
+        f"step {record.step:>4}/{total}",
+        f"reward {record.figures.reward or 0.0:.3f} "
+        f"(last {len(recent)}: {sum(recent) / max(len(recent), 1):.3f})",
+        f"version {record.version}",
+    ]
+    for figure in figures_of(type(record.figures)):
+        if figure.line is None:
+            continue
+        label, spec = figure.line
+        value: float | None = (
+            record.figures.total(figure.name)
+            if figure.counted
+            else getattr(record.figures, figure.name)
+        )
+        if value is not None and spec.endswith("d"):
+            value = int(value)
+        parts.append(f"{label} {'-' if value is None else format(value, spec)}")
+    parts.append(f"{seconds:.1f}s")
+    return "  ".join(parts)
