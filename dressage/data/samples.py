@@ -4,7 +4,7 @@ A `Sample` is one segment of one trajectory, as the trainer consumes it: the ful
 sequence (prompt then response), which response tokens are trained (`loss_mask`), the rollout
 logprobs, the reward, and its identity (`group_id`, `parent_traj_id`, `segment_index`).
 
-Version metadata, per the reference design:
+Version metadata, per the design (`docs/staleness.md`):
 
 - `full_versions`: one weight version per token of `tokens` (None for prompt tokens that no
   model generated, such as the user's text or tool output). `Sample.build` normalises the

@@ -130,7 +130,7 @@ def raise_if_partial_version_span_exceeded(
 
 
 _raise_if_partial_version_span_exceeded = raise_if_partial_version_span_exceeded
-"""The reference design's name of the span check."""
+"""The design's name of the span check (`docs/staleness.md`)."""
 
 
 def raise_if_version_changed(

@@ -1,6 +1,6 @@
 """The asynchronous collector of the `fully_async` and `partial_async` rollout modes.
 
-Two halves, as in the reference's filtering flow:
+Two halves, as in the design's filtering flow (`docs/staleness.md`):
 
 1. A background worker keeps pulling prompt groups from the data buffer (prompt indices from
    the data position on) and rolls them out concurrently, at most `concurrency` groups in
@@ -183,7 +183,7 @@ class AsyncRolloutCollector:
 
     def on_weights_published(self, version: str) -> None:
         """Record the live version. The staleness window only moves on *observed* versions
-        (from completed groups), as the reference prescribes; a new version only widens what
+        (from completed groups), as the design prescribes; a new version only widens what
         admission control lets the worker start. A label published again is not a new version.
         """
         self.version = version

@@ -17,6 +17,6 @@ from dressage.proxy.errors import PARTIAL_ROLLOUT_STALENESS_EXCEEDED
 from dressage.rollout.collector import AsyncRolloutCollector
 
 PartialAsyncRolloutCollector = AsyncRolloutCollector
-"""The asynchronous collector, as the reference names it for this mode."""
+"""The asynchronous collector, as the design (`docs/staleness.md`) names it for this mode."""
 
 __all__ = ["PARTIAL_ROLLOUT_STALENESS_EXCEEDED", "PartialAsyncRolloutCollector"]
