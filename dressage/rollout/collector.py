@@ -71,7 +71,23 @@ class CollectorClosed(Exception):
     """`next_batch` was called on a closed collector or after the data ran out."""
 
 
-class AsyncRolloutCollector:
+class PromptPosition:
+    """A collector's data position: the index of the next prompt it would start. It is the
+    whole state a checkpoint keeps of a collector (`state_dict`/`load_state_dict`)."""
+
+    next_prompt: int = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"next_prompt": self.next_prompt}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        position = state.get("next_prompt", 0)
+        if not isinstance(position, int) or position < 0:
+            raise ValueError(f"collector state next_prompt must be an int >= 0, got {position!r}")
+        self.next_prompt = position
+
+
+class AsyncRolloutCollector(PromptPosition):
     """Background rollout worker plus the staleness-filtered batch sink."""
 
     def __init__(
@@ -170,16 +186,10 @@ class AsyncRolloutCollector:
 
     # --- Collector protocol: checkpoints and versions ------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"next_prompt": self.next_prompt}
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if self._worker is not None:
             raise RuntimeError("load_state_dict must be called before the collector starts")
-        position = state.get("next_prompt", 0)
-        if not isinstance(position, int) or position < 0:
-            raise ValueError(f"collector state next_prompt must be an int >= 0, got {position!r}")
-        self.next_prompt = position
+        super().load_state_dict(state)
 
     def on_weights_published(self, version: str) -> None:
         """Record the live version. The staleness window only moves on *observed* versions
