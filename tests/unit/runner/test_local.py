@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from dressage.api.job import AsyncRLJobSpec
-from dressage.runner.local import check_cpus
+from dressage.runner.local import check_cpus, rollout_process_cpus
 from dressage.runner.processes import available_cpus
 
 
@@ -48,3 +48,27 @@ def test_cores_this_machine_does_not_offer_are_refused_naming_the_field() -> Non
         check_cpus([missing], "spec.local.engineCpus")
     check_cpus(available_cpus()[:1], "spec.local.engineCpus")  # usable cores pass
     check_cpus(None, "spec.local.engineCpus")  # unset: not pinned
+
+
+@pytest.mark.parametrize(
+    ("mode", "local", "cores"),
+    [
+        # Sync: the trainer waits for the batch, so rollout takes its idle cores.
+        ("sync", {"engineCpus": [0], "trainerCpus": [1]}, [1]),
+        ("sync", {"engineCpus": [0]}, None),
+        # Async: the trainer trains meanwhile, so rollout shares the engines' cores.
+        ("fully_async", {"engineCpus": [0], "trainerCpus": [1]}, [0]),
+        ("partial_async", {"engineCpus": [0], "trainerCpus": [1]}, [0]),
+        ("fully_async", {}, None),
+        # Set explicitly: the job decides.
+        ("sync", {"engineCpus": [0], "trainerCpus": [1], "rolloutCpus": [0]}, [0]),
+        ("fully_async", {"engineCpus": [0], "rolloutCpus": [1]}, [1]),
+    ],
+)
+def test_the_rollout_process_runs_where_the_mode_leaves_cores_idle(
+    mode: str, local: dict[str, object], cores: list[int] | None
+) -> None:
+    spec = AsyncRLJobSpec.model_validate(
+        {"model": {"source": "builtin:tiny"}, "rollout": {"mode": mode}, "local": local}
+    )
+    assert rollout_process_cpus(spec) == cores
