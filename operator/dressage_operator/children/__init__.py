@@ -77,6 +77,7 @@ from dressage_operator.children.restart import (
     engine_inputs,
     engine_spec_hash,
     proxy_inputs,
+    proxy_spec_hash,
     trainer_inputs,
     trainer_spec_hash,
 )
@@ -149,6 +150,7 @@ __all__ = [
     "proxy_command",
     "proxy_inputs",
     "proxy_model",
+    "proxy_spec_hash",
     "proxy_token_env",
     "runtime_manifest",
     "spec_hash",

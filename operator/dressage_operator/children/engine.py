@@ -116,8 +116,15 @@ def engine_probes() -> Obj:
     }
 
 
-def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, index: int) -> Obj:
-    """One SGLang engine; engines are independent and replaced one by one."""
+def build_engine_pod(
+    job: AsyncRLJob,
+    owner: Owner,
+    config: OperatorConfig,
+    index: int,
+    role_spec: str | None = None,
+) -> Obj:
+    """One SGLang engine; engines are independent and replaced one by one. `role_spec` is
+    the job's `engine_spec_hash`, when the caller has it already."""
     inference = job.spec.inference
     name = naming.engine_pod(owner.name, index)
     container: Obj = {
@@ -150,8 +157,13 @@ def build_engine_pod(job: AsyncRLJob, owner: Owner, config: OperatorConfig, inde
             "spec": spec,
         }
     )
-    return with_role_spec(pod, engine_spec_hash(job))
+    return with_role_spec(pod, role_spec or engine_spec_hash(job))
 
 
 def build_engine_pods(job: AsyncRLJob, owner: Owner, config: OperatorConfig) -> list[Obj]:
-    return [build_engine_pod(job, owner, config, i) for i in range(job.spec.inference.replicas)]
+    """Every engine pod of the job, by index."""
+    role_spec = engine_spec_hash(job)
+    return [
+        build_engine_pod(job, owner, config, i, role_spec)
+        for i in range(job.spec.inference.replicas)
+    ]

@@ -16,7 +16,7 @@ from dressage_operator.children.pods import (
     proxy_token_env,
     template_meta,
 )
-from dressage_operator.children.restart import proxy_inputs, short_hash
+from dressage_operator.children.restart import proxy_spec_hash
 from dressage_operator.config import OperatorConfig
 
 
@@ -66,9 +66,7 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
     pod_meta = template_meta(
         {"labels": object_meta(job, owner, name, naming.ROLE_PROXY)["labels"]}, proxy.template
     )
-    pod_meta.setdefault("annotations", {})[naming.ANNOTATION_ROLE_SPEC] = short_hash(
-        proxy_inputs(job)
-    )
+    pod_meta.setdefault("annotations", {})[naming.ANNOTATION_ROLE_SPEC] = proxy_spec_hash(job)
     return finish(
         {
             "apiVersion": "apps/v1",

@@ -4,18 +4,21 @@ A pod carries the hash of its role's inputs (`naming.ANNOTATION_ROLE_SPEC`); a p
 differs from the job's is replaced: the trainer gang together, engines one by one, the proxy
 through its Deployment. Inputs are the fields that differ from their defaults, so a field added
 to the model later, with a default, restarts nothing at an upgrade.
+
+Each hash is computed from the job on every call (no cache): a builder computes its role's
+hash once for all the pods it builds, and `decide` once per cycle.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
 
 from dressage.api.job import AsyncRLJob
+from dressage.api.proxy_settings import proxy_settings
 
 
 def short_hash(content: object) -> str:
@@ -72,42 +75,22 @@ def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
 
 
 def proxy_inputs(job: AsyncRLJob) -> dict[str, Any]:
-    """What the proxy reads from `job.yaml` (`dressage.proxy.config.defaults_from_job`): a
-    change restarts the proxy through its Deployment, as the file is read at start."""
-    spec = job.spec
-    return {
-        "partialRollout": spec.partial_rollout,
-        "recordTokenVersions": spec.proxy.record_token_versions,
-        "maxPartialRolloutPreempts": spec.staleness.max_partial_rollout_preempts,
-        "maxConcurrency": spec.proxy.max_concurrency,
-        "model": [spec.model.tokenizer, spec.model.source],
-    }
-
-
-_MEMO: dict[tuple[str, int], tuple[AsyncRLJob, str]] = {}
-_MEMO_SIZE = 512
-
-
-def _memo(kind: str, job: AsyncRLJob, compute: Callable[[AsyncRLJob], str]) -> str:
-    """`compute(job)`, once per job object: a cycle asks for each hash once per pod it
-    builds, and dumping a spec without its defaults is not cheap. The entry holds the job, so
-    its id cannot be reused while it is cached."""
-    key = (kind, id(job))
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0] is job:
-        return hit[1]
-    if len(_MEMO) >= _MEMO_SIZE:
-        _MEMO.clear()
-    value = compute(job)
-    _MEMO[key] = (job, value)
-    return value
+    """What the proxy reads from `job.yaml`: `dressage.api.proxy_settings`, the very function
+    `dressage proxy --config` takes its defaults from. A change restarts the proxy through its
+    Deployment, as the file is read at start."""
+    return dict(proxy_settings(job))
 
 
 def trainer_spec_hash(job: AsyncRLJob) -> str:
     """A change restarts the trainer gang from its checkpoint (`trainer_inputs`)."""
-    return _memo("trainer", job, lambda j: short_hash(trainer_inputs(j)))
+    return short_hash(trainer_inputs(job))
 
 
 def engine_spec_hash(job: AsyncRLJob) -> str:
     """A change replaces the engines one by one (`engine_inputs`)."""
-    return _memo("engine", job, lambda j: short_hash(engine_inputs(j)))
+    return short_hash(engine_inputs(job))
+
+
+def proxy_spec_hash(job: AsyncRLJob) -> str:
+    """A change restarts the proxy (`proxy_inputs`)."""
+    return short_hash(proxy_inputs(job))

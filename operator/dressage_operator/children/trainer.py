@@ -124,6 +124,7 @@ def build_trainer_pods(
 ) -> list[Obj]:
     """The trainer gang: one pod per node, created together, restarted together."""
     trainer = job.spec.trainer
+    role_spec = trainer_spec_hash(job)
     pods = []
     for index in range(trainer.nodes):
         name = naming.trainer_pod(owner.name, index)
@@ -171,5 +172,5 @@ def build_trainer_pods(
                 "spec": spec,
             }
         )
-        pods.append(with_role_spec(pod, trainer_spec_hash(job)))
+        pods.append(with_role_spec(pod, role_spec))
     return pods
