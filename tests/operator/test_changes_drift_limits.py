@@ -12,9 +12,12 @@ import pytest
 import yaml
 from dressage_operator import children, drift, naming
 from dressage_operator.config import OperatorConfig
-from dressage_operator.decide import Applied, ChildResult, Observed, decide, settle, spec_errors
+from dressage_operator.decide import decide
 from dressage_operator.limits import DEFAULT_LIMITS, LIMITS, limit_errors, parse_limits
 from dressage_operator.observe import PodInfo, pod_info
+from dressage_operator.plan import Applied, ChildResult, Observed
+from dressage_operator.settle import settle
+from dressage_operator.validation import spec_errors
 
 from dressage.api import AsyncRLJob, validate_job
 from dressage.api.crd import render_crd

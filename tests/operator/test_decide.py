@@ -9,22 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 from dressage_operator.children import Owner
+from dressage_operator.conditions import timestamp
 from dressage_operator.config import OperatorConfig
-from dressage_operator.decide import (
-    BACKOFF_SECONDS,
-    Applied,
-    ChildResult,
-    Observed,
-    Plan,
-    decide,
-    invalid_spec_status,
-    settle,
-    spec_errors,
-    timestamp,
-)
+from dressage_operator.decide import decide, invalid_spec_status
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
+from dressage_operator.plan import Applied, ChildResult, Observed, Plan
+from dressage_operator.settle import BACKOFF_SECONDS, settle
 from dressage_operator.staleness import ScrapeResult, parse_staleness
+from dressage_operator.validation import spec_errors
 from prometheus_client import generate_latest
 
 from dressage import metrics as names

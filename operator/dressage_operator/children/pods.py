@@ -107,7 +107,7 @@ def job_volumes(job: AsyncRLJob, owner: Owner) -> tuple[list[Obj], list[Obj]]:
     container's mounts of them."""
     storage = job.spec.storage
     # Without a claim (allowed only for a one-node trainer with distributed weight sync, see
-    # `decide.cluster_errors`) every pod has storage of its own: the staged model, and on the
+    # `validation.cluster_errors`) every pod has storage of its own: the staged model, and on the
     # trainer the checkpoints, for as long as the pod lives.
     if storage.persistent_volume_claim:
         storage_volume: Obj = {
