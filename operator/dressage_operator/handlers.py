@@ -46,8 +46,9 @@ from dressage_operator.limits import limit_errors
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.plan import Applied, ChildResult, Observed, Plan
+from dressage_operator.scrape import scrape
 from dressage_operator.settle import backoff, settle
-from dressage_operator.staleness import ScrapeResult, scrape
+from dressage_operator.staleness import ScrapeResult
 from dressage_operator.validation import spec_errors
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
