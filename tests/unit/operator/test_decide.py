@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from dressage_operator.conditions import timestamp
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import decide, invalid_spec_status
-from dressage_operator.observe import pod_info
+from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.plan import Observed
 from dressage_operator.settle import settle
 from dressage_operator.staleness import ScrapeResult
@@ -26,6 +27,37 @@ from .support import (
     make_pod,
     running_pods,
 )
+
+TRAINERS_DONE = (make_pod("trainer", 0, "Succeeded"), make_pod("trainer", 1, "Succeeded"))
+FAILED_TRAINER = (make_pod("trainer", 0, "Failed"), *running_pods()[1:])
+LIFECYCLE = [
+    # (what is observed, the job's spec, phase after, pods created, pods deleted, proxy)
+    pytest.param((), {}, JobPhase.PENDING, 4, 0, "ensure", id="new job"),
+    pytest.param(running_pods(), {}, JobPhase.RUNNING, 0, 0, "ensure", id="gang ready"),
+    pytest.param(FAILED_TRAINER, {}, JobPhase.RESTARTING, 0, 0, "ensure", id="trainer failed"),
+    pytest.param(
+        (*TRAINERS_DONE, *running_pods()[2:]), {}, JobPhase.SUCCEEDED, 0, 2, "delete", id="done"
+    ),
+    pytest.param(
+        running_pods(), {"suspend": True}, JobPhase.SUSPENDED, 0, 4, "delete", id="suspended"
+    ),
+]
+
+
+@pytest.mark.parametrize(("pods", "spec", "phase", "created", "deleted", "proxy"), LIFECYCLE)
+def test_the_lifecycle_as_a_table(
+    pods: tuple[PodInfo, ...],
+    spec: dict[str, object],
+    phase: JobPhase,
+    created: int,
+    deleted: int,
+    proxy: str,
+) -> None:
+    """One row per transition: from what a cycle observes to the phase and the writes."""
+    plan = decide_for(make_job(**spec), pods=pods, proxy_present=True)
+    assert plan.status.phase is phase
+    assert (len(plan.create_pods), len(plan.delete_pods)) == (created, deleted)
+    assert (plan.ensure_proxy, plan.delete_proxy) == (proxy == "ensure", proxy == "delete")
 
 
 def test_new_job_creates_gang_and_engines_and_is_pending() -> None:
