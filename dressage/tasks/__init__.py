@@ -10,7 +10,7 @@ the model's tokenizer).
 """
 
 from dressage.tasks.base import Environment, Episode, Prompt, Step, Task, is_environment
-from dressage.tasks.registry import check_task, get_task, register_task, task_names
+from dressage.tasks.registry import check_task, get_task, task_names
 
 __all__ = [
     "Environment",
@@ -21,6 +21,5 @@ __all__ = [
     "check_task",
     "get_task",
     "is_environment",
-    "register_task",
     "task_names",
 ]
