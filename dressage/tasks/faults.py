@@ -92,14 +92,10 @@ class UserCodeFault:
         what = f"{self.field} {self.reference}"
         if self.call is not None:
             what += f": {self.call}"
-        if self.error_type is not None:
-            what += (
-                f" raised {self.error_type}: {self.message}"
-                if self.message
-                else (f" raised {self.error_type}")
-            )
-        else:
+        if self.error_type is None:
             what += f": {self.message}"
+        else:
+            what += f" raised {self.error_type}" + (f": {self.message}" if self.message else "")
         return what if self.frame is None else f"{what} (at {self.frame})"
 
     def to_dict(self) -> dict[str, Any]:
