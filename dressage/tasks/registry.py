@@ -14,6 +14,7 @@ from dressage.api.job import (
     HOUSEHOLD_TASK,
     TaskSpec,
 )
+from dressage.api.loader import ConfigurationError
 from dressage.tasks import arithmetic, dataset, environment, household
 from dressage.tasks.base import Environment, Task, TaskFactory
 from dressage.tasks.rewards import BUILTIN_REWARDS
@@ -37,7 +38,7 @@ def get_task(spec: TaskSpec) -> Task | Environment:
     try:
         factory = _REGISTRY[spec.name]
     except KeyError:
-        raise ValueError(
+        raise ConfigurationError(
             f"spec.task.name: unknown task {spec.name!r}; known tasks: {', '.join(task_names())}"
         ) from None
     return factory(spec)
