@@ -40,7 +40,11 @@ def create_app(
 ) -> App:
     """The proxy app. `clock` drives session expiry; `tokenizer` overrides `config.model`."""
     if tokenizer is None and config.model:
-        tokenizer = load_chat_tokenizer(config.model, tool_parser=config.tool_call_parser)
+        tokenizer = load_chat_tokenizer(
+            config.model,
+            reasoning_parser=config.reasoning_parser,
+            tool_call_parser=config.tool_call_parser,
+        )
     store = SessionStore(config.session_ttl_s)
     state = ProxyState(
         config=config,

@@ -189,6 +189,8 @@ def proxy_inputs(job: AsyncRLJob) -> dict[str, Any]:
         "maxPartialRolloutPreempts": spec.staleness.max_partial_rollout_preempts,
         "maxConcurrency": spec.proxy.max_concurrency,
         "model": [spec.model.tokenizer, spec.model.source],
+        "reasoningParser": spec.rollout.reasoning_parser,
+        "toolCallParser": spec.rollout.tool_call_parser,
     }
 
 
