@@ -22,7 +22,8 @@ agent under training should see what its policy wrote.
 
 Each call is `{id, type: "function", function: {name, arguments}}`, `arguments` a JSON
 string. Its id is the one the model wrote when the format has one (Kimi-K2's
-`functions.NAME:N`, which its template writes back), else a new `call_...` id.
+`functions.NAME:N`, which its template writes back), else a new one in the form the family's
+template accepts (Mistral's 9 letters and digits), else a new `call_...` id.
 """
 
 from __future__ import annotations
@@ -90,6 +91,11 @@ class ToolFormat:
         """Every marker of the syntax: the reply is decoded with these kept even when the
         tokenizer calls them special tokens."""
         return (*self.openers, *self.wrappers, *self.extra_markers)
+
+    def new_call_id(self) -> str | None:
+        """An id for a call the model wrote without one, in the form the family's template
+        requires (None: any, a `call_...` id)."""
+        return None
 
     def find_opener(self, text: str, *, at_start: bool) -> tuple[int, str]:
         """(index, marker) of the first opener or wrapper in `text`, (-1, "") if none;
@@ -204,7 +210,7 @@ class ToolCallStream:
 
     def _openai_call(self, call: Call) -> dict[str, Any]:
         return {
-            "id": call.id or self.make_id(),
+            "id": call.id or self.fmt.new_call_id() or self.make_id(),
             "type": "function",
             "function": {"name": call.name, "arguments": call.arguments},
         }

@@ -11,13 +11,16 @@ Each is taken from SGLang 0.5.23's detector of the family (`srt/function_call/`)
   JSON).
 - `MistralFormat` (`mistral_detector.py`; `mistral`): `[TOOL_CALLS] [{"name": ...,
   "arguments": {...}}, ...]` (v0.3 tokenizers), or `[TOOL_CALLS]name[ARGS]{...}` per call
-  (v11+ tokenizers, which may also write `[CALL_ID]id` before `[ARGS]`).
+  (v11+ tokenizers, which may also write `[CALL_ID]id` before `[ARGS]`). A call gets a
+  9-character id, the only kind Mistral's templates render back.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
+import string
 
 from dressage.proxy.tool_calls import Block, Call, Schemas, ToolFormat, json_call, json_extent
 
@@ -88,6 +91,11 @@ class MistralFormat(ToolFormat):
     name = "mistral"
     openers = ("[TOOL_CALLS]",)
     extra_markers = ("[ARGS]", "[CALL_ID]")
+
+    def new_call_id(self) -> str:
+        """Mistral's templates refuse any other tool call id than 9 letters and digits."""
+        return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+
     _COMPACT = re.compile(r"([A-Za-z0-9_.\-]+)(?:\[CALL_ID\]([A-Za-z0-9]+))?\[ARGS\]")
 
     def read_block(self, text: str, schemas: Schemas, *, final: bool) -> Block | None:
