@@ -420,12 +420,26 @@ def plan_chat_turn(
     if key != state.tools_key:
         return turn(tok.encode(full), "tools_changed")
     k = len(state.messages)
-    if len(messages) <= k or messages[:k] != state.messages:
+    if len(messages) <= k or not _same_history(messages[:k], state.messages):
         return turn(tok.encode(full), "history_rewrite")
     if not full.startswith(state.rendered):
         return turn(tok.encode(full), "template_not_append_only")
     new_text = state.bridge + full[len(state.rendered) :]
     return turn(segment_tokens + tok.encode(new_text), None)
+
+
+def _same_history(sent: list[dict[str, Any]], kept: list[dict[str, Any]]) -> bool:
+    """Whether the agent's earlier messages are the conversation so far. An assistant message
+    sent back without its `reasoning_content` still is (most clients drop the field): the
+    template's rendering then decides whether the segment continues."""
+    return all(
+        a == b or ("reasoning_content" not in a and a == _without_reasoning(b))
+        for a, b in zip(sent, kept, strict=True)
+    )
+
+
+def _without_reasoning(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k != "reasoning_content"}
 
 
 def after_reply(

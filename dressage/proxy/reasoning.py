@@ -11,17 +11,17 @@ The split follows SGLang's `BaseReasoningFormatDetector`:
 - the reply is reasoning from its start when the prompt left it inside a reasoning block, or
   when the parser always assumes so (`always_forced`: DeepSeek-R1 and Qwen3-thinking models
   think without writing the opening marker); otherwise only when the reply begins with the
-  opening marker (repeated opening markers are skipped);
+  opening marker, after whitespace if any (repeated opening markers are skipped);
 - reasoning ends at the closing marker (dropped) or at the format's tool-call opening (kept:
   Qwen3 and GLM-4.5 sometimes call a tool without closing their thinking), whichever comes
   first;
 - a reply cut before reasoning ended (the token budget ran out) is all reasoning.
 
-One difference from SGLang: an opening marker that is not at the start of an unforced reply
-is text (SGLang's one-shot parse treats the whole reply as reasoning then, and its streaming
-parse does not). `ReasoningSplitter` takes the reply in pieces of any size and gives the same
-split as the whole text at once: pieces that may be the start of a marker are held back until
-the next piece tells.
+One difference from SGLang: an opening marker that does not begin an unforced reply is text
+(SGLang's one-shot parse treats the whole reply as reasoning then, and its streaming parse does
+not). `ReasoningSplitter` takes the reply in pieces of any size and gives the same split as the
+whole text at once: pieces that may be the start of a marker are held back until the next piece
+tells.
 
 Whether the prompt left the reply inside reasoning is read from the rendered prompt itself
 (`opens_reasoning`): a template that opens the block in its generation prompt (Qwen3-thinking,
@@ -157,11 +157,14 @@ class ReasoningSplitter:
         while True:
             buf = self._buffer
             if self._state in (_State.START, _State.OPEN):
-                if buf.startswith(fmt.start):
-                    self._buffer = buf[len(fmt.start) :]
+                # A reply may open with whitespace before the marker (GLM-4.5 writes
+                # `\n<think>`); once reasoning is open, only markers are skipped.
+                head = buf.lstrip() if self._state is _State.START else buf
+                if head.startswith(fmt.start):
+                    self._buffer = head[len(fmt.start) :]
                     self._state = _State.OPEN
                     continue
-                if not final and fmt.start.startswith(buf):
+                if not final and fmt.start.startswith(head):
                     break  # may still become the opening marker
                 self._state = _State.REASONING if self._state is _State.OPEN else _State.ANSWER
                 continue
