@@ -15,6 +15,27 @@ the model did not generate itself (for the tiny model, the newline after `<|end|
 A history rewrite (earlier messages changed), a different tool schema, or a template that is
 not append-only re-renders the whole conversation as the prompt of a new segment.
 
+Reasoning across turns. A reply's reasoning is answered as `reasoning_content`
+(`dressage.proxy.reply`) and kept with the reply the agent is expected to echo. Templates treat
+past reasoning differently: Qwen3's renders an assistant turn's reasoning only for turns after
+the last user message (the current tool loop) and drops it from earlier ones; DeepSeek-R1's
+drops it always; Kimi-K2's and GLM-4.5's render what the message carries. The proxy never
+rewrites tokens already generated, so:
+
+- in a tool loop, an agent that sends the reply back with its `reasoning_content` gets the
+  template's rendering of the new messages appended to the model's own tokens (one segment);
+- when the template renders the earlier turns differently from then on (a new user message
+  after a Qwen3 reasoning turn, or a reply echoed without the reasoning the template would
+  have shown), the messages still match but `F` no longer starts with `R`: the turn opens a
+  new segment (`template_not_append_only`) whose prompt is the template's rendering, exactly
+  what the engine is given. Each segment stays a prefix-consistent record of its engine's
+  input and output; the trajectory's segments share its id.
+
+An echoed assistant message without `reasoning_content` matches the reply it came from (most
+clients drop the field); the rendering decides, as above. A template that never shows past
+reasoning (DeepSeek-R1's) continues the segment: what follows the reply is the rendering of
+the new messages only, after the model's own tokens, reasoning included.
+
 Only `tokenizers` and `jinja2` are used: no torch, no transformers.
 """
 

@@ -220,15 +220,6 @@ async def test_each_family_gets_reasoning_and_parallel_calls_streamed_or_not(
         assert record["tokens"][: len(record["prompt_tokens"])] == record["prompt_tokens"]
 
 
-def test_every_familys_template_implies_its_parsers(tmp_path: Path) -> None:
-    for family in FAMILIES:
-        tok = ChatTokenizer(build_family(family, tmp_path / family.name))
-        assert (tok.reply_format.reasoning, tok.reply_format.tools) == (
-            family.reasoning,
-            family.tools,
-        ), family.name
-
-
 async def test_tool_choice_none_auto_required_and_named(tmp_path: Path) -> None:
     messages: Any = [{"role": "user", "content": "Weather?"}]
     async with serve(QWEN3, tmp_path) as served:
