@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from dressage.api import JobValidationError, validate_job
+from dressage.api.proxy_settings import proxy_settings
 from dressage.proxy.chat import load_chat_tokenizer
-from dressage.proxy.config import ProxyConfig, defaults_from_job
+from dressage.proxy.config import ProxyConfig
 from dressage.proxy.reply import ReplyFormat
 
 
@@ -23,7 +24,7 @@ def _job(**rollout: object) -> dict[str, object]:
 
 def test_the_jobs_parsers_become_the_proxys() -> None:
     job = validate_job(_job(reasoningParser="qwen3", toolCallParser="qwen3_coder"))
-    config = ProxyConfig(engine_urls=["http://e:1"], **defaults_from_job(job))
+    config = ProxyConfig(engine_urls=["http://e:1"], **proxy_settings(job))
     assert (config.reasoning_parser, config.tool_call_parser) == ("qwen3", "qwen3_coder")
     tok = load_chat_tokenizer(
         "builtin:tiny",
