@@ -94,7 +94,9 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
         forced_reasoning=fmt.starts_in_reasoning(turn.rendered),
         separate_reasoning=separate_reasoning,
     )
-    pieces = _cut(tok.reply_pieces(gen.output_ids), gen.finish_reason, params.get("stop"))
+    # Streamed, the reply is read token by token; whole, at once (the same message).
+    text = tok.reply_pieces(gen.output_ids) if stream else [tok.decode_reply(gen.output_ids)]
+    pieces = _cut(text, gen.finish_reason, params.get("stop"))
     deltas = [reader.feed(piece) for piece in pieces]
     deltas.append(reader.finish())
     parsed = assemble(deltas)
