@@ -94,9 +94,6 @@ class ReplyDelta:
     calls: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     """Complete tool calls, each with its index in the reply."""
 
-    def __bool__(self) -> bool:
-        return bool(self.reasoning or self.content or self.calls)
-
 
 class ReplyStream:
     """Reads a reply fed in pieces into reasoning, content and tool calls.
