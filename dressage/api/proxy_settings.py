@@ -21,12 +21,15 @@ class ProxyJobSettings(TypedDict):
     max_partial_rollout_preempts: int | None
     max_concurrency: int
     model: str
+    reasoning_parser: str
+    tool_call_parser: str
 
 
 def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
     """The proxy's settings from a job: partial rollout (the rollout mode or the proxy's own
-    flag), token-version recording, the partial-rollout span limit, admission and the model
-    whose tokenizer serves chat completions (`model.tokenizer`, else `model.source`)."""
+    flag), token-version recording, the partial-rollout span limit, admission, the model
+    whose tokenizer serves chat completions (`model.tokenizer`, else `model.source`) and how
+    its replies are read (`rollout.reasoningParser`, `rollout.toolCallParser`)."""
     spec = job.spec
     return {
         "partial_rollout": spec.partial_rollout,
@@ -34,4 +37,6 @@ def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
         "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
         "max_concurrency": spec.proxy.max_concurrency,
         "model": spec.model.tokenizer or spec.model.source,
+        "reasoning_parser": spec.rollout.reasoning_parser,
+        "tool_call_parser": spec.rollout.tool_call_parser,
     }

@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 
 from dressage.api.base import ApiModel
 from dressage.api.bounds import MAX_ROLLOUT_SIZE
+from dressage.api.chat_formats import ReasoningParserName, ToolCallParserName
 from dressage.api.k8s import SecretKeySelector
 
 
@@ -294,6 +295,15 @@ class RolloutSpec(ApiModel):
     SGLang does only in deterministic-inference mode, which the operator then turns on
     (`--enable-deterministic-inference`: batch-invariant kernels, slower; SGLang 0.5.3 or
     later, see `inference.sglangVersion`)."""
+    reasoning_parser: ReasoningParserName = "auto"
+    """How the proxy tells a reply's reasoning from its answer (OpenAI `reasoning_content`):
+    SGLang's `--reasoning-parser` name of the model family (`qwen3`, `deepseek-r1`, `glm45`,
+    `gpt-oss`, ...), `none`, or `auto` to pick it from the chat template."""
+    tool_call_parser: ToolCallParserName = "auto"
+    """How the proxy reads a reply's tool calls (OpenAI `tool_calls`): SGLang's
+    `--tool-call-parser` name (`qwen`, `qwen3_coder`, `llama3`, `mistral`, `deepseekv3`,
+    `glm45`, `kimi_k2`, `gpt-oss`, ...), `none`, or `auto` to pick it from the chat
+    template."""
     separate_process: bool = False
     """Run rollout orchestration (the collector, the agents, the proxy client, the reward) in
     a process of its own next to trainer rank 0, instead of on the trainer's interpreter: the

@@ -9,9 +9,10 @@ same fields.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dressage.api.chat_formats import ReasoningParserName, ToolCallParserName
 
 
 class ProxyConfig(BaseModel):
@@ -52,10 +53,15 @@ class ProxyConfig(BaseModel):
     model: str | None = None
     """Model path or `builtin:tiny`: its `tokenizer.json` and chat template serve
     `/v1/chat/completions`. Without it only the token-level `/generate` is available."""
-    tool_call_parser: Literal["auto", "hermes", "qwen", "none"] = "auto"
-    """How the model's tool calls are read from its output for OpenAI `tool_calls`: `hermes`
-    and `qwen` read `<tool_call>{json}</tool_call>`, `none` leaves them as text, `auto` picks
-    from the chat template."""
+    reasoning_parser: ReasoningParserName = "auto"
+    """How the model's reasoning is told from its answer for OpenAI `reasoning_content`
+    (SGLang's `--reasoning-parser` names: `qwen3`, `deepseek-r1`, `glm45`, `gpt-oss`, ...;
+    `none` leaves it in the content, `auto` picks from the chat template)."""
+    tool_call_parser: ToolCallParserName = "auto"
+    """How the model's tool calls are read from its output for OpenAI `tool_calls` (SGLang's
+    `--tool-call-parser` names: `hermes`, `qwen`, `qwen3_coder`, `llama3`, `mistral`,
+    `deepseekv3`, `glm45`, `kimi_k2`, `gpt-oss`, ...; `none` leaves them as text, `auto`
+    picks from the chat template)."""
     model_name: str | None = None
     """Model id listed by `/v1/models`; defaults to `model`."""
     engine_timeout_s: float = Field(default=600.0, gt=0)
