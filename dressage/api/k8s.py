@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from dressage.api.base import ApiModel
+from dressage.api.images import IMAGE_REFERENCE_PATTERN, image_reference_problem
 from dressage.api.reserved import OPERATOR_ENV
 
 ENV_VAR_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
@@ -82,8 +83,21 @@ def _volume(volume: dict[str, Any]) -> dict[str, Any]:
 
 
 Volume = Annotated[dict[str, Any], AfterValidator(_volume)]
-ImageRef = Annotated[str, Field(pattern=r"^\S+$")]
-"""A container image reference: no whitespace anywhere."""
+
+
+def _image(reference: str) -> str:
+    problem = image_reference_problem(reference)
+    if problem is not None:
+        raise PydanticCustomError("image_reference", "{problem}", {"problem": problem})
+    return reference
+
+
+ImageRef = Annotated[
+    str,
+    AfterValidator(_image),
+    WithJsonSchema({"type": "string", "pattern": IMAGE_REFERENCE_PATTERN}),
+]
+"""A container image reference the kubelet can pull (`dressage.api.images`)."""
 
 
 class ObjectMeta(ApiModel):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
+from pydantic_core import PydanticCustomError
 
 from dressage.api.base import ApiModel
 from dressage.api.bounds import MAX_ROLLOUT_SIZE
@@ -164,14 +166,41 @@ class DatasetSpec(ApiModel):
         return self
 
 
+ARITHMETIC_TASK = "arithmetic"
+HOUSEHOLD_TASK = "household"
 DATASET_TASK = "dataset"
 ENVIRONMENT_TASK = "environment"
+TASK_NAMES = (ARITHMETIC_TASK, HOUSEHOLD_TASK, DATASET_TASK, ENVIRONMENT_TASK)
+"""Every `task.name` a job may give: the task registry (`dressage.tasks.registry`) holds
+exactly these, so a name outside them is refused when the manifest is read (and by the CRD at
+`kubectl apply`) instead of by the trainer once its pods run. A task of one's own is the
+`dataset` task with a reward function, or the `environment` task with an environment class."""
+
+
+def _task_name(name: str) -> str:
+    if name not in TASK_NAMES:
+        close = difflib.get_close_matches(name, TASK_NAMES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise PydanticCustomError(
+            "task_name",
+            "unknown task {name}: {hint}known tasks are {known} (your own code runs as "
+            "'dataset' with task.reward, or as 'environment' with task.environment)",
+            {"name": repr(name), "hint": hint, "known": ", ".join(TASK_NAMES)},
+        )
+    return name
+
+
+TaskName = Annotated[
+    str,
+    AfterValidator(_task_name),
+    WithJsonSchema({"type": "string", "enum": list(TASK_NAMES)}),
+]
 
 
 class TaskSpec(ApiModel):
     """The environment and the verifiable reward."""
 
-    name: str = Field(default="arithmetic", min_length=1)
+    name: TaskName = ARITHMETIC_TASK
     """Task name from the task registry (`arithmetic`, single-turn; `household`, a multi-turn
     environment with tools; `dataset`, prompts from `dataset` scored by `reward`;
     `environment`, the user environment class named by `environment`)."""

@@ -11,7 +11,7 @@ distinct error), `preflight` (the checks of a job's task before anything starts)
 """
 
 from dressage.tasks.base import Environment, Episode, Prompt, Step, Task, is_environment
-from dressage.tasks.registry import check_task, get_task, register_task, task_names
+from dressage.tasks.registry import check_task, get_task, task_names
 
 __all__ = [
     "Environment",
@@ -22,6 +22,5 @@ __all__ = [
     "check_task",
     "get_task",
     "is_environment",
-    "register_task",
     "task_names",
 ]

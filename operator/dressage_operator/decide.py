@@ -20,8 +20,9 @@ A cycle has two pure steps around the handler's writes: `decide` turns what was 
 `Plan` (children to create or delete and a provisional status), the handler applies the plan
 and reports one `ChildResult` per write (the messages are in `plan`), and `settle` turns plan
 and results into the status written once, the Events to post and the delay until the next
-cycle. A spec that fails validation (`validation`, `limits`) gets a Failed status naming each
-field and no writes.
+cycle. A spec that fails validation (`validation`, `limits`, `preflight`) gets a Failed status
+naming each field and no writes; a job failed because the API server refused a child
+(`settle`, reason `ChildRefused`) starts over when its spec changes.
 
 Counters are recorded before the pods they count go: a gang restart is counted in one cycle
 (status written, no pod deleted) and the old gang is deleted in the next, which sees the new
@@ -40,7 +41,7 @@ from dressage_operator.children import Obj, Owner
 from dressage_operator.conditions import Conditions, parse_timestamp, timestamp
 from dressage_operator.config import OperatorConfig
 from dressage_operator.observe import PodInfo
-from dressage_operator.plan import Event, Observed, Plan
+from dressage_operator.plan import REASON_CHILD_REFUSED, Event, Observed, Plan
 
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_LIMIT_EXCEEDED = "LimitExceeded"
@@ -164,7 +165,15 @@ class _Decider:
         self.apply_scrape()
         failed = self.conds.get(ConditionType.FAILED)
         refused = (REASON_INVALID_SPEC, REASON_LIMIT_EXCEEDED)
-        if self.st.phase is JobPhase.FAILED and failed and failed.reason in refused:
+        # A child the API server refused fails its spec generation only (`settle`).
+        fixed = failed is not None and (
+            failed.reason in refused
+            or (
+                failed.reason == REASON_CHILD_REFUSED
+                and failed.observed_generation != self.obs.generation
+            )
+        )
+        if self.st.phase is JobPhase.FAILED and fixed:
             # The spec was fixed: start over.
             self.conds.set(ConditionType.FAILED, False, "SpecCorrected", "")
             self.st.completion_time = None

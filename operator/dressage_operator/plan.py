@@ -3,6 +3,13 @@
 `Observed` is what the handler read; `decide` turns it into a `Plan`; the handler applies the
 plan and reports one `ChildResult` per write; `settle` turns plan and results into the
 `Outcome` the handler writes and posts.
+
+A refusal is permanent or temporary by what the API server answered (`permanent_refusal`):
+400 (the object cannot be decoded), 422 (invalid) and 403 (forbidden by an admission check:
+Pod Security, a policy webhook, a missing PriorityClass) say the object cannot be created as
+it is, so the same write is not retried for the same spec; a 403 for a full ResourceQuota
+(`exceeded quota`), a 409, a 5xx, a 429 and an answer that never came (a timeout, a lost
+connection) can heal by themselves and are retried with backoff.
 """
 
 from __future__ import annotations
@@ -15,6 +22,20 @@ from dressage.api.status import AsyncRLJobStatus
 from dressage_operator.children import Obj
 from dressage_operator.observe import PodInfo
 from dressage_operator.staleness import ScrapeResult
+
+REASON_CHILD_REFUSED = "ChildRefused"
+"""The `Failed` reason of a job whose child the API server refused permanently before the job
+ran: it stays Failed until its spec changes."""
+PERMANENT_CODES = frozenset({400, 403, 422})
+
+
+def permanent_refusal(code: int | None, message: str) -> bool:
+    """Whether an API server's refusal of a write stands until the object changes (see the
+    module docstring); a ResourceQuota's 403 (`plugin/pkg/admission/resourcequota`: `exceeded
+    quota: ...`) waits for capacity instead."""
+    if code == 403 and "exceeded quota" in message.lower():
+        return False
+    return code in PERMANENT_CODES
 
 
 @dataclass(frozen=True)
@@ -39,7 +60,10 @@ class Observed:
     infrastructure_checked: tuple[int, datetime | None] = (-1, None)
     """(generation, time) of the last ConfigMap/Service check that every write passed."""
     refused_cycles: int = 0
-    """Consecutive previous cycles in which the API server refused a child (the backoff)."""
+    """Consecutive previous cycles in which a write failed temporarily (the backoff)."""
+    blocked: tuple[ChildResult, ...] = ()
+    """Permanent refusals of this spec generation, earlier in this operator's life: the
+    handler does not repeat those writes and reports these results again instead."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +108,8 @@ class Applied(StrEnum):
     same name, whose children the garbage collector has yet to delete): left alone, and shown
     like a refusal until it is gone."""
     REFUSED = "refused"
-    """The API server answered with an error (422 Invalid, 403 Forbidden, ...)."""
+    """The API server answered with an error (422 Invalid, 403 Forbidden, 503, ...), or no
+    answer came (a timeout: no `code`); `ChildResult.permanent` tells which."""
     CORRECTED = "corrected"
     """The child was written from the job's current spec but had drifted (edited or scaled by
     hand): set back; `ChildResult.message` names the fields."""
@@ -106,10 +131,17 @@ class ChildResult:
     field: str = ""
     """The first field the API server names (`details.causes[].field`), if any."""
 
+    @property
+    def permanent(self) -> bool:
+        """A refusal that stands until the object changes (`permanent_refusal`)."""
+        return self.applied is Applied.REFUSED and permanent_refusal(self.code, self.message)
+
     def describe(self) -> str:
         if self.applied is Applied.NOT_OWNED:
             return f"{self.kind} {self.name} exists and is not this job's: {self.message}"
-        text = f"{self.kind} {self.name}: {self.verb} refused (HTTP {self.code}): {self.message}"
+        how = "refused" if self.permanent else "failed"
+        answer = f" (HTTP {self.code})" if self.code is not None else ""
+        text = f"{self.kind} {self.name}: {self.verb} {how}{answer}: {self.message}"
         if self.field and self.field not in self.message:
             text += f" (field {self.field})"
         return text
@@ -127,3 +159,5 @@ class Outcome:
     """`ok`, `retry` (a conflict), `refused` or `invalid`: the reconcile counter's label."""
     infrastructure_checked: tuple[int, datetime | None]
     refused_cycles: int
+    blocked: tuple[ChildResult, ...] = ()
+    """This cycle's permanent refusals: not to be repeated for this spec generation."""

@@ -224,7 +224,10 @@ def test_a_job_over_the_limit_is_refused_naming_the_field_and_starts_once_under_
     # Brought under the limit, the job starts over.
     c.patch(c.job_path("toomany"), {"spec": {"inference": {"replicas": 2}}})
     wait_until(lambda: len(pods_of(c, "toomany")) == 4, what="pods once under the limit")
-    assert _condition(c, "toomany", "SpecValid")["status"] == "True"
+    # The pods are created before the cycle writes its status.
+    wait_until(
+        lambda: _condition(c, "toomany", "SpecValid").get("status") == "True", what="SpecValid"
+    )
 
 
 def test_a_small_job_gets_its_children_while_a_large_one_is_being_created(

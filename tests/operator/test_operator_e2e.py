@@ -478,7 +478,12 @@ def test_in_a_restricted_namespace_the_pods_are_admitted_and_a_relaxed_role_is_r
         assert cond["reason"] == "PodRefused"
         assert "relaxed-engine-0" in cond["message"]
         assert 'violates PodSecurity "restricted:latest"' in cond["message"]
-        assert sorted(pods_of(c, "relaxed")) == ["relaxed-trainer-0", "relaxed-trainer-1"]
+        # A permanent refusal before the job ran: Failed, and the trainers created beside the
+        # refused engine are deleted (nothing waits for an engine that cannot come).
+        wait_until(lambda: status_of(c, "relaxed").get("phase") == "Failed", what="Failed")
+        failed = {x["type"]: x for x in status_of(c, "relaxed")["conditions"]}["Failed"]
+        assert failed["reason"] == "ChildRefused"
+        wait_until(lambda: not pods_of(c, "relaxed"), what="the trainers deleted")
     finally:
         c.label_namespace({ENFORCE_LABEL: None})
 

@@ -18,8 +18,6 @@ from dressage_operator.testing.emulator import (
 )
 from dressage_operator.testing.refusals import (
     ENFORCE_LABEL,
-    ENV_VAR_NAME,
-    ENV_VAR_NAME_MESSAGE,
     QUANTITY_MESSAGE,
     RESTRICTED_VOLUME_TYPES,
     BadRequest,
@@ -31,8 +29,6 @@ from dressage_operator.testing.refusals import (
 
 __all__ = [
     "ENFORCE_LABEL",
-    "ENV_VAR_NAME",
-    "ENV_VAR_NAME_MESSAGE",
     "QUANTITY_MESSAGE",
     "RESOURCES",
     "RESTRICTED_VOLUME_TYPES",

@@ -10,9 +10,12 @@ What it still does not do (schema validation beyond the rules below, garbage col
 label selectors, `/status` separation) is tested elsewhere with real schemas, or stated in the
 tests.
 
-Like a real API server, it refuses invalid Pods and Deployments (their pod template) on create
-and on patch, and in a namespace labelled `pod-security.kubernetes.io/enforce` the Pods that
-break its Pod Security level: the rules are `dressage_operator.testing.refusals`.
+Like a real API server, it refuses invalid objects (the metadata of any, the pod spec of Pods
+and Deployments) on create and on patch, with the API server's rules for the fields a job
+sets (`dressage_operator.apirules`), and in a namespace labelled
+`pod-security.kubernetes.io/enforce` the Pods that break its Pod Security level: the rules are
+listed in `dressage_operator.testing.refusals`. It counts the writes it refuses
+(`EmulatedCluster.refusals`), so a test sees whether the operator repeats one.
 
 A 422 answer is a `Status` as the API server writes it: `reason: Invalid`, the message
 `<Kind> "<name>" is invalid: <field>: <detail>[, ...]` and one `details.causes[]` entry
@@ -28,6 +31,7 @@ import logging
 import os
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -117,6 +121,8 @@ class DressageKube(kmock.KubernetesEmulator):
     _inflight: set[int] = attrs.field(factory=set, init=False)
     namespace_labels: dict[str, dict[str, str]] = attrs.field(factory=dict, init=False)
     """Labels of each namespace (the Pod Security admission reads the enforce level)."""
+    refused: Counter[str] = attrs.field(factory=Counter, init=False)
+    """Writes refused (400, 422, 403), by `Kind/name`: a test sees whether one is retried."""
 
     async def _handle(self, request: rendering.Request) -> Any:
         # kmock records every request for assertions and matches each new one by scanning that
@@ -186,9 +192,17 @@ class DressageKube(kmock.KubernetesEmulator):
                 details={"name": name, "kind": "pods"},
             )
 
+    def _count_refusal(self, request: rendering.Request, data: Mapping[str, Any]) -> None:
+        kind = str(data.get("kind") or getattr(request.resource, "kind", "") or "")
+        self.refused[f"{kind}/{(data.get('metadata') or {}).get('name') or request.name}"] += 1
+
     def _on_create(self, request: rendering.Request) -> None:
-        _refuse(request.data, request.resource)
-        self._admit(request)
+        try:
+            _refuse(request.data, request.resource)
+            self._admit(request)
+        except kmock.KubernetesError:
+            self._count_refusal(request, request.data)
+            raise
         meta = request.data.setdefault("metadata", {})
         if request.namespace and not meta.get("namespace"):
             meta["namespace"] = request.namespace
@@ -215,7 +229,11 @@ class DressageKube(kmock.KubernetesEmulator):
         current = copy.deepcopy(self.objects[key].raw)
         if request.subresource != "status" and "spec" in request.data:
             patched = dicts.merge_patch_dict(copy.deepcopy(current), request.data)
-            _refuse(patched, request.resource)
+            try:
+                _refuse(patched, request.resource)
+            except kmock.KubernetesError:
+                self._count_refusal(request, patched)
+                raise
             if patched.get("spec") != current.get("spec"):
                 meta["generation"] = int(current.get("metadata", {}).get("generation", 1)) + 1
 
@@ -321,6 +339,11 @@ class EmulatedCluster:
                 current.pop(key, None)
             else:
                 current[key] = value
+
+    def refusals(self, kind: str, name: str) -> int:
+        """How many writes of one object the emulated API server refused."""
+        assert self.emulator is not None
+        return self.emulator.refused[f"{kind}/{name}"]
 
     # --- user-side verbs over HTTP ---------------------------------------------------------
     def path(self, api_version: str, plural: str, name: str = "") -> str:

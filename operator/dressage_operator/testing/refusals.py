@@ -1,20 +1,18 @@
-"""What the emulated API server refuses: a subset of the real validation rules (pure).
+"""What the emulated API server refuses: the API server's validation rules and the Pod
+Security admission, as pure functions of an object.
 
-Like a real API server, it refuses invalid Pods and Deployments (their pod template) on create
-and on patch, for this subset of the API server's validation (`refusals`):
-
-- env var names: `[-._a-zA-Z][-._a-zA-Z0-9]*` (Kubernetes `IsEnvVarName`) -> 422 `Invalid`,
-  field `spec.containers[i].env[j].name`;
-- resource quantities in `resources.requests`/`limits`: a value outside the Kubernetes quantity
-  grammar (`1`, `1.5`, `100m`, `64Gi`, `1e3`, ...) -> 400 `BadRequest`, as the real server's
-  decoder answers (its message names the rule, not the field); a negative one -> 422,
-  field `...resources.requests[cpu]`; a request above its limit -> 422;
-- duplicate volume names -> 422, field `spec.volumes[i].name`; a mount of an undeclared
-  volume -> 422, field `spec.containers[i].volumeMounts[j].name`;
-- duplicate mount paths in one container -> 422, field `...volumeMounts[j].mountPath`;
-- a container image with leading or trailing whitespace, or none -> 422, field
-  `spec.containers[i].image` (the real server accepts inner spaces; the kubelet then fails
-  the pod with `InvalidImageName`, which is not emulated).
+Like a real API server, it refuses invalid Pods and Deployments (their pod template, and the
+metadata of any object) on create and on patch, with the rules of `dressage_operator.apirules`
+(the subset of `pkg/apis/core/validation/validation.go` and apimachinery's checks that a job's
+fields reach; that module lists them): among them env var names, label keys and values,
+annotation keys, resource names and quantities (a request above its limit, a fractional or
+unequal GPU request), volume names, types and claims, mounts (a missing or duplicate mount
+path, an undeclared volume, an absolute `subPath`), tolerations, node and pod affinity, a
+`priorityClassName` that is not a DNS-1123 subdomain, an image that is missing or padded with
+whitespace. Each problem is a `Cause` naming its field; a quantity outside the Kubernetes
+grammar is a 400 `BadRequest` (the decoder's answer; its message names the rule, not the
+field). The real server accepts an image with upper-case letters; the kubelet then fails the
+pod with `InvalidImageName`, which is not emulated.
 
 In a namespace labelled `pod-security.kubernetes.io/enforce: restricted`
 (`EmulatedCluster.label_namespace`: kmock cannot serve Namespace objects, so the emulation keeps
@@ -28,124 +26,35 @@ real admission only warns for them; their pods are the ones refused).
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
-from dressage_operator.quantity import parse_quantity
+from dressage_operator.apirules import QUANTITY_MESSAGE, Cause, object_causes, pod_spec_causes
 
 Obj = dict[str, Any]
 
-
-ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-ENV_VAR_NAME_MESSAGE = (
-    "a valid environment variable name must consist of alphabetic characters, digits, '_', "
-    "'-', or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or "
-    "'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')"
-)
-QUANTITY_MESSAGE = (
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-)
-
-
-@dataclass(frozen=True)
-class Cause:
-    """One problem the emulated API server finds in an object, as in `details.causes[]`."""
-
-    field: str
-    reason: str
-    """`FieldValueInvalid`, `FieldValueDuplicate`, `FieldValueNotFound`, `FieldValueRequired`."""
-    message: str
+__all__ = ["QUANTITY_MESSAGE", "BadRequest", "Cause", "pod_spec_refusals", "refusals"]
 
 
 class BadRequest(Exception):
     """The object cannot be decoded (a quantity outside the grammar): a 400, no field."""
 
 
-def _invalid(field: str, value: object, detail: str) -> Cause:
-    return Cause(field, "FieldValueInvalid", f"Invalid value: {_quote(value)}: {detail}")
-
-
 def _quote(value: object) -> str:
     return '"' + str(value).replace('"', '\\"') + '"'
 
 
-def _container_refusals(path: str, container: Obj, volumes: set[str]) -> list[Cause]:
-    causes: list[Cause] = []
-    image = container.get("image")
-    if not image:
-        causes.append(Cause(f"{path}.image", "FieldValueRequired", "Required value"))
-    elif str(image).strip() != image:
-        causes.append(
-            _invalid(f"{path}.image", image, "must not have leading or trailing whitespace")
-        )
-    for j, env in enumerate(container.get("env") or ()):
-        name = str(env.get("name", ""))
-        if not ENV_VAR_NAME.match(name):
-            causes.append(_invalid(f"{path}.env[{j}].name", name, ENV_VAR_NAME_MESSAGE))
-    resources = container.get("resources") or {}
-    values: dict[str, dict[str, Decimal]] = {}
-    for kind in ("requests", "limits"):
-        for resource, raw in (resources.get(kind) or {}).items():
-            value = parse_quantity(str(raw))
-            if value is None:
-                raise BadRequest(QUANTITY_MESSAGE)
-            field = f"{path}.resources.{kind}[{resource}]"
-            if value < 0:
-                causes.append(_invalid(field, raw, "must be greater than or equal to 0"))
-            values.setdefault(kind, {})[resource] = value
-    for resource, request in values.get("requests", {}).items():
-        limit = values.get("limits", {}).get(resource)
-        if limit is not None and request > limit:
-            raw = resources["requests"][resource]
-            causes.append(
-                _invalid(
-                    f"{path}.resources.requests",
-                    raw,
-                    f"must be less than or equal to {resource} limit of "
-                    f"{resources['limits'][resource]}",
-                )
-            )
-    paths: set[str] = set()
-    for j, mount in enumerate(container.get("volumeMounts") or ()):
-        name, mount_path = mount.get("name"), mount.get("mountPath")
-        if name not in volumes:
-            causes.append(
-                Cause(
-                    f"{path}.volumeMounts[{j}].name",
-                    "FieldValueNotFound",
-                    f"Not found: {_quote(name)}",
-                )
-            )
-        if mount_path in paths:
-            causes.append(
-                _invalid(f"{path}.volumeMounts[{j}].mountPath", mount_path, "must be unique")
-            )
-        paths.add(mount_path)
+def _validation(causes: list[Cause]) -> list[Cause]:
+    """The validation causes; raises `BadRequest` when the object could not be decoded."""
+    undecodable = [c for c in causes if c.reason == "BadRequest"]
+    if undecodable:
+        raise BadRequest(undecodable[0].message)
     return causes
 
 
 def pod_spec_refusals(spec: Obj, path: str = "spec") -> list[Cause]:
-    """What the emulated API server refuses in a pod spec (see the module docstring).
-    Raises `BadRequest` for a quantity outside the grammar."""
-    causes: list[Cause] = []
-    volumes: set[str] = set()
-    for i, volume in enumerate(spec.get("volumes") or ()):
-        name = volume.get("name")
-        if name in volumes:
-            causes.append(
-                Cause(
-                    f"{path}.volumes[{i}].name",
-                    "FieldValueDuplicate",
-                    f"Duplicate value: {_quote(name)}",
-                )
-            )
-        volumes.add(name)
-    for key in ("initContainers", "containers"):
-        for i, container in enumerate(spec.get(key) or ()):
-            causes += _container_refusals(f"{path}.{key}[{i}]", container, volumes)
-    return causes
+    """What the emulated API server refuses in a pod spec at `path` (`spec`, or
+    `spec.template.spec`). Raises `BadRequest` for a quantity outside the grammar."""
+    return _validation(pod_spec_causes(spec, tuple(path.split("."))))
 
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
@@ -250,11 +159,6 @@ def restricted_violations(spec: Obj, level: str = "restricted") -> list[str]:
 
 
 def refusals(obj: Obj) -> list[Cause]:
-    """What the emulated API server refuses in a Pod or a Deployment; nothing for other kinds."""
-    kind = obj.get("kind")
-    if kind == "Pod":
-        return pod_spec_refusals(obj.get("spec") or {})
-    if kind == "Deployment":
-        template = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-        return pod_spec_refusals(template, "spec.template.spec")
-    return []
+    """What the emulated API server refuses in an object (see the module docstring). Raises
+    `BadRequest` for a quantity outside the grammar."""
+    return _validation(object_causes(obj))

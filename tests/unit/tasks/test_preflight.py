@@ -172,5 +172,8 @@ def test_a_blackbox_agent_needs_a_program_that_exists_and_a_single_turn_task(
 
 
 def test_an_unknown_task_is_a_configuration_error() -> None:
+    """The job model refuses an unknown name when the manifest is read
+    (`tests/unit/api/test_task_names.py`); a spec built without validation still gets a
+    configuration error naming the field."""
     with pytest.raises(ConfigurationError, match=r"spec\.task\.name: unknown task 'nope'"):
-        preflight(TaskSpec.model_validate({"name": "nope"}))
+        preflight(TaskSpec.model_construct(name="nope"))
