@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from dressage.api.job import AsyncRLJobSpec
-from dressage.runner.local import check_cpus, rollout_process_cpus
+from dressage.runner.local import rollout_process_cpus
+from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import available_cpus
 
 
