@@ -70,6 +70,7 @@ from dressage.engine.protocol import (
 from dressage.engine.sglang_support import (
     DESTROY_WEIGHTS_UPDATE_GROUP,
     PAUSE_MODES,
+    ROUTED_EXPERTS,
     SAMPLING_SEED,
     UPDATE_FLUSH_CACHE,
     Feature,
@@ -181,6 +182,9 @@ class EngineClient:
                 del params["sampling_seed"]
             else:
                 await self._require_for("sampling_params.sampling_seed", SAMPLING_SEED)
+        if body.get("return_routed_experts") or "routed_experts_start_len" in body:
+            # An older release would ignore the field and answer without the routing.
+            await self._require_for("return_routed_experts", ROUTED_EXPERTS)
         return body
 
     # --- weights and versions

@@ -1,0 +1,67 @@
+"""`return_routed_experts` against SGLang's own code at the installed release.
+
+Upstream: the field arrives in v0.5.7 (`managers/io_struct.py`
+`GenerateReqInput.return_routed_experts`, `layers/moe/routed_experts_capturer.py`); v0.5.19
+adds `routed_experts_start_len`; at v0.5.23 the capturer is `state_capturer/routed_experts.py`,
+whose `extract_routed_experts_from_meta_info` decodes `meta_info.routed_experts` (base64 of
+int32, `np.frombuffer`). A release without the field would drop it silently (FastAPI builds the
+dataclass from known fields), so the client refuses to send it there instead of waiting for
+routes that never come.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+
+from dressage.data.routing import RoutedExperts
+from dressage.engine import EngineClient, EngineVersionError
+from dressage.engine.protocol import GenerateRequest, GenerateResponse
+from dressage.engine.sglang_support import ROUTED_EXPERTS, supports
+from tests.contract.support import SGLANG_VERSION, check_generate_body, fake_sglang
+
+pytestmark = pytest.mark.contract
+
+
+def test_the_release_table_matches_the_installed_dataclass() -> None:
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    fields = GenerateReqInput.__dataclass_fields__
+    assert ("return_routed_experts" in fields) is supports(SGLANG_VERSION, ROUTED_EXPERTS)
+
+
+async def test_a_routed_generate_is_sent_only_to_a_release_that_has_the_field() -> None:
+    req = GenerateRequest(input_ids=[1, 2, 3], return_routed_experts=True)
+    with fake_sglang() as fake:
+        async with EngineClient(fake.url) as client:
+            if supports(SGLANG_VERSION, ROUTED_EXPERTS):
+                await client.generate(req)
+                [body] = fake.posted("/generate")
+                assert body["return_routed_experts"] is True
+                check_generate_body(body)
+            else:
+                with pytest.raises(
+                    EngineVersionError, match=r"return_routed_experts needs SGLang >= 0\.5\.7"
+                ):
+                    await client.generate(req)
+                assert fake.posted("/generate") == []
+
+
+def test_our_decoding_is_sglangs() -> None:
+    """What the embedded engine and `RoutedExperts` produce decodes with SGLang's own helper
+    to the same experts (0.5.23; older releases have no such helper)."""
+    routed = pytest.importorskip("sglang.srt.state_capturer.routed_experts")
+    experts = np.arange(7 * 2 * 2, dtype=np.int32).reshape(7, 2, 2) % 8
+    ours = RoutedExperts(experts.astype("<i4").tobytes(), 7, 4).to_base64()
+    assert ours == base64.b64encode(experts.tobytes()).decode()
+    meta = {"id": "r", "prompt_tokens": 5, "routed_experts": ours}
+    theirs = routed.extract_routed_experts_from_meta_info({"meta_info": meta})
+    assert theirs.tolist() == experts.flatten().tolist()
+    response = GenerateResponse.model_validate(
+        {"text": "", "output_ids": [1, 2, 3], "meta_info": meta}
+    )
+    decoded = response.routed_experts()
+    assert decoded is not None
+    assert decoded.values() == theirs.tolist()
