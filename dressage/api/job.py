@@ -17,9 +17,11 @@ from pydantic_core import PydanticCustomError
 from dressage.api.base import ApiModel
 from dressage.api.sglang import (
     DETERMINISTIC_INFERENCE_SINCE,
+    ROUTED_EXPERTS_SINCE,
     SGLANG_PINNED_VERSION,
     check_release_in_range,
     has_deterministic_inference,
+    has_routed_experts,
 )
 
 API_GROUP = "dressage.io"
@@ -69,6 +71,7 @@ OPERATOR_ENGINE_FLAGS = {
     "--weight-version": "the trainer stamps weight versions",
     "--enable-metrics": "metrics are always on",
     "--enable-deterministic-inference": "set spec.rollout.seededSampling",
+    "--enable-return-routed-experts": "set spec.rollout.routingReplay",
 }
 """SGLang flags the operator puts on the engine command line, with what to do instead."""
 
@@ -643,6 +646,15 @@ class RolloutSpec(ApiModel):
     SGLang does only in deterministic-inference mode, which the operator then turns on
     (`--enable-deterministic-inference`: batch-invariant kernels, slower; SGLang 0.5.3 or
     later, see `inference.sglangVersion`)."""
+    routing_replay: Literal["off", "record", "replay"] = "off"
+    """MoE routing replay (R3). `replay`: the engines return the experts every token was routed
+    to (SGLang's `return_routed_experts`, 0.5.7 or later, which the operator starts with
+    `--enable-return-routed-experts`), the proxy records them in the segments with the token
+    versions, and the trainer's forward sends every token the rollout routed to the same
+    experts, so train logprobs use the rollout's routing (tokens it did not route use the
+    trainer's router). `record`: recorded the same way, but the trainer routes with its own
+    router; `routing_agreement` and `train_rollout_logprob_abs_diff` are reported either way,
+    to compare the two. `off`: nothing recorded. `record` and `replay` need an MoE model."""
     separate_process: bool = False
     """Run rollout orchestration (the collector, the agents, the proxy client, the reward) in
     a process of its own next to trainer rank 0, instead of on the trainer's interpreter: the
@@ -911,6 +923,16 @@ class AsyncRLJobSpec(ApiModel):
                 "(--enable-deterministic-inference), but inference.sglangVersion is "
                 f"{self.inference.sglang_version}: set inference.image and "
                 "inference.sglangVersion to a newer release, or turn seededSampling off"
+            )
+        if self.rollout.routing_replay != "off" and not has_routed_experts(
+            self.inference.sglang_version
+        ):
+            raise ValueError(
+                f"rollout.routingReplay: {self.rollout.routing_replay} needs SGLang "
+                f"{ROUTED_EXPERTS_SINCE} or later (return_routed_experts), but "
+                f"inference.sglangVersion is {self.inference.sglang_version}: set "
+                "inference.image and inference.sglangVersion to a newer release, or set "
+                "routingReplay to off"
             )
         in_flight = self.rollout.concurrency * self.rollout.group_size
         admitted = self.proxy.max_concurrency * self.proxy.replicas

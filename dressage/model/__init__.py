@@ -6,13 +6,12 @@ model a task's answer format before RL (`warmstart`).
 Importing this package does not import torch; building a model does.
 """
 
+from dressage.model.names import BUILTIN_NAMES, parse_builtin
 from dressage.model.tiny import (
-    BUILTIN_NAMES,
     BUILTIN_TINY,
     TinyModelConfig,
     build_tiny_model,
     default_cache_dir,
-    parse_builtin,
     resolve_model_source,
 )
 from dressage.model.tiny_moe import BUILTIN_TINY_MOE, TinyMoeConfig, build_tiny_moe_model

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dressage.model.names import BUILTIN_PREFIX, parse_builtin
 from dressage.model.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
@@ -28,7 +29,6 @@ from dressage.model.tokenizer import (
     build_tokenizer_files,
 )
 
-BUILTIN_PREFIX = "builtin:"
 BUILTIN_TINY = "builtin:tiny"
 
 
@@ -161,23 +161,6 @@ def builtin_models() -> dict[str, Callable[..., Path]]:
     from dressage.model.tiny_moe import build_tiny_moe_model
 
     return {"tiny": build_tiny_model, "tiny-moe": build_tiny_moe_model}
-
-
-BUILTIN_NAMES = ("tiny", "tiny-moe")
-"""The names `builtin:NAME` accepts (each shares the tiny model's tokenizer)."""
-
-
-def parse_builtin(source: str) -> tuple[str, int]:
-    """`builtin:NAME[@SEED]` -> (NAME, SEED); ValueError naming the source otherwise."""
-    name, _, seed_text = source.removeprefix(BUILTIN_PREFIX).partition("@")
-    if name not in BUILTIN_NAMES:
-        known = ", ".join(BUILTIN_PREFIX + n for n in BUILTIN_NAMES)
-        raise ValueError(f"unknown builtin model {source!r}; known: {known}")
-    try:
-        seed = int(seed_text) if seed_text else 0
-    except ValueError:
-        raise ValueError(f"builtin model seed in {source!r} is not an integer") from None
-    return name, seed
 
 
 def resolve_model_source(source: str, cache_dir: Path | None = None) -> Path:

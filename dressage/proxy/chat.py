@@ -116,7 +116,7 @@ def load_chat_tokenizer(model: str, *, tool_parser: str | None = None) -> ChatTo
     `builtin:tiny` (the built-in models share one tokenizer, whose files are rebuilt here with
     the `tokenizers` library; the weights are not needed)."""
     if model.startswith("builtin:"):
-        from dressage.model.tiny import parse_builtin
+        from dressage.model.names import parse_builtin
         from dressage.model.tokenizer import build_tokenizer_files
 
         parse_builtin(model)

@@ -176,6 +176,9 @@ def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
     model = job.spec.model
     inputs["model"] = {"dtype": model.dtype, "tokenizer": model.tokenizer}
     inputs["mountPath"] = job.spec.storage.mount_path
+    if job.spec.rollout.routing_replay != "off":
+        # Only when on, so that the engines of jobs without it keep their hash.
+        inputs["returnRoutedExperts"] = True
     return inputs
 
 
@@ -183,13 +186,16 @@ def proxy_inputs(job: AsyncRLJob) -> dict[str, Any]:
     """What the proxy reads from `job.yaml` (`dressage.proxy.config.defaults_from_job`): a
     change restarts the proxy through its Deployment, as the file is read at start."""
     spec = job.spec
-    return {
+    inputs: dict[str, Any] = {
         "partialRollout": spec.partial_rollout,
         "recordTokenVersions": spec.proxy.record_token_versions,
         "maxPartialRolloutPreempts": spec.staleness.max_partial_rollout_preempts,
         "maxConcurrency": spec.proxy.max_concurrency,
         "model": [spec.model.tokenizer, spec.model.source],
     }
+    if spec.rollout.routing_replay != "off":
+        inputs["recordRoutedExperts"] = True
+    return inputs
 
 
 _MEMO: dict[tuple[str, int], tuple[AsyncRLJob, str]] = {}
@@ -747,6 +753,9 @@ def engine_command(job: AsyncRLJob) -> list[str]:
         # The job model admits seededSampling only with a release that has the flag
         # (spec.inference.sglangVersion >= 0.5.3); 0.5.2's parser refuses it.
         cmd.append("--enable-deterministic-inference")
+    if spec.rollout.routing_replay != "off":
+        # The job model admits routing replay only with a release that has the flag (0.5.7).
+        cmd.append("--enable-return-routed-experts")
     return cmd + list(spec.inference.extra_args)
 
 

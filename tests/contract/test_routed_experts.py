@@ -65,3 +65,40 @@ def test_our_decoding_is_sglangs() -> None:
     decoded = response.routed_experts()
     assert decoded is not None
     assert decoded.values() == theirs.tolist()
+
+
+@pytest.mark.parametrize("release", [SGLANG_VERSION, "0.5.6", "0.5.7"])
+async def test_the_proxy_asks_exactly_the_releases_that_have_the_field(release: str) -> None:
+    """With `record_routed_experts` the proxy adds `return_routed_experts` for an engine whose
+    release has it and leaves it out for an older one (which would ignore it); the routes of
+    the answer land in the segment record. (The installed release's classes check the body
+    only for that release; another release's answer is scripted.)"""
+    from tests.contract.proxy_harness import engine_release_known, running_proxy
+    from tests.contract.support import finish_length, generate_answer
+
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
+    routes = np.arange(4 * 4, dtype=np.int32).reshape(4, 4)
+    answer = generate_answer({**body, "return_logprob": True}, [5, 6], finish_length(2))
+    if supports(release, ROUTED_EXPERTS):
+        answer["meta_info"]["routed_experts"] = base64.b64encode(routes.tobytes()).decode()
+    headers = {"X-Session-Id": "s-1", "X-Instance-Id": "g"}
+    with fake_sglang(version=release) as fake:
+        fake.answers.append((200, answer))
+        async with running_proxy(
+            fake.url, health_interval_s=0.05, record_routed_experts=True
+        ) as proxy:
+            assert await engine_release_known(proxy) == release
+            reply = await proxy.post("/generate", json=body, headers=headers)
+            assert reply.status_code == 200, reply.text
+            assert (await proxy.post("/sessions/s-1/finalize", json={})).status_code == 200
+            (record,) = (await proxy.get("/segments")).json()["segments"]
+        (sent,) = fake.posted("/generate")
+    if release == SGLANG_VERSION:
+        check_generate_body(sent)
+    has = supports(release, ROUTED_EXPERTS)
+    assert ("return_routed_experts" in sent) is has
+    if has:
+        assert record["routed_experts_rows"] == 4
+        assert record["routed_experts"] == answer["meta_info"]["routed_experts"]
+    else:
+        assert record["routed_experts"] is None
