@@ -188,7 +188,10 @@ def parse_piece(data: object, url: str, prompt_tokens: int | None = None) -> Pie
         try:
             routed = RoutedExperts.from_base64(routes, prompt_tokens + n - 1)
         except ValueError as exc:
-            raise bad(f"meta_info.{exc} ({prompt_tokens} prompt + {n} output tokens)") from None
+            # An aborted piece is resubmitted or dropped anyway, and the next answer covers
+            # its tokens again: its routes are not worth failing the turn for.
+            if not _is_abort(meta.get("finish_reason")):
+                raise bad(f"meta_info.{exc} ({prompt_tokens} prompt + {n} output tokens)") from None
     finish = meta.get("finish_reason")
     if not isinstance(finish, dict):
         finish = {"type": "stop"} if finish is None else {"type": str(finish)}

@@ -47,6 +47,14 @@ def test_routes_that_do_not_fit_the_tokens_are_an_engine_error() -> None:
         parse_piece(_answer(3, _routes(5, 1)[:, :3]), "http://e", prompt_tokens=5)
 
 
+def test_an_aborted_piece_with_routes_that_do_not_fit_is_kept_without_them() -> None:
+    aborted = _answer(2, _routes(5, 1)[:, :1])  # 5 int32 for 6 tokens
+    aborted["meta_info"]["finish_reason"] = {"type": "abort", "message": "paused"}
+    piece = parse_piece(aborted, "http://e", prompt_tokens=5)
+    assert piece.routed_experts is None
+    assert piece.output_ids == [0, 1]
+
+
 def test_the_pieces_of_a_resumed_turn_keep_each_positions_first_report() -> None:
     gen = Generation()
     # Piece 1: 5 prompt tokens, 2 outputs, aborted: rows 0..5 (6 rows) from the old weights.
