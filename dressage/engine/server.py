@@ -67,6 +67,7 @@ from dressage.engine.scheduler import Request, Scheduler
 from dressage.engine.sglang_support import (
     EMBEDDED_ENGINE_SGLANG_VERSION,
     ROUTED_EXPERTS,
+    ROUTED_EXPERTS_START_LEN,
     supports,
 )
 from dressage.engine.weight_group import DTYPES, WeightUpdateGroup, in_daemon_thread
@@ -331,14 +332,16 @@ class EngineServer:
         (refused like any unknown field), for MoE models only (SGLang's capturer reads
         `num_experts_per_tok` from the model's config), `routed_experts_start_len` within the
         prompt (`managers/scheduler.py`, 0.5.23)."""
-        asked = req.return_routed_experts or "routed_experts_start_len" in req.model_fields_set
-        if not asked:
-            return
-        if not supports(self.sglang_release, ROUTED_EXPERTS):
-            field = (
-                "return_routed_experts" if req.return_routed_experts else "routed_experts_start_len"
-            )
-            raise BadRequest(f"{field}: Extra inputs are not permitted")
+        fields = {
+            "return_routed_experts": (req.return_routed_experts, ROUTED_EXPERTS),
+            "routed_experts_start_len": (
+                "routed_experts_start_len" in req.model_fields_set,
+                ROUTED_EXPERTS_START_LEN,
+            ),
+        }
+        for field, (sent, feature) in fields.items():
+            if sent and not supports(self.sglang_release, feature):
+                raise BadRequest(f"{field}: Extra inputs are not permitted")
         if req.return_routed_experts and self.shape.moe is None:
             raise BadRequest(
                 f"return_routed_experts: the served model ({self.shape.architecture}) has no "

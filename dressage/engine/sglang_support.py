@@ -84,6 +84,13 @@ ROUTED_EXPERTS = Feature(
     "managers/io_struct.py (GenerateReqInput.return_routed_experts), "
     "layers/moe/routed_experts_capturer.py, managers/detokenizer_manager.py",
 )
+ROUTED_EXPERTS_START_LEN = Feature(
+    "routed_experts_start_len",
+    "0.5.19",
+    "/generate routed_experts_start_len: return the routing from that token on (0.5.7 has no "
+    "such field; the releases in between were not read, so 0.5.19 is where it is known to be)",
+    "managers/io_struct.py (GenerateReqInput.routed_experts_start_len)",
+)
 
 FEATURES: dict[str, Feature] = {
     f.name: f
@@ -94,6 +101,7 @@ FEATURES: dict[str, Feature] = {
         DESTROY_WEIGHTS_UPDATE_GROUP,
         WEIGHT_VERSION_SPANS,
         ROUTED_EXPERTS,
+        ROUTED_EXPERTS_START_LEN,
     )
 }
 """Every versioned feature by name."""

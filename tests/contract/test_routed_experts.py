@@ -19,7 +19,7 @@ import pytest
 from dressage.data.routing import RoutedExperts
 from dressage.engine import EngineClient, EngineVersionError
 from dressage.engine.protocol import GenerateRequest, GenerateResponse
-from dressage.engine.sglang_support import ROUTED_EXPERTS, supports
+from dressage.engine.sglang_support import ROUTED_EXPERTS, ROUTED_EXPERTS_START_LEN, supports
 from tests.contract.support import SGLANG_VERSION, check_generate_body, fake_sglang
 
 pytestmark = pytest.mark.contract
@@ -30,6 +30,8 @@ def test_the_release_table_matches_the_installed_dataclass() -> None:
 
     fields = GenerateReqInput.__dataclass_fields__
     assert ("return_routed_experts" in fields) is supports(SGLANG_VERSION, ROUTED_EXPERTS)
+    start = supports(SGLANG_VERSION, ROUTED_EXPERTS_START_LEN)
+    assert ("routed_experts_start_len" in fields) is start
 
 
 async def test_a_routed_generate_is_sent_only_to_a_release_that_has_the_field() -> None:

@@ -44,10 +44,15 @@ async def test_a_release_without_the_field_refuses_it_as_unknown(moe: Path) -> N
     assert (
         answer.json()["error"]["message"] == "return_routed_experts: Extra inputs are not permitted"
     )
-    answer = await _post(older, {"input_ids": [5], "routed_experts_start_len": 0})
-    assert answer.json()["error"]["message"].startswith("routed_experts_start_len: Extra inputs")
     # A release that has it validates the request and goes on (503: no weights loaded here).
-    assert (await _post(_server(moe, release="0.5.7"), BODY)).status_code == 503
+    first = _server(moe, release="0.5.7")
+    assert (await _post(first, BODY)).status_code == 503
+    # The start offset is a later field than the flag.
+    answer = await _post(first, {**BODY, "routed_experts_start_len": 0})
+    assert answer.json()["error"]["message"].startswith("routed_experts_start_len: Extra inputs")
+    assert (
+        await _post(_server(moe, release="0.5.19"), {**BODY, "routed_experts_start_len": 0})
+    ).status_code == 503
 
 
 async def test_a_dense_model_has_no_experts_to_return(tmp_path: Path) -> None:
