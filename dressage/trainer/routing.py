@@ -8,7 +8,7 @@ rollout's for a reason no staleness control sees. Replay removes that difference
 layer's router still computes its probabilities, but the experts of every token the rollout
 routed are the rollout's; their weights are the router's probabilities of those experts
 (renormalised when the config says `norm_topk_prob`), so the router keeps its gradient, as in
-the R3 method (Ma et al., 2025) and slime's and Megatron's router replay.
+the R3 method (arXiv 2510.11370) and slime's and Megatron's router replay.
 
 Which tokens are replayed: every token of the sample the rollout ran through the model, the
 prompt included (SGLang's routes cover prompt and output from token 0); tokens it never ran
