@@ -104,3 +104,28 @@ async def test_the_proxy_asks_exactly_the_releases_that_have_the_field(release: 
         assert record["routed_experts"] == answer["meta_info"]["routed_experts"]
     else:
         assert record["routed_experts"] is None
+
+
+def test_the_operators_flag_is_the_releases() -> None:
+    """`--enable-return-routed-experts` parses with the installed release's own parser exactly
+    when the release has the feature (`server_args.py` at 0.5.7; a field of
+    `arg_groups/fields/exec_.py` at 0.5.23)."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    class Refused(Exception):
+        pass
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise Refused(message)
+
+    parser = Parser()
+    ServerArgs.add_cli_args(parser)
+    argv = ["--model-path", "/m", "--enable-return-routed-experts"]
+    if supports(SGLANG_VERSION, ROUTED_EXPERTS):
+        assert parser.parse_args(argv).enable_return_routed_experts is True
+    else:
+        with pytest.raises(Refused, match="enable-return-routed-experts"):
+            parser.parse_args(argv)
