@@ -139,6 +139,9 @@ class Piece:
     """The engine's own time for this piece (`meta_info.e2e_latency`), when it reports it."""
     routed_experts: RoutedExperts | None = None
     """The routing of the piece's input and output tokens but the last (when sent)."""
+    meta_info: dict[str, Any] = field(default_factory=dict)
+    """The engine's `meta_info` as sent (fields the proxy passes through, such as
+    `indexer_topk`)."""
 
 
 def parse_piece(data: object, url: str, prompt_tokens: int | None = None) -> Piece:
@@ -211,6 +214,7 @@ def parse_piece(data: object, url: str, prompt_tokens: int | None = None) -> Pie
             else None
         ),
         routed_experts=routed,
+        meta_info=meta,
     )
 
 
@@ -240,6 +244,8 @@ class Generation:
     routed_experts: RoutedExperts | None = None
     """The routing of the turn's input and output tokens but the last, when asked for and
     sent (a position keeps its first report across pieces)."""
+    meta_info: dict[str, Any] = field(default_factory=dict)
+    """The last piece's `meta_info` as the engine sent it."""
 
     def add(self, piece: Piece) -> None:
         if not self.pieces:
@@ -260,6 +266,7 @@ class Generation:
             finish = {**finish, "length": len(self.output_ids)}
         self.finish_reason = finish
         self.weight_version = piece.weight_version
+        self.meta_info = piece.meta_info
 
     def version_spans(self) -> list[dict[str, Any]]:
         """`meta_info.weight_versions` of the whole turn (one span per run of a version)."""
@@ -302,10 +309,13 @@ class Generator:
         sampling_params: dict[str, Any],
         *,
         routed_experts: bool = False,
+        extra_body: dict[str, Any] | None = None,
     ) -> Generation:
         """Generate one turn of `session` (with `routed_experts`, asking the engines for the
         tokens' routed experts); raises the rule's `StalenessRefusal` when its versions may
-        not join the session's earlier ones."""
+        not join the session's earlier ones. `extra_body` fields are added to every request
+        of the turn (`return_indexer_topk`); `return_routed_experts` is not one of them, as
+        only `routed_experts` leaves it out for a release without it."""
         rule = self.rule
         resume = rule.resumes_partial_output
         earlier = session.versions_seen
@@ -324,6 +334,7 @@ class Generator:
                 if isinstance(min_new, int):
                     params["min_new_tokens"] = max(0, min_new - done)
             body: dict[str, Any] = {
+                **(extra_body or {}),
                 "input_ids": input_ids + gen.output_ids if done else input_ids,
                 "sampling_params": params,
                 "return_logprob": True,

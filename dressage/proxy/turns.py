@@ -27,12 +27,15 @@ async def run_turn(
     *,
     force_new_segment: str | None = None,
     routed_experts: bool = False,
+    extra_body: dict[str, Any] | None = None,
 ) -> tuple[TurnPlan, Generation, int]:
     """Plan, generate, check and record one turn; returns the plan, the generation and the
     segment index it was recorded in.
 
     The engines are asked for the tokens' routed experts when the proxy records them
-    (`--record-routed-experts`) or the caller asks (`routed_experts`); the segment keeps them.
+    (`--record-routed-experts`) or the caller asks (`routed_experts`); the segment keeps them
+    either way. `extra_body` fields go to the engine with every piece of the turn
+    (`return_indexer_topk`).
     """
     generator = state.generator
     assert generator is not None, "generations run only while the app serves"
@@ -45,6 +48,7 @@ async def run_turn(
             input_ids,
             sampling_params,
             routed_experts=routed_experts or state.config.record_routed_experts,
+            extra_body=extra_body,
         )
     except StalenessRefusal as exc:
         refusal = ProxyError(exc.status, exc.error_name, str(exc), detail=exc.detail)
