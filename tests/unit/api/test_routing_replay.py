@@ -45,13 +45,13 @@ def test_the_engines_are_started_to_return_routed_experts(mode: str) -> None:
     assert "--enable-return-routed-experts" in children.engine_command(on)
     assert "--enable-return-routed-experts" not in children.engine_command(off)
     assert children.engine_inputs(on) != children.engine_inputs(off)
-    assert children.proxy_inputs(on)["recordRoutedExperts"] is True
+    assert children.proxy_inputs(on)["record_routed_experts"] is True
 
 
 def test_a_job_without_it_renders_as_before() -> None:
     off = _job({})
     assert "returnRoutedExperts" not in children.engine_inputs(off)
-    assert "recordRoutedExperts" not in children.proxy_inputs(off)
+    assert "record_routed_experts" not in children.proxy_inputs(off)
 
 
 def test_the_flag_is_the_operators() -> None:

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dressage.api.proxy_settings import proxy_settings
 from dressage.data.routing import RoutedExperts
-from dressage.proxy.config import defaults_from_job
+from dressage.proxy.config import ProxyConfig
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generation, parse_piece
 from dressage.proxy.records import record_to_sample, segment_record
@@ -121,4 +122,5 @@ def test_the_job_turns_recording_on(mode: str, records: bool) -> None:
             },
         }
     )
-    assert defaults_from_job(job)["record_routed_experts"] is records
+    config = ProxyConfig(engine_urls=["http://engine:30000"], **proxy_settings(job))
+    assert config.record_routed_experts is records
