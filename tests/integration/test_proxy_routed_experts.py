@@ -68,7 +68,9 @@ def _routes_of(weights: ModelWeights, tokens: list[int]) -> list[int]:
     return [int(v) for v in routes.flatten().tolist()]
 
 
-async def _turn(client: httpx.AsyncClient, session: str, input_ids: list[int], n: int) -> Any:
+async def _turn(
+    client: httpx.AsyncClient, session: str, input_ids: list[int], n: int, **extra: Any
+) -> Any:
     answer = await client.post(
         "/generate",
         headers={"X-Session-Id": session, "X-Instance-Id": "moe"},
@@ -76,6 +78,7 @@ async def _turn(client: httpx.AsyncClient, session: str, input_ids: list[int], n
             "input_ids": input_ids,
             "sampling_params": {"max_new_tokens": n, "ignore_eos": True},
             "return_logprob": True,
+            **extra,
         },
     )
     assert answer.status_code == 200, answer.text
@@ -113,7 +116,9 @@ async def test_tokens_forwarded_before_a_weight_update_keep_the_old_routing(
 ) -> None:
     other = load_weights(moe_cache / "other")
     async with httpx.AsyncClient(base_url=proxy.base_url, timeout=60) as client:
-        task = asyncio.create_task(_turn(client, "resumed", PROMPT, 400))
+        task = asyncio.create_task(
+            _turn(client, "resumed", PROMPT, 400, return_routed_experts=True)
+        )
         await wait_for(lambda: session_busy(client, "resumed"), what="generation in flight")
         await asyncio.wait({task}, timeout=0.3)
         assert not task.done()
@@ -144,3 +149,6 @@ async def test_tokens_forwarded_before_a_weight_update_keep_the_old_routing(
     assert routes.values()[: cut * width] == old
     assert routes.values()[cut * width :] == new[cut * width :]
     assert old != new[: cut * width]
+    # A client that asked for the routes (slime's routing replay) gets the session's: each
+    # position's first report, not the last piece's recomputed prefill.
+    assert answer["meta_info"]["routed_experts"] == routes.to_base64()
