@@ -44,6 +44,12 @@ OFF_POLICY_MASKED_FRACTION: Final = "dressage_off_policy_masked_fraction"
 """Gauge: trained tokens the correction masked out of the loss."""
 IS_ESS_FRACTION: Final = "dressage_is_ess_fraction"
 """Gauge: effective sample size of the importance weights over trained tokens, as a fraction."""
+ROUTING_AGREEMENT: Final = "dressage_routing_agreement"
+"""Gauge (MoE, `spec.rollout.routingReplay` record or replay): share of the (token, MoE layer)
+pairs the rollout routed whose top-k expert set the trainer's own router picks too."""
+ROUTED_TOKEN_FRACTION: Final = "dressage_routed_token_fraction"
+"""Gauge (MoE, routing replay on): share of the trained samples' tokens that carried the
+rollout's routed experts."""
 
 # --- Proxy.
 PROXY_REQUESTS: Final = "dressage_proxy_requests_total"

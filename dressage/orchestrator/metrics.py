@@ -42,6 +42,15 @@ _GAUGES = {
         names.IS_ESS_FRACTION,
         "Effective sample size of the importance weights, as a fraction of trained tokens",
     ),
+    grpo.ROUTING_AGREEMENT: (
+        names.ROUTING_AGREEMENT,
+        "Share of rollout-routed (token, MoE layer) pairs whose top-k experts the trainer's "
+        "router picks too",
+    ),
+    grpo.ROUTED_TOKEN_FRACTION: (
+        names.ROUTED_TOKEN_FRACTION,
+        "Share of trained samples' tokens that carried the rollout's routed experts",
+    ),
 }
 
 
