@@ -324,6 +324,26 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         unit="percentunit",
     )
 
+    d.row("MoE routing replay")
+    d.timeseries(
+        "Routing agreement and routed tokens",
+        "MoE jobs with spec.rollout.routingReplay record or replay (no series otherwise). "
+        "routing_agreement: share of the (token, MoE layer) pairs the rollout routed whose "
+        "top-k expert set the trainer's own router picks too; low agreement is train/rollout "
+        "mismatch coming back through the router, which replay removes from the loss. "
+        "routed_token_fraction: share of the trained samples' tokens that carried the "
+        "rollout's routes (the others are routed by the trainer's own router).",
+        [
+            (f"avg by (job_name) ({m.ROUTING_AGREEMENT}{{{POD}}})", "{{job_name}} agreement"),
+            (
+                f"avg by (job_name) ({m.ROUTED_TOKEN_FRACTION}{{{POD}}})",
+                "{{job_name}} routed tokens",
+            ),
+        ],
+        unit="percentunit",
+        width=24,
+    )
+
     d.row("Proxy and engines")
     d.timeseries(
         "Proxy latency and overhead (p50 / p99)",

@@ -307,6 +307,16 @@ class StepFigures:
         "fraction",
         "Effective sample size of the importance weights, as a fraction of trained tokens",
     )
+    routing_agreement: float | None = gauge(
+        "fraction",
+        "Share of the (token, MoE layer) pairs the rollout routed whose top-k expert set the "
+        "trainer's own router picks too (MoE, `spec.rollout.routingReplay` record or replay)",
+    )
+    routed_token_fraction: float | None = gauge(
+        "fraction",
+        "Share of the trained samples' tokens that carried the rollout's routed experts (MoE, "
+        "routing replay on)",
+    )
     groups: int = counter(
         "groups",
         "Prompt groups completed and trained on",

@@ -15,6 +15,10 @@ Version metadata, per the design (`docs/staleness.md`):
   the last *trainable* response token (loss mask 1 and a real version). The end-token version
   is the trajectory's version for batch-level staleness control.
 
+`routed_experts` (MoE models, routing replay): the experts the rollout routed the first
+`routed_experts.rows` tokens of `tokens` to (`dressage.data.routing.RoutedExperts`); None when
+the rollout did not record them.
+
 `mask_nonlast_version_tokens` (`--mask-nonlast-version-tokens`) is applied at one place only,
 when the trainer turns a batch into training inputs (`dressage.trainer.batch.score_batch`).
 """
@@ -27,6 +31,7 @@ from statistics import fmean
 from typing import Any, Final
 
 from dressage.api.figures import figure
+from dressage.data.routing import RoutedExperts
 from dressage.data.spans import VersionSpan, compress_versions
 from dressage.data.versions import normalized_versions, version_span
 
@@ -59,6 +64,9 @@ class Sample:
     segment_index: int = 0
     """Position of this segment within its trajectory."""
     metadata: dict[str, Any] = field(default_factory=dict, compare=False)
+    routed_experts: RoutedExperts | None = None
+    """The rollout's routed experts of the first `rows` tokens (MoE models); None: none
+    recorded."""
 
     def __post_init__(self) -> None:
         n = len(self.tokens)
@@ -74,6 +82,9 @@ class Sample:
                 )
         if any(m not in (0, 1) for m in self.loss_mask):
             raise ValueError("loss_mask entries must be 0 or 1")
+        routes = self.routed_experts
+        if routes is not None and routes.rows > n:
+            raise ValueError(f"routed_experts has {routes.rows} rows for {n} tokens")
 
     @classmethod
     def build(
@@ -149,6 +160,7 @@ class Sample:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible view including the derived version metadata."""
+        routes = self.routed_experts if self.routed_experts and self.routed_experts.rows else None
         return {
             "tokens": list(self.tokens),
             "response_length": self.response_length,
@@ -163,6 +175,8 @@ class Sample:
             "dressage_start_token_version": self.dressage_start_token_version,
             "dressage_end_token_version": self.dressage_end_token_version,
             "metadata": dict(self.metadata),
+            "routed_experts": routes.to_base64() if routes is not None else None,
+            "routed_experts_rows": routes.rows if routes is not None else 0,
         }
 
 

@@ -44,6 +44,8 @@ TRAIN_STEP: Final = "dressage_train_step"
 WEIGHT_VERSION: Final = "dressage_weight_version"
 """Gauge: ordinal of the latest published weight version (its label is in `_info`)."""
 WEIGHT_VERSION_INFO: Final = "dressage_weight_version_info"
+ROUTING_AGREEMENT: Final = figure("routing_agreement").metric
+ROUTED_TOKEN_FRACTION: Final = figure("routed_token_fraction").metric
 
 # --- Proxy.
 PROXY_REQUESTS: Final = "dressage_proxy_requests_total"

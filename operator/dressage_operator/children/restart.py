@@ -65,12 +65,16 @@ def trainer_inputs(job: AsyncRLJob) -> dict[str, Any]:
 def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
     """What an engine pod runs from the job's spec: `spec.inference` (image, resources, tensor
     parallelism, extra arguments, template; not the engine count or the trainer's weight
-    update timeout), the model's dtype and tokenizer, and the storage's mount path."""
+    update timeout), the model's dtype and tokenizer, the storage's mount path, and whether
+    the engines return routed experts (`spec.rollout.routingReplay` not `off`)."""
     wire = _set_fields(job.spec.inference)
     inputs = {k: v for k, v in wire.items() if k not in ("replicas", "weightUpdateTimeoutSeconds")}
     model = job.spec.model
     inputs["model"] = {"dtype": model.dtype, "tokenizer": model.tokenizer}
     inputs["mountPath"] = job.spec.storage.mount_path
+    if job.spec.rollout.routing_replay != "off":
+        # Only when on, so that the engines of jobs without it keep their hash.
+        inputs["returnRoutedExperts"] = True
     return inputs
 
 
