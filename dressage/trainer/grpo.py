@@ -58,7 +58,6 @@ from dressage.trainer.distributed import DistEnv, all_reduce_sum
 from dressage.trainer.loss import LossInputs, chunked_token_logprobs_and_entropy, grpo_loss
 from dressage.trainer.routing import RoutingReplay
 
-# The step's figures under their declared keys (`dressage.api.figures`), and the others.
 REWARD = figure("reward").key
 LOGPROB_ABS_DIFF = figure("train_rollout_logprob_abs_diff").key
 ENTROPY = figure("entropy").key
