@@ -254,7 +254,7 @@ class TaskSpec(ApiModel):
 
 
 class StalenessSpec(ApiModel):
-    """The two staleness controls of the reference design."""
+    """The two staleness controls (`docs/staleness.md`)."""
 
     keep_versions: int = Field(default=0, ge=0)
     """Batch-level control (`dressage_staleness_keep_versions`): at most this many most recent

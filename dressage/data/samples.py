@@ -4,7 +4,7 @@ A `Sample` is one segment of one trajectory, as the trainer consumes it: the ful
 sequence (prompt then response), which response tokens are trained (`loss_mask`), the rollout
 logprobs, the reward, and its identity (`group_id`, `parent_traj_id`, `segment_index`).
 
-Version metadata, per the reference design:
+Version metadata, per the design (`docs/staleness.md`):
 
 - `full_versions`: one weight version per token of `tokens` (None for prompt tokens that no
   model generated, such as the user's text or tool output). `Sample.build` normalises the
@@ -30,13 +30,15 @@ from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import Any, Final
 
+from dressage.api.figures import figure
 from dressage.data.routing import RoutedExperts
 from dressage.data.spans import VersionSpan, compress_versions
 from dressage.data.versions import normalized_versions, version_span
 
-VERSION_SPAN_MEAN: Final = "staleness/version_span_mean"
-VERSION_SPAN_MAX: Final = "staleness/version_span_max"
-VERSION_SPAN_MIN: Final = "staleness/version_span_min"
+# The batch statistics' keys, as the step's figures declare them.
+VERSION_SPAN_MEAN: Final = figure("version_span_mean").key
+VERSION_SPAN_MAX: Final = figure("version_span_max").key
+VERSION_SPAN_MIN: Final = figure("version_span_min").key
 
 
 @dataclass(frozen=True)

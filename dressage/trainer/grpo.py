@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dressage.api.figures import figure
 from dressage.data.groups import TrainBatch
 from dressage.data.samples import version_span_stats
 from dressage.trainer.batch import (
@@ -57,22 +58,21 @@ from dressage.trainer.distributed import DistEnv, all_reduce_sum
 from dressage.trainer.loss import LossInputs, chunked_token_logprobs_and_entropy, grpo_loss
 from dressage.trainer.routing import RoutingReplay
 
-REWARD = "reward"
-LOGPROB_ABS_DIFF = "train_rollout_logprob_abs_diff"
-ENTROPY = "entropy"
-CLIP_FRACTION = "clip_fraction"
+REWARD = figure("reward").key
+LOGPROB_ABS_DIFF = figure("train_rollout_logprob_abs_diff").key
+ENTROPY = figure("entropy").key
+CLIP_FRACTION = figure("clip_fraction").key
+MISMATCH_KL_K1 = figure("mismatch_kl_k1").key
+MISMATCH_KL_K3 = figure("mismatch_kl_k3").key
+OFF_POLICY_CLIPPED_FRACTION = figure("off_policy_clipped_fraction").key
+OFF_POLICY_MASKED_FRACTION = figure("off_policy_masked_fraction").key
+IS_ESS_FRACTION = figure("is_ess_fraction").key
+GROUPS = figure("groups").key
+SAMPLES = figure("samples").key
 LOSS = "loss"
 GRAD_NORM = "grad_norm"
-MISMATCH_KL_K1 = "mismatch_kl_k1"
-MISMATCH_KL_K3 = "mismatch_kl_k3"
-OFF_POLICY_CLIPPED_FRACTION = "off_policy_clipped_fraction"
-OFF_POLICY_MASKED_FRACTION = "off_policy_masked_fraction"
-IS_ESS_FRACTION = "is_ess_fraction"
-ROUTING_AGREEMENT = "routing_agreement"
-"""Share of the (token, MoE layer) pairs the rollout routed whose top-k expert set the
-trainer's own router picks too (with `routing_replay` on: record or replay)."""
-ROUTED_TOKEN_FRACTION = "routed_token_fraction"
-"""Share of the tokens of the batch's trained samples that carried the rollout's routed experts."""
+ROUTING_AGREEMENT = figure("routing_agreement").key
+ROUTED_TOKEN_FRACTION = figure("routed_token_fraction").key
 ROUTING_REPLAY_MODES = ("off", "record", "replay")
 _CORRECTION_MEANS = {
     "mismatch_kl_k1": MISMATCH_KL_K1,
@@ -338,8 +338,8 @@ class GRPOTrainer:
             LOSS: loss_sum,
             GRAD_NORM: float(grad_norm),
             "trained_tokens": tokens,
-            "samples": float(len(scored)),
-            "groups": float(len(batch.groups)),
+            SAMPLES: float(len(scored)),
+            GROUPS: float(len(batch.groups)),
         }
         for key, total in zip(_CORRECTION_MEANS, correction_sums, strict=True):
             metrics[_CORRECTION_MEANS[key]] = total / denom

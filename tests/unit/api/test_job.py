@@ -8,7 +8,7 @@ import pytest
 
 from dressage.api import AsyncRLJob, JobValidationError, RolloutMode, load_job, validate_job
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def _manifest(**spec: object) -> dict[str, object]:

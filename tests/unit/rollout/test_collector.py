@@ -138,7 +138,7 @@ async def test_stale_groups_are_dropped_whole_and_counted() -> None:
     assert [index_of(g) for g in first.groups] == [2, 3]
     assert [index_of(g) for g in second.groups] == [4, 5]
     assert [index_of(g) for g in third.groups] == [6, 7]
-    assert c.stats.dropped["stale_version"] == 2
+    assert c.stats.totals.dropped_groups["stale_version"] == 2
     assert c.stats.groups_trained == 6
 
 
@@ -161,7 +161,7 @@ async def test_window_advance_removes_pending_groups() -> None:
         script.release("v1", 4)
         batch = await c.next_batch()
     assert [index_of(g) for g in batch.groups] == [2, 3, 4]
-    assert c.stats.dropped["window_advanced"] == 2
+    assert c.stats.totals.dropped_groups["window_advanced"] == 2
 
 
 async def test_failed_group_is_retried_then_dropped() -> None:
@@ -187,12 +187,16 @@ async def test_failed_group_is_retried_then_dropped() -> None:
             await c.next_batch()
     assert attempts[0] == [0, 1, 2]
     assert [index_of(g) for g in batch.groups] == [1, 2]
-    assert c.stats.retries == 2
-    assert (batch.retries, batch.failed_groups, batch.staleness_failures) == (2, 3, 3)
-    assert batch.dropped_groups == {RETRIES_EXHAUSTED: 1}
-    assert c.stats.failures[PARTIAL_ROLLOUT_STALENESS_EXCEEDED] == 3
-    assert c.stats.staleness_failures == 3
-    assert c.stats.dropped[RETRIES_EXHAUSTED] == 1
+    assert c.stats.totals.retries == 2
+    assert (
+        batch.figures.retries,
+        batch.figures.total("failure_reasons"),
+        batch.figures.staleness_failures,
+    ) == (2, 3, 3)
+    assert batch.figures.dropped_groups == {RETRIES_EXHAUSTED: 1}
+    assert c.stats.totals.failure_reasons[PARTIAL_ROLLOUT_STALENESS_EXCEEDED] == 3
+    assert c.stats.totals.staleness_failures == 3
+    assert c.stats.totals.dropped_groups[RETRIES_EXHAUSTED] == 1
     assert c.stats.staleness_failure_rate == 1.0
 
 
@@ -213,7 +217,7 @@ async def test_unexpected_errors_fail_the_group_not_the_worker() -> None:
     async with c:
         batch = await c.next_batch()
     assert sorted(index_of(g) for g in batch.groups) == [0, 1]
-    assert c.stats.failures["rollout_error"] == 1
+    assert c.stats.totals.failure_reasons["rollout_error"] == 1
 
 
 async def test_worker_keeps_generating_while_the_trainer_trains() -> None:
@@ -237,8 +241,8 @@ async def test_shutdown_accounts_for_every_started_group() -> None:
         for _ in range(20):
             await asyncio.sleep(0)
     stats = c.stats
-    assert stats.groups_started == stats.groups_trained + sum(stats.dropped.values())
-    assert stats.dropped[SHUTDOWN] == stats.groups_started - stats.groups_trained
+    assert stats.groups_started == stats.groups_trained + sum(stats.totals.dropped_groups.values())
+    assert stats.totals.dropped_groups[SHUTDOWN] == stats.groups_started - stats.groups_trained
     with pytest.raises(CollectorClosed):
         await c.next_batch()
 
@@ -251,7 +255,7 @@ async def test_exhausted_data_ends_collection() -> None:
             await c.next_batch()
         with pytest.raises(CollectorClosed):
             await c.next_batch()
-    assert c.stats.dropped[SHUTDOWN] == 1
+    assert c.stats.totals.dropped_groups[SHUTDOWN] == 1
 
 
 async def test_data_position_resumes_without_repeating_prompts() -> None:
@@ -292,10 +296,10 @@ async def test_a_dead_rollout_path_fails_the_run_instead_of_waiting_forever() ->
         with pytest.raises(RolloutBroken):
             await c.next_batch()
     stats = c.stats
-    assert stats.dropped[RETRIES_EXHAUSTED] >= 4
+    assert stats.totals.dropped_groups[RETRIES_EXHAUSTED] >= 4
     assert stats.groups_trained == 0
-    assert stats.groups_started == sum(stats.dropped.values())
-    assert set(stats.dropped) <= {RETRIES_EXHAUSTED, ROLLOUT_BROKEN, SHUTDOWN}
+    assert stats.groups_started == sum(stats.totals.dropped_groups.values())
+    assert set(stats.totals.dropped_groups) <= {RETRIES_EXHAUSTED, ROLLOUT_BROKEN, SHUTDOWN}
 
 
 async def test_a_success_closes_the_breaker_count() -> None:
@@ -317,4 +321,4 @@ async def test_a_success_closes_the_breaker_count() -> None:
     async with c:
         batch = await c.next_batch()
     assert [index_of(g) for g in batch.groups] == [0, 2, 4, 6, 8, 10]
-    assert batch.dropped_groups == {RETRIES_EXHAUSTED: 5}
+    assert batch.figures.dropped_groups == {RETRIES_EXHAUSTED: 5}

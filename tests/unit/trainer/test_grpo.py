@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dressage.api.figures import figure, trainer_keys
 from dressage.api.job import AsyncRLJobSpec, ModelSpec, TrainingSpec
 from dressage.data.groups import Group, TrainBatch
 from dressage.data.versions import INITIAL_VERSION, version_label
@@ -76,6 +77,10 @@ def test_grpo_steps_raise_the_rewarded_answer_and_lower_the_other(model_dir: Pat
     assert metrics["staleness/version_span_mean"] == 1.0
     assert 0.0 <= metrics["clip_fraction"] <= 1.0
     assert metrics["entropy"] > 0.0
+    # Every figure the declaration says the trainer fills is in the step's figures (the MoE
+    # routing ones only with routing replay on).
+    routing = {figure("routing_agreement").key, figure("routed_token_fraction").key}
+    assert trainer_keys() - routing <= set(metrics)
 
 
 def test_logprob_diff_is_zero_on_policy_and_positive_off_policy(model_dir: Path) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from dressage.api.figures import StepFigures
 from dressage.api.job import AsyncRLJobSpec
 from dressage.orchestrator.collectors import make_collector, weight_update_pause_mode
 from dressage.orchestrator.loop import StepRecord
@@ -19,14 +21,14 @@ def _record(step: int, reward: float) -> StepRecord:
     return StepRecord(
         step=step,
         version=f"v{step}",
-        metrics={
-            "reward": reward,
-            "train_rollout_logprob_abs_diff": 0.01,
-            "entropy": 0.5,
-            "clip_fraction": 0.0,
-            "staleness/version_span_mean": 1.0,
-        },
-        dropped_groups={"retries_exhausted": 1} if step == 2 else {},
+        figures=StepFigures(
+            reward=reward,
+            train_rollout_logprob_abs_diff=0.01,
+            entropy=0.5,
+            clip_fraction=0.0,
+            version_span_mean=1.0,
+            dropped_groups=Counter({"retries_exhausted": 1} if step == 2 else {}),
+        ),
         rollout_seconds=1.0,
         train_seconds=0.5,
         publish_seconds=0.1,
@@ -127,10 +129,14 @@ def test_run_metrics_export_the_step_figures_and_counters() -> None:
     from dressage.orchestrator.metrics import RunMetrics
 
     run = RunMetrics("j")
-    record = StepRecord(
-        step=3,
-        version="v3",
-        metrics={
+    figures = StepFigures(
+        dropped_groups=Counter({"retries_exhausted": 2}),
+        staleness_failures=1,
+        failure_reasons=Counter({"partial_rollout_staleness_exceeded": 1, "engine_unavailable": 5}),
+        admissions_held=6,
+        admission_wait_seconds=1.5,
+    ).with_trainer_figures(
+        {
             "reward": 0.5,
             "train_rollout_logprob_abs_diff": 0.02,
             "staleness/version_span_mean": 1.5,
@@ -143,13 +149,12 @@ def test_run_metrics_export_the_step_figures_and_counters() -> None:
             "off_policy_clipped_fraction": 0.5,
             "off_policy_masked_fraction": 0.375,
             "is_ess_fraction": 0.75,
-        },
-        dropped_groups={"retries_exhausted": 2},
-        staleness_failures=1,
-        failure_reasons={"partial_rollout_staleness_exceeded": 1, "engine_unavailable": 5},
-        admissions_held=6,
-        admission_wait_seconds=1.5,
+            "loss": 7.0,  # not a declared figure: not taken
+        }
     )
+    assert figures.reward == 0.5
+    assert figures.groups == 4
+    record = StepRecord(step=3, version="v3", figures=figures)
     run.observe(record, version_ordinal=3)
     text = generate_latest(run.registry).decode()
     expected = [

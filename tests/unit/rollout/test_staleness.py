@@ -21,7 +21,7 @@ from dressage.rollout.staleness import (
     trajectory_version_infos,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def seg(traj: str | None, version: object, segment: int = 0) -> Sample:

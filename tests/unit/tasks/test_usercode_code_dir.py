@@ -1,12 +1,11 @@
 """The job's code directory on its storage (`spec.code.path`), as the trainer pods use it:
 `dressage train` runs in it, so the reward module imports and the relative dataset path
-resolves there; a directory that is not there stops the trainer naming the field."""
+resolves there; a directory that is not there is an error naming the field (the trainer
+process stopping on it: tests/integration/test_tasks_code_dir.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -82,27 +81,3 @@ def test_a_missing_code_dir_is_an_error_naming_the_field(storage: Path) -> None:
     manifest["spec"]["code"] = {"path": "jobs/missing"}  # type: ignore[index]
     with pytest.raises(UserCodeError, match=r"^spec.code.path: .*jobs/missing is not a dir"):
         enter_code_dir(validate_job(manifest).spec)
-
-
-def test_dressage_train_stops_before_training_when_the_code_dir_is_missing(
-    storage: Path, tmp_path: Path
-) -> None:
-    manifest = _manifest(storage, "unused")
-    manifest["spec"]["code"] = {"path": "jobs/missing"}  # type: ignore[index]
-    config = tmp_path / "job.json"
-    config.write_text(json.dumps(manifest))
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "dressage", "train", "--config", str(config)),
-            *("--engine-urls", "http://127.0.0.1:9", "--proxy-url", "http://127.0.0.1:9"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "spec.code.path:" in done.stderr
-    assert "jobs/missing is not a directory" in done.stderr

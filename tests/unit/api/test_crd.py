@@ -22,7 +22,7 @@ from dressage_operator import crdgen
 from dressage.api import validate_job
 from dressage.api.crd import CRD_FILE, build_crd, render_crd, to_structural
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = ROOT / "crds" / CRD_FILE
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 K8S_VERSION = "1.33.0"

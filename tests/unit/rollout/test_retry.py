@@ -55,9 +55,9 @@ async def test_attempts_wait_the_policy_delays_and_count_by_reason() -> None:
     assert group is not None
     assert group.group_id == "p7"
     assert waited == [1.0, 2.0]
-    assert stats.retries == 2
-    assert stats.failures == {"engine_error": 1, "stale": 1}
-    assert stats.staleness_failures == 1
+    assert stats.totals.retries == 2
+    assert stats.totals.failure_reasons == {"engine_error": 1, "stale": 1}
+    assert stats.totals.staleness_failures == 1
     assert stats.groups_completed == 1
 
 
@@ -77,4 +77,4 @@ async def test_the_breaker_opens_after_consecutive_drops_and_stays_open() -> Non
     assert "no_healthy_engine x6" in str(attempts.broken)
     with pytest.raises(RolloutBroken):
         await attempts.run(3)
-    assert stats.dropped == {"retries_exhausted": 3, "rollout_broken": 1}
+    assert stats.totals.dropped_groups == {"retries_exhausted": 3, "rollout_broken": 1}

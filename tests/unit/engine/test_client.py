@@ -1,7 +1,8 @@
 """The client maps transport failures and HTTP statuses to typed errors.
 
-The HTTP boundary is emulated with `httpx.MockTransport` here; the real engine process is
-exercised in tests/integration/test_engine_server.py.
+The HTTP boundary is emulated with `httpx.MockTransport` here; a refused connection is in
+tests/integration/test_engine_client.py, the real engine process in
+tests/integration/test_engine_server.py.
 """
 
 from __future__ import annotations
@@ -16,16 +17,6 @@ from dressage.engine import (
     EngineUnavailable,
     GenerateRequest,
 )
-from dressage.testing import free_port
-
-
-async def test_connection_refused_is_engine_unavailable() -> None:
-    async with EngineClient(f"http://127.0.0.1:{free_port()}", retries=1) as client:
-        with pytest.raises(EngineUnavailable):
-            await client.generate(GenerateRequest(input_ids=[1]))
-        assert await client.health() is False
-        with pytest.raises(EngineUnavailable, match="not ready after"):
-            await client.wait_until_ready(0.2, interval_s=0.05)
 
 
 @pytest.mark.parametrize(

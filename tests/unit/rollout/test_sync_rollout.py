@@ -57,7 +57,7 @@ async def test_full_groups_with_rewards_and_the_data_position() -> None:
     batch = await collector.next_batch()
     assert [g.group_id for g in batch.groups] == ["p0-a0", "p1-a0"]
     assert all(len(g.samples) == 3 for g in batch.groups)
-    assert batch.dropped_groups == {}
+    assert batch.figures.dropped_groups == {}
     assert collector.state_dict() == {"next_prompt": 2}
 
 
@@ -66,21 +66,21 @@ async def test_a_failing_group_is_retried_then_dropped_and_replaced() -> None:
     collector = _collector(agent)
     batch = await collector.next_batch()
     assert [g.group_id for g in batch.groups] == ["p0-a0", "p2-a0"]
-    assert batch.dropped_groups == {"retries_exhausted": 1}
-    assert batch.failed_groups == 3  # 1 attempt + 2 retries
-    assert batch.retries == 2
-    assert batch.failure_reasons == {"engine_unavailable": 3}
-    assert batch.staleness_failures == 0
+    assert batch.figures.dropped_groups == {"retries_exhausted": 1}
+    assert batch.figures.total("failure_reasons") == 3  # 1 attempt + 2 retries
+    assert batch.figures.retries == 2
+    assert batch.figures.failure_reasons == {"engine_unavailable": 3}
+    assert batch.figures.staleness_failures == 0
     assert [a for a in agent.attempts if a[0] == 1] == [(1, 0), (1, 1), (1, 2)]
     assert collector.state_dict() == {"next_prompt": 3}
     stats = collector.stats
-    assert stats.groups_started == stats.groups_trained + sum(stats.dropped.values())
+    assert stats.groups_started == stats.groups_trained + sum(stats.totals.dropped_groups.values())
 
 
 async def test_staleness_refusals_are_counted() -> None:
     agent = Agent(failing={0}, reason="partial_rollout_staleness_exceeded", stale=True)
     batch = await _collector(agent, batch_size=1).next_batch()
-    assert batch.staleness_failures == 3
+    assert batch.figures.staleness_failures == 3
 
 
 async def test_a_dead_rollout_path_opens_the_breaker() -> None:
@@ -92,7 +92,7 @@ async def test_a_dead_rollout_path_opens_the_breaker() -> None:
     stats = collector.stats
     assert stats.groups_started <= 6
     assert stats.groups_trained == 0
-    assert stats.groups_started == sum(stats.dropped.values())
+    assert stats.groups_started == sum(stats.totals.dropped_groups.values())
 
 
 async def test_resume_from_state_continues_the_prompt_stream() -> None:

@@ -1,6 +1,6 @@
-"""Where a local run's processes run: core lists in the job are checked, a child started with
-`cpus` runs (with every thread it starts) on those cores only, and `pin_this_process` pins the
-threads a process already runs as well as the ones it starts later."""
+"""Where a local run's child processes run: a child started with `cpus` runs (with every thread
+it starts) on those cores only, and `pin_this_process` pins the threads a process already runs
+as well as the ones it starts later. Each test starts a real process."""
 
 from __future__ import annotations
 
@@ -10,52 +10,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-from pydantic import ValidationError
-
-from dressage.api.job import AsyncRLJobSpec
-from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import ChildProcess, available_cpus
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _spec(**local: object) -> AsyncRLJobSpec:
-    return AsyncRLJobSpec.model_validate({"model": {"source": "builtin:tiny"}, "local": local})
-
-
-def test_core_lists_and_pacing_are_read_from_the_job() -> None:
-    spec = _spec(engineCpus=[0], trainerCpus=[1], rolloutCpus=[0], engineMinStepIntervalMs=50)
-    assert spec.local.engine_cpus == [0]
-    assert spec.local.trainer_cpus == [1]
-    assert spec.local.rollout_cpus == [0]
-    assert spec.local.engine_min_step_interval_ms == 50.0
-    defaults = _spec()
-    assert defaults.local.engine_cpus is None
-    assert defaults.local.trainer_cpus is None
-    assert defaults.local.engine_min_step_interval_ms == 0.0
-
-
-@pytest.mark.parametrize(
-    ("local", "field"),
-    [
-        ({"engineCpus": [-1]}, "engineCpus"),
-        ({"trainerCpus": []}, "trainerCpus"),
-        ({"rolloutCpus": ["x"]}, "rolloutCpus"),
-        ({"engineMinStepIntervalMs": -1}, "engineMinStepIntervalMs"),
-    ],
-)
-def test_bad_placement_is_refused_naming_the_field(local: dict[str, object], field: str) -> None:
-    with pytest.raises(ValidationError, match=field):
-        _spec(**local)
-
-
-def test_cores_this_machine_does_not_offer_are_refused_naming_the_field() -> None:
-    missing = max(available_cpus()) + 1
-    with pytest.raises(ValueError, match=r"spec\.local\.engineCpus: cores \[\d+\]"):
-        check_cpus([missing], "spec.local.engineCpus")
-    check_cpus(available_cpus()[:1], "spec.local.engineCpus")  # usable cores pass
-    check_cpus(None, "spec.local.engineCpus")  # unset: not pinned
 
 
 PRINT_AFFINITY = textwrap.dedent(
