@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dressage.api.loader import JobValidationError, load_job
+from dressage.api.sglang import untested_release_message
 
 if TYPE_CHECKING:
     from dressage.runner.local import LocalRun
@@ -60,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
     except (JobValidationError, OSError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
+    untested = untested_release_message(job.spec.inference.sglang_version)
+    if untested is not None:
+        # Once per run, not per engine: the embedded engine is not SGLang, but the manifest
+        # is meant for a cluster whose engines run this release.
+        print(f"warning: spec.inference.sglangVersion: {untested}", file=sys.stderr)
     if args.steps is not None and args.steps < 1:
         print("--steps must be at least 1", file=sys.stderr)
         return 2
