@@ -1,18 +1,17 @@
 """`ProxyConfig`: every setting of the proxy, typed and documented.
 
 The CLI flags of `dressage proxy` derive from this model (see `dressage.proxy.cli`), and
-`from_job` derives defaults from an `AsyncRLJob`, so a job manifest and the command line
-configure the same fields.
+`dressage.api.proxy_settings` derives defaults from an `AsyncRLJob` (the operator hashes the
+same settings into the proxy's pods), so a job manifest and the command line configure the
+same fields.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from dressage.api.job import AsyncRLJob
 
 
 class ProxyConfig(BaseModel):
@@ -131,15 +130,3 @@ def read_engine_urls(path: Path) -> list[str]:
         return parse_engine_urls(text)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-
-
-def defaults_from_job(job: AsyncRLJob) -> dict[str, Any]:
-    """ProxyConfig fields implied by a job manifest (engine URLs are not part of a job)."""
-    spec = job.spec
-    return {
-        "partial_rollout": spec.partial_rollout,
-        "record_token_versions": spec.proxy.record_token_versions,
-        "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
-        "max_concurrency": spec.proxy.max_concurrency,
-        "model": spec.model.tokenizer or spec.model.source,
-    }

@@ -31,19 +31,9 @@ from pydantic import ValidationError
 from dressage.api.job import API_GROUP, API_VERSION, PLURAL, AsyncRLJob
 from dressage.api.status import AsyncRLJobStatus
 from dressage_operator import children, drift, naming
+from dressage_operator.conditions import timestamp
 from dressage_operator.config import OperatorConfig
-from dressage_operator.decide import (
-    Applied,
-    ChildResult,
-    Observed,
-    Plan,
-    backoff,
-    decide,
-    scrape_due,
-    settle,
-    spec_errors,
-    timestamp,
-)
+from dressage_operator.decide import decide, scrape_due
 from dressage_operator.kube import (
     Conflict,
     Kube,
@@ -55,7 +45,11 @@ from dressage_operator.kube import (
 from dressage_operator.limits import limit_errors
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
-from dressage_operator.staleness import ScrapeResult, scrape
+from dressage_operator.plan import Applied, ChildResult, Observed, Plan
+from dressage_operator.scrape import scrape
+from dressage_operator.settle import backoff, settle
+from dressage_operator.staleness import ScrapeResult
+from dressage_operator.validation import spec_errors
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 FINALIZER = "dressage.io/finalizer"

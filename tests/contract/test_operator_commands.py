@@ -1,7 +1,7 @@
 """Every engine command line and probe the operator builds fits the SGLang release it is built
 for, checked with that release's own code (the release this run of the tier imports).
 
-`operator/dressage_operator/children.py` `engine_command` builds the engine pod's
+`operator/dressage_operator/children/engine.py` `engine_command` builds the engine pod's
 `python -m sglang.launch_server ...` for `spec.inference.sglangVersion`; the arguments after
 the module name must parse with the parser `ServerArgs.add_cli_args` builds
 (`python/sglang/srt/server_args.py`). The flags used: `--model-path`, `--tp-size`, `--dtype`,

@@ -18,7 +18,7 @@ from dressage_operator.testing import EmulatedCluster
 
 from dressage.testing import free_port, stop_process
 
-from .conftest import wait_for
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_IMAGE = "registry.test/dressage-runtime:from-the-cli"
@@ -77,7 +77,7 @@ def operator_process(
 ) -> Iterator[OperatorProcess]:
     op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator"))
     try:
-        wait_for(op.listening, timeout=60, what="the operator's liveness port")
+        wait_until(op.listening, timeout=60, what="the operator's liveness port")
         yield op
     finally:
         op.stop()
@@ -121,7 +121,7 @@ def test_a_refused_child_shows_as_a_condition_and_an_event_at_once(
         }
     )
     created = time.monotonic()
-    condition = wait_for(
+    condition = wait_until(
         lambda: (
             (cond := _condition(c, "refused", "ChildrenApplied")) is not None
             and cond["status"] == "False"
@@ -134,7 +134,7 @@ def test_a_refused_child_shows_as_a_condition_and_an_event_at_once(
     message = condition["message"]
     assert "Pod refused-trainer-0: create refused (HTTP 422)" in message
     assert 'spec.volumes[3].name: Duplicate value: "dshm"' in message
-    (event,) = wait_for(lambda: _events(c, "refused", "FailedCreate"), timeout=10, what="Event")
+    (event,) = wait_until(lambda: _events(c, "refused", "FailedCreate"), timeout=10, what="Event")
     assert event["type"] == "Warning"
     assert "refused-trainer-0" in event["message"]
     assert "spec.volumes[3].name" in event["message"]
@@ -149,10 +149,10 @@ def test_a_refused_child_shows_as_a_condition_and_an_event_at_once(
 
     # Fixed: the trainer pod is created and the condition clears; the refusal was posted once.
     c.patch(c.job_path("refused"), {"spec": {"trainer": {"template": {"volumes": []}}}})
-    wait_for(
+    wait_until(
         lambda: c.get(c.path("v1", "pods", "refused-trainer-0")), timeout=10, what="trainer pod"
     )
-    cleared = wait_for(
+    cleared = wait_until(
         lambda: (
             (cond := _condition(c, "refused", "ChildrenApplied")) is not None
             and cond["status"] == "True"

@@ -9,7 +9,8 @@ import pytest
 from dressage_operator import children, sglang_release
 from dressage_operator.children import Owner
 from dressage_operator.config import OperatorConfig
-from dressage_operator.decide import Observed, Plan, decide
+from dressage_operator.decide import decide
+from dressage_operator.plan import Observed, Plan
 
 from dressage.api import AsyncRLJob, validate_job
 from dressage.api.sglang import (

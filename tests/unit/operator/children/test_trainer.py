@@ -1,5 +1,6 @@
-"""`spec.code`: the job's own code reaches the trainer pods, and only them (the engines and the
-proxy never import it); a bad value is refused with the field named."""
+"""The trainer gang: its rendezvous and wiring, the environment the README lists, and
+`spec.code` (the job's own code reaches the trainer pods, and only them: the engines and the
+proxy never import it; a bad value is refused with the field named)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,14 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from dressage_operator import children
-from dressage_operator.config import OperatorConfig
+from dressage_operator import children, naming
 from dressage_operator.testing import restricted_violations
 
-from dressage.api import AsyncRLJob
+from dressage.api import AsyncRLJob, load_job
 from dressage.api.job import PACKAGES_DIR
 from dressage.api.loader import JobValidationError, validate_job
 
-K8S_VERSION = "1.33.0"
-CONFIG = OperatorConfig()
-OWNER = children.Owner(name="job-a", namespace="ns", uid="uid-1")
+from .support import CONFIG, ENV_NAME, EXAMPLES, K8S_VERSION, OWNER, README, env_of
 
 
 def _manifest(**spec: Any) -> dict[str, Any]:
@@ -140,3 +138,46 @@ def test_a_bad_code_value_is_refused_with_the_field_named(
     ((path, text),) = info.value.errors
     assert path == field
     assert message in text
+
+
+def test_trainer_gang_rendezvous_and_wiring() -> None:
+    job = load_job(EXAMPLES[0].parent / "multi-node-partial-rollout.yaml")
+    pods = children.build_trainer_pods(job, OWNER, CONFIG, gang=2)
+    assert [p["metadata"]["name"] for p in pods] == ["job-a-trainer-0", "job-a-trainer-1"]
+    for rank, pod in enumerate(pods):
+        spec = pod["spec"]
+        assert (spec["hostname"], spec["subdomain"]) == (f"job-a-trainer-{rank}", "job-a-trainer")
+        assert spec["restartPolicy"] == "Never"
+        assert spec["priorityClassName"] == "gpu-training"
+        assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+        (container,) = spec["containers"]
+        env = env_of(container)
+        assert env["MASTER_ADDR"] == "job-a-trainer-0.job-a-trainer.ns.svc"
+        assert (env["NNODES"], env["NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("2", "8", "16")
+        assert env["NODE_RANK"] == str(rank)
+        assert env["DRESSAGE_ROLLOUT_MAX_RETRIES"] == "3"
+        assert env["NCCL_DEBUG"] == "WARN"
+        assert env["DRESSAGE_ENGINE_URLS"].split(",")[3] == (
+            "http://job-a-engine-3.job-a-engine.ns.svc:30000"
+        )
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert container["command"][:1] == ["torchrun"]
+        assert "--node-rank=$(NODE_RANK)" in container["command"]
+        assert container["command"][-5:] == [
+            "-m",
+            "dressage",
+            "train",
+            "--config",
+            naming.CONFIG_PATH,
+        ]
+        assert pod["metadata"]["labels"][naming.LABEL_GANG] == "2"
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports == {"rendezvous": 29500, "metrics": 9400}
+
+
+def test_readme_lists_the_trainer_environment_the_builders_set() -> None:
+    text = README.read_text()
+    trainer = text[text.index("- trainer `") : text.index("- engine `")]
+    listed = set(ENV_NAME.findall(trainer))
+    job = load_job(EXAMPLES[0].parent / "multi-node-partial-rollout.yaml")
+    assert listed == set(children.trainer_env(job, OWNER, 0))

@@ -26,7 +26,7 @@ from dressage.orchestrator import train_cli as trainer_cli
 from dressage.proxy import cli as proxy_cli
 from dressage.proxy.config import parse_engine_urls
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[4] / "examples").glob("*.yaml"))
 CONFIG = OperatorConfig()
 OWNER = children.Owner(name="job-a", namespace="ns", uid="uid-1")
 KUBELET_VAR = re.compile(r"\$\((\w+)\)")

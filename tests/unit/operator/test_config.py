@@ -1,0 +1,26 @@
+"""The operator's own settings, as the README lists them and `OperatorConfig.from_env`
+reads them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dressage_operator.config import OperatorConfig
+
+from .children.support import ENV_NAME, README
+
+
+def test_readme_lists_the_operator_variables_config_reads() -> None:
+    listed = {n for n in ENV_NAME.findall(README.read_text()) if n.startswith("DRESSAGE_OPERATOR_")}
+    assert len(listed) == len(dataclasses.fields(OperatorConfig))
+    values = {
+        "PORT": "1234",
+        "SECONDS": "7.5",
+        "TEMPLATE": "http://x/{job}",
+        "POLICIES": "true",
+        "LIMITS": '{"trainerNodes": 3}',
+        "CYCLE": "7",
+    }
+    for name in listed:
+        value = next((v for k, v in values.items() if name.endswith(k)), "registry/image:1")
+        assert OperatorConfig.from_env({name: value}) != OperatorConfig(), f"{name} is not read"
