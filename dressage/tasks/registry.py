@@ -6,6 +6,7 @@ registered with `register_task`. Task modules only implement the interfaces of
 from __future__ import annotations
 
 from dressage.api.job import DATASET_TASK, ENVIRONMENT_TASK, TaskSpec
+from dressage.api.loader import ConfigurationError
 from dressage.tasks import arithmetic, dataset, environment, household
 from dressage.tasks.base import Environment, Task, TaskFactory
 from dressage.tasks.rewards import BUILTIN_REWARDS
@@ -34,7 +35,7 @@ def get_task(spec: TaskSpec) -> Task | Environment:
     try:
         factory = _REGISTRY[spec.name]
     except KeyError:
-        raise ValueError(
+        raise ConfigurationError(
             f"spec.task.name: unknown task {spec.name!r}; known tasks: {', '.join(task_names())}"
         ) from None
     return factory(spec)

@@ -1,6 +1,6 @@
 """`dressage run` with a manifest naming an SGLang release newer than the tested range warns
 once, naming the field and the tested range; a tested release gets no warning. (The run is
-stopped by `--steps 0` right after the manifest checks, before anything starts.)"""
+stopped by `--steps 0`, which the pre-flight checks refuse before anything starts.)"""
 
 from __future__ import annotations
 
