@@ -19,6 +19,7 @@ Shapes (read in SGLang v0.5.2, `python/sglang/srt/`):
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 import threading
@@ -33,13 +34,14 @@ from typing import Any
 import pytest
 
 sglang = pytest.importorskip(
-    "sglang", reason="SGLang's pure-Python parts are not installed: run scripts/setup.sh"
+    "sglang", reason="SGLang is not importable: the tier runs per release, sglang-compat.sh"
 )
 
 from dressage.engine.sglang_support import SGLANG_PINNED_VERSION  # noqa: E402
 
 SGLANG_VERSION = metadata.version("sglang")
-"""The installed release; `test_installed_release_is_the_pin` keeps it the pinned one."""
+"""The release this run of the tier imports: one of the matrix
+(`dressage.api.sglang.SGLANG_TESTED_RELEASES`), or one being tried (`scripts/sglang-compat.sh`)."""
 
 
 def http_server_source() -> str:
@@ -65,6 +67,53 @@ def sglang_routes() -> set[tuple[str, str]]:
         else:
             routes.add((kind.upper(), path))
     return routes
+
+
+def route_handler(method: str, path: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """The function of SGLang's `http_server.py` that serves `method path` (decorated with
+    `@app.get(path)`, `@app.post(path)` or `@app.api_route(path, methods=[...])`)."""
+    for node in ast.walk(ast.parse(http_server_source())):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for deco in node.decorator_list:
+            if not (
+                isinstance(deco, ast.Call)
+                and isinstance(deco.func, ast.Attribute)
+                and isinstance(deco.func.value, ast.Name)
+                and deco.func.value.id == "app"
+                and deco.args
+                and isinstance(deco.args[0], ast.Constant)
+                and deco.args[0].value == path
+            ):
+                continue
+            kind = deco.func.attr
+            if kind == "api_route":
+                methods = next((k.value for k in deco.keywords if k.arg == "methods"), None)
+                elts = getattr(methods, "elts", [])
+                names = {str(e.value).upper() for e in elts if isinstance(e, ast.Constant)}
+                if method.upper() in names:
+                    return node
+            elif kind.upper() == method.upper():
+                return node
+    raise LookupError(f"SGLang {SGLANG_VERSION} serves no {method} {path}")
+
+
+def handler_logs(handler: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The `logger.<level>(...)` calls in a route handler's body."""
+    return [
+        ast.unparse(call.func)
+        for call in ast.walk(handler)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "logger"
+    ]
+
+
+def handler_awaits(handler: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """What a route handler awaits (a round trip to the scheduler is awaited; a handler that
+    awaits nothing answers from the HTTP process alone)."""
+    return [ast.unparse(node.value) for node in ast.walk(handler) if isinstance(node, ast.Await)]
 
 
 def finish_stop(matched: int | str = 2) -> dict[str, Any]:
