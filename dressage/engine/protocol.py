@@ -84,10 +84,17 @@ class ResponseModel(BaseModel):
 class SamplingParams(RequestModel):
     """SGLang's `sampling_params` (names, defaults and ranges as in its `SamplingParams.verify`).
 
+    The keys are the newest tested release's (0.5.23's API schema); which release takes which
+    key is `sglang_support.sampling_param_keys`, and the client and the proxy send an engine
+    only the keys its release takes. `null` means the default, as 0.5.23's schema decoder
+    reads it (`max_new_tokens: null` is no limit, as in every release); for an engine of an
+    older release, whose `SamplingParams` compares the value and fails, such nulls are left out
+    of the request (`sglang_support.NULL_REFUSING_KEYS`).
+
     The embedded engine implements max_new_tokens, min_new_tokens, temperature, top_p, top_k,
-    min_p, stop, stop_token_ids, ignore_eos, skip_special_tokens, no_stop_trim and sampling_seed;
-    it accepts the penalties, `n`, `logit_bias` and the grammar fields only at their neutral
-    values and answers 400 otherwise.
+    min_p, stop, stop_regex, stop_token_ids, ignore_eos, skip_special_tokens, no_stop_trim and
+    sampling_seed; it accepts the penalties, `n`, `logit_bias`, the grammar fields,
+    `beam_width` and `watermark` only at their neutral values and answers 400 otherwise.
 
     Types are strict (an int is a valid float, nothing else converts): SGLang takes these
     values as they come and fails on a string where it compares a number, so a body the
@@ -108,6 +115,9 @@ class SamplingParams(RequestModel):
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     stop: str | list[str] | None = None
     """Stop strings; the matched string is trimmed from `text` unless `no_stop_trim`."""
+    stop_regex: str | list[str] | None = None
+    """Stop when the output text matches one of these regular expressions (0.5.23); the
+    matched text is trimmed from `text` unless `no_stop_trim`."""
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
@@ -126,6 +136,15 @@ class SamplingParams(RequestModel):
     structural_tag: str | None = None
     custom_params: dict[str, Any] | None = None
     stream_interval: int | None = Field(default=None, ge=1)
+    beam_width: int | None = Field(default=None, ge=1)
+    watermark: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(v is None for v in data.values()):
+            return {k: v for k, v in data.items() if v is not None or k not in _NULL_DEFAULTS}
+        return data
 
     @field_validator("top_k")
     @classmethod
@@ -147,6 +166,32 @@ class SamplingParams(RequestModel):
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def stop_regexes(self) -> list[str]:
+        if self.stop_regex is None:
+            return []
+        return [self.stop_regex] if isinstance(self.stop_regex, str) else list(self.stop_regex)
+
+
+_NULL_DEFAULTS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+        "n",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+    }
+)
+"""Keys whose `null` 0.5.23's schema decoder reads as the default (`api_types.
+decode_SamplingParams`: `1.0 if x is None else ...`); every other key's default is null."""
 
 
 class GenerateRequest(RequestModel):
@@ -335,6 +380,10 @@ class UpdateWeightsFromDistributedRequest(RequestModel):
     abort_all_requests: bool = False
     weight_version: str | None = None
     """The new version label, set once this bucket is loaded (send it with the last one)."""
+    load_format: Literal["flattened_bucket"] | None = None
+    """`flattened_bucket` (0.5.23): the bucket arrives as one uint8 broadcast, the tensors'
+    bytes back to back in `names` order (`dressage.engine.flat_bucket`); None: one broadcast
+    per tensor."""
 
     @model_validator(mode="after")
     def _same_lengths(self) -> UpdateWeightsFromDistributedRequest:
@@ -349,6 +398,16 @@ class DestroyWeightsUpdateGroupRequest(RequestModel):
     """SGLang's `DestroyWeightsUpdateGroupReqInput` (0.5.3 and later)."""
 
     group_name: str = Field(default=DEFAULT_WEIGHTS_GROUP, min_length=1)
+
+
+class BeginWeightUpdateRequest(RequestModel):
+    """0.5.23's `BeginWeightUpdateReqInput`: open a weight-update session."""
+
+    selector: Literal["target", "draft", "all"] = "all"
+
+
+class EndWeightUpdateRequest(RequestModel):
+    """0.5.23's `EndWeightUpdateReqInput`: close the session (no fields)."""
 
 
 class WeightsGroupResult(ResponseModel):
@@ -390,7 +449,10 @@ class ModelInfo(ResponseModel):
 
 
 def error_message(body: bytes | str) -> str:
-    """The error text of an SGLang error body (nested `error.message` or flat `message`)."""
+    """The error text of an SGLang error body, in any of its shapes: `{"error": "..."}`
+    (0.5.23's `/generate` schema gate), `{"error": {"message": ...}}`
+    (`_create_error_response`), the flat OpenAI `{"object": "error", "message": ...}`, FastAPI's
+    `{"detail": ...}`, or plain text (`Internal Server Error`)."""
     try:
         data = json.loads(body)
     except (ValueError, TypeError):
@@ -398,10 +460,14 @@ def error_message(body: bytes | str) -> str:
         return text.strip() or "(empty body)"
     if isinstance(data, dict):
         error = data.get("error")
+        if isinstance(error, str):
+            return error
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return str(error["message"])
         if isinstance(data.get("message"), str):
             return str(data["message"])
         if isinstance(data.get("detail"), str):
             return str(data["detail"])
+    if isinstance(data, str):
+        return data
     return json.dumps(data)
