@@ -320,20 +320,35 @@ class DistributedWeightSender:
         dtypes = [dtype_name(t.dtype) for t in tensors]
         shapes = [list(t.shape) for t in tensors]
         requests = [
-            engine.update_weights_from_distributed(
-                names,
-                dtypes,
-                shapes,
-                weight_version=version,
-                group_name=self.group_name,
-                flush_cache=False,
-                abort_all_requests=abort_all_requests,
-                flattened=flattened,
-                timeout_s=self.timeout_s,
+            asyncio.ensure_future(
+                engine.update_weights_from_distributed(
+                    names,
+                    dtypes,
+                    shapes,
+                    weight_version=version,
+                    group_name=self.group_name,
+                    flush_cache=False,
+                    abort_all_requests=abort_all_requests,
+                    flattened=flattened,
+                    timeout_s=self.timeout_s,
+                )
             )
             for engine in self.engines
         ]
-        payload = [flat_bucket.flatten(tensors)] if flattened else tensors
+        payload = tensors
+        if flattened:
+            # Off the event loop, while the requests reach the engines and they set up the
+            # receive: the copy into one buffer is the flattened path's own cost.
+            try:
+                payload = [await asyncio.to_thread(flat_bucket.flatten, tensors)]
+            except Exception as exc:
+                # The engines wait for a broadcast that will not come: leave the group.
+                for request in requests:
+                    request.cancel()
+                self._group.close()
+                raise WeightSyncError(
+                    f"flattening a bucket ({names[0]} ...) failed: {exc} (the group is closed)"
+                ) from exc
         broadcast = in_daemon_thread(self._group.broadcast, payload)
         results = await asyncio.gather(broadcast, *requests, return_exceptions=True)
         failures = [
