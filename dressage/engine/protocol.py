@@ -3,41 +3,48 @@
 Matched against SGLang's `python/sglang/srt/managers/io_struct.py`,
 `python/sglang/srt/entrypoints/http_server.py`, `python/sglang/srt/sampling/sampling_params.py`
 and `python/sglang/srt/utils/weight_versions.py` (the `GenerateReqInput` /
-`UpdateWeightFromDiskReqInput` / `PauseGenerationReqInput` / `AbortReq` dataclasses and
+`UpdateWeightFromDiskReqInput` / `PauseGenerationReqInput` / `AbortReq` request classes and
 `meta_info` as built by the TokenizerManager). The models describe the newest API Dressage uses
-(every feature of `sglang_support.FEATURES`, all present from SGLang 0.5.19); which release has
+(every feature of `sglang_support.FEATURES`, all present in SGLang 0.5.23); which release has
 which field is in `sglang_support`, and `EngineClient` sends a field only to a release that has
-it. The contract tests (`tests/contract/`) check the bodies against the pinned release's own
+it. The contract tier (`tests/contract/`) checks the bodies against each tested release's own
 classes. Field names and defaults are SGLang's; a field SGLang has but Dressage does not use is
 left out of the request models, and unknown fields in requests are refused (the embedded engine
-answers 400 naming the field; SGLang's FastAPI layer drops unknown top-level fields silently,
-and answers 500 for an unknown `sampling_params` key) rather than silently ignored. Response
-models allow extra fields, so newer SGLang servers still parse.
+answers 400 naming the field; SGLang's FastAPI layer drops unknown top-level fields silently)
+rather than silently ignored. Response models allow extra fields, so newer SGLang servers still
+parse.
 
-Endpoints (all JSON):
+Endpoints (all JSON; where a route moved between releases, both names, newest first):
 
 - `POST /generate` `GenerateRequest` -> `GenerateResponse`; with `stream: true` a server-sent
-  event stream of `data: {GenerateResponse}` lines (each a cumulative snapshot: text, all
-  output_ids and logprobs so far) ended by `data: [DONE]`.
+  event stream of `data: {GenerateResponse}` lines ended by `data: [DONE]` (text, logprobs and
+  `completion_tokens` cumulative; `output_ids` all so far on 0.5.23, only the new ones on
+  0.5.2, which `EngineClient.generate_stream` accumulates).
 - `POST /update_weights_from_disk` `UpdateWeightsFromDiskRequest` -> `UpdateWeightsResult`
-  (HTTP 400 with `success: false` when the load fails).
+  (HTTP 400 with `success: false` when the load, or on 0.5.23 its cache flush, fails).
 - `POST /init_weights_update_group` `InitWeightsUpdateGroupRequest`,
+  `POST /begin_weight_update` `BeginWeightUpdateRequest` (0.5.23),
   `POST /update_weights_from_distributed` `UpdateWeightsFromDistributedRequest`,
-  `POST /destroy_weights_update_group` `DestroyWeightsUpdateGroupRequest` -> `WeightsGroupResult`
-  `{"success", "message"}` (HTTP 400 with `success: false` on failure): weights broadcast by
-  the trainer (rank 0 of a `torch.distributed` group) instead of read from disk.
+  `POST /end_weight_update` `EndWeightUpdateRequest` (0.5.23),
+  `POST /destroy_weights_update_group` `DestroyWeightsUpdateGroupRequest` (0.5.3) ->
+  `WeightsGroupResult` `{"success", "message"}` (HTTP 400 with `success: false` on failure):
+  weights broadcast by the trainer (rank 0 of a `torch.distributed` group) instead of read
+  from disk.
+- `GET|POST /flush_cache` -> 200 once flushed, 400 while requests run (plain text).
 - `POST /pause_generation` `PauseGenerationRequest`, `POST /continue_generation` ->
   `{"message": ..., "status": "ok"}`.
 - `POST /abort_request` `AbortRequest` -> empty 200.
-- `GET /get_weight_version` -> `{"weight_version": ...}`; `GET /get_model_info` -> `ModelInfo`;
-  `GET /get_server_info` -> the server's settings with `version`, its SGLang release.
+- `GET /model_info` (0.5.23) or `GET /get_weight_version` (0.5.2) -> `{"weight_version": ...}`
+  (among other keys); `GET /model_info` or `GET /get_model_info` -> `ModelInfo`;
+  `GET /server_info` or `GET /get_server_info` -> the server's settings with `version`, its
+  SGLang release (0.5.23 keeps the `get_` names as aliases that log a warning per call).
 - `GET /health`, `GET /health_generate` -> 200 when ready, 503 otherwise (empty bodies).
 - Errors: HTTP 400 with `{"error": {"message": "..."}}` (SGLang's `_create_error_response`);
-  the message names the offending field. A `sampling_params` key SGLang's `SamplingParams`
-  does not take, or a value of the wrong type, is a `TypeError` there and answers HTTP 500
-  (the embedded engine does the same, naming the field). Some SGLang validation errors use
+  0.5.23's `/generate` schema gate answers 400 `{"error": "<text>"}`; on 0.5.2 a
+  `sampling_params` key its `SamplingParams` does not take, or a value of the wrong type, is a
+  `TypeError` and answers HTTP 500 `Internal Server Error` (plain text). Some SGLang errors use
   the flat OpenAI shape `{"object": "error", "message": ..., "code": 400}`; `error_message`
-  reads both.
+  reads them all.
 
 Finish reasons are SGLang's `to_json()` shapes: `{"type": "stop", "matched": <token id or
 string>}`, `{"type": "length", "length": n}`, `{"type": "abort", "message": ...}`.
@@ -48,10 +55,11 @@ Weight versions. `meta_info.weight_version` is the version label of the weights 
 the response (SGLang: the server's version when the response was built).
 `meta_info.weight_versions` is a list of spans `{"version": v, "start": s, "end": e}` over output
 token indices `[s, e)`, in order, covering every output token: the tokens of one response that
-came from different weight versions (a weight update landed mid-generation). SGLang emits the
-same field with the same shape from 0.5.19 (`add_weight_versions_to_meta_info`); older releases
-send only `weight_version`, so `GenerateResponse.token_versions()` falls back to that label for
-every token.
+came from different weight versions (a weight update landed mid-generation, which an
+`in_place` pause allows). SGLang emits the field from 0.5.19 (`add_weight_versions_to_meta_info`,
+which also sets `weight_version` to the last span's); older releases send only
+`weight_version`, so `GenerateResponse.token_versions()` falls back to that label for every
+token.
 
 No torch here: the proxy imports this module and its image has no torch.
 """

@@ -37,10 +37,10 @@ async def health_loop(state: ProxyState, connections: EngineConnections) -> None
     engine (`check_engine`); an engine is routed to only while it passes.
 
     No engine is judged while generation is paused for a weight update, nor by a probe that a
-    pause overlapped: SGLang's `/health` generates a token, so it blocks while the engine is
-    paused (`tokenizer_manager.generate_request` waits on `is_pause_cond`, v0.5.2) and would
-    time out, marking every engine down exactly when the generations parked at the gate are
-    about to resume.
+    pause overlapped: SGLang 0.5.2's `/health` generates a token, so it blocks while the engine
+    is paused (`tokenizer_manager.generate_request` waits on `is_pause_cond`) and would time
+    out, marking every engine down exactly when the generations parked at the gate are about
+    to resume. (0.5.23's `/health` answers at once, paused or not.)
     """
     interval = state.config.health_interval_s
     while True:
