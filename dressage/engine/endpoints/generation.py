@@ -45,6 +45,20 @@ with status 503 (`managers/scheduler.py`), `tokenizer_manager` raises `HTTPExcep
 `entrypoints/http_server.py` renders an `ErrorResponse` (0.5.2 and 0.5.23 alike)."""
 
 _SHAPED_ABORTS = frozenset({"request", "pause", "update"})
+_SCHEDULER_KEYS = frozenset(
+    {
+        "id",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "weight_version",
+        "weight_versions",
+        "e2e_latency",
+    }
+)
+"""The `meta_info` keys the scheduler puts in every snapshot, which the profile picks from;
+any other key is one a request asked for (`output_token_logprobs`) and is answered as is."""
 """Abort causes answered in the release's abort shapes (a shutdown keeps its own message)."""
 
 
@@ -79,8 +93,8 @@ def shape_answer(
         "reasoning_tokens": 0,
     }
     out_meta = {key: values[key] for key in profile.meta_info_keys if key != "e2e_latency"}
-    if "output_token_logprobs" in meta:
-        out_meta["output_token_logprobs"] = meta["output_token_logprobs"]
+    # What the request asked for on top (`output_token_logprobs`, ...) passes through as is.
+    out_meta.update({k: v for k, v in meta.items() if k not in _SCHEDULER_KEYS})
     if final:
         out_meta["e2e_latency"] = meta["e2e_latency"]
     output_ids = snapshot["output_ids"]

@@ -115,3 +115,15 @@ def test_stream_chunks_carry_new_tokens_on_0_5_2_and_all_on_0_5_23() -> None:
     assert new["output_ids"] == [5, 6, 7]
     assert "e2e_latency" not in old["meta_info"]
     assert old["text"] == new["text"] == "xxx"
+
+
+def test_what_a_request_asked_for_on_top_passes_through() -> None:
+    """Keys the scheduler adds for a request (`output_token_logprobs`, or a new one such as
+    `routed_experts`) reach the answer under every profile."""
+    snap = snapshot([5], {"type": "length", "length": 1}, SPANS[:1])
+    snap["meta_info"]["output_token_logprobs"] = [[-0.5, 5, None]]
+    snap["meta_info"]["routed_experts"] = "AAAA"
+    for profile in (PROFILE_0_5_2, PROFILE_0_5_23):
+        meta = shape_answer(profile, snap, label="v0", request=request(), final=True)["meta_info"]
+        assert meta["output_token_logprobs"] == [[-0.5, 5, None]]
+        assert meta["routed_experts"] == "AAAA"
