@@ -12,7 +12,9 @@ whitebox agent's.
 Failures: a program that exits non-zero or runs past its deadline fails the trajectory, and so
 the prompt group, which the collector retries whole. When the proxy refused the session (for
 example 502 `partial_rollout_staleness_exceeded`), the failure carries that name so it is
-counted as a staleness failure.
+counted as a staleness failure. Otherwise the program itself failed (`agent_failed`): the
+failure is a `UserCodeFailed` with the exception and the line of the program's own code read
+from the Python traceback on its standard error (or its exit code and last line of output).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from collections.abc import Sequence
 
 from dressage.agents.groups import collect_group, group_id_of
 from dressage.data.groups import Group
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.tasks.base import Prompt, Task, score
+from dressage.tasks.faults import AGENT_FIELD, USER_CODE_FAULTS, UserCodeFailed, fault_from_stderr
 
 AGENT_ERROR = "agent_failed"
 TASK_ROW_ENV = "DRESSAGE_TASK_ROW"
@@ -100,10 +104,21 @@ class BlackboxRollout:
             await process.wait()
             raise
         if process.returncode != 0:
+            stderr = err.decode(errors="replace")
             code = await self.client.refusal(session_id)
-            tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise RolloutError(
-                f"agent {self.command[0]} exited {process.returncode}: {tail[0][:200]}",
-                code=code or AGENT_ERROR,
+            if code is not None:
+                tail = stderr.strip().splitlines()[-1:] or [""]
+                raise RolloutError(
+                    f"agent {self.command[0]} exited {process.returncode}: {tail[0][:200]}",
+                    code=code,
+                )
+            fault = fault_from_stderr(
+                stderr,
+                field=AGENT_FIELD,
+                reference=shlex.join(self.command),
+                reason=AGENT_ERROR,
+                exit_code=process.returncode,
             )
+            USER_CODE_FAULTS.record(fault, then="its prompt group fails and is retried")
+            raise UserCodeFailed(fault)
         return out.decode(errors="replace").strip()

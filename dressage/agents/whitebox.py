@@ -10,7 +10,9 @@ trajectory's reward is the sum of its step rewards, given to the proxy when the 
 finalized; the group's samples are read back from the proxy like every other rollout's.
 
 A turn refused by the proxy (a version change without partial rollout, or the partial-rollout
-span limit) fails the trajectory and so the group, which the collector retries whole.
+span limit) fails the trajectory and so the group, which the collector retries whole. So does an
+environment whose `episode()` or `step()` raises: the failure is `environment_raised`, a
+`UserCodeFailed` naming the environment's class, the exception and the line that raised it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,15 @@ from __future__ import annotations
 from dressage.agents.groups import collect_group, group_id_of, sample_seed
 from dressage.data.groups import Group
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
-from dressage.tasks.base import Environment
+from dressage.tasks.base import Environment, Episode, Step
 from dressage.tasks.codec import Conversation, PromptCodec
+from dressage.tasks.faults import (
+    ENVIRONMENT_FIELD,
+    ENVIRONMENT_RAISED,
+    USER_CODE_FAULTS,
+    UserCodeFailed,
+    fault_from_exception,
+)
 
 
 class WhiteboxAgentRollout:
@@ -59,7 +68,7 @@ class WhiteboxAgentRollout:
 
         Turn `t` samples with seed `seed + t`, so a trajectory is reproducible on one engine.
         """
-        episode = self.environment.episode(index)
+        episode = self._episode(index)
         conversation = Conversation(self.codec, episode.prompt)
         reward = 0.0
         for turn in range(self.environment.max_turns):
@@ -70,9 +79,35 @@ class WhiteboxAgentRollout:
                 instance_id=instance_id,
                 seed=(seed + turn) % (2**31 - 1),
             )
-            step = episode.step(self.codec.decode_completion(output))
+            step = self._step(episode, self.codec.decode_completion(output))
             reward += step.reward
             if step.done:
                 break
             conversation.add_turn(output, step.observation)
         return reward
+
+    # The environment is the user's code: what it raises names it.
+
+    def _episode(self, index: int) -> Episode:
+        try:
+            return self.environment.episode(index)
+        except Exception as exc:
+            raise self._failed(exc, "episode()") from exc
+
+    def _step(self, episode: Episode, action: str) -> Step:
+        try:
+            return episode.step(action)
+        except Exception as exc:
+            raise self._failed(exc, "step()") from exc
+
+    def _failed(self, exc: Exception, call: str) -> UserCodeFailed:
+        kind = type(self.environment)
+        fault = fault_from_exception(
+            exc,
+            field=ENVIRONMENT_FIELD,
+            reference=f"{kind.__module__}:{kind.__qualname__}",
+            reason=ENVIRONMENT_RAISED,
+            call=call,
+        )
+        USER_CODE_FAULTS.record(fault, then="its prompt group fails and is retried")
+        return UserCodeFailed(fault)

@@ -167,6 +167,13 @@ PRINTER_COLUMNS: list[Schema] = [
     },
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Message",
+        "type": "string",
+        "jsonPath": ".status.message",
+        "description": "What the phase is waiting for or why it failed: an invalid field, a "
+        "child the API server refused",
+    },
 ]
 
 _DROPPED_KEYS = ("title", "$defs")

@@ -139,6 +139,9 @@ class Piece:
     """`versions` run-length encoded, no empty run."""
     engine_latency: float | None = None
     """The engine's own time for this piece (`meta_info.e2e_latency`), when it reports it."""
+    meta_info: dict[str, Any] = field(default_factory=dict)
+    """The engine's `meta_info` as sent (fields the proxy passes through, such as
+    `routed_experts`)."""
 
 
 def parse_piece(data: object, url: str) -> Piece:
@@ -197,6 +200,7 @@ def parse_piece(data: object, url: str) -> Piece:
             if isinstance(latency, int | float) and not isinstance(latency, bool)
             else None
         ),
+        meta_info=meta,
     )
 
 
@@ -223,6 +227,8 @@ class Generation:
     """`versions` as runs, kept up to date by `add`."""
     engine_latency: float | None = None
     """The engines' reported time summed over the pieces; None when none reported it."""
+    meta_info: dict[str, Any] = field(default_factory=dict)
+    """The last piece's `meta_info` as the engine sent it."""
 
     def add(self, piece: Piece) -> None:
         if not self.pieces:
@@ -242,6 +248,7 @@ class Generation:
             finish = {**finish, "length": len(self.output_ids)}
         self.finish_reason = finish
         self.weight_version = piece.weight_version
+        self.meta_info = piece.meta_info
 
     def version_spans(self) -> list[dict[str, Any]]:
         """`meta_info.weight_versions` of the whole turn (one span per run of a version)."""
@@ -282,9 +289,12 @@ class Generator:
         session: Session,
         input_ids: list[int],
         sampling_params: dict[str, Any],
+        *,
+        extra_body: dict[str, Any] | None = None,
     ) -> Generation:
         """Generate one turn of `session`; raises the rule's `StalenessRefusal` when its
-        versions may not join the session's earlier ones."""
+        versions may not join the session's earlier ones. `extra_body` fields are added to
+        every request of the turn."""
         rule = self.rule
         resume = rule.resumes_partial_output
         earlier = session.versions_seen
@@ -303,6 +313,7 @@ class Generator:
                 if isinstance(min_new, int):
                     params["min_new_tokens"] = max(0, min_new - done)
             body = {
+                **(extra_body or {}),
                 "input_ids": input_ids + gen.output_ids if done else input_ids,
                 "sampling_params": params,
                 "return_logprob": True,

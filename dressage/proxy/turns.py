@@ -26,16 +26,18 @@ async def run_turn(
     sampling_params: dict[str, Any],
     *,
     force_new_segment: str | None = None,
+    extra_body: dict[str, Any] | None = None,
 ) -> tuple[TurnPlan, Generation, int]:
     """Plan, generate, check and record one turn; returns the plan, the generation and the
-    segment index it was recorded in."""
+    segment index it was recorded in. `extra_body` fields go to the engine with every piece
+    of the turn (`return_routed_experts`)."""
     generator = state.generator
     assert generator is not None, "generations run only while the app serves"
     clock = state.clock
     plan = session.begin_turn(input_ids, clock(), force_new_segment=force_new_segment)
     started = time.perf_counter()
     try:
-        gen = await generator.run(session, input_ids, sampling_params)
+        gen = await generator.run(session, input_ids, sampling_params, extra_body=extra_body)
     except StalenessRefusal as exc:
         refusal = ProxyError(exc.status, exc.error_name, str(exc), detail=exc.detail)
         session.refuse(refusal, clock())

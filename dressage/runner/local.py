@@ -8,16 +8,19 @@ the session's current weights and version and playing the job's SGLang release
 the proxy in front of them, the `/metrics` endpoint, then the job's pipeline
 (`dressage.orchestrator.pipeline`, the same as every trainer rank's on a cluster). The trainer
 runs in this process (world size 1). On the way out, whatever the reason, children are
-stopped and the run report is written.
+stopped and the run report is written, with every distinct error the job's own code raised
+(`user_code_errors`), unless the run ended on a configuration error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,13 +32,11 @@ from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
-from dressage.runner.processes import (
-    ChildProcess,
-    available_cpus,
-    pin_this_process,
-    python_module,
-)
-from dressage.runner.report import History, write_report
+from dressage.runner.preflight import check_cpus
+from dressage.runner.processes import ChildProcess, pin_this_process, python_module
+from dressage.runner.report import REPORT, History, write_report
+from dressage.tasks.base import Environment, Task
+from dressage.tasks.faults import USER_CODE_FAULTS, merge_reports
 from dressage.trainer import grpo
 from dressage.trainer.checkpoint import RunDir
 from dressage.trainer.session import TrainerSession
@@ -60,9 +61,16 @@ class LocalRun:
     """One `dressage run` invocation."""
 
     def __init__(
-        self, job: AsyncRLJob, options: LocalRunOptions, out: Callable[[str], None] = print
+        self,
+        job: AsyncRLJob,
+        options: LocalRunOptions,
+        out: Callable[[str], None] = print,
+        *,
+        task: Task | Environment | None = None,
     ) -> None:
+        """`task`: the job's task as the pre-flight checks built it (None: built again)."""
         self.job = job
+        self.task = task
         self.spec = job.spec
         self.options = options
         self.out = out
@@ -96,14 +104,14 @@ class LocalRun:
         )
         self.history.resume(session.state.step, session.state.record)
         self.rewards = [float(r["reward"]) for r in self.history.read() if "reward" in r]
+        if session.state.step >= self.options.steps:
+            self.out(f"nothing to do: {session.state.step} of {self.options.steps} steps done")
+            return
         if session.resumed:
             self.out(
                 f"resuming at step {session.state.step + 1} from the checkpoint of step "
                 f"{session.state.step} (weight version {session.state.version})"
             )
-        if session.state.step >= self.options.steps:
-            self.out(f"nothing to do: {session.state.step} of {self.options.steps} steps done")
-            return
 
         engine_urls = await self._start_engines(session, cache_dir)
         proxy_url = await self._start_proxy(engine_urls, model_dir)
@@ -129,6 +137,7 @@ class LocalRun:
             sink=self._on_step,
             log=self.out,
             rollout_cpus=spec.local.rollout_cpus or spec.local.engine_cpus,
+            task=self.task,
         )
 
     def _on_step(self, record: StepRecord) -> None:
@@ -190,8 +199,9 @@ class LocalRun:
         self.out(f"proxy ready: {url}")
         return url
 
-    def shutdown(self) -> None:
-        """Stop children (proxy first, then engines), the metrics server; write the report."""
+    def shutdown(self, *, report: bool = True) -> None:
+        """Stop children (proxy first, then engines), the metrics server; write the report
+        (unless `report` is False: a run refused for its configuration leaves none)."""
         for child in reversed(self.children):
             child.stop()
         self.children.clear()
@@ -199,7 +209,16 @@ class LocalRun:
         if self.options.device.startswith("cuda") and torch.cuda.is_available():
             peak = torch.cuda.max_memory_allocated(torch.device(self.options.device))
             self.out(f"trainer peak GPU memory: {peak / 2**30:.2f} GiB")
-        if self.history.path.is_file():
+        faults = USER_CODE_FAULTS.entries()
+        if faults:
+            calls = sum(f.count for f in faults)
+            errors = f"{len(faults)} distinct error{'s' if len(faults) != 1 else ''}"
+            self.out(
+                f"user code: {errors} in {calls} failed call{'s' if calls != 1 else ''}, each "
+                "error logged once above; see user_code_errors in the report"
+            )
+        if report and self.history.path.is_file():
+            earlier = _earlier_user_code_errors(self.root / REPORT)
             path = write_report(
                 self.root,
                 {
@@ -211,17 +230,26 @@ class LocalRun:
                     "batchSize": self.spec.rollout.batch_size,
                     "learningRate": self.spec.training.learning_rate,
                 },
+                {"user_code_errors": merge_reports(earlier, [f.to_dict() for f in faults])},
             )
             self.out(f"report: {path} (plots in {self.root})")
 
 
-def check_cpus(cpus: list[int] | None, field: str) -> None:
-    """Refuse cores this machine does not let the run use, naming the job's field."""
-    if cpus is None:
-        return
-    unknown = sorted(set(cpus) - set(available_cpus()))
-    if unknown:
-        raise ValueError(f"{field}: cores {unknown} are not available (usable: {available_cpus()})")
+def _earlier_user_code_errors(report: Path) -> list[dict[str, Any]]:
+    """The user-code errors an earlier invocation of this run reported (none when it wrote
+    no report, or one without them)."""
+    try:
+        errors = json.loads(report.read_text(encoding="utf-8")).get("user_code_errors", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    kept: list[dict[str, Any]] = []
+    for entry in errors if isinstance(errors, list) else []:
+        try:
+            merge_reports([entry])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # not an entry this version wrote
+        kept.append(entry)
+    return kept
 
 
 def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:

@@ -1,13 +1,14 @@
 """Reading a job's staleness figures from its own Prometheus `/metrics` (trainer rank 0).
 
-`parse_staleness` is pure (text in, `StalenessStatus` out); `scrape` does the HTTP GET.
+Pure: `parse_staleness` turns exposition text into the status's `StalenessStatus`, and
+`ScrapeResult` is what one scrape found. The HTTP GET around it is `dressage_operator.scrape`,
+at the handlers' level.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from dressage import metrics as names
@@ -58,15 +59,3 @@ def parse_staleness(text: str, scraped_at: str | None = None) -> StalenessStatus
         weight_version=version_label,
         last_scrape_time=scraped_at,
     )
-
-
-async def scrape(
-    client: httpx.AsyncClient, url: str, limit_seconds: float, now: str
-) -> ScrapeResult:
-    """GET the job's metrics; never raises (a job without metrics yet is normal)."""
-    try:
-        response = await client.get(url, timeout=limit_seconds)
-        response.raise_for_status()
-        return ScrapeResult(url=url, staleness=parse_staleness(response.text, now))
-    except (httpx.HTTPError, ValueError) as exc:
-        return ScrapeResult(url=url, error=f"{type(exc).__name__}: {exc}"[:300])

@@ -1,6 +1,6 @@
 """Every SGLang command line the operator builds parses with SGLang's own CLI parser.
 
-`operator/dressage_operator/children.py` `engine_command` builds the engine pod's
+`operator/dressage_operator/children/engine.py` `engine_command` builds the engine pod's
 `python -m sglang.launch_server ...`; the arguments after the module name must parse with the
 parser `ServerArgs.add_cli_args` builds (`python/sglang/srt/server_args.py`, v0.5.2; the
 flags used: `--model-path`, `--tp-size` (dest `tensor_parallel_size`), `--dtype`, `--host`,

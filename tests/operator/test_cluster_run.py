@@ -37,7 +37,8 @@ from dressage.testing import free_port
 from tests.hub_cache import write_hub_cache
 
 from .conftest import NAMESPACE, Operator
-from .kubelet import Kubelet, ProbeResult, wait_until
+from .kubelet import Kubelet, ProbeResult
+from .waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 K8S_VERSION = "1.33.0"

@@ -89,7 +89,10 @@ def test_crd_is_a_valid_kubernetes_object() -> None:
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns[:5] == ["Phase", "Step", "Weight Version", "Span Max", "Dropped"]
-    assert columns[-1] == "Age"
+    # The top line tells the truth: why a job waits or failed is a column of `kubectl get`.
+    assert columns[-2:] == ["Age", "Message"]
+    message = version["additionalPrinterColumns"][-1]
+    assert (message["jsonPath"], message.get("priority", 0)) == (".status.message", 0)
 
 
 def test_schema_is_structural() -> None:

@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from dressage.api.job import AsyncRLJobSpec
-from dressage.runner.local import check_cpus
+from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import ChildProcess, available_cpus
 
 ROOT = Path(__file__).resolve().parents[2]

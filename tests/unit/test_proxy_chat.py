@@ -21,13 +21,9 @@ from dressage.proxy.chat import (
     plan_chat_turn,
 )
 from dressage.proxy.errors import ProxyError
-from dressage.proxy.tool_calls import (
-    ParsedReply,
-    parse_hermes,
-    parse_none,
-    select_tool_parser,
-    strip_stop,
-)
+from dressage.proxy.reply import ReplyFormat, parse_reply, resolve_reply_format
+from dressage.proxy.tool_calls import ParsedReply, new_call_id, parse_tool_calls, strip_stop
+from dressage.proxy.tool_formats import TOOL_FORMATS
 
 TOOLS = [
     {
@@ -43,6 +39,10 @@ TOOLS = [
 def _ids() -> Any:
     counter = itertools.count()
     return lambda: f"call_{next(counter)}"
+
+
+def parse_hermes(text: str, make_id: Any = new_call_id) -> ParsedReply:
+    return parse_tool_calls(TOOL_FORMATS["hermes"], text, make_id=make_id)
 
 
 def test_a_hermes_call_becomes_an_openai_tool_call() -> None:
@@ -100,16 +100,23 @@ def test_a_malformed_block_beside_a_good_one_stays_in_the_content() -> None:
 @given(st.text().filter(lambda s: "<tool_call>" not in s))
 def test_text_without_a_tool_call_tag_is_returned_unchanged(text: str) -> None:
     assert parse_hermes(text) == ParsedReply(text, [])
-    assert parse_none(text) == ParsedReply(text, [])
+    assert parse_reply(ReplyFormat("none", "none"), text) == ParsedReply(text, [])
 
 
-def test_the_parser_is_chosen_by_setting_or_template() -> None:
-    assert select_tool_parser(None, "{{ '<tool_call>' }}") is parse_hermes
-    assert select_tool_parser("auto", "plain") is parse_hermes
-    assert select_tool_parser("none", "{{ '<tool_call>' }}") is parse_none
+def test_the_parsers_are_chosen_by_setting_or_template() -> None:
+    assert resolve_reply_format(None, None, "{{ '<tool_call>' }}", ()) == ReplyFormat(
+        "none", "hermes"
+    )
+    assert resolve_reply_format("auto", "auto", "plain", ()).tools == "hermes"
+    assert resolve_reply_format("qwen3", "none", "{{ '<tool_call>' }}", ()) == ReplyFormat(
+        "qwen3", "none"
+    )
     with pytest.raises(ValueError, match="unknown tool call parser 'llama9'"):
-        select_tool_parser("llama9", "")
-    assert load_chat_tokenizer("builtin:tiny", tool_parser="none").tool_parser is parse_none
+        resolve_reply_format(None, "llama9", "", ())
+    with pytest.raises(ValueError, match="unknown reasoning parser 'deep'"):
+        resolve_reply_format("deep", None, "", ())
+    tok = load_chat_tokenizer("builtin:tiny", tool_call_parser="none")
+    assert tok.reply_format == ReplyFormat("none", "none")
 
 
 @pytest.mark.parametrize(
@@ -176,7 +183,7 @@ def test_a_tool_call_turn_is_extended_exactly_by_the_tool_answer() -> None:
     turn = plan_chat_turn(tok, None, None, first, TOOLS)
     generated = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>'
     output_ids = tok.encode(generated + "<|end|>")
-    parsed = tok.tool_parser(tok.decode(output_ids, skip_special_tokens=True))
+    parsed = parse_reply(tok.reply_format, tok.decode_reply(output_ids), tools=TOOLS)
     assert parsed.content is None
     assert len(parsed.tool_calls) == 1
     message = {"role": "assistant", "content": None, "tool_calls": parsed.tool_calls}
@@ -244,14 +251,14 @@ def test_a_template_that_renders_calls_its_own_way_still_extends_the_models_toke
     config["chat_template"] = HERMES_TEMPLATE
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
     tok = ChatTokenizer(tmp_path)
-    assert tok.tool_parser is parse_hermes
+    assert tok.reply_format == ReplyFormat("none", "hermes")
     first = canonical_messages([{"role": "user", "content": "2+3="}])
     turn = plan_chat_turn(tok, None, None, first, TOOLS)
     assert tok.decode(turn.input_ids, skip_special_tokens=False).startswith("<|system|># Tools\n")
     # The model's layout differs from the template's (no newlines, other key spacing).
     generated = 'ok<tool_call>{"name":"calculator","arguments":{"expression":"2+3"}}</tool_call>'
     output_ids = tok.encode(generated + "<|end|>")
-    parsed = tok.tool_parser(tok.decode(output_ids, skip_special_tokens=True))
+    parsed = parse_reply(tok.reply_format, tok.decode_reply(output_ids), tools=TOOLS)
     assert parsed.content == "ok"
     message = {"role": "assistant", "content": parsed.content, "tool_calls": parsed.tool_calls}
     state = after_reply(tok, turn, canonical_message(message, 1), output_ids)

@@ -92,23 +92,38 @@ def test_bad_rows_are_reported_skipped_and_counted(
         task = _task(_qa(path))
     assert [task.prompt(i).text for i in range(3)] == ["0+1=", "1+1=", "0+1="]
     assert task.bad_row_count == 5
-    assert [(b.row, b.column) for b in task.bad_rows] == [
-        (1, None),
-        (2, "question"),
-        (3, "question"),
-        (4, None),
-        (5, "answer"),
+    # Numbered as an editor shows the file: from 1, blank lines included.
+    assert [(b.unit, b.number, b.column) for b in task.bad_rows] == [
+        ("line", 2, None),
+        ("line", 3, "question"),
+        ("line", 4, "question"),
+        ("line", 5, None),
+        ("line", 6, "answer"),
     ]
-    assert str(task.bad_rows[2]) == f"{path} row 3 column 'question': missing"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[task.bad_rows[2].number - 1] == json.dumps({"answer": "2"})
+    assert str(task.bad_rows[2]) == f"{path} line 4 column 'question': missing"
     logged = "\n".join(r.getMessage() for r in caplog.records)
     for bad in task.bad_rows:
         assert str(bad) in logged
 
 
+def test_bad_rows_of_a_table_are_numbered_from_one(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = [ROWS[0], {"question": "", "answer": "1"}, ROWS[1]]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    task = _task(_qa(tmp_path / "d.parquet"))
+    assert [str(b) for b in task.bad_rows] == [
+        f"{tmp_path / 'd.parquet'} row 2 column 'question': prompt must be non-empty text, got ''"
+    ]
+    assert task.location(1) == f"{tmp_path / 'd.parquet'} row 3"
+
+
 def test_a_reward_column_missing_from_a_row_is_a_bad_row(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "d.jsonl", [ROWS[0], {"question": "x", "answer": "1"}])
     task = _task(_qa(path, rewardColumns=["level"]))
-    assert task.bad_rows == [BadRow(str(path), 1, "level", "missing")]
+    assert task.bad_rows == [BadRow(str(path), 2, "level", "missing", "line")]
     assert dict(task.prompt(0).row) == {"level": 0, "answer": "1"}
 
 
@@ -122,7 +137,7 @@ def test_a_column_missing_from_a_parquet_file_names_file_and_column(tmp_path: Pa
 
 def test_a_dataset_without_a_usable_row_is_an_error(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "d.jsonl", [{"q": "x"}])
-    with pytest.raises(DatasetError, match=r"no usable row \(1 bad; first: .*row 0 column"):
+    with pytest.raises(DatasetError, match=r"no usable row \(1 bad; first: .*line 1 column"):
         _task(_qa(path))
 
 

@@ -20,6 +20,7 @@ from dressage.proxy.chat import (
     canonical_messages,
     plan_chat_turn,
 )
+from dressage.proxy.reply import parse_reply
 
 TOOLS = [
     {
@@ -87,7 +88,7 @@ def test_a_generated_tool_call_is_rendered_back_exactly(tok_dir: Path) -> None:
     prompt = tok.decode(turn.input_ids, skip_special_tokens=False)
     assert prompt.startswith("<|system|>tools: calculator(expression,base) clock()<|end|>\n")
     output_ids = tok.encode("<tool_call>" + json.dumps(CALL) + "</tool_call><|end|>")
-    parsed = tok.tool_parser(tok.decode(output_ids, skip_special_tokens=True))
+    parsed = parse_reply(tok.reply_format, tok.decode_reply(output_ids), tools=TOOLS)
     assert parsed.content is None
     assert [c["function"]["name"] for c in parsed.tool_calls] == ["calculator"]
     reply = {"role": "assistant", "content": None, "tool_calls": parsed.tool_calls}

@@ -1,0 +1,42 @@
+"""What the rollout proxy takes from a job: one function that the proxy and the operator call.
+
+`dressage proxy --config job.yaml` starts from these settings (explicit flags win), and the
+operator hashes the same settings into the proxy's pod template, so that a change of any of
+them, and only of them, restarts the proxy: it reads `job.yaml` once, when it starts. The keys
+are `dressage.proxy.config.ProxyConfig` field names (a test keeps them so).
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from dressage.api.job import AsyncRLJob
+
+
+class ProxyJobSettings(TypedDict):
+    """The `ProxyConfig` fields a job implies (engine URLs are not part of a job)."""
+
+    partial_rollout: bool
+    record_token_versions: bool
+    max_partial_rollout_preempts: int | None
+    max_concurrency: int
+    model: str
+    reasoning_parser: str
+    tool_call_parser: str
+
+
+def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
+    """The proxy's settings from a job: partial rollout (the rollout mode or the proxy's own
+    flag), token-version recording, the partial-rollout span limit, admission, the model
+    whose tokenizer serves chat completions (`model.tokenizer`, else `model.source`) and how
+    its replies are read (`rollout.reasoningParser`, `rollout.toolCallParser`)."""
+    spec = job.spec
+    return {
+        "partial_rollout": spec.partial_rollout,
+        "record_token_versions": spec.proxy.record_token_versions,
+        "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
+        "max_concurrency": spec.proxy.max_concurrency,
+        "model": spec.model.tokenizer or spec.model.source,
+        "reasoning_parser": spec.rollout.reasoning_parser,
+        "tool_call_parser": spec.rollout.tool_call_parser,
+    }
