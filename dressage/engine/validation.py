@@ -67,9 +67,6 @@ def judge_generate(profile: ReleaseProfile, body: dict[str, Any]) -> GenerateReq
                 log=f"sampling_params.{unknown[0]}: the schema admits it but SamplingParams "
                 f"does not take it (SGLang {profile.release})",
             )
-        if isinstance(params, dict):
-            # The schema decoder and `SamplingParams.__post_init__` read null as the default.
-            body = {**body, "sampling_params": {k: v for k, v in params.items() if v is not None}}
     elif isinstance(params, dict):
         unknown = [key for key in params if key not in profile.sampling_param_keys]
         nulls = [k for k, v in params.items() if v is None and k in profile.null_refusing_keys]

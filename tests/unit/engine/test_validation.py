@@ -46,6 +46,15 @@ def test_each_release_answers_bad_sampling_params_with_its_own_status(
     assert judged(PROFILE_0_5_23, params)[0] == new
 
 
+def test_a_null_token_budget_is_no_limit_and_other_nulls_the_defaults() -> None:
+    """0.5.23's schema decoder reads `max_new_tokens: null` as null (no limit, as every
+    release does) and a null temperature or top_k as the default."""
+    body = {"input_ids": [1], "sampling_params": {"max_new_tokens": None, "top_k": None}}
+    req = judge_generate(PROFILE_0_5_23, body)
+    assert req.sampling_params.max_new_tokens is None
+    assert req.sampling_params.top_k == -1
+
+
 def test_the_bodies_are_the_releases_shapes() -> None:
     assert judged(PROFILE_0_5_2, {"bogus": 1}) == (500, INTERNAL_SERVER_ERROR)
     status, body = judged(PROFILE_0_5_23, {"bogus": 1})
