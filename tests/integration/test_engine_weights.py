@@ -184,7 +184,12 @@ async def test_health_is_not_ready_until_weights_load(cache_dir: Path) -> None:
             assert await client.health_generate()
             out = await client.generate(greedy([5, 10], 2))
         assert out.token_versions() == ["v1", "v1"]
-        assert any(line.startswith("engine ready on ") for line in process.output)
+        # The announcement is printed beside the answers; its line is read by another thread.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not any(line.startswith("engine ready on ") for line in list(process.output)):
+            assert loop.time() < deadline, process.output[-10:]
+            await asyncio.sleep(0.05)
 
 
 async def test_same_engine_seed_and_request_order_reproduce(cache_dir: Path) -> None:
