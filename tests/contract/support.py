@@ -204,12 +204,32 @@ class FakeSGLang:
     answers: list[tuple[int, Any]] = field(default_factory=list)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    routes: set[tuple[str, str]] = field(default_factory=lambda: sglang_routes())
+    """What the fake serves: the installed release's routes (anything else is 404)."""
+    session: bool = False
+    """A weight-update session is open (releases with `/begin_weight_update`)."""
 
     def posted(self, path: str) -> list[Any]:
         with self.lock:
             return [r.body for r in self.requests if r.method == "POST" and r.path == path]
 
     def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        if (method, path) not in self.routes:
+            return 404, {"detail": "Not Found"}
+        sessions = ("POST", "/begin_weight_update") in self.routes
+        if path in ("/begin_weight_update", "/end_weight_update"):
+            opening = path == "/begin_weight_update"
+            if self.session is opening:
+                return 400, {"success": False, "message": "session already open or not open"}
+            self.session = opening
+            return 200, {"success": True, "message": "Success"}
+        if path == "/update_weights_from_distributed" and sessions and not self.session:
+            # 0.5.23 `SchedulerWeightUpdaterManager.update_weights_from_distributed`.
+            return 400, {
+                "success": False,
+                "message": "update_weights_from_distributed must run between "
+                "begin_weight_update() and end_weight_update()",
+            }
         if path == "/generate":
             with self.lock:
                 scripted = self.answers.pop(0) if self.answers else None
@@ -244,6 +264,15 @@ class FakeSGLang:
             "/get_server_info": (
                 200,
                 {"model_path": "m", "weight_version": "default", "version": self.version},
+            ),
+            "/server_info": (200, {"model_path": "m", "version": self.version}),
+            "/init_weights_update_group": (200, {"success": True, "message": "Succeeded."}),
+            "/update_weights_from_distributed": (200, {"success": True, "message": "Succeeded."}),
+            "/destroy_weights_update_group": (200, {"success": True, "message": "Succeeded."}),
+            "/flush_cache": (200, b"Cache flushed."),
+            "/model_info": (
+                200,
+                {"model_path": "m", "is_generation": True, "weight_version": "default"},
             ),
             "/get_model_info": (
                 200,
@@ -315,18 +344,48 @@ def fake_sglang(version: str = SGLANG_VERSION) -> Iterator[FakeSGLang]:
         thread.join()
 
 
+class ServerTokenizer:
+    """What `SamplingParams.normalize(tokenizer)` uses of the server's tokenizer (`encode`).
+
+    The engines Dressage starts load their tokenizer (no `--skip-tokenizer-init`), so
+    `normalize` gets one; with None it takes the server for a `--skip-tokenizer-init` one,
+    which 0.5.23 refuses stop strings for ("stop=[...] is unavailable when
+    skip_tokenizer_init=True")."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(text.encode())
+
+
 def check_generate_body(body: dict[str, Any]) -> None:
-    """SGLang accepts `body` on `/generate`: `GenerateReqInput(**body)` normalizes, and its
-    `sampling_params` build a `SamplingParams` that normalizes and verifies (the steps of
-    `TokenizerManager._create_tokenized_object`, v0.5.2)."""
+    """SGLang accepts `body` on `/generate`: where the release has one, its API schema gate
+    passes it (0.5.23 `api_contract.generate_contract_error`); `GenerateReqInput(**body)`
+    normalizes, and its `sampling_params` build a `SamplingParams` that normalizes (with the
+    server's tokenizer) and verifies (the steps of `TokenizerManager._create_tokenized_object`,
+    0.5.2 and 0.5.23). Raises what the release raises: `TypeError` (HTTP 500 on 0.5.2) or
+    `ValueError` (HTTP 400)."""
     from sglang.srt.managers.io_struct import GenerateReqInput
     from sglang.srt.sampling.sampling_params import SamplingParams
 
+    gate = schema_gate()
+    if gate is not None:
+        error = gate(body)
+        if error is not None:
+            raise ValueError(error)
     req = GenerateReqInput(**body)
     req.normalize_batch_and_arguments()
     params = SamplingParams(**(body.get("sampling_params") or {}))
-    params.normalize(None)
+    params.normalize(ServerTokenizer())
     params.verify(vocab_size=1 << 16)
+
+
+def schema_gate() -> Any:
+    """The release's `/generate` schema gate (`generate_contract_error(body) -> str | None`,
+    0.5.23), None for a release without one."""
+    try:
+        from sglang.srt.entrypoints.api_contract import generate_contract_error
+    except ImportError:
+        return None
+    return generate_contract_error
 
 
 __all__ = ["SGLANG_PINNED_VERSION", "SGLANG_VERSION"]
