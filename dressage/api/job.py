@@ -18,6 +18,12 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from dressage.api.autoscaling import (
+    AutoscalingSpec,
+    ScalingBehavior,
+    ScalingPolicy,
+    ScalingRules,
+)
 from dressage.api.base import ApiModel
 from dressage.api.bounds import (
     MAX_GPUS_PER_NODE,
@@ -76,6 +82,7 @@ from dressage.api.roles import (
     StorageSpec,
     TrainerSpec,
 )
+from dressage.api.scheduling import SchedulingSpec
 from dressage.api.sglang import DETERMINISTIC_INFERENCE_SINCE, has_deterministic_inference
 
 API_GROUP = "dressage.io"
@@ -107,6 +114,9 @@ class AsyncRLJobSpec(ApiModel):
     """Checkpoint and weight-sync storage."""
     code: CodeSpec = Field(default_factory=CodeSpec)
     """The job's own code and packages on a cluster (ignored by `dressage run`)."""
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    """Queue (Kueue) and priority of the job's pods on a shared cluster (ignored by
+    `dressage run`)."""
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     """Restart policy."""
     local: LocalSpec = Field(default_factory=LocalSpec)
@@ -220,6 +230,7 @@ __all__ = [
     "TASK_NAMES",
     "AsyncRLJob",
     "AsyncRLJobSpec",
+    "AutoscalingSpec",
     "CodeSpec",
     "DatasetSpec",
     "EngineArg",
@@ -243,6 +254,10 @@ __all__ = [
     "RolloutMode",
     "RolloutSpec",
     "SGLangVersion",
+    "ScalingBehavior",
+    "ScalingPolicy",
+    "ScalingRules",
+    "SchedulingSpec",
     "SecretKeySelector",
     "StalenessSpec",
     "StorageSpec",

@@ -35,7 +35,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from dressage.api.job import AsyncRLJob
-from dressage.api.status import AsyncRLJobStatus, ConditionType, JobPhase, RoleStatus
+from dressage.api.status import (
+    AsyncRLJobStatus,
+    ConditionType,
+    InferenceStatus,
+    JobPhase,
+    RoleStatus,
+)
 from dressage_operator import children, naming
 from dressage_operator.children import Obj, Owner
 from dressage_operator.conditions import Conditions, parse_timestamp, timestamp
@@ -438,7 +444,14 @@ class _Decider:
         proxy_ready = self.obs.proxy_ready if self.obs.proxy_present else 0
         st = self.st
         st.trainer = _role(spec.trainer.nodes if active else 0, trainer_ready, st.trainer)
-        st.inference = _role(spec.inference.replicas if active else 0, engine_ready, st.inference)
+        inference = _role(spec.inference.replicas if active else 0, engine_ready, st.inference)
+        st.inference = InferenceStatus(
+            **inference.model_dump(),
+            # What the scale subresource reads: the engine pods that exist, and how to find
+            # them (an HPA on pod metrics selects them so).
+            replicas=sum(1 for p in self.engines if not p.terminating),
+            selector=naming.selector_string(self.owner.name, naming.ROLE_INFERENCE),
+        )
         st.proxy = _role(spec.proxy.replicas if active else 0, proxy_ready, st.proxy)
         for ctype, role in (
             (ConditionType.TRAINER_READY, st.trainer),
