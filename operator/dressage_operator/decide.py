@@ -350,11 +350,19 @@ class _Decider:
 
     def trainer_failed(self, failed: list[PodInfo], lost: list[str]) -> None:
         limit = self.spec.failure_policy.max_restarts
+        by_name = {p.name: p for p in self.trainers}
+        first: PodInfo | None
         if failed:
             first = failed[0]
             why = f"trainer pod {first.name} failed" + (f": {first.reason}" if first.reason else "")
         else:
+            first = by_name.get(lost[0])
             why = f"trainer pod {lost[0]} was lost (deleted without failing, or its node lost)"
+        if first is not None and first.disruption:
+            # Preempted or evicted (Kueue, the scheduler, a drain): said, and for now counted
+            # as a failure; draining such a gang is the seam `observe.disruption` leaves.
+            why += f" ({first.disruption})"
+        if not failed:
             self.event("Warning", "TrainerPodLost", why)
         self.st.trainer.failed += len(failed) + len(lost)
         self.st.gang_pods = []

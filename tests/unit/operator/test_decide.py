@@ -262,6 +262,20 @@ def test_a_lost_trainer_pod_restarts_the_gang_and_is_counted_like_a_failed_one()
     assert again.status.restarts == 1
 
 
+def test_a_preempted_trainer_pod_says_who_preempted_it_in_the_restart() -> None:
+    """Kueue (or the scheduler, or a drain) marks a pod it terminates with a condition; the
+    gang restart names it. Counted as a lost pod for now: draining a preempted gang instead
+    is a later change."""
+    seen = decide_for(make_job(), pods=running_pods())
+    preempted = make_pod("trainer", 1, terminating=True, disruption="TerminationTarget: Preempted")
+    plan = decide_for(make_job(), status=seen.status, pods=(make_pod("trainer", 0), preempted))
+    assert plan.status.restarts == 1
+    assert "job-a-trainer-1 was lost" in plan.status.message
+    assert "(TerminationTarget: Preempted)" in plan.status.message
+    (lost,) = [e for e in plan.events if e.reason == "TrainerPodLost"]
+    assert "TerminationTarget: Preempted" in lost.message
+
+
 def test_pods_not_yet_created_or_deleted_by_suspend_are_not_lost() -> None:
     fresh = decide_for(make_job(), pods=(make_pod("trainer", 0),))
     assert fresh.status.restarts == 0
