@@ -110,6 +110,17 @@ class RunMetrics:
             "Samples trained on",
             registry=self.registry,
         )
+        # The engines' autoscaler reads these two (dressage_operator.fleet_signals).
+        self.step_seconds = Counter(
+            names.TRAINER_STEP_SECONDS.removesuffix("_total"),
+            "Wall seconds of completed steps: waiting for the batch, training, publishing",
+            registry=self.registry,
+        )
+        self.batch_wait = Counter(
+            names.TRAINER_BATCH_WAIT_SECONDS.removesuffix("_total"),
+            "Seconds the trainer waited for its next batch",
+            registry=self.registry,
+        )
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -134,6 +145,10 @@ class RunMetrics:
         self.admission_wait.inc(record.admission_wait_seconds)
         self.groups.inc(record.metrics.get("groups", 0.0))
         self.samples.inc(record.metrics.get("samples", 0.0))
+        self.batch_wait.inc(record.rollout_seconds)
+        self.step_seconds.inc(
+            record.rollout_seconds + record.train_seconds + record.publish_seconds
+        )
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve `/metrics` on `port` (0 picks a free one); returns the bound port."""
