@@ -42,7 +42,7 @@ from dressage.api.status import (
     JobPhase,
     RoleStatus,
 )
-from dressage_operator import children, naming
+from dressage_operator import autoscale, children, naming
 from dressage_operator.children import Obj, Owner
 from dressage_operator.conditions import Conditions, parse_timestamp, timestamp
 from dressage_operator.config import OperatorConfig
@@ -194,6 +194,7 @@ class _Decider:
         else:
             self.run_active()
         self.count()
+        self.autoscale()
         return self.plan
 
     def apply_scrape(self) -> None:
@@ -442,6 +443,42 @@ class _Decider:
             f"engine pod {victim.name} replaced to apply the changed spec "
             f"({len(outdated) - 1} more to go)",
         )
+
+    def autoscale(self) -> None:
+        """The engines' autoscaler (`autoscale.decide_scale`): its record in the status, and
+        a new engine count for the handler to write, with an Event saying why."""
+        spec = self.spec.inference.autoscaling
+        if spec is None:
+            self.st.autoscaling = None
+            return
+        if self.st.phase.finished or self.st.phase is JobPhase.SUSPENDED:
+            return
+        replicas = self.spec.inference.replicas
+        live = [p for p in self.engines if not p.terminating]
+        names = {p.name for p in self.engines}
+        changing = any(n in names for n in self.plan.delete_pods) or any(
+            pod["metadata"]["labels"].get(naming.LABEL_ROLE) == naming.ROLE_INFERENCE
+            for pod in self.plan.create_pods
+        )
+        settled = (
+            self.st.phase is JobPhase.RUNNING
+            and not changing
+            and len(live) == replicas
+            and all(p.ready and p.index < replicas for p in live)
+        )
+        ready = sum(1 for p in live if p.ready)
+        scrape = self.obs.scrape
+        decision = autoscale.decide_scale(
+            spec,
+            autoscale.FleetState(replicas=replicas, ready=ready, settled=settled),
+            self.st.autoscaling,
+            scrape.counters if scrape is not None else None,
+            self.obs.now,
+        )
+        self.st.autoscaling = decision.status
+        if decision.replicas != replicas and decision.event is not None:
+            self.plan.scale_to = decision.replicas
+            self.event("Normal", autoscale.EVENT_REASON, decision.event)
 
     def count(self) -> None:
         spec = self.spec

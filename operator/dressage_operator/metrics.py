@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from dressage import metrics as names
 from dressage.api.job import AsyncRLJobSpec
 from dressage.api.status import AsyncRLJobStatus, JobPhase
+from dressage_operator.fleet_metrics import fleet_families
 
 JOB_LABELS = ["namespace", "job"]
 
@@ -105,6 +106,7 @@ class JobMetricsCollector(Collector):
             failures.add_metric(labels, float(s.staleness_failures))
             restarts.add_metric(labels, float(st.restarts))
         yield from (mean, vmax, vmin, limit, step, version, phase, dropped, failures, restarts)
+        yield from fleet_families({key: st for key, (st, _) in jobs.items()})
 
 
 class OperatorMetrics:

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dressage import metrics as names
 from dressage.api.status import StalenessStatus
+from dressage_operator.fleet_signals import FleetCounters
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class ScrapeResult:
     url: str
     staleness: StalenessStatus | None = None
     error: str = ""
+    counters: FleetCounters | None = None
+    """The engines' autoscaling counters (`fleet_signals`), when the job exports them."""
 
 
 def parse_staleness(text: str, scraped_at: str | None = None) -> StalenessStatus:

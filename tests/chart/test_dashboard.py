@@ -93,6 +93,11 @@ def test_dashboard_covers_the_required_figures() -> None:
         m.IS_ESS_FRACTION,
         m.ROLLOUT_ADMISSIONS_HELD,
         m.ROLLOUT_ADMISSION_WAIT_SECONDS,
+        m.JOB_ENGINES,
+        m.JOB_ENGINE_SCALE_EVENTS,
+        m.JOB_AUTOSCALER_DESIRED_ENGINES,
+        m.JOB_TRAINER_WAIT_FRACTION,
+        m.JOB_ADMISSION_HELD_FRACTION,
     ]
     missing = [name for name in required if name not in used]
     assert missing == []

@@ -86,7 +86,7 @@ def test_a_bad_autoscaling_value_is_refused_naming_the_field(
 
 def test_autoscaling_needs_disk_weight_sync() -> None:
     bounds = {"minReplicas": 1, "maxReplicas": 2}
-    with pytest.raises(JobValidationError, match="needs inference.weightSync 'disk'"):
+    with pytest.raises(JobValidationError, match=r"needs inference\.weightSync 'disk'"):
         validate_job(_job({"autoscaling": bounds, "weightSync": "distributed"}))
     job = validate_job(_job({"autoscaling": bounds}))
     assert job.spec.inference.autoscaling is not None
