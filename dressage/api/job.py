@@ -7,9 +7,11 @@ field descriptions, so they are written for the user of a manifest.
 The model is split by concern: `dressage.api.k8s` (Kubernetes primitives: quantities, env vars,
 volumes, pod overrides), `dressage.api.reserved` (the env vars, engine flags and directories
 the operator owns in a job's pods), `dressage.api.rl` (model, task, staleness, rollout,
-training), `dressage.api.roles` (trainer, engines, proxy, storage, code, restarts) and
-`dressage.api.bounds` (static maxima). This module holds the job itself and re-exports every
-name of those modules, so `from dressage.api.job import ...` keeps working.
+training), `dressage.api.roles` (trainer, engines, proxy, storage, code, restarts),
+`dressage.api.autoscaling` (the engines' autoscaler), `dressage.api.scheduling` (queue and
+priority on a shared cluster) and `dressage.api.bounds` (static maxima). This module holds the
+job itself and re-exports every name of those modules, so `from dressage.api.job import ...`
+keeps working.
 """
 
 from __future__ import annotations

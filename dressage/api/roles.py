@@ -110,7 +110,8 @@ class InferenceSpec(ApiModel):
     autoscaling: AutoscalingSpec | None = None
     """Let the operator choose `replicas` from what the trainer waits for: more engines while
     the trainer waits for batches, fewer while admission control holds rollout back (see the
-    operator's README, Autoscaling). Needs `weightSync: disk`."""
+    operator's README, Autoscaling). Needs `weightSync: disk`. `dressage run` ignores it and
+    runs `replicas` engines."""
     tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     """GPUs per engine (SGLang `--tp-size`)."""
     image: ImageRef | None = None
