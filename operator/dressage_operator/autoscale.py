@@ -268,7 +268,7 @@ def _changed(
     _record_change(status, spec, before, after, now)
     status.desired_replicas = after
     status.reason = reason
-    status.message = f"engines {before} -> {after}: {why}"
+    status.message = f"engines {before} -> {after} ({reason}): {why}"
     return ScaleDecision(replicas=after, status=status, event=status.message)
 
 

@@ -237,8 +237,10 @@ def test_the_autoscaler_adds_engines_while_the_trainer_waits_and_removes_them_wh
         wait_until(lambda: _replicas(c, name) == 3, 90, "three engines asked for")
         wait_until(lambda: _engines(c, name) == 3, 60, "three engine pods")
         events = wait_until(lambda: len(_scaling_events(c, name)) >= 2 and _scaling_events(c, name))
-        assert events[0].startswith("engines 1 -> 2: the trainer waited for batches 60%")
-        assert events[1].startswith("engines 2 -> 3: ")
+        assert events[0].startswith(
+            "engines 1 -> 2 (ScaleUpLimit): the trainer waited for batches 60%"
+        )
+        assert events[1].startswith("engines 2 -> 3 (")
         auto = wait_until(
             lambda: (
                 status_of(c, name).get("autoscaling", {}).get("reason") == "TooManyReplicas"
@@ -254,9 +256,9 @@ def test_the_autoscaler_adds_engines_while_the_trainer_waits_and_removes_them_wh
         wait_until(lambda: _replicas(c, name) == 1, 90, "back to one engine")
         wait_until(lambda: _engines(c, name) == 1, 60, "one engine pod")
         events = wait_until(lambda: len(_scaling_events(c, name)) >= 4 and _scaling_events(c, name))
-        assert events[2].startswith("engines 3 -> 2: ")
+        assert events[2].startswith("engines 3 -> 2 (ScaleDownLimit): ")
         assert "admission control held rollout back 90%" in events[2]
-        assert events[3].startswith("engines 2 -> 1: ")
+        assert events[3].startswith("engines 2 -> 1 (")
         status = status_of(c, name)
         assert (status["autoscaling"]["scaleDownCount"], status["restarts"]) == (2, 0)
         text = httpx.get(f"http://127.0.0.1:{operator_process.metrics_port}/metrics").text

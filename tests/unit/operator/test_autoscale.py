@@ -179,8 +179,9 @@ def test_a_cycle_scales_up_while_the_trainer_waits_and_says_why() -> None:
     assert (status.reason, status.scale_up_count, status.desired_replicas) == ("ScaleUp", 1, 4)
     assert (status.trainer_wait_fraction, status.admission_held_fraction) == (0.5, 0.0)
     assert decision.event == (
-        "engines 2 -> 4: the trainer waited for batches 50% of its step time (scale-up above "
-        "10%), admission control held rollout back 0% of it (scale-down above 50%)"
+        "engines 2 -> 4 (ScaleUp): the trainer waited for batches 50% of its step time "
+        "(scale-up above 10%), admission control held rollout back 0% of it (scale-down above "
+        "50%)"
     )
     assert status.last_scale_time == stamp(now)
     assert [e.change for e in status.scale_ups] == [2]
@@ -241,8 +242,8 @@ def test_a_count_outside_the_bounds_is_brought_in_at_once() -> None:
     spec = _spec(minReplicas=2, maxReplicas=4)
     low = decide_scale(spec, _settled(1), None, None, T0)
     assert (low.replicas, low.status.reason) == (2, "OutOfBounds")
-    assert (
-        low.event == "engines 1 -> 2: spec.inference.replicas 1 is below autoscaling.minReplicas 2"
+    assert low.event == (
+        "engines 1 -> 2 (OutOfBounds): spec.inference.replicas 1 is below autoscaling.minReplicas 2"
     )
     high = decide_scale(spec, _settled(9), None, None, T0)
     assert high.replicas == 4

@@ -364,7 +364,7 @@ def test_a_running_autoscaled_job_scales_its_engines_and_posts_why() -> None:
     assert plan.scale_to == 4
     (event,) = [e for e in plan.events if e.reason == "EnginesScaled"]
     assert event.type == "Normal"
-    assert event.message.startswith("engines 2 -> 4: the trainer waited for batches 50%")
+    assert event.message.startswith("engines 2 -> 4 (ScaleUp): the trainer waited for batches 50%")
     assert plan.status.autoscaling is not None
     assert plan.status.autoscaling.scale_up_count == 1
 
