@@ -1,6 +1,6 @@
-"""Shared helpers of the run-level benchmarks: derive a job from an example manifest (by
-default `examples/local-tiny.yaml`), run it with `dressage run` in a child process, and read
-back its per-step history.
+"""Shared helpers of the benchmarks: derive a job from an example manifest (by default
+`examples/local-tiny.yaml`), run it with `dressage run` in a child process, read back its
+per-step history, and write a benchmark's result file (`write_result`).
 
 Each run is a real local run (embedded CPU engine, proxy, in-process GRPO trainer); runs are
 started one after the other so they never share the CPU with each other.
@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,3 +129,15 @@ def mean(values: list[float]) -> float | None:
 
 def fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def write_result(path: Path, result: Mapping[str, Any], *, announce: bool = True) -> Path:
+    """Write a benchmark's result file: `result` as indented JSON (its folder created), and
+    print where it went (`announce=False` for the partial results a long benchmark writes
+    after each run)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    if announce:
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        print(f"wrote {shown}", flush=True)
+    return path

@@ -17,9 +17,9 @@ environment whose `episode()` or `step()` raises: the failure is `environment_ra
 
 from __future__ import annotations
 
-from dressage.agents.groups import collect_group, group_id_of, sample_seed
-from dressage.data.groups import Group
-from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
+from dataclasses import dataclass
+
+from dressage.agents.groups import GroupAgent, TrajectorySession
 from dressage.tasks.base import Environment, Episode, Step
 from dressage.tasks.codec import Conversation, PromptCodec
 from dressage.tasks.faults import (
@@ -31,37 +31,20 @@ from dressage.tasks.faults import (
 )
 
 
-class WhiteboxAgentRollout:
+@dataclass(kw_only=True, eq=False)
+class WhiteboxAgentRollout(GroupAgent[None]):
     """One prompt group of a multi-turn environment: `(prompt index, attempt) -> Group`."""
 
-    def __init__(
-        self,
-        *,
-        environment: Environment,
-        codec: PromptCodec,
-        client: ProxyRolloutClient,
-        group_size: int,
-        sampling: SamplingSettings,
-        seed: int = 0,
-        run_tag: str = "run",
-    ) -> None:
-        self.environment = environment
-        self.codec = codec
-        self.client = client
-        self.group_size = group_size
-        self.sampling = sampling
-        self.seed = seed
-        self.run_tag = run_tag
+    environment: Environment
+    codec: PromptCodec
 
-    async def __call__(self, index: int, attempt: int) -> Group:
-        group_id = group_id_of(self.run_tag, index, attempt)
+    def prompt(self, index: int) -> None:
+        return None  # each trajectory starts its own episode of instance `index`
 
-        async def trajectory(session_id: str, member: int) -> None:
-            seed = sample_seed(self.seed, index, attempt, member)
-            reward = await self.play(index, session_id=session_id, instance_id=group_id, seed=seed)
-            await self.client.finalize(session_id, reward)
-
-        return await collect_group(self.client, group_id, self.group_size, trajectory)
+    async def trajectory(self, index: int, prompt: None, session: TrajectorySession) -> float:
+        return await self.play(
+            index, session_id=session.session_id, instance_id=session.group_id, seed=session.seed
+        )
 
     async def play(self, index: int, *, session_id: str, instance_id: str, seed: int) -> float:
         """Play one episode of instance `index` in proxy session `session_id`; its reward.

@@ -85,7 +85,12 @@ from dressage.api.roles import (
     TrainerSpec,
 )
 from dressage.api.scheduling import SchedulingSpec
-from dressage.api.sglang import DETERMINISTIC_INFERENCE_SINCE, has_deterministic_inference
+from dressage.api.sglang import (
+    DETERMINISTIC_INFERENCE_SINCE,
+    ROUTED_EXPERTS_SINCE,
+    has_deterministic_inference,
+    has_routed_experts,
+)
 
 API_GROUP = "dressage.io"
 API_VERSION = "v1alpha1"
@@ -152,6 +157,16 @@ class AsyncRLJobSpec(ApiModel):
                 "(--enable-deterministic-inference), but inference.sglangVersion is "
                 f"{self.inference.sglang_version}: set inference.image and "
                 "inference.sglangVersion to a newer release, or turn seededSampling off"
+            )
+        if self.rollout.routing_replay != "off" and not has_routed_experts(
+            self.inference.sglang_version
+        ):
+            raise ValueError(
+                f"rollout.routingReplay: {self.rollout.routing_replay} needs SGLang "
+                f"{ROUTED_EXPERTS_SINCE} or later (return_routed_experts), but "
+                f"inference.sglangVersion is {self.inference.sglang_version}: set "
+                "inference.image and inference.sglangVersion to a newer release, or set "
+                "routingReplay to off"
             )
         in_flight = self.rollout.concurrency * self.rollout.group_size
         admitted = self.proxy.max_concurrency * self.proxy.replicas

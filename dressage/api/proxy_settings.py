@@ -8,7 +8,7 @@ are `dressage.proxy.config.ProxyConfig` field names (a test keeps them so).
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from dressage.api.job import AsyncRLJob
 
@@ -23,15 +23,19 @@ class ProxyJobSettings(TypedDict):
     model: str
     reasoning_parser: str
     tool_call_parser: str
+    record_routed_experts: NotRequired[bool]
+    """Present, and true, only when `rollout.routingReplay` is not `off`: a job without routing
+    replay keeps the settings (and the proxy's restart hash) it had before the field existed."""
 
 
 def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
     """The proxy's settings from a job: partial rollout (the rollout mode or the proxy's own
     flag), token-version recording, the partial-rollout span limit, admission, the model
     whose tokenizer serves chat completions (`model.tokenizer`, else `model.source`) and how
-    its replies are read (`rollout.reasoningParser`, `rollout.toolCallParser`)."""
+    its replies are read (`rollout.reasoningParser`, `rollout.toolCallParser`), and whether
+    it records the experts every token was routed to (`rollout.routingReplay`)."""
     spec = job.spec
-    return {
+    settings: ProxyJobSettings = {
         "partial_rollout": spec.partial_rollout,
         "record_token_versions": spec.proxy.record_token_versions,
         "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
@@ -40,3 +44,6 @@ def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
         "reasoning_parser": spec.rollout.reasoning_parser,
         "tool_call_parser": spec.rollout.tool_call_parser,
     }
+    if spec.rollout.routing_replay != "off":
+        settings["record_routed_experts"] = True
+    return settings

@@ -44,6 +44,7 @@ OPERATOR_ENGINE_FLAGS = {
     "--weight-version": "the trainer stamps weight versions",
     "--enable-metrics": "metrics are always on",
     "--enable-deterministic-inference": "set spec.rollout.seededSampling",
+    "--enable-return-routed-experts": "set spec.rollout.routingReplay",
 }
 """SGLang flags the operator puts on the engine command line, with what to do instead."""
 

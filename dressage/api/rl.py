@@ -254,7 +254,7 @@ class TaskSpec(ApiModel):
 
 
 class StalenessSpec(ApiModel):
-    """The two staleness controls of the reference design."""
+    """The two staleness controls (`docs/staleness.md`)."""
 
     keep_versions: int = Field(default=0, ge=0)
     """Batch-level control (`dressage_staleness_keep_versions`): at most this many most recent
@@ -304,6 +304,15 @@ class RolloutSpec(ApiModel):
     `--tool-call-parser` name (`qwen`, `qwen3_coder`, `llama3`, `mistral`, `deepseekv3`,
     `glm45`, `kimi_k2`, `gpt-oss`, ...), `none`, or `auto` to pick it from the chat
     template."""
+    routing_replay: Literal["off", "record", "replay"] = "off"
+    """MoE routing replay (R3). `replay`: the engines return the experts every token was routed
+    to (SGLang's `return_routed_experts`, 0.5.7 or later, which the operator starts with
+    `--enable-return-routed-experts`), the proxy records them in the segments with the token
+    versions, and the trainer's forward sends every token the rollout routed to the same
+    experts, so train logprobs use the rollout's routing (tokens it did not route use the
+    trainer's router). `record`: recorded the same way, but the trainer routes with its own
+    router; `routing_agreement` and `train_rollout_logprob_abs_diff` are reported either way,
+    to compare the two. `off`: nothing recorded. `record` and `replay` need an MoE model."""
     separate_process: bool = False
     """Run rollout orchestration (the collector, the agents, the proxy client, the reward) in
     a process of its own next to trainer rank 0, instead of on the trainer's interpreter: the

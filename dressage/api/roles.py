@@ -293,7 +293,8 @@ class LocalSpec(ApiModel):
     """CPU cores the `dressage run` process (the trainer) is pinned to (unset: not pinned)."""
     rollout_cpus: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
     """CPU cores the rollout process (`spec.rollout.separateProcess`) is pinned to (unset:
-    those of the engines when `engineCpus` is set, else not pinned)."""
+    in `sync` mode those of the trainer, idle while it waits for a batch; in the async modes
+    those of the engines; not pinned when those are not)."""
     cache_dir: str | None = None
     """Where built models and warm starts are cached; unset uses `$DRESSAGE_CACHE_DIR` or
     `~/.cache/dressage`."""

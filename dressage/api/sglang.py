@@ -29,6 +29,11 @@ DETERMINISTIC_INFERENCE_SINCE = "0.5.3"
 its sampler draws from `sampling_params.sampling_seed` (`server_args.py`, `layers/sampler.py`);
 0.5.2's parser refuses the flag."""
 
+ROUTED_EXPERTS_SINCE = "0.5.7"
+"""The first release whose `/generate` takes `return_routed_experts` and answers
+`meta_info.routed_experts` (`managers/io_struct.py`, `layers/moe/routed_experts_capturer.py`),
+on a server started with `--enable-return-routed-experts`; 0.5.6 has neither."""
+
 _RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 
 
@@ -55,6 +60,11 @@ def check_release_in_range(version: str) -> None:
             f"SGLang {version} is past the supported range ({SGLANG_MIN_VERSION} up to, not "
             f"including, {SGLANG_NEXT_UNSUPPORTED})"
         )
+
+
+def has_routed_experts(version: str) -> bool:
+    """Whether SGLang release `version` can return the routed experts of a generation."""
+    return parse_version(version) >= parse_version(ROUTED_EXPERTS_SINCE)
 
 
 def has_deterministic_inference(version: str) -> bool:

@@ -70,6 +70,8 @@ from dressage.engine.protocol import (
 from dressage.engine.sglang_support import (
     DESTROY_WEIGHTS_UPDATE_GROUP,
     PAUSE_MODES,
+    ROUTED_EXPERTS,
+    ROUTED_EXPERTS_START_LEN,
     SAMPLING_SEED,
     UPDATE_FLUSH_CACHE,
     Feature,
@@ -181,6 +183,11 @@ class EngineClient:
                 del params["sampling_seed"]
             else:
                 await self._require_for("sampling_params.sampling_seed", SAMPLING_SEED)
+        if body.get("return_routed_experts"):
+            # An older release would ignore the field and answer without the routing.
+            await self._require_for("return_routed_experts", ROUTED_EXPERTS)
+        if "routed_experts_start_len" in body:
+            await self._require_for("routed_experts_start_len", ROUTED_EXPERTS_START_LEN)
         return body
 
     # --- weights and versions

@@ -44,6 +44,12 @@ string>}`, `{"type": "length", "length": n}`, `{"type": "abort", "message": ...}
 `output_token_logprobs` is a list of `[logprob, token_id, text_or_null]` (text only when
 `return_text_in_logprobs`).
 
+Routed experts (MoE models, SGLang 0.5.7 and later, `sglang_support.ROUTED_EXPERTS`): with
+`return_routed_experts`, `meta_info.routed_experts` of a finished generation is the base64 of
+an int32 array `[prompt + output - 1 - routed_experts_start_len, num_hidden_layers,
+num_experts_per_tok]`, row `t` the experts token `routed_experts_start_len + t` of prompt +
+output was routed to in each layer (`dressage.data.routing`). Older releases ignore the field.
+
 Weight versions. `meta_info.weight_version` is the version label of the weights that produced
 the response (SGLang: the server's version when the response was built).
 `meta_info.weight_versions` is a list of spans `{"version": v, "start": s, "end": e}` over output
@@ -63,6 +69,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dressage.data.routing import RoutedExperts
 from dressage.data.spans import expand_version_spans, spans_from_sglang
 
 UNKNOWN_VERSION = "unknown"
@@ -167,6 +174,12 @@ class GenerateRequest(RequestModel):
     rid: str | None = None
     """Request id, used by `/abort_request`; the server makes one up when absent."""
     log_metrics: bool = True
+    return_routed_experts: bool = False
+    """Return `meta_info.routed_experts` (MoE models; SGLang 0.5.7 and later, on a server
+    started with `--enable-return-routed-experts`)."""
+    routed_experts_start_len: int = Field(default=0, ge=0)
+    """The first token whose routing is returned (0: from the prompt's first token); at most
+    the prompt's length."""
 
     @field_validator("input_ids", mode="before")
     @classmethod
@@ -227,6 +240,8 @@ class MetaInfo(ResponseModel):
     weight_versions: list[WeightVersionSpan] | None = None
     output_token_logprobs: list[tuple[float, int, str | None]] | None = None
     e2e_latency: float | None = None
+    routed_experts: str | None = None
+    """With `return_routed_experts`: the base64 int32 routing of the forwarded tokens."""
 
 
 class GenerateResponse(ResponseModel):
@@ -244,6 +259,18 @@ class GenerateResponse(ResponseModel):
     def aborted(self) -> bool:
         reason = self.meta_info.finish_reason
         return reason is not None and reason.type == "abort"
+
+    def routed_experts(self, start_len: int = 0) -> RoutedExperts | None:
+        """The routing of prompt + output tokens `[start_len, prompt + output - 1)` as sent,
+        None when the server sent none; ValueError when it does not fit those tokens."""
+        text = self.meta_info.routed_experts
+        if text is None:
+            return None
+        rows = self.meta_info.prompt_tokens + len(self.output_ids) - 1 - start_len
+        try:
+            return RoutedExperts.from_base64(text, rows)
+        except ValueError as exc:
+            raise ValueError(f"meta_info.{exc}") from None
 
     def output_logprobs(self) -> list[float]:
         """Logprob of each output token (empty when logprobs were not requested)."""

@@ -12,6 +12,11 @@ so far, a pause holds requests with their KV cache intact, and a weight swap is 
 token is computed entirely with the old or entirely with the new weights) and every later token
 carries the new version. Each request records its tokens' versions as spans.
 
+A request that asks for its routed experts (MoE models) keeps the experts each forwarded token
+was routed to, a row per token (prefill rows, then one per decode step; a retracted request's
+recomputed prefill replaces them), and its final answer carries them as SGLang does
+(`meta_info.routed_experts`, `dressage.data.routing`).
+
 Per-request seeded generators make sampling independent of batch composition: for a given
 engine seed and request order (or per-request `sampling_seed`) the tokens are reproducible.
 
@@ -40,8 +45,9 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from dressage.data.routing import RoutedExperts
 from dressage.data.spans import VersionSpan, extend_spans, spans_to_sglang
-from dressage.engine.model import Decoder, KVCache, ModelShape, ModelWeights
+from dressage.engine.model import Decoder, KVCache, ModelShape, ModelWeights, new_routes
 from dressage.engine.protocol import SamplingParams
 from dressage.engine.sampling import GREEDY_EPS, SamplingSpec, request_seed, sample
 
@@ -74,6 +80,11 @@ class Request:
     generator: torch.Generator | None = None
     cache_valid: bool = False
     """Whether the slot's KV cache holds prompt + output[:-1] (False after a retract)."""
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
+    routes: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    """With `return_routed_experts`: the routed experts of the forwarded tokens, in chunks
+    `[tokens, layers, top_k]` that cover prompt + output[:-1] in order."""
 
     @property
     def length(self) -> int:
@@ -330,13 +341,18 @@ class Scheduler:
             if request.output_ids:
                 # Re-admitted after a retract: recompute the cache, the next token is pending.
                 tokens = [*request.prompt_ids, *request.output_ids[:-1]]
-                self._decoder.prefill(self._weights, self._cache, request.slot, tokens)
+                routes = self._routes_for(request, len(tokens))
+                self._decoder.prefill(self._weights, self._cache, request.slot, tokens, routes)
+                request.routes = [] if routes is None else [routes]
                 request.cache_valid = True
                 self._running.append(request)
                 continue
+            routes = self._routes_for(request, len(request.prompt_ids))
             logits = self._decoder.prefill(
-                self._weights, self._cache, request.slot, request.prompt_ids
+                self._weights, self._cache, request.slot, request.prompt_ids, routes
             )[-1]
+            if routes is not None:
+                request.routes = [routes]
             request.cache_valid = True
             admitted.add(request.rid)
             self._running.append(request)
@@ -349,13 +365,20 @@ class Scheduler:
             return
         assert self._weights is not None
         order = sorted(batch, key=lambda r: r.slot if r.slot is not None else -1)
+        routing = any(r.return_routed_experts for r in order)
+        routes = new_routes(self.shape, len(order)) if routing else None
         logits = self._decoder.decode(
             self._weights,
             self._cache,
             slots=[r.slot for r in order if r.slot is not None],
             tokens=[r.output_ids[-1] for r in order],
             positions=[r.length - 1 for r in order],
+            routes=routes,
         )
+        if routes is not None:
+            for row, request in enumerate(order):
+                if request.return_routed_experts:
+                    request.routes.append(routes[row : row + 1])
         # Greedy rows need no generator: pick them all at once (same math as `sample`).
         plain_greedy = [
             row
@@ -399,6 +422,9 @@ class Scheduler:
             interval = params.stream_interval or 1
             if len(request.output_ids) % interval == 0:
                 request.emit(self._snapshot(request), False)
+
+    def _routes_for(self, request: Request, tokens: int) -> torch.Tensor | None:
+        return new_routes(self.shape, tokens) if request.return_routed_experts else None
 
     def _stop_ids(self, request: Request) -> set[int]:
         ids = set(request.params.stop_token_ids or [])
@@ -461,6 +487,12 @@ class Scheduler:
             "weight_versions": spans_to_sglang(request.spans),
             "e2e_latency": time.monotonic() - request.created,
         }
+        if request.return_routed_experts and request.finish_reason is not None and request.routes:
+            rows = torch.cat(request.routes)[request.routed_experts_start_len :]
+            if len(rows):
+                width = rows.shape[1] * rows.shape[2]
+                data = rows.contiguous().numpy().astype("<i4").tobytes()
+                meta["routed_experts"] = RoutedExperts(data, len(rows), width).to_base64()
         if request.return_logprob:
             with_text = request.return_text_in_logprobs
             decode = self.tokenizer.decode

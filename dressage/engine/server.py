@@ -64,7 +64,12 @@ from dressage.engine.protocol import (
     UpdateWeightsFromDistributedRequest,
 )
 from dressage.engine.scheduler import Request, Scheduler
-from dressage.engine.sglang_support import EMBEDDED_ENGINE_SGLANG_VERSION
+from dressage.engine.sglang_support import (
+    EMBEDDED_ENGINE_SGLANG_VERSION,
+    ROUTED_EXPERTS,
+    ROUTED_EXPERTS_START_LEN,
+    supports,
+)
 from dressage.engine.weight_group import DTYPES, WeightUpdateGroup, in_daemon_thread
 from dressage.model import resolve_model_source
 
@@ -179,6 +184,8 @@ class EngineServer:
             min_step_interval_s=config.min_step_interval_ms / 1000,
             device=config.device,
         )
+        self.sglang_release = EMBEDDED_ENGINE_SGLANG_VERSION
+        """The SGLang release whose API this engine answers with."""
         self.fatal_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None
         self._loaded = asyncio.Event()
@@ -320,6 +327,32 @@ class EngineServer:
                     f"sampling_params.stop_token_ids[{i}]: token id {token} is outside [0, {vocab})"
                 )
 
+    def _check_routed_experts(self, req: GenerateRequest, prompt: int) -> None:
+        """`return_routed_experts` as SGLang takes it: a field unknown to releases before it
+        (refused like any unknown field), for MoE models only (SGLang's capturer reads
+        `num_experts_per_tok` from the model's config), `routed_experts_start_len` within the
+        prompt (`managers/scheduler.py`, 0.5.23)."""
+        fields = {
+            "return_routed_experts": (req.return_routed_experts, ROUTED_EXPERTS),
+            "routed_experts_start_len": (
+                "routed_experts_start_len" in req.model_fields_set,
+                ROUTED_EXPERTS_START_LEN,
+            ),
+        }
+        for field, (sent, feature) in fields.items():
+            if sent and not supports(self.sglang_release, feature):
+                raise BadRequest(f"{field}: Extra inputs are not permitted")
+        if req.return_routed_experts and self.shape.moe is None:
+            raise BadRequest(
+                f"return_routed_experts: the served model ({self.shape.architecture}) has no "
+                "MoE layers, so no experts are routed"
+            )
+        if req.routed_experts_start_len > prompt:
+            raise BadRequest(
+                f"routed_experts_start_len: {req.routed_experts_start_len} is higher than the "
+                f"number of input tokens {prompt}"
+            )
+
     # --- endpoints
 
     async def generate(self, request: HttpRequest) -> Answer | StreamAnswer:
@@ -327,6 +360,7 @@ class EngineServer:
             req = GenerateRequest.model_validate(await self._body(request))
             self._check_supported(req)
             prompt_ids = self._prompt_ids(req)
+            self._check_routed_experts(req, len(prompt_ids))
         except ValidationError as exc:
             return error_response(describe_validation_error(exc), validation_status(exc))
         except BadRequest as exc:
@@ -356,6 +390,8 @@ class EngineServer:
                 return_logprob=req.return_logprob,
                 return_text_in_logprobs=req.return_text_in_logprobs,
                 stream=req.stream,
+                return_routed_experts=req.return_routed_experts,
+                routed_experts_start_len=req.routed_experts_start_len,
             )
         )
         if req.stream:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dressage.api.sglang import DETERMINISTIC_INFERENCE_SINCE
+from dressage.api.sglang import DETERMINISTIC_INFERENCE_SINCE, ROUTED_EXPERTS_SINCE
 from dressage.api.sglang import SGLANG_MIN_VERSION as SGLANG_MIN_VERSION
 from dressage.api.sglang import SGLANG_PINNED_VERSION as SGLANG_PINNED_VERSION
 from dressage.api.sglang import parse_version as parse_version
@@ -75,6 +75,22 @@ WEIGHT_VERSION_SPANS = Feature(
     "meta_info.weight_versions: per-token weight version spans {version, start, end}",
     "utils/weight_versions.py (add_weight_versions_to_meta_info)",
 )
+ROUTED_EXPERTS = Feature(
+    "routed_experts",
+    ROUTED_EXPERTS_SINCE,
+    "/generate return_routed_experts: meta_info.routed_experts, the base64 of int32 "
+    "[prompt + output - 1, num_hidden_layers, num_experts_per_tok] (the server needs "
+    "--enable-return-routed-experts); an older release ignores the field",
+    "managers/io_struct.py (GenerateReqInput.return_routed_experts), "
+    "layers/moe/routed_experts_capturer.py, managers/detokenizer_manager.py",
+)
+ROUTED_EXPERTS_START_LEN = Feature(
+    "routed_experts_start_len",
+    "0.5.19",
+    "/generate routed_experts_start_len: return the routing from that token on (0.5.7 has no "
+    "such field; the releases in between were not read, so 0.5.19 is where it is known to be)",
+    "managers/io_struct.py (GenerateReqInput.routed_experts_start_len)",
+)
 
 FEATURES: dict[str, Feature] = {
     f.name: f
@@ -84,6 +100,8 @@ FEATURES: dict[str, Feature] = {
         UPDATE_FLUSH_CACHE,
         DESTROY_WEIGHTS_UPDATE_GROUP,
         WEIGHT_VERSION_SPANS,
+        ROUTED_EXPERTS,
+        ROUTED_EXPERTS_START_LEN,
     )
 }
 """Every versioned feature by name."""

@@ -147,9 +147,8 @@ async def run_pipeline(
     def record_step(record: StepRecord) -> None:
         # A user's reward function reports its named parts and its failures once per step.
         parts, failures = rewards_of()
-        record.metrics.update(parts)
-        for reason, count in failures.items():
-            record.failure_reasons[reason] = record.failure_reasons.get(reason, 0) + count
+        record.extras.update(parts)
+        record.figures.failure_reasons.update(failures)
         if metrics is not None:
             metrics.observe(record, session.state.version_index)
         sink(record)

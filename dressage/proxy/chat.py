@@ -259,14 +259,15 @@ def _token_text(value: object) -> str | None:
 def load_chat_tokenizer(
     model: str, *, reasoning_parser: str | None = None, tool_call_parser: str | None = None
 ) -> ChatTokenizer:
-    """The tokenizer of `model`: a checkpoint directory, or `builtin:tiny` (its tokenizer files
-    are rebuilt here with the `tokenizers` library; the weights are not needed)."""
+    """The tokenizer of `model`: a checkpoint directory, or a built-in model such as
+    `builtin:tiny` (the built-in models share one tokenizer, whose files are rebuilt here with
+    the `tokenizers` library; the weights are not needed)."""
     settings = {"reasoning_parser": reasoning_parser, "tool_call_parser": tool_call_parser}
     if model.startswith("builtin:"):
-        name = model.removeprefix("builtin:").partition("@")[0]
-        if name != "tiny":
-            raise ValueError(f"unknown builtin model {model!r}; known: builtin:tiny")
+        from dressage.model.names import parse_builtin
         from dressage.model.tokenizer import build_tokenizer_files
+
+        parse_builtin(model)
 
         with tempfile.TemporaryDirectory(prefix="dressage-proxy-tok-") as tmp:
             build_tokenizer_files(Path(tmp))

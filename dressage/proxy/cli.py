@@ -1,7 +1,7 @@
 """`dressage proxy`: run the rollout proxy.
 
-Flags derive from `ProxyConfig` (one flag per field, its docstring as help); the reference's
-names are kept: `--dressage-partial-rollout`, `--record-token-versions`,
+Flags derive from `ProxyConfig` (one flag per field, its docstring as help); the design's
+names are kept (`docs/staleness.md`): `--dressage-partial-rollout`, `--record-token-versions`,
 `--max-partial-rollout-preempts`. `--config JOB.yaml` (or `$DRESSAGE_JOB_CONFIG`) takes
 defaults from an `AsyncRLJob`; explicit flags win. Once listening it prints
 `proxy ready on http://HOST:PORT` (with the real port when `--port 0`).

@@ -37,6 +37,10 @@ class ProxyConfig(BaseModel):
     new weights (`--dressage-partial-rollout`)."""
     record_token_versions: bool = False
     """Record the weight version of every generated token in the segment records."""
+    record_routed_experts: bool = False
+    """Ask the engines for the experts every token was routed to (MoE models; SGLang 0.5.7 or
+    later started with `--enable-return-routed-experts`) and record them in the segment
+    records, for routing replay in the trainer."""
     max_partial_rollout_preempts: int | None = Field(default=None, ge=0)
     """Most version switches one partial-rollout trajectory may span (N allows N+1 versions);
     beyond it the proxy answers 502 `partial_rollout_staleness_exceeded`. Unset: no limit."""

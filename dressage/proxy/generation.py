@@ -30,6 +30,12 @@ engine turned it away, waits with exponential backoff (`BUSY_BACKOFF_S` doubling
 `BUSY_BACKOFF_MAX_S`) and tries them again, for at most `busy_timeout_s`; then it answers 503
 `engine_busy` with `Retry-After`. Each such 503 counts in `dressage_proxy_engine_busy_total`.
 
+Routed experts (MoE models, routing replay): a turn asked for them sends SGLang's
+`return_routed_experts` to engines whose release has it (`sglang_support.ROUTED_EXPERTS`; it is
+left out for older ones, which would ignore it) and keeps `meta_info.routed_experts`, the
+routing of every forwarded token of the piece's input and output; across the pieces of a
+resumed turn a position keeps its first report (`dressage.data.routing`).
+
 The engines are called through `EngineConnections` (pooled keep-alive connections): it is
 on the hot path, and its CPU per request is most of what the proxy adds to a generation.
 """
@@ -43,6 +49,7 @@ from typing import Any
 
 import orjson
 
+from dressage.data.routing import RoutedExperts, merge_routes
 from dressage.data.spans import (
     VersionSpan,
     expand_version_spans,
@@ -50,7 +57,7 @@ from dressage.data.spans import (
     spans_from_sglang,
     spans_to_sglang,
 )
-from dressage.engine.sglang_support import SAMPLING_SEED
+from dressage.engine.sglang_support import ROUTED_EXPERTS, SAMPLING_SEED
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.routing import EnginePool
@@ -130,13 +137,16 @@ class Piece:
     """`versions` run-length encoded, no empty run."""
     engine_latency: float | None = None
     """The engine's own time for this piece (`meta_info.e2e_latency`), when it reports it."""
+    routed_experts: RoutedExperts | None = None
+    """The routing of the piece's input and output tokens but the last (when sent)."""
     meta_info: dict[str, Any] = field(default_factory=dict)
     """The engine's `meta_info` as sent (fields the proxy passes through, such as
-    `routed_experts`)."""
+    `indexer_topk`)."""
 
 
-def parse_piece(data: object, url: str) -> Piece:
-    """Parse an SGLang generate response; `ProxyError` 502 when it is not one."""
+def parse_piece(data: object, url: str, prompt_tokens: int | None = None) -> Piece:
+    """Parse an SGLang generate response to a prompt of `prompt_tokens` tokens (needed to
+    read `meta_info.routed_experts`); `ProxyError` 502 when it is not one."""
 
     def bad(message: str) -> ProxyError:
         return ProxyError(
@@ -173,6 +183,18 @@ def parse_piece(data: object, url: str) -> Piece:
         versions = [weight_version] * n
         runs = [VersionSpan(weight_version, n)] if n else []
     latency = meta.get("e2e_latency")
+    routed: RoutedExperts | None = None
+    routes = meta.get("routed_experts")
+    if routes is not None and prompt_tokens is not None and prompt_tokens + n > 1:
+        if not isinstance(routes, str):
+            raise bad("meta_info.routed_experts is not a base64 string")
+        try:
+            routed = RoutedExperts.from_base64(routes, prompt_tokens + n - 1)
+        except ValueError as exc:
+            # An aborted piece is resubmitted or dropped anyway, and the next answer covers
+            # its tokens again: its routes are not worth failing the turn for.
+            if not _is_abort(meta.get("finish_reason")):
+                raise bad(f"meta_info.{exc} ({prompt_tokens} prompt + {n} output tokens)") from None
     finish = meta.get("finish_reason")
     if not isinstance(finish, dict):
         finish = {"type": "stop"} if finish is None else {"type": str(finish)}
@@ -191,6 +213,7 @@ def parse_piece(data: object, url: str) -> Piece:
             if isinstance(latency, int | float) and not isinstance(latency, bool)
             else None
         ),
+        routed_experts=routed,
         meta_info=meta,
     )
 
@@ -218,6 +241,9 @@ class Generation:
     """`versions` as runs, kept up to date by `add`."""
     engine_latency: float | None = None
     """The engines' reported time summed over the pieces; None when none reported it."""
+    routed_experts: RoutedExperts | None = None
+    """The routing of the turn's input and output tokens but the last, when asked for and
+    sent (a position keeps its first report across pieces)."""
     meta_info: dict[str, Any] = field(default_factory=dict)
     """The last piece's `meta_info` as the engine sent it."""
 
@@ -230,6 +256,7 @@ class Generation:
         self.versions += piece.versions
         self.raw_logprobs += piece.raw_logprobs
         extend_spans(self.spans, piece.runs)
+        self.routed_experts = merge_routes(self.routed_experts, piece.routed_experts)
         self.texts.append(piece.text)
         if piece.engine_latency is not None:
             self.engine_latency = (self.engine_latency or 0.0) + piece.engine_latency
@@ -281,11 +308,14 @@ class Generator:
         input_ids: list[int],
         sampling_params: dict[str, Any],
         *,
+        routed_experts: bool = False,
         extra_body: dict[str, Any] | None = None,
     ) -> Generation:
-        """Generate one turn of `session`; raises the rule's `StalenessRefusal` when its
-        versions may not join the session's earlier ones. `extra_body` fields are added to
-        every request of the turn."""
+        """Generate one turn of `session` (with `routed_experts`, asking the engines for the
+        tokens' routed experts); raises the rule's `StalenessRefusal` when its versions may
+        not join the session's earlier ones. `extra_body` fields are added to every request
+        of the turn (`return_indexer_topk`); `return_routed_experts` is not one of them, as
+        only `routed_experts` leaves it out for a release without it."""
         rule = self.rule
         resume = rule.resumes_partial_output
         earlier = session.versions_seen
@@ -303,14 +333,16 @@ class Generator:
                     params["max_new_tokens"] = max_new - done
                 if isinstance(min_new, int):
                     params["min_new_tokens"] = max(0, min_new - done)
-            body = {
+            body: dict[str, Any] = {
                 **(extra_body or {}),
                 "input_ids": input_ids + gen.output_ids if done else input_ids,
                 "sampling_params": params,
                 "return_logprob": True,
             }
+            if routed_experts:
+                body["return_routed_experts"] = True
             url, data = await self._call(session, body, received=done)
-            piece = parse_piece(data, url)
+            piece = parse_piece(data, url, len(body["input_ids"]))
             gen.engine_url = url
             preempted = piece.finish_reason.get("type") == "abort" and (
                 self.gate.paused or self.gate.epoch != epoch
@@ -345,6 +377,7 @@ class Generator:
         content = dumps(body)
         seedless: bytes | None = None
         seeded = "sampling_seed" in body["sampling_params"]
+        routed = bool(body.get("return_routed_experts"))
         tried: set[str] = set()
         failures: dict[str, str] = {}
         busy: dict[str, str] = {}
@@ -392,6 +425,11 @@ class Generator:
                     del params["sampling_seed"]
                     seedless = dumps({**body, "sampling_params": params})
                 payload = seedless
+            if routed and not engine.supports(ROUTED_EXPERTS):
+                # An older release ignores the field (the embedded engine refuses it): the
+                # turn is recorded without routes, and the trainer routes it itself.
+                rest = {k: v for k, v in loads(payload).items() if k != "return_routed_experts"}
+                payload = dumps(rest)
             engine.inflight += 1
             try:
                 reply = await self.connections.request(

@@ -107,10 +107,10 @@ class GroupAttempts:
         """
         for attempt in range(self.policy.max_retries + 1):
             if self.broken is not None:
-                self.stats.dropped[ROLLOUT_BROKEN] += 1
+                self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += 1
                 raise self.broken
             if attempt:
-                self.stats.retries += 1
+                self.stats.totals.retries += 1
                 await self._sleep(self.policy.delay(attempt, self._jitter()))
             try:
                 group = await self.rollout(index, attempt)
@@ -130,7 +130,7 @@ class GroupAttempts:
                 self._recent.clear()
                 self._recent_faults.clear()
                 return group
-        self.stats.dropped[RETRIES_EXHAUSTED] += 1
+        self.stats.totals.dropped_groups[RETRIES_EXHAUSTED] += 1
         self._dropped_in_a_row += 1
         if self._dropped_in_a_row >= self.policy.breaker_after and self.broken is None:
             reasons = ", ".join(f"{r} x{n}" for r, n in self._recent.most_common(5))
@@ -152,14 +152,14 @@ class GroupAttempts:
 
     def _stop(self, failed: UserCodeFailed) -> None:
         """Open the breaker at `failed`'s first occurrence, as its job setting asks."""
-        self.stats.dropped[ROLLOUT_BROKEN] += 1
+        self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += 1
         if self.broken is None:
             self.broken = RolloutBroken(
                 f"rollout stopped at the first failure ({failed.stop}): {failed.fault}"
             )
 
     def _failed(self, reason: str, *, staleness: bool) -> None:
-        self.stats.failures[reason] += 1
+        self.stats.totals.failure_reasons[reason] += 1
         self._recent[reason] += 1
         if staleness:
-            self.stats.staleness_failures += 1
+            self.stats.totals.staleness_failures += 1

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from dressage.api.job import AsyncRLJob
-from dressage.data.samples import VERSION_SPAN_MEAN
+from dressage.api.figures import figures_of
+from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
@@ -134,16 +134,17 @@ class LocalRun:
             metrics=self.metrics,
             sink=self._on_step,
             log=self.out,
-            rollout_cpus=spec.local.rollout_cpus or spec.local.engine_cpus,
+            rollout_cpus=rollout_process_cpus(spec),
             task=self.task,
         )
 
     def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
-        self.rewards.append(record.metrics.get(grpo.REWARD, 0.0))
+        self.rewards.append(record.figures.reward or 0.0)
         self.out(progress_line(record, self.options.steps, self.rewards))
-        if record.failure_reasons:
-            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(record.failure_reasons.items()))
+        failures = record.figures.failure_reasons
+        if failures:
+            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(failures.items()))
             self.out(f"  rollout failures at step {record.step}: {reasons}")
 
     async def _start_engines(self, session: TrainerSession, cache_dir: Path) -> list[str]:
@@ -230,6 +231,21 @@ class LocalRun:
             self.out(f"report: {path} (plots in {self.root})")
 
 
+def rollout_process_cpus(spec: AsyncRLJobSpec) -> list[int] | None:
+    """The cores of the rollout process (`spec.rollout.separateProcess`): `rolloutCpus`, else
+    the cores idle while it works. In `sync` mode the trainer waits for every batch, so
+    rollout takes the trainer's cores (unpinned when the trainer is); in the async modes the
+    trainer trains meanwhile, so rollout shares the engines' cores. Pinned to the engines' in
+    sync mode instead, its Python (about 0.6 CPU seconds a step on the balanced benchmark job)
+    would slow the engines and the proxy while the trainer's core sat idle."""
+    local = spec.local
+    if local.rollout_cpus is not None:
+        return local.rollout_cpus
+    if spec.rollout.mode is RolloutMode.SYNC:
+        return local.trainer_cpus
+    return local.engine_cpus
+
+
 def _earlier_user_code_errors(report: Path) -> list[dict[str, Any]]:
     """The user-code errors an earlier invocation of this run reported (none when it wrote
     no report, or one without them)."""
@@ -248,18 +264,27 @@ def _earlier_user_code_errors(report: Path) -> list[dict[str, Any]]:
 
 
 def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:
-    """One line per step: step, reward (and its recent mean), version, drops, diff, span."""
-    m = record.metrics
+    """One line per step: step, reward (and its recent mean), version, then every figure the
+    declaration gives a `line` label (drops, logprob diff, span, entropy, clip), and seconds."""
     recent = rewards[-10:]
-    drops = sum(record.dropped_groups.values())
-    span = m.get(VERSION_SPAN_MEAN)
     seconds = record.rollout_seconds + record.train_seconds + record.publish_seconds
-    return (
-        f"step {record.step:>4}/{total}  reward {m.get(grpo.REWARD, 0.0):.3f} "
-        f"(last {len(recent)}: {sum(recent) / max(len(recent), 1):.3f})  "
-        f"version {record.version}  drops {drops}  "
-        f"logprob_diff {m.get(grpo.LOGPROB_ABS_DIFF, 0.0):.1e}  "
-        f"span {'-' if span is None else f'{span:.2f}'}  "
-        f"entropy {m.get(grpo.ENTROPY, 0.0):.3f}  clip {m.get(grpo.CLIP_FRACTION, 0.0):.3f}  "
-        f"{seconds:.1f}s"
-    )
+    parts = [
+        f"step {record.step:>4}/{total}",
+        f"reward {record.figures.reward or 0.0:.3f} "
+        f"(last {len(recent)}: {sum(recent) / max(len(recent), 1):.3f})",
+        f"version {record.version}",
+    ]
+    for figure in figures_of(type(record.figures)):
+        if figure.line is None:
+            continue
+        label, spec = figure.line
+        value: float | None = (
+            record.figures.total(figure.name)
+            if figure.counted
+            else getattr(record.figures, figure.name)
+        )
+        if value is not None and spec.endswith("d"):
+            value = int(value)
+        parts.append(f"{label} {'-' if value is None else format(value, spec)}")
+    parts.append(f"{seconds:.1f}s")
+    return "  ".join(parts)

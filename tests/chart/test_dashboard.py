@@ -98,6 +98,8 @@ def test_dashboard_covers_the_required_figures() -> None:
         m.JOB_AUTOSCALER_DESIRED_ENGINES,
         m.JOB_TRAINER_WAIT_FRACTION,
         m.JOB_ADMISSION_HELD_FRACTION,
+        m.ROUTING_AGREEMENT,
+        m.ROUTED_TOKEN_FRACTION,
     ]
     missing = [name for name in required if name not in used]
     assert missing == []

@@ -2,7 +2,7 @@
 logprobs, batching, abort and request validation.
 
 Reference outputs come from the same checkpoint run through `dressage.engine.model` in the test
-process (its parity with `transformers` is pinned in tests/unit/test_engine_model.py).
+process (its parity with `transformers` is pinned in tests/unit/engine/test_model.py).
 """
 
 from __future__ import annotations

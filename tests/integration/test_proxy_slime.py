@@ -6,7 +6,8 @@ The payloads are built the way THUDM/slime builds them (read at its main branch)
   `generate` (`{"sampling_params", "return_logprob": True, "input_ids"}`, plus
   `"return_routed_experts": True` with `--use-rollout-routing-replay`, and the header
   `{"X-SMG-Routing-Key": sample.session_id}` with `--router-policy consistent_hashing`); it
-  reads `meta_info.output_token_logprobs` as `[logprob, token_id, ...]` and `text`;
+  reads `meta_info.output_token_logprobs` as `[logprob, token_id, ...]` and `text`, and
+  `meta_info.routed_experts` as int32 `[len(sample.tokens) - 1, num_layers, moe_router_topk]`;
 - `slime/rollout/sglang_streaming_rollout.py` `generate_streaming` (the same with
   `"stream": True`, read line by line: `data: {...}` cumulative chunks, then `data: [DONE]`);
 - `slime/rollout/sglang_rollout.py` `abort` (`GET /workers`, `workers[*].url`) and
@@ -22,15 +23,19 @@ with `return_routed_experts` and `return_indexer_topk` always present (false unl
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
+from dressage.engine.model import ModelWeights, full_logits, load_weights, new_routes
 from dressage.engine.testing import EngineProcess, start_engine
+from dressage.model import BUILTIN_TINY_MOE, resolve_model_source
 from dressage.proxy.testing import ProxyProcess, start_proxy
 from tests.integration.proxy_support import session_busy, wait_for
 from tests.scripted_http import scripted_server
@@ -213,41 +218,156 @@ async def test_workers_register_and_deregister_as_slimes_engines_do(
 class RoutingEngine:
     """An SGLang engine started with `--enable-return-routed-experts`: it answers
     `meta_info.routed_experts` when a request asks for them (0.5.23
-    `managers/tokenizer_manager.py` puts them in `meta_info` as it gets them)."""
-
-    ROUTED = "AAAAAAEAAAA="  # what the engine sends, passed on unchanged
+    `managers/tokenizer_manager.py` puts them in `meta_info` as it gets them): the base64 of
+    int32 `[prompt + output - 1, layers, top_k]`, here 1 layer of top-2."""
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
+
+    @staticmethod
+    def routes(rows: int) -> str:
+        values = np.arange(rows * 2, dtype="<i4")
+        return base64.b64encode(values.tobytes()).decode("ascii")
 
     async def answer(self, path: str, body: bytes) -> object:
         if path != "/generate":
             return {"weight_version": "v0", "version": "0.5.23"}
         request = json.loads(body)
         self.bodies.append(request)
+        prompt = len(request["input_ids"])
         meta: dict[str, Any] = {
             "id": "r",
             "finish_reason": {"type": "length", "length": 1},
-            "prompt_tokens": len(request["input_ids"]),
+            "prompt_tokens": prompt,
             "completion_tokens": 1,
             "cached_tokens": 0,
             "weight_version": "v0",
             "output_token_logprobs": [[-0.5, 7, None]],
         }
         if request.get("return_routed_experts"):
-            meta["routed_experts"] = self.ROUTED
+            meta["routed_experts"] = self.routes(prompt)
         return {"text": "a", "output_ids": [7], "meta_info": meta}
 
 
-async def test_return_routed_experts_passes_through_to_the_engine_and_back() -> None:
+async def releases_known(client: httpx.AsyncClient) -> bool:
+    """Whether the proxy has read every engine's release (`/get_server_info`): until then it
+    takes an engine for the oldest supported release, which has no `return_routed_experts`."""
+    engines = (await client.get("/health")).json()["engines"]
+    return all(e["sglang_version"] is not None for e in engines)
+
+
+async def test_return_routed_experts_reaches_the_engine_only_when_asked() -> None:
     engine = RoutingEngine()
     async with scripted_server(engine.answer) as url:
         with start_proxy([url]) as proxy:
             async with httpx.AsyncClient(base_url=proxy.base_url, timeout=60) as client:
+                await wait_for(lambda: releases_known(client), what="the engine's release")
                 body = slime_payload(PROMPT, 1, return_routed_experts=True)
                 routed = await client.post("/generate", json=body)
                 assert routed.status_code == 200, routed.text
-                assert routed.json()["meta_info"]["routed_experts"] == RoutingEngine.ROUTED
+                sent = RoutingEngine.routes(len(PROMPT))
+                assert routed.json()["meta_info"]["routed_experts"] == sent
                 plain = await client.post("/generate", json=slime_payload(PROMPT, 1))
                 assert "routed_experts" not in plain.json()["meta_info"]
     assert [b.get("return_routed_experts") for b in engine.bodies] == [True, None]
+
+
+# --- routing replay with a real MoE engine ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def moe_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("moe-cache")
+    resolve_model_source(BUILTIN_TINY_MOE, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def moe_weights(moe_cache: Path) -> ModelWeights:
+    return load_weights(resolve_model_source(BUILTIN_TINY_MOE, moe_cache))
+
+
+@pytest.fixture(scope="module")
+def moe_proxy(moe_cache: Path) -> Iterator[ProxyProcess]:
+    """The tiny MoE behind a proxy that records nothing of its own accord (no
+    `--record-routed-experts`): what slime asks for is what gets recorded."""
+    with (
+        start_engine(model=BUILTIN_TINY_MOE, cache_dir=moe_cache) as moe,
+        start_proxy([moe.base_url], "--record-token-versions") as proxy,
+    ):
+        yield proxy
+
+
+def slime_routes(meta_info: dict[str, Any], tokens: list[int], weights: ModelWeights) -> np.ndarray:
+    """`meta_info.routed_experts` read as slime reads it (`sglang_rollout.py` `generate`:
+    `np.frombuffer(pybase64.b64decode(...), dtype=np.int32).reshape(len(sample.tokens) - 1,
+    args.num_layers, args.moe_router_topk)`, `sample.tokens` being prompt + response)."""
+    moe = weights.shape.moe
+    assert moe is not None
+    raw = base64.b64decode(meta_info["routed_experts"].encode("ascii"))
+    return np.frombuffer(raw, dtype=np.int32).reshape(
+        len(tokens) - 1, weights.shape.num_layers, moe.top_k
+    )
+
+
+def engine_routes(weights: ModelWeights, tokens: list[int]) -> np.ndarray:
+    """The routing of `tokens[:-1]` by a full forward in this process."""
+    routes = new_routes(weights.shape, len(tokens) - 1)
+    full_logits(weights, tokens[:-1], routes)
+    return routes.numpy()
+
+
+def recorded_routes(record: dict[str, Any], weights: ModelWeights) -> np.ndarray:
+    moe = weights.shape.moe
+    assert moe is not None
+    raw = base64.b64decode(record["routed_experts"])
+    rows = record["routed_experts_rows"]
+    return np.frombuffer(raw, dtype="<i4").reshape(rows, weights.shape.num_layers, moe.top_k)
+
+
+async def test_slimes_routing_replay_payload_gets_sglangs_routes_and_the_session_records_them(
+    moe_proxy: ProxyProcess, moe_weights: ModelWeights
+) -> None:
+    async with httpx.AsyncClient(base_url=moe_proxy.base_url, timeout=60) as client:
+        await wait_for(lambda: releases_known(client), what="the engine's release")
+        body = slime_payload(PROMPT, 6, return_routed_experts=True)
+        response = await client.post("/generate", json=body)
+        assert response.status_code == 200, response.text
+        output = response.json()
+        tokens = PROMPT + [item[1] for item in output["meta_info"]["output_token_logprobs"]]
+        answered = slime_routes(output["meta_info"], tokens, moe_weights)
+        np.testing.assert_array_equal(answered, engine_routes(moe_weights, tokens))
+        # The one-off trajectory's record carries the very same routes.
+        (record,) = await _records(client, output["dressage"]["session_id"])
+        assert record["prompt_tokens"] + record["response_tokens"] == tokens
+        np.testing.assert_array_equal(recorded_routes(record, moe_weights), answered)
+        # Without the flag: no routes answered, none recorded.
+        plain = (await client.post("/generate", json=slime_payload(PROMPT, 2))).json()
+        assert "routed_experts" not in plain["meta_info"]
+        (record,) = await _records(client, plain["dressage"]["session_id"])
+        assert record["routed_experts"] is None
+
+
+async def test_a_multi_turn_slime_sample_gets_the_routes_of_its_whole_sequence_streamed_or_not(
+    moe_proxy: ProxyProcess, moe_weights: ModelWeights
+) -> None:
+    headers = {"X-SMG-Routing-Key": "slime-moe"}
+    async with httpx.AsyncClient(base_url=moe_proxy.base_url, timeout=60) as client:
+        await wait_for(lambda: releases_known(client), what="the engine's release")
+        body = slime_payload(PROMPT, 4, return_routed_experts=True)
+        first = (await client.post("/generate", json=body, headers=headers)).json()
+        context = PROMPT + first["output_ids"] + [13, 14]
+        body = slime_payload(context, 3, return_routed_experts=True, stream=True)
+        async with client.stream("POST", "/generate", json=body, headers=headers) as response:
+            response.raise_for_status()
+            lines = [line async for line in response.aiter_lines()]
+        data = [line[len("data:") :].strip() for line in lines if line.startswith("data:")]
+        assert data[-1] == "[DONE]"
+        second = json.loads(data[-2])
+        tokens = context + second["output_ids"]
+        answered = slime_routes(second["meta_info"], tokens, moe_weights)
+        np.testing.assert_array_equal(answered, engine_routes(moe_weights, tokens))
+        await client.post("/sessions/slime-moe/finalize", json={"reward": 1.0})
+        (record,) = await _records(client, "slime-moe")
+    assert record["prompt_tokens"] + record["response_tokens"] == tokens
+    np.testing.assert_array_equal(recorded_routes(record, moe_weights), answered)

@@ -19,12 +19,15 @@ checked and recorded as for any other turn): `data: {"text", "output_ids", "meta
 with the whole output so far (SGLang's default, non-incremental streaming; what slime's
 `sglang_streaming_rollout.py` reads), then `data: [DONE]`.
 
-`return_routed_experts: true` is passed to the engine (SGLang needs
-`--enable-return-routed-experts`) and its `meta_info.routed_experts` is answered as the
-engine sent it; for a turn resumed across a weight update, the last piece's, which covers the
-whole sequence. `return_indexer_topk` (which miles always sends, false unless it replays
-DeepSeek-V3.2's indexer) goes the same way with `meta_info.indexer_topk`; a false flag is
-not sent on.
+`return_routed_experts: true` asks the engines for the routed experts (SGLang needs
+`--enable-return-routed-experts`; an engine whose release lacks the field is not sent it) and
+answers them in SGLang's shape, `meta_info.routed_experts`: the base64 of int32
+`[prompt + output - 1, layers, top_k]`. They are the routes the session records too (the proxy
+records them for every turn with `--record-routed-experts`, and for a turn that asks): for a
+turn resumed across a weight update, each position keeps its first report, as in the
+segment. `return_indexer_topk` (which miles always sends, false unless it replays
+DeepSeek-V3.2's indexer) is passed through: sent to the engine, and the last piece's
+`meta_info.indexer_topk` answered as the engine sent it. A false flag is not sent on.
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ _GENERATE_FIELDS = frozenset(
         "return_indexer_topk",
     }
 )
-PASSED_THROUGH = {"return_routed_experts": "routed_experts", "return_indexer_topk": "indexer_topk"}
-"""Request flags sent on to the engine when true, and the `meta_info` field each brings back."""
+PASSED_THROUGH = {"return_indexer_topk": "indexer_topk"}
+"""Request flags sent on to the engine as they are when true, and the `meta_info` field each
+brings back (`return_routed_experts` is the proxy's own: it records the routes)."""
 
 
 async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
@@ -80,6 +84,7 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
         raise invalid("sampling_params must be an object", "sampling_params")
     stream = _flag(body, "stream")
     passed = [name for name in PASSED_THROUGH if _flag(body, name)]
+    routed_experts = _flag(body, "return_routed_experts")
     check_budget(params.get("max_new_tokens"), "sampling_params.max_new_tokens")
     check_sampling_params(params)
     session_id, instance_id, one_off = generate_session_ids(request, body)
@@ -90,6 +95,7 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
             session,
             input_ids,
             params,
+            routed_experts=routed_experts,
             extra_body=dict.fromkeys(passed, True) or None,
         )
     except BaseException:
@@ -110,6 +116,8 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
     }
     if body.get("return_logprob"):
         meta["output_token_logprobs"] = gen.raw_logprobs
+    if routed_experts and gen.routed_experts is not None:
+        meta["routed_experts"] = gen.routed_experts.to_base64()
     for name in passed:
         field = PASSED_THROUGH[name]
         if field in gen.meta_info:

@@ -77,6 +77,9 @@ def engine_command(job: AsyncRLJob) -> list[str]:
         # The job model admits seededSampling only with a release that has the flag
         # (spec.inference.sglangVersion >= 0.5.3); 0.5.2's parser refuses it.
         cmd.append("--enable-deterministic-inference")
+    if spec.rollout.routing_replay != "off":
+        # The job model admits routing replay only with a release that has the flag (0.5.7).
+        cmd.append("--enable-return-routed-experts")
     return cmd + list(spec.inference.extra_args)
 
 

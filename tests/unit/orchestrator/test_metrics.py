@@ -14,7 +14,6 @@ def _record(step: int, wait: float, train: float, publish: float) -> StepRecord:
     return StepRecord(
         step=step,
         version=f"v{step}",
-        metrics={},
         rollout_seconds=wait,
         train_seconds=train,
         publish_seconds=publish,

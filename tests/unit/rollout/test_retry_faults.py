@@ -48,8 +48,8 @@ async def test_a_failure_the_job_stops_on_opens_the_breaker_at_once() -> None:
     attempts = GroupAttempts(rollout, RetryPolicy(max_retries=3), stats, sleep=_no_sleep)
     assert await attempts.run(0) is None
     assert calls == [(0, 0)]
-    assert stats.retries == 0
-    assert stats.dropped == {"rollout_broken": 1}
+    assert stats.totals.retries == 0
+    assert stats.totals.dropped_groups == {"rollout_broken": 1}
     assert str(attempts.broken) == (
         "rollout stopped at the first failure (spec.task.onRewardError is stop): "
         "spec.task.reward rewards:score raised KeyError: 'answer' (at /jobs/rewards.py:9, in "

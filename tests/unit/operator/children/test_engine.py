@@ -20,8 +20,8 @@ def test_engine_flags_and_the_weight_version_an_engine_starts_on() -> None:
     assert flags["--model-path"] == "/dressage/models/Qwen--Qwen3-8B"
     assert flags["--tp-size"] == "2"
     # A fresh engine reports the trainer's label of its initial weights (the data layer's
-    # INITIAL_VERSION; the trainer's side is pinned in test_trainer_step), or the staleness
-    # window would take the base model for a version of its own.
+    # INITIAL_VERSION; the trainer's side is pinned in tests/unit/trainer/test_grpo.py), or the
+    # staleness window would take the base model for a version of its own.
     assert flags["--weight-version"] == INITIAL_VERSION == "v0"
     # Engines of a warm-started job start on weights that are not the trainer's v0: their
     # label is one the trainer never issues, so the proxy holds them out until synced.
