@@ -351,9 +351,6 @@ def test_editor_and_viewer_roles_aggregate_into_the_builtin_roles() -> None:
     assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     assert _rules(editor)[("dressage.io", "asyncrljobs")] >= {"create", "delete", "patch"}
     assert _rules(editor)[("dressage.io", "asyncrljobs/status")] == {"get"}
-    # `kubectl scale arj/NAME` goes through the scale subresource.
-    assert _rules(editor)[("dressage.io", "asyncrljobs/scale")] == {"get", "update", "patch"}
-    assert _rules(viewer)[("dressage.io", "asyncrljobs/scale")] == {"get", "list", "watch"}
     for verbs in _rules(viewer).values():
         assert verbs == {"get", "list", "watch"}
 

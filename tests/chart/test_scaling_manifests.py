@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from tests.chart.tools import ROOT, require_tool, run_tool
+from tests.chart.tools import RELEASE, ROOT, by_kind, render, require_tool, run_tool
 
 README = ROOT / "operator" / "README.md"
 K8S_VERSION = "1.33.0"
@@ -52,6 +52,25 @@ def test_the_hpa_is_a_valid_autoscaling_v2_object_on_the_jobs_scale() -> None:
     broken = {**hpa, "spec": {**hpa["spec"], "minReplica": 1}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def _verbs(role: dict[str, Any], resource: str) -> set[str]:
+    return {
+        verb
+        for rule in role["rules"]
+        if "dressage.io" in rule["apiGroups"] and resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_chart_lets_editors_scale_a_job_and_viewers_read_its_scale() -> None:
+    """`kubectl scale arj/NAME` (and an HPA or KEDA acting for a user) reads and writes the
+    scale subresource, a resource of its own to RBAC."""
+    roles = {r["metadata"]["name"]: r for r in by_kind(render(), "ClusterRole")}
+    editor = roles[f"{RELEASE}-asyncrljob-editor"]
+    viewer = roles[f"{RELEASE}-asyncrljob-viewer"]
+    assert _verbs(editor, "asyncrljobs/scale") == {"get", "update", "patch"}
+    assert _verbs(viewer, "asyncrljobs/scale") == {"get", "list", "watch"}
 
 
 def _models(annotation: Any) -> list[type[BaseModel]]:
