@@ -19,16 +19,10 @@ from dressage_operator.autoscale import (
     stabilize,
     stamp,
 )
-from dressage_operator.fleet_signals import (
-    FleetCounters,
-    Signals,
-    interval_signals,
-    parse_fleet_counters,
-)
+from dressage_operator.fleet_signals import FleetCounters, Signals
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dressage import metrics as names
 from dressage.api.autoscaling import AutoscalingSpec, ScalingRules
 from dressage.api.scale_status import AutoscalingStatus, Recommendation, ScaleEvent
 
@@ -41,37 +35,6 @@ def _spec(**kw: Any) -> AutoscalingSpec:
 
 def _signals(wait: float = 0.0, held: float = 0.0) -> Signals:
     return Signals(trainer_wait_fraction=wait, admission_held_fraction=held, step_seconds=10.0)
-
-
-# --- signals --------------------------------------------------------------------------------
-def test_the_counters_are_read_from_the_jobs_metrics() -> None:
-    text = "\n".join(
-        [
-            "# TYPE dressage_trainer_step_seconds counter",
-            f"{names.TRAINER_STEP_SECONDS} 120.5",
-            "# TYPE dressage_trainer_batch_wait_seconds counter",
-            f"{names.TRAINER_BATCH_WAIT_SECONDS} 30.25",
-            "# TYPE dressage_rollout_admission_wait_seconds counter",
-            f"{names.ROLLOUT_ADMISSION_WAIT_SECONDS} 4",
-            "",
-        ]
-    )
-    assert parse_fleet_counters(text) == FleetCounters(120.5, 30.25, 4.0)
-    # A runtime without the step seconds gives the autoscaler no signal.
-    assert parse_fleet_counters(f"{names.TRAIN_STEP} 3\n") is None
-
-
-def test_an_intervals_signals_are_ratios_of_the_increases() -> None:
-    start = FleetCounters(step_seconds=100, batch_wait_seconds=10, admission_wait_seconds=50)
-    end = FleetCounters(step_seconds=140, batch_wait_seconds=20, admission_wait_seconds=52)
-    assert interval_signals(start, end) == Signals(0.25, 0.05, 40.0)
-    # The admission wait counted into a batch may overlap the previous step: clamped.
-    overlap = FleetCounters(step_seconds=110, batch_wait_seconds=10, admission_wait_seconds=70)
-    signals = interval_signals(start, overlap)
-    assert signals is not None
-    assert signals.admission_held_fraction == 1.0
-    assert interval_signals(start, start) is None  # no step completed
-    assert interval_signals(end, start) is None  # the trainer restarted
 
 
 # --- recommendation -------------------------------------------------------------------------
