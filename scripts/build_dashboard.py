@@ -399,6 +399,44 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         decimals=0,
     )
 
+    d.row("Engine fleet and autoscaling")
+    d.timeseries(
+        "Engines (desired / ready)",
+        "The engines each job asks for (spec.inference.replicas: set by hand, kubectl scale, "
+        "an HPA or the built-in autoscaler) and those ready.",
+        [(f"max by (job, state) ({m.JOB_ENGINES}{{{JOB}}})", "{{job}} {{state}}")],
+        decimals=0,
+        width=8,
+    )
+    d.timeseries(
+        "Autoscaler signals",
+        "Over the trainer steps of the autoscaler's last interval: the fraction of step time "
+        "the trainer waited for batches (scale up above scaleUpWaitFraction) and the fraction "
+        "admission control held rollout back (scale down above scaleDownHeldFraction).",
+        [
+            (f"max by (job) ({m.JOB_TRAINER_WAIT_FRACTION}{{{JOB}}})", "{{job}} trainer waits"),
+            (
+                f"max by (job) ({m.JOB_ADMISSION_HELD_FRACTION}{{{JOB}}})",
+                "{{job}} admission holds",
+            ),
+        ],
+        unit="percentunit",
+        width=8,
+    )
+    d.timeseries(
+        "Autoscaler decisions",
+        "The engine count of the autoscaler's last decision, and its changes by direction "
+        "over the rate interval (each posts an EnginesScaled Event on the job).",
+        [
+            (f"max by (job) ({m.JOB_AUTOSCALER_DESIRED_ENGINES}{{{JOB}}})", "{{job}} desired"),
+            (
+                f"sum by (job, direction) (increase({m.JOB_ENGINE_SCALE_EVENTS}{{{JOB}}}[{RATE}]))",
+                "{{job}} {{direction}}",
+            ),
+        ],
+        width=8,
+    )
+
     _figure_panels(d, declaration)
 
     d.row("Operator")

@@ -119,6 +119,49 @@ PROXY_RULES: list[Schema] = [
         "fieldPath": ".tokenSecret",
     },
 ]
+INFERENCE_RULES: list[Schema] = [
+    {
+        "rule": (
+            "!has(self.autoscaling) || self.autoscaling.minReplicas <= self.autoscaling.maxReplicas"
+        ),
+        "message": "inference.autoscaling.minReplicas must not be above maxReplicas",
+        "fieldPath": ".autoscaling.minReplicas",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.autoscaling) || self.weightSync != 'distributed'",
+        "message": (
+            "inference.autoscaling needs inference.weightSync 'disk': with 'distributed' the "
+            "weight-update group is formed once with the engines of the trainer's start"
+        ),
+        "fieldPath": ".autoscaling",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        # A transition rule (it reads oldSelf): checked on updates only, so a new job may
+        # start outside the bounds (the operator brings it in); `kubectl scale`, which writes
+        # this field through the scale subresource, is refused outside them.
+        "rule": (
+            "!has(self.autoscaling) || self.replicas == oldSelf.replicas"
+            " || (self.replicas >= self.autoscaling.minReplicas"
+            " && self.replicas <= self.autoscaling.maxReplicas)"
+        ),
+        "message": (
+            "inference.replicas is the autoscaler's while inference.autoscaling is set: a "
+            "new value must be within [autoscaling.minReplicas, autoscaling.maxReplicas]; "
+            "change the bounds, or remove inference.autoscaling to set it by hand"
+        ),
+        "fieldPath": ".replicas",
+        "reason": "FieldValueForbidden",
+    },
+]
+SCALE_SUBRESOURCE: Schema = {
+    "specReplicasPath": ".spec.inference.replicas",
+    "statusReplicasPath": ".status.inference.replicas",
+    "labelSelectorPath": ".status.inference.selector",
+}
+"""The scale subresource (`kubectl scale arj/NAME`, a HorizontalPodAutoscaler, KEDA): the
+engine count, the engine pods that exist and their label selector."""
 TRAINING_RULES: list[Schema] = [
     {
         "rule": (
@@ -167,6 +210,13 @@ PRINTER_COLUMNS: list[Schema] = [
         "description": "GRPO groups dropped by the staleness controls and retries",
     },
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
+    {
+        "name": "Engines",
+        "type": "integer",
+        "jsonPath": ".status.inference.ready",
+        "priority": 1,
+        "description": "Engine pods ready (spec.inference.replicas is the count asked for)",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {
         "name": "Message",
@@ -280,6 +330,7 @@ def spec_schema() -> Schema:
     spec["properties"]["storage"]["x-kubernetes-validations"] = copy.deepcopy(STORAGE_RULES)
     spec["properties"]["proxy"]["x-kubernetes-validations"] = copy.deepcopy(PROXY_RULES)
     spec["properties"]["training"]["x-kubernetes-validations"] = copy.deepcopy(TRAINING_RULES)
+    spec["properties"]["inference"]["x-kubernetes-validations"] = copy.deepcopy(INFERENCE_RULES)
     return spec
 
 
@@ -332,7 +383,7 @@ def build_crd() -> Schema:
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": root},
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": copy.deepcopy(SCALE_SUBRESOURCE)},
                     "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
                 }
             ],

@@ -7,9 +7,11 @@ field descriptions, so they are written for the user of a manifest.
 The model is split by concern: `dressage.api.k8s` (Kubernetes primitives: quantities, env vars,
 volumes, pod overrides), `dressage.api.reserved` (the env vars, engine flags and directories
 the operator owns in a job's pods), `dressage.api.rl` (model, task, staleness, rollout,
-training), `dressage.api.roles` (trainer, engines, proxy, storage, code, restarts) and
-`dressage.api.bounds` (static maxima). This module holds the job itself and re-exports every
-name of those modules, so `from dressage.api.job import ...` keeps working.
+training), `dressage.api.roles` (trainer, engines, proxy, storage, code, restarts),
+`dressage.api.autoscaling` (the engines' autoscaler), `dressage.api.scheduling` (queue and
+priority on a shared cluster) and `dressage.api.bounds` (static maxima). This module holds the
+job itself and re-exports every name of those modules, so `from dressage.api.job import ...`
+keeps working.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from dressage.api.autoscaling import (
+    AutoscalingSpec,
+    ScalingBehavior,
+    ScalingPolicy,
+    ScalingRules,
+)
 from dressage.api.base import ApiModel
 from dressage.api.bounds import (
     MAX_GPUS_PER_NODE,
@@ -76,6 +84,7 @@ from dressage.api.roles import (
     StorageSpec,
     TrainerSpec,
 )
+from dressage.api.scheduling import SchedulingSpec
 from dressage.api.sglang import (
     DETERMINISTIC_INFERENCE_SINCE,
     ROUTED_EXPERTS_SINCE,
@@ -112,6 +121,9 @@ class AsyncRLJobSpec(ApiModel):
     """Checkpoint and weight-sync storage."""
     code: CodeSpec = Field(default_factory=CodeSpec)
     """The job's own code and packages on a cluster (ignored by `dressage run`)."""
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    """Queue (Kueue) and priority of the job's pods on a shared cluster (ignored by
+    `dressage run`)."""
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     """Restart policy."""
     local: LocalSpec = Field(default_factory=LocalSpec)
@@ -235,6 +247,7 @@ __all__ = [
     "TASK_NAMES",
     "AsyncRLJob",
     "AsyncRLJobSpec",
+    "AutoscalingSpec",
     "CodeSpec",
     "DatasetSpec",
     "EngineArg",
@@ -258,6 +271,10 @@ __all__ = [
     "RolloutMode",
     "RolloutSpec",
     "SGLangVersion",
+    "ScalingBehavior",
+    "ScalingPolicy",
+    "ScalingRules",
+    "SchedulingSpec",
     "SecretKeySelector",
     "StalenessSpec",
     "StorageSpec",

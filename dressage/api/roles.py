@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from dressage.api.autoscaling import AutoscalingSpec
 from dressage.api.base import ApiModel
 from dressage.api.bounds import (
     MAX_GPUS_PER_NODE,
@@ -103,7 +104,14 @@ class InferenceSpec(ApiModel):
     """Inference engines: SGLang servers on a cluster, the embedded engine locally."""
 
     replicas: int = Field(default=1, ge=1, le=MAX_INFERENCE_REPLICAS)
-    """Number of engine servers."""
+    """Number of engine servers; what `kubectl scale arj/NAME --replicas=N` sets (the job's
+    scale subresource). With `autoscaling` it is the starting point, brought into the
+    autoscaler's bounds, and then the autoscaler's: a change outside the bounds is refused."""
+    autoscaling: AutoscalingSpec | None = None
+    """Let the operator choose `replicas` from what the trainer waits for: more engines while
+    the trainer waits for batches, fewer while admission control holds rollout back (see the
+    operator's README, Autoscaling). Needs `weightSync: disk`. `dressage run` ignores it and
+    runs `replicas` engines."""
     tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     """GPUs per engine (SGLang `--tp-size`)."""
     image: ImageRef | None = None
@@ -138,6 +146,16 @@ class InferenceSpec(ApiModel):
     weight_sync_bucket_megabytes: int = Field(default=512, ge=1)
     """Largest bucket of one `/update_weights_from_distributed` request, in MiB (a single
     larger tensor goes alone): bounds the staging memory of the trainer and of each engine."""
+
+    @model_validator(mode="after")
+    def _check_autoscaling(self) -> InferenceSpec:
+        if self.autoscaling is not None and self.weight_sync == "distributed":
+            raise ValueError(
+                "inference.autoscaling needs inference.weightSync 'disk': with 'distributed' "
+                "the weight-update group is formed once with the engines of the trainer's "
+                "start, and an engine added or removed later is not in it"
+            )
+        return self
 
 
 class ProxySpec(ApiModel):

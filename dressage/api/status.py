@@ -15,6 +15,7 @@ from pydantic import Field, create_model
 
 from dressage.api.base import ApiModel
 from dressage.api.figures import FigureKind, StepFigures, status_figures
+from dressage.api.scale_status import AutoscalingStatus
 
 
 class JobPhase(StrEnum):
@@ -82,6 +83,17 @@ class RoleStatus(ApiModel):
     """Pods seen failed since the job started (replaced or restarted)."""
     restarts: int = 0
     """Trainer: gang restarts. Inference and proxy: pods replaced after a failure."""
+
+
+class InferenceStatus(RoleStatus):
+    """Engine pods: the counts of every role, and what the job's scale subresource reads."""
+
+    replicas: int = 0
+    """Engine pods that exist and are not being deleted (the scale subresource's
+    `status.replicas`)."""
+    selector: str = ""
+    """The engine pods' label selector, serialized (the scale subresource's
+    `status.selector`, which a HorizontalPodAutoscaler reads)."""
 
 
 class StalenessStatusBase(ApiModel):
@@ -159,8 +171,10 @@ class AsyncRLJobStatus(ApiModel):
     """The `.metadata.generation` the status reflects."""
     trainer: RoleStatus = Field(default_factory=RoleStatus)
     """Trainer gang pods."""
-    inference: RoleStatus = Field(default_factory=RoleStatus)
+    inference: InferenceStatus = Field(default_factory=InferenceStatus)
     """Inference engine pods."""
+    autoscaling: AutoscalingStatus | None = None
+    """The engines' autoscaler (`spec.inference.autoscaling`): its last decision and why."""
     proxy: RoleStatus = Field(default_factory=RoleStatus)
     """Proxy pods."""
     restarts: int = 0

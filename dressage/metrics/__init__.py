@@ -46,6 +46,11 @@ WEIGHT_VERSION: Final = "dressage_weight_version"
 WEIGHT_VERSION_INFO: Final = "dressage_weight_version_info"
 ROUTING_AGREEMENT: Final = figure("routing_agreement").metric
 ROUTED_TOKEN_FRACTION: Final = figure("routed_token_fraction").metric
+TRAINER_STEP_SECONDS: Final = "dressage_trainer_step_seconds_total"
+"""Counter: wall seconds of the trainer's completed steps (waiting for the batch, training,
+publishing); the engines' autoscaler divides the counter below and the admission wait by it."""
+TRAINER_BATCH_WAIT_SECONDS: Final = "dressage_trainer_batch_wait_seconds_total"
+"""Counter: of those, the seconds trainer rank 0 waited for its next batch."""
 
 # --- Proxy.
 PROXY_REQUESTS: Final = "dressage_proxy_requests_total"
@@ -86,6 +91,19 @@ JOB_PHASE: Final = "dressage_job_phase"
 JOB_RESTARTS: Final = "dressage_job_restarts_total"
 JOB_MAX_VERSION_SPAN_LIMIT: Final = "dressage_job_staleness_max_version_span"
 """Gauge: the job's version span limit, `maxPartialRolloutPreempts + 1`; absent when unset."""
+JOB_ENGINES: Final = "dressage_job_engines"
+"""Gauge labelled by `state`: the engines the job asks for (`desired`) and those ready."""
+JOB_ENGINE_SCALE_EVENTS: Final = "dressage_job_engine_scale_events_total"
+"""Counter labelled by `direction` (`up`, `down`): the autoscaler's changes of the engine
+count."""
+JOB_AUTOSCALER_DESIRED_ENGINES: Final = "dressage_job_autoscaler_desired_engines"
+"""Gauge: the engine count of the autoscaler's last decision."""
+JOB_TRAINER_WAIT_FRACTION: Final = "dressage_job_trainer_wait_fraction"
+"""Gauge: the autoscaler's scale-up signal, the fraction of the trainer's step time spent
+waiting for batches over its last interval."""
+JOB_ADMISSION_HELD_FRACTION: Final = "dressage_job_admission_held_fraction"
+"""Gauge: the autoscaler's scale-down signal, the fraction of the same time admission control
+held rollout back."""
 
 # --- Operator health.
 OPERATOR_RECONCILE: Final = "dressage_operator_reconcile_total"

@@ -2,8 +2,9 @@
 
 One series per declared step figure (`dressage.api.figures.StepFigures`), under its derived
 name (`staleness/version_span_mean` as `dressage_staleness_version_span_mean`, a counter with
-`_total`, a by-reason counter labelled `reason`), plus the training step and the weight
-version. Each run has its own registry (no process-wide globals), so tests can run several in
+`_total`, a by-reason counter labelled `reason`), plus the training step, the weight
+version and the steps' wall and batch-wait seconds (the engines' autoscaler reads them). Each
+run has its own registry (no process-wide globals), so tests can run several in
 one process.
 """
 
@@ -44,6 +45,18 @@ class RunMetrics:
             ["version"],
             registry=self.registry,
         )
+        # The engines' autoscaler reads these two (dressage_operator.fleet_signals): the
+        # step's wall seconds and the wait for its batch are the loop's, not figures of it.
+        self.step_seconds = Counter(
+            names.TRAINER_STEP_SECONDS.removesuffix("_total"),
+            "Wall seconds of completed steps: waiting for the batch, training, publishing",
+            registry=self.registry,
+        )
+        self.batch_wait = Counter(
+            names.TRAINER_BATCH_WAIT_SECONDS.removesuffix("_total"),
+            "Seconds the trainer waited for its next batch",
+            registry=self.registry,
+        )
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -73,6 +86,10 @@ class RunMetrics:
                     self._counters[figure.name].labels(reason=reason).inc(count)
         self.step.set(record.step)
         self.set_version(version_ordinal, record.version)
+        self.batch_wait.inc(record.rollout_seconds)
+        self.step_seconds.inc(
+            record.rollout_seconds + record.train_seconds + record.publish_seconds
+        )
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve `/metrics` on `port` (0 picks a free one); returns the bound port."""

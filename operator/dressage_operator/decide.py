@@ -35,8 +35,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from dressage.api.job import AsyncRLJob
-from dressage.api.status import AsyncRLJobStatus, ConditionType, JobPhase, RoleStatus
-from dressage_operator import children, naming, sglang_release
+from dressage.api.status import (
+    AsyncRLJobStatus,
+    ConditionType,
+    InferenceStatus,
+    JobPhase,
+    RoleStatus,
+)
+from dressage_operator import autoscale, children, naming, sglang_release
 from dressage_operator.children import Obj, Owner
 from dressage_operator.conditions import Conditions, parse_timestamp, timestamp
 from dressage_operator.config import OperatorConfig
@@ -194,6 +200,7 @@ class _Decider:
         else:
             self.run_active()
         self.count()
+        self.autoscale()
         return self.plan
 
     def apply_scrape(self) -> None:
@@ -350,11 +357,19 @@ class _Decider:
 
     def trainer_failed(self, failed: list[PodInfo], lost: list[str]) -> None:
         limit = self.spec.failure_policy.max_restarts
+        by_name = {p.name: p for p in self.trainers}
+        first: PodInfo | None
         if failed:
             first = failed[0]
             why = f"trainer pod {first.name} failed" + (f": {first.reason}" if first.reason else "")
         else:
+            first = by_name.get(lost[0])
             why = f"trainer pod {lost[0]} was lost (deleted without failing, or its node lost)"
+        if first is not None and first.disruption:
+            # Preempted or evicted (Kueue, the scheduler, a drain): said, and for now counted
+            # as a failure; draining such a gang is the seam `observe.disruption` leaves.
+            why += f" ({first.disruption})"
+        if not failed:
             self.event("Warning", "TrainerPodLost", why)
         self.st.trainer.failed += len(failed) + len(lost)
         self.st.gang_pods = []
@@ -435,6 +450,42 @@ class _Decider:
             f"({len(outdated) - 1} more to go)",
         )
 
+    def autoscale(self) -> None:
+        """The engines' autoscaler (`autoscale.decide_scale`): its record in the status, and
+        a new engine count for the handler to write, with an Event saying why."""
+        spec = self.spec.inference.autoscaling
+        if spec is None:
+            self.st.autoscaling = None
+            return
+        if self.st.phase.finished or self.st.phase is JobPhase.SUSPENDED:
+            return
+        replicas = self.spec.inference.replicas
+        live = [p for p in self.engines if not p.terminating]
+        names = {p.name for p in self.engines}
+        changing = any(n in names for n in self.plan.delete_pods) or any(
+            pod["metadata"]["labels"].get(naming.LABEL_ROLE) == naming.ROLE_INFERENCE
+            for pod in self.plan.create_pods
+        )
+        settled = (
+            self.st.phase is JobPhase.RUNNING
+            and not changing
+            and len(live) == replicas
+            and all(p.ready and p.index < replicas for p in live)
+        )
+        ready = sum(1 for p in live if p.ready)
+        scrape = self.obs.scrape
+        decision = autoscale.decide_scale(
+            spec,
+            autoscale.FleetState(replicas=replicas, ready=ready, settled=settled),
+            self.st.autoscaling,
+            scrape.counters if scrape is not None else None,
+            self.obs.now,
+        )
+        self.st.autoscaling = decision.status
+        if decision.replicas != replicas and decision.event is not None:
+            self.plan.scale_to = decision.replicas
+            self.event("Normal", autoscale.EVENT_REASON, decision.event)
+
     def count(self) -> None:
         spec = self.spec
         gang = self.st.restarts
@@ -444,7 +495,14 @@ class _Decider:
         proxy_ready = self.obs.proxy_ready if self.obs.proxy_present else 0
         st = self.st
         st.trainer = _role(spec.trainer.nodes if active else 0, trainer_ready, st.trainer)
-        st.inference = _role(spec.inference.replicas if active else 0, engine_ready, st.inference)
+        inference = _role(spec.inference.replicas if active else 0, engine_ready, st.inference)
+        st.inference = InferenceStatus(
+            **inference.model_dump(),
+            # What the scale subresource reads: the engine pods that exist, and how to find
+            # them (an HPA on pod metrics selects them so).
+            replicas=sum(1 for p in self.engines if not p.terminating),
+            selector=naming.selector_string(self.owner.name, naming.ROLE_INFERENCE),
+        )
         st.proxy = _role(spec.proxy.replicas if active else 0, proxy_ready, st.proxy)
         for ctype, role in (
             (ConditionType.TRAINER_READY, st.trainer),

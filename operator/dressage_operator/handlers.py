@@ -49,7 +49,7 @@ from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.plan import Applied, ChildResult, Observed, Plan
 from dressage_operator.scrape import scrape
-from dressage_operator.settle import backoff, settle
+from dressage_operator.settle import CONFLICT_RETRY_SECONDS, backoff, settle
 from dressage_operator.staleness import ScrapeResult
 from dressage_operator.validation import spec_errors
 
@@ -333,6 +333,11 @@ async def reconcile(
         blocked=tuple(state.blocked.values()),
     )
     plan = decide(job, owner, config, observed)
+    scale_to = None if job is None or plan.invalid else plan.scale_to
+    if scale_to is not None and not await _write_scale(kube, job_path, body, scale_to):
+        # The job changed since it was read (`kubectl scale`, an edit): decide again on what
+        # it says now; nothing of this cycle is written.
+        return CONFLICT_RETRY_SECONDS, "retry"
     results: list[ChildResult] = []
     if job is not None and not plan.invalid:
         results = await _apply(kube, job, owner, config, plan, proxy, state.blocked)
@@ -381,6 +386,19 @@ def _children_checked(
         found = preflight.child_errors(job, owner, runtime.config, runtime.schema_release)
         state.children_checked = (key, tuple(found))
     return state.children_checked[1]
+
+
+async def _write_scale(kube: Kube, job_path: str, body: Mapping[str, Any], replicas: int) -> bool:
+    """Write the autoscaler's engine count through the job's scale subresource, as `kubectl
+    scale` does, on the condition that the job is still the one the decision read (its
+    resourceVersion); False when it changed meanwhile (409)."""
+    version = body["metadata"].get("resourceVersion")
+    patch = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
+    try:
+        await kube.patch(job_path + "/scale", patch)
+    except Conflict:
+        return False
+    return True
 
 
 async def _write_status(

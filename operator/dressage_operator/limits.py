@@ -30,6 +30,13 @@ class Limit:
 
 LIMITS: tuple[Limit, ...] = (
     Limit("inferenceReplicas", "spec.inference.replicas", 64, lambda s: s.inference.replicas),
+    # The most engines the autoscaler may start counts against the same limit.
+    Limit(
+        "inferenceReplicas",
+        "spec.inference.autoscaling.maxReplicas",
+        64,
+        lambda s: 0 if s.inference.autoscaling is None else s.inference.autoscaling.max_replicas,
+    ),
     Limit(
         "tensorParallelSize",
         "spec.inference.tensorParallelSize",

@@ -21,6 +21,7 @@ from dressage import metrics as names
 from dressage.api.figures import Figure, FigureKind, StepFigures, status_figures
 from dressage.api.job import AsyncRLJobSpec
 from dressage.api.status import AsyncRLJobStatus, JobPhase
+from dressage_operator.fleet_metrics import fleet_families
 
 JOB_LABELS = ["namespace", "job"]
 
@@ -104,6 +105,7 @@ class JobMetricsCollector(Collector):
             restarts.add_metric(labels, float(st.restarts))
         yield from (family for _, family in figures)
         yield from (limit, step, version, phase, restarts)
+        yield from fleet_families({key: st for key, (st, _) in jobs.items()})
 
 
 class OperatorMetrics:

@@ -99,3 +99,9 @@ def metrics_url(job: str, namespace: str) -> str:
 def selector(job: str, role: str) -> dict[str, str]:
     """Labels that select one role's pods of one job."""
     return {LABEL_JOB: job, LABEL_ROLE: role}
+
+
+def selector_string(job: str, role: str) -> str:
+    """`selector` serialized as a label selector string (`key=value,...`), as the scale
+    subresource's `status.selector` carries it."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector(job, role).items()))

@@ -29,6 +29,9 @@ class PodInfo:
     of the same name carries that job's uid."""
     role_spec: str = ""
     """The pod's `naming.ANNOTATION_ROLE_SPEC`: what part of the spec it runs ("" if none)."""
+    disruption: str = ""
+    """Why someone else than the operator is terminating the pod (`disruption`): a
+    preemption or an eviction, "" when nothing says so."""
 
     @property
     def failed(self) -> bool:
@@ -54,6 +57,24 @@ def failure_reason(status: Mapping[str, Any]) -> str:
             reason = terminated.get("reason") or "Error"
             return f"{cs.get('name', 'container')}: {reason} (exit code {terminated['exitCode']})"
     return str(status.get("reason") or status.get("message") or "")
+
+
+PREEMPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
+"""Pod conditions that say why a pod is being terminated: Kubernetes' `DisruptionTarget`
+(preemption by the scheduler, an eviction, a taint, the kubelet) and Kueue's
+`TerminationTarget` (Kueue stopping the pod's Workload: preempted or evicted)."""
+
+
+def disruption(conditions: list[Mapping[str, Any]]) -> str:
+    """`<type>: <reason>` of a true `PREEMPTION_CONDITIONS` condition (for example
+    `TerminationTarget: Preempted` when Kueue preempts the pod's Workload), "" when none says
+    so. The seam for draining a preempted pod instead of counting it as lost (the operator
+    names it in the gang restart's message for now)."""
+    for condition in conditions:
+        kind = condition.get("type")
+        if kind in PREEMPTION_CONDITIONS and condition.get("status") == "True":
+            return f"{kind}: {condition.get('reason') or 'no reason given'}"
+    return ""
 
 
 def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
@@ -84,6 +105,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
         reason=failure_reason(status) if phase == "Failed" else "",
         owner_uid=controller_uid(meta),
         role_spec=str((meta.get("annotations") or {}).get(naming.ANNOTATION_ROLE_SPEC, "")),
+        disruption=disruption(conditions),
     )
 
 

@@ -87,6 +87,9 @@ class Plan:
     ensure_proxy: bool = False
     delete_proxy: bool = False
     delete_job: bool = False
+    scale_to: int | None = None
+    """The engine count the autoscaler chose, written through the job's scale subresource
+    (`spec.inference.autoscaling`); None: no change."""
     requeue_after: float | None = None
     events: list[Event] = field(default_factory=list)
     handled_failures: frozenset[str] = frozenset()

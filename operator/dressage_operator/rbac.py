@@ -24,6 +24,8 @@ CLUSTER_RULES: Final[list[Rule]] = [
         "verbs": ["get", "list", "watch", "patch", "delete"],
     },
     {"apiGroups": [API_GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
+    # The engines' autoscaler writes the engine count as `kubectl scale` does.
+    {"apiGroups": [API_GROUP], "resources": [f"{PLURAL}/scale"], "verbs": ["get", "patch"]},
     # Children carry owner references with `blockOwnerDeletion: true` (children.Owner); with
     # the OwnerReferencesPermissionEnforcement admission plugin only whoever may update the
     # owner's finalizers may set that.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from dressage_operator.fleet_signals import parse_fleet_counters
 from dressage_operator.staleness import ScrapeResult, parse_staleness
 
 
@@ -15,6 +16,10 @@ async def scrape(
     try:
         response = await client.get(url, timeout=limit_seconds)
         response.raise_for_status()
-        return ScrapeResult(url=url, staleness=parse_staleness(response.text, now))
+        return ScrapeResult(
+            url=url,
+            staleness=parse_staleness(response.text, now),
+            counters=parse_fleet_counters(response.text),
+        )
     except (httpx.HTTPError, ValueError) as exc:
         return ScrapeResult(url=url, error=f"{type(exc).__name__}: {exc}"[:300])

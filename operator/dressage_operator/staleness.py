@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dressage import metrics as names
 from dressage.api.figures import FigureKind, StepFigures, status_figures
 from dressage.api.status import StalenessStatus, staleness_status_model
+from dressage_operator.fleet_signals import FleetCounters
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class ScrapeResult:
     url: str
     staleness: StalenessStatus | None = None
     error: str = ""
+    counters: FleetCounters | None = None
+    """The engines' autoscaling counters (`fleet_signals`), when the job exports them."""
 
 
 def parse_staleness(

@@ -93,6 +93,11 @@ def test_dashboard_covers_the_required_figures() -> None:
         m.IS_ESS_FRACTION,
         m.ROLLOUT_ADMISSIONS_HELD,
         m.ROLLOUT_ADMISSION_WAIT_SECONDS,
+        m.JOB_ENGINES,
+        m.JOB_ENGINE_SCALE_EVENTS,
+        m.JOB_AUTOSCALER_DESIRED_ENGINES,
+        m.JOB_TRAINER_WAIT_FRACTION,
+        m.JOB_ADMISSION_HELD_FRACTION,
         m.ROUTING_AGREEMENT,
         m.ROUTED_TOKEN_FRACTION,
     ]

@@ -18,6 +18,7 @@ from dressage_operator.children.pods import (
     with_role_spec,
 )
 from dressage_operator.children.restart import engine_spec_hash
+from dressage_operator.children.scheduling import queue_labels
 from dressage_operator.children.weight_sync import NCCL_ENV, distributed_sync
 from dressage_operator.config import OperatorConfig
 
@@ -139,7 +140,14 @@ def build_engine_pod(
         "resources": container_resources(inference.resources, inference.tensor_parallel_size),
         **engine_probes(inference.sglang_version),
     }
-    meta = object_meta(job, owner, name, naming.ROLE_INFERENCE, **{naming.LABEL_INDEX: str(index)})
+    meta = object_meta(
+        job,
+        owner,
+        name,
+        naming.ROLE_INFERENCE,
+        **{naming.LABEL_INDEX: str(index)},
+        **queue_labels(job),
+    )
     spec = pod_spec(job, owner, config, inference.template, container, "Always")
     spec["volumes"].append({"name": "home", "emptyDir": {}})
     container["volumeMounts"].append({"name": "home", "mountPath": ENGINE_HOME})

@@ -18,6 +18,7 @@ from dressage.api.job import (
     ResourceRequirements,
 )
 from dressage_operator import naming
+from dressage_operator.children.scheduling import priority_class_name
 from dressage_operator.config import OperatorConfig
 
 Obj = dict[str, Any]
@@ -273,8 +274,9 @@ def pod_spec(
         spec["tolerations"] = list(template.tolerations)
     if template.affinity:
         spec["affinity"] = dict(template.affinity)
-    if template.priority_class_name:
-        spec["priorityClassName"] = template.priority_class_name
+    priority = priority_class_name(job, template)
+    if priority:
+        spec["priorityClassName"] = priority
     if template.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in template.image_pull_secrets]
     return spec

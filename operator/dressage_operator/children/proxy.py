@@ -17,6 +17,7 @@ from dressage_operator.children.pods import (
     template_meta,
 )
 from dressage_operator.children.restart import proxy_spec_hash
+from dressage_operator.children.scheduling import queue_labels
 from dressage_operator.config import OperatorConfig
 
 
@@ -63,15 +64,19 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
         "resources": container_resources(proxy.resources, 0),
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
     }
+    # Kueue's Deployment integration reads the queue from the Deployment, its pod
+    # integration from each pod: both carry it.
+    queue = queue_labels(job)
     pod_meta = template_meta(
-        {"labels": object_meta(job, owner, name, naming.ROLE_PROXY)["labels"]}, proxy.template
+        {"labels": object_meta(job, owner, name, naming.ROLE_PROXY, **queue)["labels"]},
+        proxy.template,
     )
     pod_meta.setdefault("annotations", {})[naming.ANNOTATION_ROLE_SPEC] = proxy_spec_hash(job)
     return finish(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": object_meta(job, owner, name, naming.ROLE_PROXY),
+            "metadata": object_meta(job, owner, name, naming.ROLE_PROXY, **queue),
             "spec": {
                 "replicas": proxy.replicas,
                 # Sessions live in the proxy's memory: a rolling update would run an old and a

@@ -34,6 +34,10 @@ NOT_READ_BY_PODS = (
     "local",
 )
 """Spec fields only the operator acts on: changing them replaces no pod."""
+NOT_RUN_BY_ENGINES = ("replicas", "autoscaling", "weightUpdateTimeoutSeconds")
+"""Fields of `spec.inference` that no engine runs: how many there are, the autoscaler's
+bounds (a change of either adds or removes engines, it replaces none) and the trainer's
+timeout."""
 POD_ONLY = ("replicas", "image", "resources", "template")
 """Fields of `spec.proxy` that shape only the proxy's own pods."""
 
@@ -64,17 +68,22 @@ def trainer_inputs(job: AsyncRLJob) -> dict[str, Any]:
 
 def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
     """What an engine pod runs from the job's spec: `spec.inference` (image, resources, tensor
-    parallelism, extra arguments, template; not the engine count or the trainer's weight
-    update timeout), the model's dtype and tokenizer, the storage's mount path, and whether
-    the engines return routed experts (`spec.rollout.routingReplay` not `off`)."""
+    parallelism, extra arguments, template; not `NOT_RUN_BY_ENGINES`), the model's dtype and
+    tokenizer, the storage's mount path, whether the engines return routed experts
+    (`spec.rollout.routingReplay` not `off`), and the job's queue and priority
+    (`spec.scheduling`)."""
     wire = _set_fields(job.spec.inference)
-    inputs = {k: v for k, v in wire.items() if k not in ("replicas", "weightUpdateTimeoutSeconds")}
+    inputs = {k: v for k, v in wire.items() if k not in NOT_RUN_BY_ENGINES}
     model = job.spec.model
     inputs["model"] = {"dtype": model.dtype, "tokenizer": model.tokenizer}
     inputs["mountPath"] = job.spec.storage.mount_path
     if job.spec.rollout.routing_replay != "off":
         # Only when on, so that the engines of jobs without it keep their hash.
         inputs["returnRoutedExperts"] = True
+    scheduling = _set_fields(job.spec.scheduling)
+    if scheduling:
+        # Only when set: a job without it keeps its engines' hash across an upgrade.
+        inputs["scheduling"] = scheduling
     return inputs
 
 

@@ -19,6 +19,7 @@ from dressage_operator.children.pods import (
     with_role_spec,
 )
 from dressage_operator.children.restart import trainer_spec_hash
+from dressage_operator.children.scheduling import trainer_group_annotations, trainer_group_labels
 from dressage_operator.children.weight_sync import distributed_sync, weight_sync_env
 from dressage_operator.config import OperatorConfig
 
@@ -159,18 +160,16 @@ def build_trainer_pods(
             name,
             naming.ROLE_TRAINER,
             **{naming.LABEL_INDEX: str(index), naming.LABEL_GANG: str(gang)},
+            **trainer_group_labels(job, owner.name, gang),
         )
         spec = pod_spec(job, owner, config, trainer.template, container, "Never")
         _add_code(job, container, spec)
         spec["hostname"] = name
         spec["subdomain"] = naming.trainer_service(owner.name)
-        pod = finish(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": template_meta(meta, trainer.template),
-                "spec": spec,
-            }
-        )
+        pod_meta = template_meta(meta, trainer.template)
+        group = trainer_group_annotations(job)
+        if group:
+            pod_meta["annotations"] = {**pod_meta.get("annotations", {}), **group}
+        pod = finish({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec})
         pods.append(with_role_spec(pod, role_spec))
     return pods

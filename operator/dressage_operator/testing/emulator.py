@@ -20,6 +20,12 @@ listed in `dressage_operator.testing.refusals`. It counts the writes it refuses
 A 422 answer is a `Status` as the API server writes it: `reason: Invalid`, the message
 `<Kind> "<name>" is invalid: <field>: <detail>[, ...]` and one `details.causes[]` entry
 (`reason`, `field`, `message`) per problem.
+
+The jobs' scale subresource is served as the API server serves a CRD's (`testing.scale`):
+`GET`, `PUT` and `PATCH` of `.../asyncrljobs/NAME/scale` read and write
+`spec.inference.replicas` through an `autoscaling/v1` `Scale`, refusing what the CRD's schema
+and CEL rules refuse, and discovery lists it as the API server does, so `kubectl scale
+arj/NAME --replicas=N` works against the emulation.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
 import attrs
 import httpx
 import kmock
@@ -52,6 +59,12 @@ from dressage_operator.testing.refusals import (
     BadRequest,
     refusals,
     restricted_violations,
+)
+from dressage_operator.testing.scale import (
+    ScaleError,
+    ScaleSubresource,
+    discovery_entries,
+    for_jobs,
 )
 
 Obj = dict[str, Any]
@@ -74,7 +87,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         namespaced=True,
         singular=KIND.lower(),
         shortnames={"arj"},
-        subresources={"status"},
+        subresources={"status", "scale"},
     ),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
@@ -123,6 +136,8 @@ class DressageKube(kmock.KubernetesEmulator):
     """Labels of each namespace (the Pod Security admission reads the enforce level)."""
     refused: Counter[str] = attrs.field(factory=Counter, init=False)
     """Writes refused (400, 422, 403), by `Kind/name`: a test sees whether one is retried."""
+    scale: ScaleSubresource = attrs.field(factory=for_jobs, init=False)
+    """The jobs' scale subresource, from the CRD this project generates."""
 
     async def _handle(self, request: rendering.Request) -> Any:
         # kmock records every request for assertions and matches each new one by scanning that
@@ -136,6 +151,8 @@ class DressageKube(kmock.KubernetesEmulator):
             self._inflight.discard(id(request))
 
     async def _handle_object(self, request: rendering.Request) -> Any:
+        if request.subresource == "scale" and request.resource is not None and request.name:
+            return await self._serve_scale(request)
         if request.resource is not None and isinstance(request.data, dict):
             if request.action == enums.action.CREATE:
                 self._on_create(request)
@@ -236,6 +253,62 @@ class DressageKube(kmock.KubernetesEmulator):
                 raise
             if patched.get("spec") != current.get("spec"):
                 meta["generation"] = int(current.get("metadata", {}).get("generation", 1)) + 1
+
+    async def _serve_scale(self, request: rendering.Request) -> Any:
+        """`GET`, `PUT` or `PATCH` of a job's scale subresource (`testing.scale`)."""
+        assert request.resource is not None
+        assert request.name is not None
+        scale = self.scale
+        if request.resource.plural != scale.plural:
+            raise kmock.KubernetesError(status=404, reason="NotFound", message="no scale here")
+        key = (request.resource, request.namespace, request.name)
+        try:
+            async with self._lock:
+                if key not in self.objects or self.objects[key].deleted:
+                    raise ScaleError(
+                        404,
+                        "NotFound",
+                        f'{scale.plural}.{scale.group} "{request.name}" not found',
+                        {"name": request.name, "group": scale.group, "kind": scale.plural},
+                    )
+                current = copy.deepcopy(self.objects[key].raw)
+                if request.method == enums.method.GET:
+                    return aiohttp.web.json_response(scale.read(current))
+                if request.method == enums.method.PUT:
+                    wanted = request.data
+                elif request.method == enums.method.PATCH:
+                    content_type = request.headers.get("Content-Type", "")
+                    wanted = scale.patched(scale.read(current), request.data, content_type)
+                else:
+                    raise ScaleError(405, "MethodNotAllowed", f"{request.method} is not allowed")
+                try:
+                    new = scale.update(current, wanted, request.name)
+                except ScaleError:
+                    self._count_refusal(request, current)
+                    raise
+                meta = new["metadata"]
+                meta["resourceVersion"] = str(next(self._versions))
+                if new.get("spec") != current.get("spec"):
+                    meta["generation"] = int(meta.get("generation", 1)) + 1
+                self.objects[key].patch(new)
+                raw = self.objects[key].raw
+                await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
+                return aiohttp.web.json_response(scale.read(raw))
+        except ScaleError as exc:
+            raise kmock.KubernetesError(
+                status=exc.status, reason=exc.reason, message=exc.message, details=exc.details
+            ) from None
+
+    async def _serve_version(self, request: rendering.Request) -> Any:
+        """Discovery of a group version, with the jobs' `status` and `scale` subresources
+        listed as the API server lists a CRD's (`testing.scale.discovery_entries`)."""
+        payload: Any = await super()._serve_version(request)
+        scale = self.scale
+        if payload.get("groupVersion") == f"{API_GROUP}/{API_VERSION}":
+            sub = {f"{scale.plural}/status", f"{scale.plural}/scale"}
+            kept = [r for r in payload["resources"] if r["name"] not in sub]
+            payload["resources"] = kept + discovery_entries(scale.plural, scale.kind)
+        return payload
 
     # kmock finds the object of a fetch, create, patch or delete by scanning every stored
     # object; these look it up by key instead, so the emulation keeps up with 100 jobs.

@@ -86,7 +86,15 @@ def test_crd_is_a_valid_kubernetes_object() -> None:
     )
     version = crd["spec"]["versions"][0]
     assert version["name"] == "v1alpha1"
-    assert version["subresources"] == {"status": {}}
+    # The scale subresource: `kubectl scale`, an HPA and KEDA drive the engine count.
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.inference.replicas",
+            "statusReplicasPath": ".status.inference.replicas",
+            "labelSelectorPath": ".status.inference.selector",
+        },
+    }
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns[:5] == ["Phase", "Step", "Weight Version", "Span Max", "Dropped"]
     # The top line tells the truth: why a job waits or failed is a column of `kubectl get`.

@@ -67,3 +67,39 @@ def test_the_optimizer_checkpoint_cadence_is_a_multiple_of_the_checkpoint_cadenc
     assert _cel(rule, {"checkpointEvery": 2, "optimizerCheckpointEvery": 6})
     assert not _cel(rule, {"checkpointEvery": 2, "optimizerCheckpointEvery": 3})
     assert "multiple of training.checkpointEvery" in rule["message"]
+
+
+AUTOSCALED = {
+    "replicas": 2,
+    "weightSync": "disk",
+    "autoscaling": {"minReplicas": 1, "maxReplicas": 4},
+}
+
+
+def test_autoscaling_bounds_must_be_ordered() -> None:
+    rule = _rule("inference", ".autoscaling.minReplicas")
+    assert _cel(rule, AUTOSCALED)
+    assert _cel(rule, {"replicas": 1, "weightSync": "disk"})
+    assert not _cel(rule, {**AUTOSCALED, "autoscaling": {"minReplicas": 5, "maxReplicas": 4}})
+
+
+def test_autoscaling_needs_disk_weight_sync() -> None:
+    rule = _rule("inference", ".autoscaling")
+    assert _cel(rule, AUTOSCALED)
+    assert _cel(rule, {"replicas": 1, "weightSync": "distributed"})
+    assert not _cel(rule, {**AUTOSCALED, "weightSync": "distributed"})
+
+
+def test_with_autoscaling_a_new_engine_count_outside_the_bounds_is_refused() -> None:
+    """What `kubectl scale` writes through the scale subresource: inside the bounds it is the
+    autoscaler's new starting point, outside it is refused; without autoscaling anything goes,
+    and an update that leaves the count alone passes even when the bounds moved past it (the
+    operator brings it in)."""
+    rule = _rule("inference", ".replicas")
+    assert _cel(rule, {**AUTOSCALED, "replicas": 3}, AUTOSCALED)
+    assert not _cel(rule, {**AUTOSCALED, "replicas": 5}, AUTOSCALED)
+    assert not _cel(rule, {**AUTOSCALED, "replicas": 0}, AUTOSCALED)
+    narrowed = {**AUTOSCALED, "autoscaling": {"minReplicas": 3, "maxReplicas": 4}}
+    assert _cel(rule, narrowed, AUTOSCALED)
+    assert _cel(rule, {"replicas": 9, "weightSync": "disk"}, {"replicas": 2, "weightSync": "disk"})
+    assert "autoscaling.maxReplicas" in rule["message"]

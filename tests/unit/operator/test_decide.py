@@ -9,12 +9,13 @@ import pytest
 from dressage_operator.conditions import timestamp
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import decide, invalid_spec_status
+from dressage_operator.fleet_signals import FleetCounters
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.plan import Observed
 from dressage_operator.settle import settle
 from dressage_operator.staleness import ScrapeResult
 
-from dressage.api.status import AsyncRLJobStatus, JobPhase
+from dressage.api.status import AsyncRLJobStatus, JobPhase, StalenessStatus
 
 from .support import (
     CONFIG,
@@ -262,6 +263,20 @@ def test_a_lost_trainer_pod_restarts_the_gang_and_is_counted_like_a_failed_one()
     assert again.status.restarts == 1
 
 
+def test_a_preempted_trainer_pod_says_who_preempted_it_in_the_restart() -> None:
+    """Kueue (or the scheduler, or a drain) marks a pod it terminates with a condition; the
+    gang restart names it. Counted as a lost pod for now: draining a preempted gang instead
+    is a later change."""
+    seen = decide_for(make_job(), pods=running_pods())
+    preempted = make_pod("trainer", 1, terminating=True, disruption="TerminationTarget: Preempted")
+    plan = decide_for(make_job(), status=seen.status, pods=(make_pod("trainer", 0), preempted))
+    assert plan.status.restarts == 1
+    assert "job-a-trainer-1 was lost" in plan.status.message
+    assert "(TerminationTarget: Preempted)" in plan.status.message
+    (lost,) = [e for e in plan.events if e.reason == "TrainerPodLost"]
+    assert "TerminationTarget: Preempted" in lost.message
+
+
 def test_pods_not_yet_created_or_deleted_by_suspend_are_not_lost() -> None:
     fresh = decide_for(make_job(), pods=(make_pod("trainer", 0),))
     assert fresh.status.restarts == 0
@@ -320,3 +335,67 @@ def test_a_cycle_creates_at_most_max_creates_per_cycle_and_comes_back_at_once() 
         "job-a-engine-0",
     ]
     assert plan.requeue_after == 0.0
+
+
+# --- the engines' autoscaler in the cycle -----------------------------------------------------
+AUTOSCALED = {"replicas": 2, "autoscaling": {"minReplicas": 1, "maxReplicas": 6}}
+
+
+def _scraped(steps: float, wait: float = 0.0, held: float = 0.0) -> ScrapeResult:
+    counters = FleetCounters(steps, wait, held)
+    return ScrapeResult(url="http://x/metrics", staleness=StalenessStatus(), counters=counters)
+
+
+def test_a_running_autoscaled_job_scales_its_engines_and_posts_why() -> None:
+    job = make_job(inference=AUTOSCALED)
+    running = AsyncRLJobStatus(phase=JobPhase.RUNNING)
+    first = decide_for(job, status=running, pods=running_pods(), scrape=_scraped(10))
+    assert first.scale_to is None
+    assert first.status.autoscaling is not None
+    assert first.status.autoscaling.reason == "Started"
+    later = Observed(
+        generation=1,
+        status=first.status,
+        now=NOW + timedelta(seconds=15),
+        pods=running_pods(),
+        scrape=_scraped(20, wait=5),
+    )
+    plan = decide(job, OWNER, CONFIG, later)
+    assert plan.scale_to == 4
+    (event,) = [e for e in plan.events if e.reason == "EnginesScaled"]
+    assert event.type == "Normal"
+    assert event.message.startswith("engines 2 -> 4 (ScaleUp): the trainer waited for batches 50%")
+    assert plan.status.autoscaling is not None
+    assert plan.status.autoscaling.scale_up_count == 1
+
+
+def test_the_autoscaler_waits_for_every_engine_to_be_ready() -> None:
+    job = make_job(inference=AUTOSCALED)
+    status = decide_for(
+        job,
+        status=AsyncRLJobStatus(phase=JobPhase.RUNNING),
+        pods=running_pods(),
+        scrape=_scraped(10),
+    ).status
+    unready = (*running_pods()[:3], make_pod("inference", 1, phase="Pending"))
+    plan = decide_for(job, status=status, pods=unready, scrape=_scraped(20, wait=9))
+    assert plan.scale_to is None
+    assert plan.status.autoscaling is not None
+    assert plan.status.autoscaling.reason == "WaitingForEngines"
+
+
+def test_a_starting_count_below_the_bounds_is_raised_before_the_job_runs() -> None:
+    job = make_job(inference={"replicas": 1, "autoscaling": {"minReplicas": 3, "maxReplicas": 6}})
+    plan = decide_for(job)
+    assert plan.scale_to == 3
+    assert [e.reason for e in plan.events if e.reason == "EnginesScaled"] == ["EnginesScaled"]
+
+
+def test_without_autoscaling_nothing_is_decided_or_recorded() -> None:
+    plan = decide_for(
+        make_job(),
+        status=AsyncRLJobStatus(phase=JobPhase.RUNNING),
+        pods=running_pods(),
+        scrape=_scraped(20, wait=9),
+    )
+    assert (plan.scale_to, plan.status.autoscaling) == (None, None)

@@ -60,9 +60,20 @@ def test_every_limit_bounds_its_field_and_is_raised_from_the_environment() -> No
     crd = yaml.safe_load(render_crd())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     for limit in LIMITS:
-        _, section, name = limit.field.split(".")
-        maximum = spec["properties"][section]["properties"][name]["maximum"]
-        assert limit.default <= maximum, limit.key  # the CRD carries a generous static maximum
+        node = spec
+        for name in limit.field.split(".")[1:]:
+            node = node["properties"][name]
+        assert limit.default <= node["maximum"], limit.key  # the CRD's static maximum is higher
+
+
+def test_the_autoscalers_maximum_counts_against_the_engine_limit() -> None:
+    autoscaled = cluster_job(
+        inference={"replicas": 4, "autoscaling": {"minReplicas": 1, "maxReplicas": 100}}
+    )
+    ((field, message),) = limit_errors(autoscaled.spec, CONFIG.limits)
+    assert field == "spec.inference.autoscaling.maxReplicas"
+    assert "100 is above this cluster's limit of 64" in message
+    assert "limits.inferenceReplicas" in message
 
 
 @pytest.mark.parametrize(

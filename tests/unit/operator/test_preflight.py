@@ -148,3 +148,13 @@ def test_the_same_problem_in_several_children_is_named_once() -> None:
 
 def test_the_self_check_of_an_installation_passes() -> None:
     self_check()
+
+
+def test_a_queued_job_with_a_priority_passes() -> None:
+    """Kueue's labels and annotations and the job's priority class are what the API server
+    accepts on every child (the job model checks the queue name and the class's syntax)."""
+    job = cluster_job(
+        trainer={"nodes": 2, "gpusPerNode": 8},
+        scheduling={"queueName": "team-a", "priorityClassName": "research-high"},
+    )
+    assert child_errors(job, OWNER, CONFIG) == []

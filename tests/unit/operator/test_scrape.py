@@ -46,3 +46,18 @@ async def test_an_error_answer_or_no_answer_is_a_result_naming_it() -> None:
     assert "503" in refused.error
     assert down.staleness is None
     assert down.error == "ConnectError: connection refused"
+
+
+async def test_a_scrape_reads_the_autoscalers_counters_when_the_job_exports_them() -> None:
+    text = TEXT + (
+        "# TYPE dressage_trainer_step_seconds counter\n"
+        "dressage_trainer_step_seconds_total 40\n"
+        "# TYPE dressage_trainer_batch_wait_seconds counter\n"
+        "dressage_trainer_batch_wait_seconds_total 10\n"
+    )
+    async with _client(httpx.MockTransport(lambda r: httpx.Response(200, text=text))) as client:
+        result = await scrape(client, URL, 3.0, "t")
+    assert result.counters is not None
+    assert (result.counters.step_seconds, result.counters.batch_wait_seconds) == (40.0, 10.0)
+    async with _client(httpx.MockTransport(lambda r: httpx.Response(200, text=TEXT))) as client:
+        assert (await scrape(client, URL, 3.0, "t")).counters is None

@@ -230,3 +230,20 @@ def test_a_field_set_to_its_default_is_no_change() -> None:
     plan = decide_running(explicit, pods)
     assert plan.status.restarts == 0
     assert plan.delete_pods == []
+
+
+def test_the_autoscalers_bounds_replace_no_pod_and_a_queue_replaces_every_pod() -> None:
+    """Engines added or removed by the autoscaler are a count change, not what an engine runs;
+    a new queue or priority must reach Kueue through new pods (a pod's priority is immutable
+    and Kueue reads a pod's queue when it admits it): the gang restarts, the engines are
+    replaced one by one."""
+    pods = built_pods(cluster_job())
+    bounds = {"replicas": 2, "autoscaling": {"minReplicas": 1, "maxReplicas": 8}}
+    plan = decide_running(cluster_job(inference=bounds), pods)
+    assert (plan.status.restarts, plan.delete_pods) == (0, [])
+    queued = cluster_job(scheduling={"queueName": "team-a"})
+    assert restart.engine_spec_hash(queued) != restart.engine_spec_hash(cluster_job())
+    assert restart.trainer_spec_hash(queued) != restart.trainer_spec_hash(cluster_job())
+    plan = decide_running(queued, pods)
+    assert plan.status.restarts == 1
+    assert [e.reason for e in plan.events] == ["TrainerRollout", "Restarting"]
