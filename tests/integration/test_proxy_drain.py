@@ -11,14 +11,20 @@ proxy generates again on the other engine and counts by reason.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
+from asyncio.subprocess import PIPE
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from dressage_operator import children, naming
+from dressage_operator.config import OperatorConfig
 
+from dressage.api import validate_job
 from dressage.engine.testing import EngineProcess, start_engine
 from dressage.proxy.records import record_to_sample
 from dressage.proxy.testing import start_proxy
@@ -121,6 +127,54 @@ async def test_a_drained_engines_turn_finishes_on_the_other_with_its_tokens_kept
             # Undrained (a scale-down taken back), A is routed to again.
             undrained = await client.post("/dressage/engines/undrain", json={"url": a.base_url})
             assert undrained.json() == {"url": a.base_url, "draining": False, "routable": True}
+
+
+async def test_the_engine_pods_prestop_hook_drains_it_through_the_proxy(
+    two_engines: tuple[EngineProcess, EngineProcess],
+) -> None:
+    """The operator's `preStop` program, run as the kubelet runs it before SIGTERM (the pod's
+    command and environment, the proxy's and engine's URLs made local), with a proxy token."""
+    a, b = two_engines
+    job = validate_job(
+        {
+            "apiVersion": "dressage.io/v1alpha1",
+            "kind": "AsyncRLJob",
+            "metadata": {"name": "job"},
+            "spec": {"model": {"source": "builtin:tiny"}, "inference": {"replicas": 2}},
+        }
+    )
+    pod = children.build_engine_pod(job, children.Owner("job", "ns", "uid"), OperatorConfig(), 0)
+    (container,) = pod["spec"]["containers"]
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    env = {e["name"]: e.get("value", "") for e in container["env"]}
+    assert env["DRESSAGE_ENGINE_URL"] == naming.engine_url("job", "ns", 0)
+    token = "drain-token"
+    args = ["--dressage-partial-rollout", "--record-token-versions", "--auth-token", token]
+    with start_proxy([a.base_url, b.base_url], *args) as proxy:
+        auth = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=proxy.base_url, timeout=120, headers=auth) as client:
+            task = _generate(client, "hook-1")
+            assert await _running_on(client, "hook-1", task) == a.base_url
+            local = {
+                "PATH": os.environ["PATH"],
+                "DRESSAGE_ENGINE_URL": a.base_url,
+                "DRESSAGE_PROXY_URL": proxy.base_url,
+                "DRESSAGE_PROXY_TOKEN": token,
+            }
+            command = [sys.executable if command[0] == "python" else command[0], *command[1:]]
+            hook = await asyncio.create_subprocess_exec(
+                *command, env=local, stdout=PIPE, stderr=PIPE
+            )
+            out, err = await asyncio.wait_for(hook.communicate(), timeout=60)
+            assert hook.returncode == 0, err.decode()
+            assert out.decode().startswith("drained:"), (out.decode(), err.decode())
+            assert '"drained":true' in out.decode()
+            response = await asyncio.wait_for(task, timeout=120)
+            assert response.status_code == 200, response.text
+            versions = response.json()["dressage"]["versions"]
+            on_a = versions.count("drain-a")
+            assert 0 < on_a < len(versions) == LONG["max_new_tokens"]
+            assert versions == ["drain-a"] * on_a + ["drain-b"] * (len(versions) - on_a)
 
 
 async def test_draining_an_unknown_engine_is_a_404_naming_the_engines(
