@@ -28,6 +28,7 @@ from dressage.api import validate_job
 from dressage.engine.testing import EngineProcess, start_engine
 from dressage.proxy.records import record_to_sample
 from dressage.proxy.testing import start_proxy
+from dressage.testing import free_port
 from tests.integration.proxy_support import metric_value, session_busy, wait_for
 
 pytestmark = pytest.mark.integration
@@ -175,6 +176,12 @@ async def test_the_engine_pods_prestop_hook_drains_it_through_the_proxy(
             on_a = versions.count("drain-a")
             assert 0 < on_a < len(versions) == LONG["max_new_tokens"]
             assert versions == ["drain-a"] * on_a + ["drain-b"] * (len(versions) - on_a)
+    # With the proxy gone the hook says so and returns: it never holds the stop up.
+    gone = {**local, "DRESSAGE_PROXY_URL": f"http://127.0.0.1:{free_port()}"}
+    hook = await asyncio.create_subprocess_exec(*command, env=gone, stdout=PIPE, stderr=PIPE)
+    out, err = await asyncio.wait_for(hook.communicate(), timeout=60)
+    assert hook.returncode == 0
+    assert err.decode().startswith("drain failed:"), err.decode()
 
 
 async def test_draining_an_unknown_engine_is_a_404_naming_the_engines(

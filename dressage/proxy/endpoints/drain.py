@@ -30,7 +30,7 @@ from dressage.proxy.upstream import EngineConnections, UpstreamError
 
 log = logging.getLogger("dressage.proxy")
 
-_ABORT_ALL = orjson.dumps({"abort_all": True})
+ABORT_ALL_BODY = orjson.dumps({"abort_all": True})
 """SGLang's `AbortReq` aborting every request the engine holds (0.5.2 and 0.5.23
 `http_server.abort_request` -> `tokenizer_manager.abort_request(abort_all=True)`)."""
 _ABORT_TIMEOUT_S = 10.0
@@ -106,7 +106,12 @@ async def _abort_all(connections: EngineConnections, engine: EngineState) -> Non
     fails its requests by itself, and they are retried as a crash's)."""
     try:
         reply = await connections.request(
-            "POST", engine.url, "/abort_request", _ABORT_ALL, timeout_s=_ABORT_TIMEOUT_S, fresh=True
+            "POST",
+            engine.url,
+            "/abort_request",
+            ABORT_ALL_BODY,
+            timeout_s=_ABORT_TIMEOUT_S,
+            fresh=True,
         )
     except UpstreamError as exc:
         log.warning("draining %s: the abort failed: %s: %s", engine.url, type(exc).__name__, exc)
