@@ -19,6 +19,7 @@ OPERATOR_ENV = frozenset(
         "LOCAL_RANK",
         "DRESSAGE_JOB_CONFIG",
         "DRESSAGE_ENGINE_URLS",
+        "DRESSAGE_ENGINE_URL",
         "DRESSAGE_PROXY_URL",
         "DRESSAGE_METRICS_PORT",
         "DRESSAGE_WORKDIR",

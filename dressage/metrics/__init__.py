@@ -69,6 +69,11 @@ PROXY_ENGINE_RETRIES: Final = "dressage_proxy_engine_retries_total"
 PROXY_ENGINE_BUSY: Final = "dressage_proxy_engine_busy_total"
 """Counter labelled by `engine`: `/generate` answers HTTP 503 (SGLang: "The request queue is
 full.") after which the proxy backed off or tried another engine, the engine staying routable."""
+PROXY_DRAINED_TURNS: Final = "dressage_proxy_drained_turns_total"
+"""Counter: pieces of turns a draining engine aborted, each continued on another engine."""
+PROXY_ENGINE_FAILED_TURNS: Final = "dressage_proxy_engine_failed_turns_total"
+"""Counter labelled by `reason` (`connect_failed`, `connection_lost`, `connection_lost_mid_turn`,
+`reply_timeout`): turns an engine's failure hit (`dressage.proxy.drain`)."""
 PROXY_EXPIRED_SESSIONS: Final = "dressage_proxy_expired_sessions_total"
 PROXY_INFLIGHT: Final = "dressage_proxy_inflight_requests"
 """Gauge: generations in flight through the proxy."""

@@ -18,7 +18,7 @@ from dressage.proxy.answers import error_response
 from dressage.proxy.background import expiry_loop, health_loop
 from dressage.proxy.chat import ChatTokenizer, load_chat_tokenizer
 from dressage.proxy.config import ProxyConfig, read_engine_urls
-from dressage.proxy.endpoints import control, openai_chat, router, sessions, sglang
+from dressage.proxy.endpoints import control, drain, openai_chat, router, sessions, sglang
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generator, PauseGate
 from dressage.proxy.metrics import ProxyMetrics
@@ -73,6 +73,8 @@ def create_app(
             on_preempt=state.metrics.preempts.inc,
             on_retry=state.metrics.engine_retries.inc,
             on_busy=lambda url: state.metrics.engine_busy.labels(url).inc(),
+            on_drained=lambda url: state.metrics.drained_turns.inc(),
+            on_lost=lambda reason: state.metrics.engine_failed_turns.labels(reason).inc(),
             busy_timeout_s=config.engine_busy_timeout_s,
         )
         state.tasks = [
@@ -151,6 +153,8 @@ def _routes(state: ProxyState) -> list[Route]:
             POST,
         ),
         Route("/dressage/engines", on("engines", control.engines), GET),
+        Route("/dressage/engines/drain", on("drain", drain.drain, body=Body.JSON), POST),
+        Route("/dressage/engines/undrain", on("drain", drain.undrain, body=Body.JSON), POST),
         Route(
             "/dressage/weight_version",
             on("weight_version", control.set_weight_version, body=Body.JSON),

@@ -34,6 +34,7 @@ NO_HEALTHY_ENGINE = "no_healthy_engine"  # 503
 ENGINE_BUSY = "engine_busy"  # 503 (every engine's queue stayed full)
 PAUSE_TIMEOUT = "pause_timeout"  # 503
 ENGINE_TIMEOUT = "engine_timeout"  # 504
+DRAIN_TIMEOUT = "drain_timeout"  # 504 (generations still in flight on a draining engine)
 
 
 class ProxyError(Exception):

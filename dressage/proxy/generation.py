@@ -18,7 +18,13 @@ its `StalenessRefusal` propagates to the caller.
 Engine failures: a request that never reached its engine (connection refused) or whose engine
 died before any token of this turn came back is sent to another healthy engine; an engine
 dying after part of the turn was received answers 502 `engine_failed`; an engine silent beyond
-the timeout answers 504 `engine_timeout`.
+the timeout answers 504 `engine_timeout`. Each counts once by reason
+(`dressage_proxy_engine_failed_turns_total{reason}`, `dressage.proxy.drain`).
+
+Draining (`dressage.proxy.drain`): a piece aborted while its engine drains was interrupted the
+way a pause interrupts it, and continues the same way, at once and on another engine (the
+drained one is no longer routable): resubmitted with its tokens (partial rollout) or
+generated again from its prompt (without), counted in `dressage_proxy_drained_turns_total`.
 
 A busy engine is not a failed one. SGLang (v0.5.2 `managers/scheduler.py`) turns a request
 away when its waiting queue holds `--max-queued-requests`: `FINISH_ABORT` with status 503 and
@@ -69,8 +75,16 @@ from dressage.engine.sglang_support import (
     supports,
 )
 from dressage.proxy import errors
+from dressage.proxy.drain import (
+    LOST_AFTER_TOKENS,
+    LOST_NOT_SENT,
+    LOST_REGENERATED,
+    LOST_TIMEOUT,
+    Interruption,
+    interruption,
+)
 from dressage.proxy.errors import ProxyError, invalid
-from dressage.proxy.routing import EnginePool
+from dressage.proxy.routing import EnginePool, EngineState
 from dressage.proxy.sessions import Session
 from dressage.proxy.staleness import VersionRule
 from dressage.proxy.upstream import (
@@ -299,6 +313,8 @@ class Generator:
         on_retry: Callable[[], None],
         on_busy: Callable[[str], None] = lambda url: None,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        on_drained: Callable[[str], None] = lambda url: None,
+        on_lost: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.connections = connections
         self.pool = pool
@@ -311,6 +327,12 @@ class Generator:
         self.on_busy = on_busy
         """Called with the engine's URL for every 503 (queue full) it answered."""
         self.busy_timeout_s = busy_timeout_s
+        self.on_drained = on_drained
+        """Called with the engine's URL for every piece a drain of that engine aborted (the
+        turn then continues on another engine)."""
+        self.on_lost = on_lost
+        """Called with the reason (`dressage.proxy.drain.LOST_*`) for every engine failure
+        that hit a turn: retried on another engine, or lost (502 `engine_failed`)."""
 
     async def run(
         self,
@@ -351,14 +373,19 @@ class Generator:
             }
             if routed_experts:
                 body["return_routed_experts"] = True
-            url, data = await self._call(session, body, received=done)
-            piece = parse_piece(data, url, len(body["input_ids"]))
-            gen.engine_url = url
-            preempted = piece.finish_reason.get("type") == "abort" and (
-                self.gate.paused or self.gate.epoch != epoch
+            engine, data = await self._call(session, body, received=done)
+            piece = parse_piece(data, engine.url, len(body["input_ids"]))
+            gen.engine_url = engine.url
+            cause = interruption(
+                piece.finish_reason,
+                paused=self.gate.paused or self.gate.epoch != epoch,
+                draining=engine.draining,
             )
-            if preempted:
+            preempted = cause is not None
+            if cause is Interruption.PAUSE:
                 self.on_preempt()
+            elif cause is Interruption.DRAIN:
+                self.on_drained(engine.url)
             if preempted and not resume:
                 gen = Generation(preempts=gen.preempts + 1)
                 continue
@@ -377,7 +404,7 @@ class Generator:
 
     async def _call(
         self, session: Session, body: dict[str, Any], *, received: int
-    ) -> tuple[str, Any]:
+    ) -> tuple[EngineState, Any]:
         """POST /generate to the session's engine, moving to another one when it is down.
 
         Each engine gets the body its SGLang release takes (`body_for_release`); an engine
@@ -437,9 +464,11 @@ class Generator:
                 # The request never reached the engine: another one can take it.
                 failures[engine.url] = self._down(engine.url, exc)
                 tried.add(engine.url)
+                self.on_lost(LOST_NOT_SENT)
                 self.on_retry()
                 continue
             except ReplyTimeout as exc:
+                self.on_lost(LOST_TIMEOUT)
                 raise ProxyError(
                     504,
                     errors.ENGINE_TIMEOUT,
@@ -450,8 +479,10 @@ class Generator:
                 failures[engine.url] = self._down(engine.url, exc)
                 tried.add(engine.url)
                 if received == 0:
+                    self.on_lost(LOST_REGENERATED)
                     self.on_retry()
                     continue
+                self.on_lost(LOST_AFTER_TOKENS)
                 raise ProxyError(
                     502,
                     errors.ENGINE_FAILED,
@@ -480,7 +511,7 @@ class Generator:
                     detail={"engine": engine.url, "status": status},
                 )
             try:
-                return engine.url, loads(raw)
+                return engine, loads(raw)
             except ValueError:
                 raise ProxyError(
                     502, errors.ENGINE_ERROR, f"engine {engine.url} answered non-JSON"

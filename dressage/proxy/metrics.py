@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from dressage import metrics as names
 from dressage.proxy import errors
+from dressage.proxy.drain import LOST_REASONS
 
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -94,6 +95,22 @@ class ProxyMetrics:
             ["engine"],
             registry=r,
         )
+        self.drained_turns = Counter(
+            names.PROXY_DRAINED_TURNS.removesuffix("_total"),
+            "Pieces of turns a draining engine aborted; each turn continued on another engine "
+            "with its tokens (partial rollout) or from its prompt.",
+            registry=r,
+        )
+        self.engine_failed_turns = Counter(
+            names.PROXY_ENGINE_FAILED_TURNS.removesuffix("_total"),
+            "Turns an engine failure hit, by reason: connect_failed and connection_lost were "
+            "sent to another engine, connection_lost_mid_turn (502 engine_failed) and "
+            "reply_timeout (504) are retried by the rollout.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in LOST_REASONS:
+            self.engine_failed_turns.labels(reason)
         self.expired_sessions = Counter(
             names.PROXY_EXPIRED_SESSIONS.removesuffix("_total"),
             "Sessions dropped after being idle longer than the session TTL.",

@@ -14,6 +14,13 @@ generations in flight is chosen (ties go to the earliest-listed engine).
 
 Membership changes at runtime (`set_urls`): a removed engine leaves the pool at once; the
 requests it is serving keep their `EngineState` and finish (or fail over) as they would have.
+
+Draining (`start_drain`): an engine that is going away (scale-down, replacement, a pod told to
+stop) takes no new generation from then on, sticky sessions included, while it stays in the
+pool so that its generations in flight can be aborted and resumed elsewhere
+(`dressage.proxy.drain`). Draining ends when the engine is seen down (its process ended: a
+replaced pod that comes back under the same URL is a new engine and is routed to once it
+passes a health check), when it leaves the pool, or on `stop_drain`.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ class EngineState:
     version_route: str | None = None
     """The route that answered its weight version (`/model_info` or `/get_weight_version`,
     by release); None until one did, and again after the engine was down."""
+    draining: bool = False
+    """Going away: routed no new generation; its in-flight ones are aborted and resumed on
+    another engine. Cleared when the engine is seen down (see the module doc)."""
 
     def supports(self, feature: Feature) -> bool:
         """Whether the engine's release has `feature`; an unknown release is taken as the
@@ -91,16 +101,32 @@ class EnginePool:
 
     def routable(self, engine: EngineState) -> bool:
         """Whether `engine` may take new generations (healthy, and on the current version)."""
-        if not engine.healthy:
+        if not engine.healthy or engine.draining:
             return False
         return self.target_version is None or engine.weight_version == self.target_version
 
     def healthy(self) -> list[EngineState]:
         return [e for e in self.engines if e.healthy]
 
+    def start_drain(self, url: str) -> EngineState | None:
+        """Route nothing new to the engine at `url` (None when it is not in the pool)."""
+        engine = self._by_url.get(url)
+        if engine is not None:
+            engine.draining = True
+        return engine
+
+    def stop_drain(self, url: str) -> EngineState | None:
+        """Route to the engine at `url` again (when it is healthy and on the current version)."""
+        engine = self._by_url.get(url)
+        if engine is not None:
+            engine.draining = False
+        return engine
+
     def _why_not(self, engine: EngineState) -> str:
         if not engine.healthy:
             return engine.last_error or "unhealthy"
+        if engine.draining:
+            return "draining"
         served = engine.weight_version or "an unknown version"
         return f"serves weight version {served}, not the current {self.target_version}"
 
@@ -115,7 +141,7 @@ class EnginePool:
         candidates = [e for e in self.engines if self.routable(e) and e.url not in exclude]
         if not candidates:
             lagging = self.target_version is not None and any(
-                e.healthy and e.url not in exclude for e in self.engines
+                e.healthy and not e.draining and e.url not in exclude for e in self.engines
             )
             if lagging:
                 message = f"no engine serves the current weight version {self.target_version} yet"
@@ -138,6 +164,7 @@ class EnginePool:
         engine.healthy = False
         engine.failures += 1
         engine.last_error = reason
+        engine.draining = False  # a drained engine that ended; what comes back is a new one
         engine.release = None
         engine.weight_version = None
         engine.version_route = None
@@ -156,6 +183,7 @@ class EnginePool:
                 "url": e.url,
                 "healthy": e.healthy,
                 "routable": self.routable(e),
+                "draining": e.draining,
                 "weight_version": e.weight_version,
                 "inflight": e.inflight,
                 "last_error": e.last_error,

@@ -82,9 +82,14 @@ serve. From then on, and after `POST /dressage/weight_version {"weight_version":
 engines that report V (on `/model_info` or `/get_weight_version`, by release) are routed to;
 an engine that joined the job or missed an update is held out until the weight publisher
 brought it to V. `GET /dressage/engines`: the current version and each engine (`url`,
-`healthy`, `routable`, `weight_version`, `inflight`, `last_error`, `sglang_version`). With
-`--engine-urls-file` the engine set follows that file while the proxy runs (see
-`dressage.proxy.config`).
+`healthy`, `routable`, `draining`, `weight_version`, `inflight`, `last_error`,
+`sglang_version`). With `--engine-urls-file` the engine set follows that file while the proxy
+runs (see `dressage.proxy.config`).
+
+`POST /dressage/engines/drain {"url", "timeout_s"?}`: the engine takes no new turn, its
+generations in flight are aborted and continue on other engines (partial rollout keeps their
+tokens), and the answer comes once none is left on it (504 `drain_timeout` otherwise);
+`POST /dressage/engines/undrain {"url"}` routes to it again (`dressage.proxy.drain`).
 
 `GET /workers`, `POST /workers {"url"}`, `DELETE /workers/{id}` and `POST /abort_request`
 (SGLang Model Gateway's, for slime and miles pointed at the proxy as their router): the
@@ -109,7 +114,8 @@ Other errors: 400 `invalid_json`, `invalid_request` (naming the field), `missing
 generation at a time per session), `session_finalized`; 413 `request_too_large`; 429
 `too_many_requests` (more than `--max-concurrency` generations in flight); 502 `engine_failed`
 (an engine died mid-turn after tokens were received, or no engine could take over),
-`engine_error`; 503 `no_healthy_engine`, `pause_timeout`; 504 `engine_timeout`.
+`engine_error`; 503 `no_healthy_engine`, `pause_timeout`; 504 `engine_timeout`,
+`drain_timeout`.
 """
 
 from __future__ import annotations

@@ -411,7 +411,13 @@ class _Decider:
                         + "; replacing it alone",
                     )
                 self.delete([seen])
-        self.delete([p for p in self.engines if p.index >= replicas])
+        # Scale-down: a graceful delete, whose preStop hook drains the engine through the
+        # proxy before SGLang stops; the proxy keeps listing it until the pod is gone.
+        leaving = [p for p in self.engines if p.index >= replicas]
+        self.delete(leaving)
+        self.plan.engines_leaving = tuple(sorted({p.index for p in leaving}))
+        if leaving:
+            self.plan.ensure_infrastructure = True
         self.plan.handled_failures = frozenset(handled)
 
     def roll_out_engines(self) -> None:

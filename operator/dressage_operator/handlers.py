@@ -498,7 +498,7 @@ async def _apply(
 
     results: list[ChildResult] = []
     if plan.ensure_infrastructure:
-        for obj in children.build_infrastructure(job, owner, config):
+        for obj in children.build_infrastructure(job, owner, config, plan.engines_leaving):
             results.append(await ensure(obj))
     if any(r.applied is Applied.NOT_OWNED for r in results):
         # An earlier job's ConfigMap or Services: pods started now would mount its config.

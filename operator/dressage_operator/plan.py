@@ -84,6 +84,10 @@ class Plan:
     ensure_infrastructure: bool = False
     """Get-or-create-or-patch the ConfigMap and Services: when the generation changed, after
     a check that did not pass, and once per resync interval (to undo manual drift)."""
+    engines_leaving: tuple[int, ...] = ()
+    """Indexes of engine pods beyond `inference.replicas` that still exist (a scale-down
+    deleting them): the ConfigMap keeps listing them, so the proxy still has them while their
+    `preStop` hook drains them, and is written again once they are gone."""
     ensure_proxy: bool = False
     delete_proxy: bool = False
     delete_job: bool = False

@@ -139,7 +139,10 @@ def settle(
             r.kind in infra and r.applied in (Applied.REFUSED, Applied.CONFLICT, Applied.NOT_OWNED)
             for r in results
         )
-        checked = (-1, None) if failed else (obs.generation, obs.now)
+        # While engines are leaving, the list written keeps them: check again next cycle, so
+        # the list is written without them once they are gone.
+        done = not failed and not plan.engines_leaving
+        checked = (obs.generation, obs.now) if done else (-1, None)
 
     delay: float | None = None
     if not plan.delete_job:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 import pytest
 
 from dressage.engine import EngineClient, EngineVersionError
@@ -372,3 +373,15 @@ async def test_destroy_group_is_sent_only_to_a_release_that_has_it() -> None:
                 ):
                     await client.destroy_weights_update_group("sync")
                 assert fake.posted("/destroy_weights_update_group") == []
+
+
+def test_the_proxys_drain_abort_fits_abort_req() -> None:
+    """A drain aborts everything its engine holds (`dressage.proxy.endpoints.drain`): the
+    release's `AbortReq` reads the body as `abort_all` (`http_server.abort_request` ->
+    `tokenizer_manager.abort_request(rid="", abort_all=True)`)."""
+    from sglang.srt.managers.io_struct import AbortReq
+
+    from dressage.proxy.endpoints.drain import ABORT_ALL_BODY
+
+    req = AbortReq(**orjson.loads(ABORT_ALL_BODY))
+    assert (req.rid, req.abort_all) == ("", True)

@@ -13,8 +13,9 @@ after bringing a lagging engine up to date). The proxy then reads every engine's
 version before answering (and before the gate opens), where its release reports it
 (`/model_info` on 0.5.23, `/get_weight_version` on 0.5.2: `dressage.proxy.background`), and
 routes only to engines serving V (`dressage.proxy.routing`). `GET /dressage/engines` answers
-`{"weight_version": V | null, "engines": [{"url", "healthy", "routable", "weight_version",
-"inflight", "last_error", "sglang_version"}, ...]}`; the publisher reads the engine set there.
+`{"weight_version": V | null, "engines": [{"url", "healthy", "routable", "draining",
+"weight_version", "inflight", "last_error", "sglang_version"}, ...]}`; the publisher reads the
+engine set there.
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
-"""The SGLang engine pods: independent, addressed one by one, replaced one by one."""
+"""The SGLang engine pods: independent, addressed one by one, replaced one by one, each
+drained through the proxy before it stops (`engine_lifecycle`)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from dressage.api.job import AsyncRLJob
 from dressage.data.versions import INITIAL_VERSION
 from dressage_operator import naming, sglang_release
 from dressage_operator.children.pods import (
+    PROXY_TOKEN_ENV,
     Obj,
     Owner,
     container_env,
@@ -14,6 +18,7 @@ from dressage_operator.children.pods import (
     model_path,
     object_meta,
     pod_spec,
+    proxy_token_env,
     template_meta,
     with_role_spec,
 )
@@ -41,10 +46,13 @@ def engine_base_version(job: AsyncRLJob) -> str:
     return INITIAL_WEIGHT_VERSION if job.spec.model.warm_start is None else BASE_WEIGHT_VERSION
 
 
-def engine_urls(job: AsyncRLJob, owner: Owner) -> list[str]:
-    """The URLs of the job's engine pods, `inference.replicas` of them by index."""
+def engine_urls(job: AsyncRLJob, owner: Owner, leaving: Iterable[int] = ()) -> list[str]:
+    """The URLs of the job's engine pods, `inference.replicas` of them by index, then those of
+    the `leaving` indexes beyond them: engine pods a scale-down is deleting, which the proxy
+    must still list while their `preStop` hook drains them."""
     replicas = job.spec.inference.replicas
-    return [naming.engine_url(owner.name, owner.namespace, i) for i in range(replicas)]
+    indexes = [*range(replicas), *sorted(i for i in set(leaving) if i >= replicas)]
+    return [naming.engine_url(owner.name, owner.namespace, i) for i in indexes]
 
 
 def engine_command(job: AsyncRLJob) -> list[str]:
@@ -82,6 +90,50 @@ def engine_command(job: AsyncRLJob) -> list[str]:
         cmd.append("--enable-return-routed-experts")
     cmd += sglang_release.quiet_access_log_args(spec.inference.sglang_version)
     return cmd + list(spec.inference.extra_args)
+
+
+ENGINE_DRAIN_TIMEOUT_SECONDS = 20
+"""The longest the engine pod's `preStop` hook waits for the proxy's drain
+(`dressage.proxy.drain`): it answers once the engine's generations came back aborted, which
+takes one decode step and a reply, well under a second; the bound keeps a stuck drain from
+using up the grace period."""
+ENGINE_GRACE_PERIOD_SECONDS = 40
+"""The engine pods' `terminationGracePeriodSeconds`: the drain's bound, 5 s for the hook's
+own request to answer, and 15 s for SGLang to end its scheduler and detokenizer processes
+and free the GPU after SIGTERM before the kubelet kills them. A drain normally ends within a
+second, so even a notice shorter than this (a 30 s spot reclaim; a node's graceful shutdown
+period) leaves it time; what a node taken without notice had in flight is a crash's cost."""
+ENGINE_URL_ENV = "DRESSAGE_ENGINE_URL"
+"""The engine's own URL as the proxy lists it (the `preStop` hook drains that engine)."""
+PROXY_URL_ENV = "DRESSAGE_PROXY_URL"
+DRAIN_HOOK = f"""\
+import json, os, sys, urllib.request
+engine = os.environ["{ENGINE_URL_ENV}"]
+body = json.dumps({{"url": engine, "timeout_s": {ENGINE_DRAIN_TIMEOUT_SECONDS}}}).encode()
+headers = {{"content-type": "application/json"}}
+token = os.environ.get("{PROXY_TOKEN_ENV}")
+if token:
+    headers["authorization"] = "Bearer " + token
+url = os.environ["{PROXY_URL_ENV}"] + "/dressage/engines/drain"
+request = urllib.request.Request(url, body, headers)
+try:
+    with urllib.request.urlopen(request, timeout={ENGINE_DRAIN_TIMEOUT_SECONDS + 5}) as reply:
+        print("drained:", reply.read().decode()[:500])
+except Exception as exc:
+    print("drain failed:", exc, file=sys.stderr)
+"""
+"""The `preStop` hook's program (the engine image's Python, standard library only, so any
+SGLang image runs it): ask the proxy to drain this engine and wait for its answer. A failure
+(the proxy gone, the engine no longer listed) is printed and the pod stops anyway: the hook
+never holds a termination beyond its bound."""
+
+
+def engine_lifecycle() -> Obj:
+    """The engine container's `lifecycle`: a `preStop` hook that drains the engine through
+    the proxy, so every graceful stop (a scale-down or replacement by the operator, a node
+    drain, a spot notice, a preemption) moves its generations to other engines before SIGTERM
+    reaches SGLang."""
+    return {"preStop": {"exec": {"command": ["python", "-c", DRAIN_HOOK]}}}
 
 
 ENGINE_GENERATE_CHECK = sglang_release.ENGINE_GENERATE_CHECK
@@ -132,10 +184,14 @@ def build_engine_pod(
             {
                 "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
                 "HOME": ENGINE_HOME,
+                ENGINE_URL_ENV: naming.engine_url(owner.name, owner.namespace, index),
+                PROXY_URL_ENV: naming.proxy_url(owner.name, owner.namespace),
                 **(NCCL_ENV if distributed_sync(job) and job.spec.trainer.gpus_per_node else {}),
             },
             inference.template,
+            proxy_token_env(job),
         ),
+        "lifecycle": engine_lifecycle(),
         "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
         "resources": container_resources(inference.resources, inference.tensor_parallel_size),
         **engine_probes(inference.sglang_version),
@@ -152,6 +208,7 @@ def build_engine_pod(
     spec["volumes"].append({"name": "home", "emptyDir": {}})
     container["volumeMounts"].append({"name": "home", "mountPath": ENGINE_HOME})
     spec["hostname"] = name
+    spec["terminationGracePeriodSeconds"] = ENGINE_GRACE_PERIOD_SECONDS
     spec["subdomain"] = naming.engine_service(owner.name)
     pod = finish(
         {

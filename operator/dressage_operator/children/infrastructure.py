@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import yaml
 
 from dressage.api.job import AsyncRLJob, ObjectMeta
@@ -28,7 +30,9 @@ def runtime_manifest(job: AsyncRLJob, owner: Owner) -> str:
     return yaml.safe_dump(clean.to_wire(), sort_keys=False)
 
 
-def build_config_map(job: AsyncRLJob, owner: Owner) -> Obj:
+def build_config_map(job: AsyncRLJob, owner: Owner, leaving: Sequence[int] = ()) -> Obj:
+    """The job's manifest for the runtime, and the engine URLs the proxy follows: the
+    job's `inference.replicas` engines and the `leaving` ones a scale-down is draining."""
     return finish(
         {
             "apiVersion": "v1",
@@ -36,7 +40,7 @@ def build_config_map(job: AsyncRLJob, owner: Owner) -> Obj:
             "metadata": object_meta(job, owner, naming.config_map(owner.name), naming.ROLE_CONFIG),
             "data": {
                 naming.CONFIG_KEY: runtime_manifest(job, owner),
-                naming.ENGINES_KEY: "".join(f"{url}\n" for url in engine_urls(job, owner)),
+                naming.ENGINES_KEY: "".join(f"{url}\n" for url in engine_urls(job, owner, leaving)),
             },
         }
     )
@@ -126,12 +130,15 @@ def build_network_policy(job: AsyncRLJob, owner: Owner) -> Obj:
 
 
 def build_infrastructure(
-    job: AsyncRLJob, owner: Owner, config: OperatorConfig | None = None
+    job: AsyncRLJob,
+    owner: Owner,
+    config: OperatorConfig | None = None,
+    leaving: Sequence[int] = (),
 ) -> list[Obj]:
     """Children that live as long as the job: config, Services and, when the operator is
     configured for it, the NetworkPolicy of its engines and proxy."""
     objs = [
-        build_config_map(job, owner),
+        build_config_map(job, owner, leaving),
         build_trainer_service(job, owner),
         build_engine_service(job, owner),
         build_proxy_service(job, owner),

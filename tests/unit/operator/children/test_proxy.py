@@ -30,7 +30,8 @@ def test_one_proxy_follows_the_engine_list_file() -> None:
     assert pcmd[pcmd.index("--engine-urls-file") + 1] == naming.ENGINES_PATH
 
 
-def test_the_proxy_token_reaches_exactly_the_proxy_and_the_trainers_by_reference() -> None:
+def test_the_proxy_token_reaches_the_proxy_trainers_and_engines_by_reference() -> None:
+    # The engines call the proxy's drain from their preStop hook.
     job = hub_job()
     job.spec.proxy.token_secret = SecretKeySelector(name="proxy-auth", key="token")
     ref = {"secretKeyRef": {"name": "proxy-auth", "key": "token"}}
@@ -38,8 +39,7 @@ def test_the_proxy_token_reaches_exactly_the_proxy_and_the_trainers_by_reference
     for role, spec in specs.items():
         env = [e for c in spec["containers"] for e in c["env"]]
         token = [e for e in env if e["name"] == "DRESSAGE_PROXY_TOKEN"]
-        expected = [] if role == "engine" else [{"name": "DRESSAGE_PROXY_TOKEN", "valueFrom": ref}]
-        assert token == expected, role
+        assert token == [{"name": "DRESSAGE_PROXY_TOKEN", "valueFrom": ref}], role
         for init in spec.get("initContainers", []):
             assert "DRESSAGE_PROXY_TOKEN" not in str(init)
     config = children.build_config_map(job, OWNER)
