@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
 
+from dressage.orchestrator.fleet_sync import MembershipChange
 from dressage.orchestrator.weight_sync import DistributedWeightSender, WeightSyncError, buckets
 
 
@@ -56,12 +58,13 @@ def test_rank_offsets_follow_each_engines_tensor_parallel_size() -> None:
 
 
 class _FailingSender:
-    """Takes the first tensor of a publish, then fails as a refused bucket would."""
+    """A fleet of one member that takes the first tensor of a publish, then fails as a refused
+    bucket would."""
 
-    ready = True
+    members: ClassVar[list[str]] = ["http://127.0.0.1:9"]
 
-    async def init_group(self) -> None:
-        pass
+    async def update_members(self, engines: list[object]) -> MembershipChange:
+        return MembershipChange((), (), {})
 
     async def send(self, named: Iterator[tuple[str, torch.Tensor]], version: str) -> None:
         next(iter(named))
