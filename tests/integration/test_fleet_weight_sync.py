@@ -7,7 +7,8 @@ operator's ConfigMap is read), embedded engines playing each tested SGLang relea
 process the trainer's rank 0: a model trained one optimizer step per version and a
 `DistributedPublisher` broadcasting its weights over gloo. After every publish every engine the
 proxy routes to serves the current version with exactly the trainer's weights (its logprobs
-are the trainer's), and an engine that joined is not routed to before it does.
+are the trainer's), and an engine that joined is not routed to before it does: it gets them
+in the next publish, or, when the current version was also written to storage, from there.
 """
 
 from __future__ import annotations
@@ -171,7 +172,24 @@ async def test_engines_join_leave_and_crash_between_publishes_without_a_trainer_
             assert not (await engines_of(proxy.base_url))[b2.base_url]["routable"]
             await train_and_publish([a.base_url, b2.base_url])
             assert publisher.sender.group_of(b2.base_url) not in (None, b_group)
-            assert version == 5
+
+            # A version also written to storage (a checkpoint step): an engine that joins
+            # after its publish loads it from there and is routed to before any publish.
+            version += 1
+            trainer.step()
+            checkpoint = tmp_path / f"v{version}"
+            trainer.model.save_pretrained(checkpoint)
+            await publisher.publish(checkpoint, f"v{version}")
+            d = engine()
+            write_engines(listing, [a.base_url, b2.base_url, d.base_url])
+
+            async def caught_up() -> bool:
+                view = (await engines_of(proxy.base_url)).get(d.base_url)
+                return view is not None and view["routable"] and view["weight_version"] == "v6"
+
+            await wait_for(caught_up, timeout_s=90, what="catch-up from storage")
+            await serve_the_trainers_weights(trainer, d.base_url)
+            assert version == 6
         finally:
             await publisher.aclose()
             await client.aclose()
