@@ -21,17 +21,34 @@ The group is formed once per engine beforehand (reported separately: it is paid 
 not per publish). Each publish is checked: the engine reports the new version, and after each
 distributed publish its greedy logprobs on a prompt equal those after the disk publish of the
 same weights. The checkpoint is re-read from the page cache (the file was just written), the
-most favourable case for disk; shared network storage is slower. Figures are medians over the
-rounds. Prints a table and writes `benchmarks/results/weight_sync.json`
-(`weight_sync_quick.json` with `--quick`: the 10M model, 2 rounds, a smoke test).
+most favourable case for disk; shared network storage is slower.
 
-    python benchmarks/weight_sync.py [--sizes 10M,100M,300M] [--repeats 3] [--quick]
+Against the number of engines (`--engines 1,2,4,8`, the `fleet` part): one model size
+(`--fleet-size`, 10M by default), that many engine processes, and the two topologies of the
+distributed path in turn, each publishing the same weights `--repeats` times:
+
+- single group: today's one group of rank 0 and every engine (`DistributedWeightSender`),
+  formed once; a membership change re-forms it on every engine (`group_reform_s`: destroy,
+  then init with all N).
+- per-engine groups: `FleetWeightSender`, one group per engine on one store, each bucket
+  broadcast to every group concurrently; a membership change forms one group
+  (`join_one_s`: the N-th engine joining while N-1 are members).
+
+A publish here is the sender's send (sessions, buckets, flush) with no generation running, so
+no pause; every engine is checked to report the new version after each. Figures are medians
+over the rounds. Prints a table and writes `benchmarks/results/weight_sync.json`
+(`weight_sync_quick.json` with `--quick`: the 10M model, 2 rounds, 1 and 2 engines, a smoke
+test).
+
+    python benchmarks/weight_sync.py [--parts disk,fleet] [--sizes 10M,100M,300M]
+        [--engines 1,2,4,8] [--fleet-size 10M] [--repeats 3] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +71,7 @@ from dressage.engine import EngineClient, GenerateRequest, SamplingParams  # noq
 from dressage.engine.model import ModelShape, parameter_shapes  # noqa: E402
 from dressage.engine.testing import start_engine  # noqa: E402
 from dressage.model import BUILTIN_TINY, resolve_model_source  # noqa: E402
+from dressage.orchestrator.fleet_sync import FleetWeightSender  # noqa: E402
 from dressage.orchestrator.weight_sync import DistributedWeightSender  # noqa: E402
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -212,25 +230,146 @@ async def measure(
     }
 
 
+async def versions_are(clients: list[EngineClient], label: str) -> None:
+    served = await asyncio.gather(*(c.get_weight_version() for c in clients))
+    assert served == [label] * len(clients), f"{label}: engines report {served}"
+
+
+async def measure_fleet(
+    urls: list[str], counts: list[int], state: dict[str, torch.Tensor], repeats: int
+) -> list[dict[str, Any]]:
+    """Publish `state` to the first N of `urls` for each N in `counts`, over one group and
+    over per-engine groups; medians of `repeats` publishes each."""
+    rows = []
+    clients = [EngineClient(url) for url in urls]
+    try:
+        for n in counts:
+            engines = clients[:n]
+            single = DistributedWeightSender(
+                engines, master_address="127.0.0.1", backend="gloo", bucket_bytes=BUCKET_BYTES
+            )
+            start = time.perf_counter()
+            await single.init_group()
+            single_init = time.perf_counter() - start
+            single_s = []
+            for r in range(repeats):
+                label = f"single-{n}-{r}"
+                report = await single.send(iter(state.items()), label)
+                single_s.append(report.seconds)
+                await versions_are(engines, label)
+            start = time.perf_counter()
+            await single.destroy_group()  # 0.5.23 has the route: every engine leaves
+            await single.init_group()
+            reform = time.perf_counter() - start
+            await single.destroy_group()
+            await single.aclose()
+
+            fleet = FleetWeightSender(
+                master_address="127.0.0.1", backend="gloo", bucket_bytes=BUCKET_BYTES
+            )
+            start = time.perf_counter()
+            await fleet.update_members(engines[:-1])
+            first = time.perf_counter() - start
+            start = time.perf_counter()
+            change = await fleet.update_members(engines)
+            join_one = time.perf_counter() - start
+            assert not change.failed, change.failed
+            fleet_s = []
+            for r in range(repeats):
+                label = f"fleet-{n}-{r}"
+                sent = await fleet.send(iter(state.items()), label)
+                assert not sent.failed, sent.failed
+                fleet_s.append(sent.report.seconds)
+                await versions_are(engines, label)
+            await fleet.update_members([])
+            await fleet.aclose()
+            single_med, fleet_med = statistics.median(single_s), statistics.median(fleet_s)
+            rows.append(
+                {
+                    "engines": n,
+                    "single_group_publish_s": round(single_med, 3),
+                    "per_engine_groups_publish_s": round(fleet_med, 3),
+                    "per_engine_over_single": round(fleet_med / single_med, 2),
+                    "single_group_init_s": round(single_init, 3),
+                    "single_group_reform_s": round(reform, 3),
+                    "per_engine_groups_init_s": round(first + join_one, 3),
+                    "join_one_s": round(join_one, 3),
+                    "runs": {"single_group": single_s, "per_engine_groups": fleet_s},
+                }
+            )
+            row = rows[-1]
+            print(
+                f"{n} engines: publish single group {single_med:.3f}s, per-engine groups "
+                f"{fleet_med:.3f}s ({row['per_engine_over_single']:.2f}x); a membership "
+                f"change: re-form the single group {reform:.3f}s, join one engine "
+                f"{join_one:.3f}s",
+                flush=True,
+            )
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+    return rows
+
+
+def run_fleet(
+    work: Path, size: str, counts: list[int], repeats: int, threads: int
+) -> dict[str, Any]:
+    checkpoint = work / f"fleet-{size}"
+    shape = write_config(checkpoint, size)
+    state = random_weights(shape, seed=1)
+    save_file(random_weights(shape, seed=2), str(checkpoint / "model.safetensors"))
+    with contextlib.ExitStack() as stack:
+        urls = [
+            stack.enter_context(
+                start_engine(
+                    model=str(checkpoint),
+                    max_batch_size=1,
+                    threads=threads,
+                    sglang_release=RELEASE,
+                    extra_args=["--context-length", "64"],
+                    startup_timeout_s=600,
+                )
+            ).base_url
+            for _ in range(max(counts))
+        ]
+        rows = asyncio.run(measure_fleet(urls, counts, state, repeats))
+    return {
+        "size": size,
+        "parameters": sum(t.numel() for t in state.values()),
+        "rows": rows,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(SIZES))
     parser.add_argument("--repeats", type=int, default=3, help="rounds (medians over them)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the engine")
-    parser.add_argument("--quick", action="store_true", help="smoke test: the 10M model, 2 rounds")
+    parser.add_argument("--parts", default="disk,fleet", help="disk, fleet or both")
+    parser.add_argument("--engines", default="1,2,4,8", help="engine counts of the fleet part")
+    parser.add_argument("--fleet-size", default="10M", choices=list(SIZES))
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke test: the 10M model, 2 rounds, 1-2 engines"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
-        args.sizes, args.repeats = "10M", 2
+        args.sizes, args.repeats, args.engines, args.fleet_size = "10M", 2, "1,2", "10M"
+    parts = set(args.parts.split(","))
+    if not parts <= {"disk", "fleet"}:
+        parser.error(f"--parts: {args.parts!r}: name disk, fleet or both")
+    counts = [int(n) for n in args.engines.split(",")]
+    if any(n < 1 for n in counts):
+        parser.error(f"--engines: counts must be >= 1, got {args.engines}")
     if args.out is None:
         name = "weight_sync_quick.json" if args.quick else "weight_sync.json"
         args.out = ROOT / "benchmarks" / "results" / name
     torch.set_num_threads(args.threads)
 
     rows = []
+    fleet: dict[str, Any] | None = None
     work = Path(tempfile.mkdtemp(prefix="dressage-wsync-"))
     try:
-        for size in args.sizes.split(","):
+        for size in args.sizes.split(",") if "disk" in parts else []:
             checkpoint = work / size
             shape = write_config(checkpoint, size)
             weights = [random_weights(shape, seed) for seed in (1, 2)]
@@ -258,6 +397,8 @@ def main() -> int:
                 f"{figures['speedup_vs_disk_total']:.1f}x vs disk total)",
                 flush=True,
             )
+        if "fleet" in parts:
+            fleet = run_fleet(work, args.fleet_size, counts, args.repeats, args.threads)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -275,6 +416,7 @@ def main() -> int:
             "statistic": "median",
         },
         "rows": rows,
+        "fleet": fleet,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

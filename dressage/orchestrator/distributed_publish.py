@@ -9,10 +9,16 @@ The other ranks hold a `PublishFollower`, which drains the same iterator: they g
 each tensor, so no rank ever holds a full copy of the model, and rank 0 at most one bucket
 plus one tensor.
 
-The group is formed once (`start`, before the first publish): every engine joins it through
-`/init_weights_update_group` at its rank offset (1 + the tensor-parallel ranks of the engines
-before it). Disk stays the fallback (`WeightPublisher`): the checkpoint a version is written
-to exists only when the job writes one (`weightSync: disk`, or a checkpoint step).
+Membership follows the engine set (`dressage.orchestrator.fleet_sync`): each engine has a
+weight-update group of its own with rank 0, formed when it first appears in the set (the proxy's
+healthy engines, else the fixed URL list) and closed when it leaves it or stops answering. So
+an engine added, replaced or removed while the job runs changes the membership at the next
+publish, with no restart of the trainer gang. An engine that joins is held out by the proxy
+(it serves another version label) until that publish has sent it the current weights; where the
+current version was also written to storage (a checkpoint step, or every version with
+`disk`), the background catch-up of `WeightPublisher` loads it from there sooner. A publish
+fails only when no engine took the new weights (with a proxy; without one, when any engine did
+not); an engine that did not is held out, and offered a fresh group at the next publish.
 
 Both classes keep `WeightPublisher.publish(model_path, version)` as their entry point (the
 path is ignored: the weights come from the trainer's memory) and set `collective`, which tells
@@ -21,15 +27,21 @@ the training loop that every rank must enter `publish`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
 
 from dressage.engine.weight_group import DEFAULT_TIMEOUT_S
+from dressage.orchestrator.fleet_sync import FleetWeightSender, MembershipChange
 from dressage.orchestrator.publish import WeightPublisher
-from dressage.orchestrator.weight_sync import DEFAULT_BUCKET_BYTES, DistributedWeightSender
+from dressage.orchestrator.weight_sync import DEFAULT_BUCKET_BYTES, WeightSyncError
 from dressage.proxy.client import ProxyRolloutClient
+
+log = logging.getLogger("dressage.publish")
 
 NamedTensors = Callable[[], Iterable[tuple[str, torch.Tensor]]]
 """A fresh `(name, full tensor)` iterator over the trainer's weights in the serving dtype; each
@@ -67,8 +79,7 @@ class DistributedPublisher(WeightPublisher):
             engine_urls, proxy=proxy, pause_mode=pause_mode, update_timeout_s=update_timeout_s
         )
         self.weights = weights
-        self.sender = DistributedWeightSender(
-            self.engines,
+        self.sender = FleetWeightSender(
             master_address=master_address,
             master_port=master_port,
             backend=backend,
@@ -77,32 +88,94 @@ class DistributedPublisher(WeightPublisher):
             timeout_s=DEFAULT_TIMEOUT_S if update_timeout_s is None else update_timeout_s,
         )
 
-    async def start(self) -> None:
-        """Form the weight-update group with every engine (once; later calls do nothing)."""
-        await self.sender.init_group()
+    async def start(self) -> MembershipChange:
+        """Form a weight-update group with every engine of the engine set that has none yet
+        (and close those of engines gone from it); what changed. Without a proxy every engine
+        must join (else `WeightSyncError`); with one, an engine that cannot is held out and
+        tried again at the next publish."""
+        urls = await self._publish_targets()
+        engines = [self._client(url) for url in urls]
+        if self.proxy is not None and self.sender.members:
+            # A member the proxy still lists healthy may have died since its last check: one
+            # cheap read of its version tells, before a broadcast would wait for it.
+            alive = await asyncio.gather(
+                *(e.get_weight_version() for e in engines), return_exceptions=True
+            )
+            engines = [
+                e
+                for e, answer in zip(engines, alive, strict=True)
+                if not isinstance(answer, BaseException)
+            ]
+        change = await self.sender.update_members(engines)
+        for url, why in change.failed.items():
+            log.warning("engine %s could not join a weight-update group: %s", url, why)
+        if change.failed and self.proxy is None:
+            raise WeightSyncError(
+                "weight-update groups were not formed: "
+                + "; ".join(f"{url}: {why}" for url, why in change.failed.items())
+            )
+        if change.joined or change.left:
+            log.info(
+                "weight-update membership: joined %s, left %s; %d members",
+                list(change.joined),
+                list(change.left),
+                len(self.sender.members),
+            )
+        return change
 
     async def publish(self, model_path: Path, version: str) -> None:
         """Broadcast the trainer's current weights to every engine as `version`, generation
-        paused meanwhile. Every trainer rank must publish together (the other ranks through
-        `PublishFollower`); on a failure rank 0 still takes part in the remaining gathers, so
-        the gang's collectives stay matched, and then raises."""
-        del model_path  # the weights come from the trainer's memory
-        await self.start()
+        paused meanwhile, after bringing the membership up to the engine set. Every trainer
+        rank must publish together (the other ranks through `PublishFollower`); on a failure
+        rank 0 still takes part in the remaining gathers, so the gang's collectives stay
+        matched, and then raises."""
         named = iter(self.weights())
         try:
-            await self._pause()
-            sent = False
-            try:
-                await self.sender.send(named, version)
-                sent = True
-            finally:
-                # After a full send the proxy routes to engines on the new version (an engine
-                # that missed it, such as a replaced one outside the formed group, is held
-                # out); after a failed one the engines keep their old label and the proxy its
-                # routing.
-                await self._resume(version if sent else None)
+            async with self._lock:
+                await self.start()
+                try:
+                    await self._pause()
+                except Exception:
+                    # As `WeightPublisher.publish`: a refused pause still closed the proxy's
+                    # gate; continue, and report the pause's error.
+                    with contextlib.suppress(Exception):
+                        await self._resume(None)
+                    raise
+                took = False
+                failed: dict[str, str] = {}
+                try:
+                    if self.sender.members:
+                        result = await self.sender.send(named, version)
+                        failed = result.failed
+                        took = bool(result.loaded)
+                    else:
+                        took = True  # no engine yet: whichever comes is sent the next version
+                finally:
+                    # The proxy routes to engines on the new version: one that missed it (it
+                    # failed, or joined too late) is held out until it has it.
+                    await self._resume(version if took else None)
+                for url, why in failed.items():
+                    log.warning(
+                        "engine %s did not take weight version %s (%s): held out until the "
+                        "next publish",
+                        url,
+                        version,
+                        why,
+                    )
+                if failed and (self.proxy is None or not took):
+                    raise WeightSyncError(
+                        f"weight version {version} was not loaded: "
+                        + "; ".join(f"{url}: {why}" for url, why in failed.items())
+                    )
+                if (model_path / "config.json").is_file():
+                    # Written to storage too: engines that join before the next publish load
+                    # it from there (the background catch-up).
+                    self.current = (model_path, version)
+                else:
+                    self.current = None
         finally:
             _drain(named)
+        self._start_loop()
 
     async def aclose(self) -> None:
         await self.sender.aclose()

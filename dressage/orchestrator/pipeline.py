@@ -11,8 +11,9 @@ Rank 0 (the only rank under `dressage run`):
 4. resume: the collector's data position from the trainer session's checkpoint;
 5. the weight publisher for the job's engines and `spec.inference.weightSync`: `disk`
    (`WeightPublisher`, engines load each version's checkpoint) or `distributed`
-   (`DistributedPublisher`: the weight-update group is formed once, here, and each step's
-   weights are broadcast to the engines);
+   (`DistributedPublisher`: a weight-update group per engine, formed here with the engines
+   up now and at each publish with those that joined since; each step's weights are
+   broadcast to the engines);
 6. engine sync: engines that serve another version than the session's get its weights;
 7. the training loop, each step's record exported on the job's `/metrics` and handed to the
    entry point's sink;
@@ -202,8 +203,8 @@ async def run_pipeline(
         if isinstance(publisher, DistributedPublisher):
             await publisher.start()
             log(
-                f"weight-update group formed with {len(endpoints.engine_urls)} engines "
-                f"({publisher.sender.world_size} ranks, {publisher.sender.backend})"
+                f"weight-update groups formed with {len(publisher.sender.members)} engines "
+                f"({publisher.sender.world_size} ranks each, {publisher.sender.backend})"
             )
         await sync_engines(
             session, publisher, engines_have_initial_weights=engines_have_initial_weights

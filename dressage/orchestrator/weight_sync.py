@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
+from torch._C._distributed_c10d import TCPStore
 
 from dressage.engine import flat_bucket
 from dressage.engine.client import EngineClient
@@ -101,6 +102,17 @@ def buckets(
         yield current, True
 
 
+def staged(name: str, tensor: torch.Tensor, backend: str) -> torch.Tensor:
+    """`tensor` ready to broadcast over `backend` (on the GPU for NCCL, contiguous), its dtype
+    one a distributed update may carry."""
+    if dtype_name(tensor.dtype) not in DTYPES:
+        raise WeightSyncError(
+            f"{name}: dtype {dtype_name(tensor.dtype)} is not one of {sorted(DTYPES)}"
+        )
+    device = "cuda" if backend == "nccl" else "cpu"
+    return tensor.detach().to(device).contiguous()
+
+
 def _close_formed_group(task: asyncio.Future[WeightUpdateGroup]) -> None:
     if not task.cancelled() and task.exception() is None:
         task.result().close()
@@ -120,11 +132,14 @@ class DistributedWeightSender:
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         ranks_per_engine: int | Sequence[int] = 1,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        store: TCPStore | None = None,
     ) -> None:
         """`master_address` is where the engines reach this process (an address of the
         trainer's pod or host they can route to); `master_port` the TCP port the group's store
         listens on there (0: a free one, fine when engines share the host). `ranks_per_engine`
-        is each engine's tensor-parallel size (one value for all, or one per engine)."""
+        is each engine's tensor-parallel size (one value for all, or one per engine). `store`:
+        a store this process already serves, shared by several groups of distinct names
+        (`dressage.orchestrator.fleet_sync`); its port is then the one the engines are sent."""
         if not engines:
             raise ValueError("engines: a weight sender needs at least one engine")
         if backend not in BACKENDS:
@@ -153,6 +168,7 @@ class DistributedWeightSender:
         self.timeout_s = timeout_s
         self.port: int | None = None
         """The port the group's store listens on (once formed)."""
+        self._store = store
         self._group: WeightUpdateGroup | None = None
 
     @property
@@ -163,9 +179,11 @@ class DistributedWeightSender:
         """Form the group: serve its store, have every engine join, join as rank 0."""
         if self.ready:
             return
-        store = open_store(
-            self.master_address, self.master_port, self.world_size, True, self.timeout_s
-        )
+        store = self._store
+        if store is None:
+            store = open_store(
+                self.master_address, self.master_port, self.world_size, True, self.timeout_s
+            )
         port = store.port
         joins = [
             asyncio.ensure_future(
@@ -239,10 +257,10 @@ class DistributedWeightSender:
             )
         start = time.perf_counter()
         count = total = sent = 0
-        opened = await self._begin()
+        opened = await self.begin()
         try:
             for bucket, last in buckets(named_tensors, self.bucket_bytes, aligned=flattened):
-                tensors = [self._staged(name, tensor) for name, tensor in bucket]
+                tensors = [staged(name, tensor, self.backend) for name, tensor in bucket]
                 names = [name for name, _ in bucket]
                 del bucket
                 await self._send_bucket(
@@ -257,14 +275,14 @@ class DistributedWeightSender:
                 total += sum(t.numel() * t.element_size() for t in tensors)
                 del tensors
         finally:
-            await self._end(opened)
+            await self.end(opened)
         if count == 0:
             raise WeightSyncError("named_tensors: nothing to send")
         if flush_cache:
             await asyncio.gather(*(e.flush_cache() for e in self.engines))
         return SendReport(count, sent, total, time.perf_counter() - start, flattened)
 
-    async def _begin(self) -> list[EngineClient]:
+    async def begin(self) -> list[EngineClient]:
         """Open a weight-update session on every engine whose release has them; the engines
         that opened one. On a failure the sessions opened are closed again."""
         results = await asyncio.gather(
@@ -278,13 +296,14 @@ class DistributedWeightSender:
             if isinstance(result, BaseException)
         ]
         if failures:
-            await self._end(opened)
+            await self.end(opened)
             raise WeightSyncError(
                 "opening the weight-update sessions failed: " + "; ".join(failures)
             )
         return opened
 
-    async def _end(self, opened: list[EngineClient]) -> None:
+    async def end(self, opened: list[EngineClient]) -> None:
+        """Close the weight-update sessions `begin` opened."""
         results = await asyncio.gather(
             *(e.end_weight_update(timeout_s=self.timeout_s) for e in opened),
             return_exceptions=True,
@@ -299,14 +318,6 @@ class DistributedWeightSender:
                 "closing the weight-update sessions failed: " + "; ".join(failures)
             )
 
-    def _staged(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        if dtype_name(tensor.dtype) not in DTYPES:
-            raise WeightSyncError(
-                f"{name}: dtype {dtype_name(tensor.dtype)} is not one of {sorted(DTYPES)}"
-            )
-        device = "cuda" if self.backend == "nccl" else "cpu"
-        return tensor.detach().to(device).contiguous()
-
     async def _send_bucket(
         self,
         names: list[str],
@@ -316,10 +327,36 @@ class DistributedWeightSender:
         abort_all_requests: bool,
         flattened: bool,
     ) -> None:
-        assert self._group is not None
+        requests = self.request_bucket(
+            names, tensors, version, abort_all_requests=abort_all_requests, flattened=flattened
+        )
+        payload = tensors
+        if flattened:
+            # Off the event loop, while the requests reach the engines and they set up the
+            # receive: the copy into one buffer is the flattened path's own cost.
+            try:
+                payload = [await asyncio.to_thread(flat_bucket.flatten, tensors)]
+            except Exception as exc:
+                self.abandon(requests)
+                raise WeightSyncError(
+                    f"flattening a bucket ({names[0]} ...) failed: {exc} (the group is closed)"
+                ) from exc
+        await self.broadcast_bucket(names, payload, requests)
+
+    def request_bucket(
+        self,
+        names: list[str],
+        tensors: list[torch.Tensor],
+        version: str | None,
+        *,
+        abort_all_requests: bool,
+        flattened: bool,
+    ) -> list[asyncio.Future[object]]:
+        """Send each engine the bucket's `/update_weights_from_distributed` (outstanding until
+        `broadcast_bucket` delivers the tensors); the requests, in engine order."""
         dtypes = [dtype_name(t.dtype) for t in tensors]
         shapes = [list(t.shape) for t in tensors]
-        requests = [
+        return [
             asyncio.ensure_future(
                 engine.update_weights_from_distributed(
                     names,
@@ -335,20 +372,24 @@ class DistributedWeightSender:
             )
             for engine in self.engines
         ]
-        payload = tensors
-        if flattened:
-            # Off the event loop, while the requests reach the engines and they set up the
-            # receive: the copy into one buffer is the flattened path's own cost.
-            try:
-                payload = [await asyncio.to_thread(flat_bucket.flatten, tensors)]
-            except Exception as exc:
-                # The engines wait for a broadcast that will not come: leave the group.
-                for request in requests:
-                    request.cancel()
-                self._group.close()
-                raise WeightSyncError(
-                    f"flattening a bucket ({names[0]} ...) failed: {exc} (the group is closed)"
-                ) from exc
+
+    def abandon(self, requests: Sequence[asyncio.Future[object]]) -> None:
+        """The engines wait for a broadcast that will not come: cancel `requests` and leave the
+        group."""
+        for request in requests:
+            request.cancel()
+        if self._group is not None:
+            self._group.close()
+
+    async def broadcast_bucket(
+        self,
+        names: list[str],
+        payload: list[torch.Tensor],
+        requests: Sequence[asyncio.Future[object]],
+    ) -> None:
+        """Broadcast `payload` (the bucket's tensors, or its one flattened buffer) while the
+        engines' `requests` wait for it; `WeightSyncError` naming each engine that failed."""
+        assert self._group is not None
         broadcast = in_daemon_thread(self._group.broadcast, payload)
         results = await asyncio.gather(broadcast, *requests, return_exceptions=True)
         failures = [
@@ -382,6 +423,12 @@ class DistributedWeightSender:
         ]
         if unexpected:
             raise WeightSyncError("leaving the group failed: " + "; ".join(unexpected))
+
+    def close_group(self) -> None:
+        """Leave the group on this side only (the engines are not asked)."""
+        if self._group is not None:
+            self._group.close()
+            self._group = None
 
     async def aclose(self) -> None:
         if self._group is not None:

@@ -224,3 +224,31 @@ async def test_an_engine_that_cannot_join_fails_the_group_at_once(engine: Engine
         assert not sync.ready
     finally:
         await sync.aclose()
+
+
+async def test_a_group_name_the_engine_holds_is_refused_and_its_group_kept(
+    engine: EngineProcess, sender: DistributedWeightSender, trainer_model: LlamaForCausalLM
+) -> None:
+    """As both releases do (`init_custom_process_group` -> torch's `_new_process_group_helper`:
+    "The specified group name has already been created"): the held group keeps working."""
+    async with httpx.AsyncClient(base_url=engine.base_url, timeout=30) as http:
+        again = await http.post(
+            "/init_weights_update_group",
+            json={
+                "master_address": "127.0.0.1",
+                "master_port": sender.port,
+                "rank_offset": 1,
+                "world_size": 2,
+                "group_name": sender.group_name,
+                "backend": "gloo",
+            },
+        )
+    assert again.status_code == 400
+    assert again.json() == {
+        "success": False,
+        "message": "Failed to initialize custom process group: The specified group name has "
+        "already been created, please use a different group name.",
+    }
+    await sender.send(iter(trainer_model.state_dict().items()), "v1")
+    output, logprobs = await engine_logprobs(engine.base_url)
+    assert logprobs == pytest.approx(model_logprobs(trainer_model, output), abs=1e-4)

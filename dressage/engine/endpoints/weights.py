@@ -64,6 +64,9 @@ FLUSHED_TEXT = (
 )
 """`/flush_cache`'s answer (`http_server.flush_cache`, both releases)."""
 
+NAME_TAKEN = "The specified group name has already been created, please use a different group name"
+"""`torch.distributed`'s refusal of a group name the process holds (`_new_process_group_helper`)."""
+
 
 @contextlib.asynccontextmanager
 async def model_update(state: EngineState) -> AsyncIterator[None]:
@@ -126,8 +129,12 @@ def _disk_answer(success: bool, message: str) -> Answer:
 async def init_weights_update_group(state: EngineState, request: HttpRequest) -> Answer:
     """Join the trainer's weight-update group (gloo: this engine runs on CPU, one rank).
 
-    Answers once every rank joined. A group of the same name is replaced (left first), as
-    SGLang does.
+    Answers once every rank joined. A group name the engine already holds is refused and the
+    group it names kept, as SGLang does: both releases' `init_custom_process_group` reach
+    `torch.distributed`'s `_new_process_group_helper`, which raises "The specified group name
+    has already been created" before the new group forms (model_runner
+    `init_weights_update_group` answers its failure). Only `/destroy_weights_update_group`
+    (0.5.3+) frees a name.
     """
     req = parse(InitWeightsUpdateGroupRequest, await read_body(request))
     if req.backend != "gloo":
@@ -135,9 +142,10 @@ async def init_weights_update_group(state: EngineState, request: HttpRequest) ->
             f"backend: the embedded engine runs on CPU and joins gloo groups only, "
             f"got {req.backend!r}"
         )
-    old = state.groups.pop(req.group_name, None)
-    if old is not None:
-        old.close()
+    if req.group_name in state.groups:
+        message = f"Failed to initialize custom process group: {NAME_TAKEN}."
+        log.error("%s", message)
+        return group_answer(False, message)
     try:
         group = await in_daemon_thread(
             WeightUpdateGroup,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
 
+from dressage.orchestrator.fleet_sync import MembershipChange
 from dressage.orchestrator.weight_sync import DistributedWeightSender, WeightSyncError, buckets
 
 
@@ -56,12 +58,13 @@ def test_rank_offsets_follow_each_engines_tensor_parallel_size() -> None:
 
 
 class _FailingSender:
-    """Takes the first tensor of a publish, then fails as a refused bucket would."""
+    """A fleet of one member that takes the first tensor of a publish, then fails as a refused
+    bucket would."""
 
-    ready = True
+    members: ClassVar[list[str]] = ["http://127.0.0.1:9"]
 
-    async def init_group(self) -> None:
-        pass
+    async def update_members(self, engines: list[object]) -> MembershipChange:
+        return MembershipChange((), (), {})
 
     async def send(self, named: Iterator[tuple[str, torch.Tensor]], version: str) -> None:
         next(iter(named))
@@ -148,3 +151,65 @@ def test_the_trainer_wiring_of_the_weight_update_group() -> None:
     assert (wiring.backend, wiring.ranks_per_engine) == ("gloo", 4)
     with pytest.raises(ValueError, match="DRESSAGE_WEIGHT_SYNC_ADDRESS"):
         weight_sync_wiring(spec, None, None, torch.device("cpu"))
+
+
+class _HalfFailingSender:
+    """A fleet of two members of which one fails the publish."""
+
+    members: ClassVar[list[str]] = ["http://a:1", "http://b:1"]
+
+    async def send(self, named: Iterator[tuple[str, torch.Tensor]], version: str) -> object:
+        from dressage.orchestrator.fleet_sync import FleetSendReport
+        from dressage.orchestrator.weight_sync import SendReport
+
+        for _ in named:
+            pass
+        return FleetSendReport(
+            SendReport(1, 3, 24, 0.1), ("http://a:1",), {"http://b:1": "connection reset"}
+        )
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("with_proxy", [True, False])
+async def test_an_engine_that_fails_a_publish_fails_it_only_without_a_proxy(
+    with_proxy: bool,
+) -> None:
+    """With a proxy the engines that took the version serve it and the one that did not is
+    held out (the publish succeeds, as with disk); without one every engine must take it."""
+    from dressage.orchestrator.distributed_publish import DistributedPublisher
+
+    def weights() -> Iterator[tuple[str, torch.Tensor]]:
+        yield from (("a", torch.zeros(2)), ("b", torch.zeros(2)), ("c", torch.zeros(2)))
+
+    publisher = DistributedPublisher(
+        ["http://a:1", "http://b:1"],
+        weights=weights,
+        master_address="127.0.0.1",
+        master_port=0,
+        backend="gloo",
+    )
+    if with_proxy:
+        publisher.proxy = object()  # type: ignore[assignment]
+    resumed: list[str | None] = []
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    async def resume(version: str | None) -> None:
+        resumed.append(version)
+
+    publisher.sender = _HalfFailingSender()  # type: ignore[assignment]
+    publisher.start = nothing  # type: ignore[assignment,method-assign]
+    publisher._pause = nothing  # type: ignore[method-assign]
+    publisher._resume = resume  # type: ignore[method-assign]
+    publisher.catch_up_interval_s = None
+    if with_proxy:
+        await publisher.publish(Path("/nonexistent"), "v1")
+    else:
+        with pytest.raises(WeightSyncError, match=r"http://b:1: connection reset"):
+            await publisher.publish(Path("/nonexistent"), "v1")
+    assert resumed == ["v1"]  # the engine that took it serves it either way
+    publisher.proxy = None
+    await publisher.aclose()
