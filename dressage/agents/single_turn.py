@@ -1,12 +1,15 @@
 """The single-turn agent: one answer per trajectory through the proxy's `/generate`.
 
 Each trajectory of a group generates one answer for the prompt, is scored by the task's reward
-and finalized with it; the group's samples are read back from the proxy (`collect_group`).
+and finalized with it; the group's samples are read back from the proxy (`collect_group`). A
+task that fixes response lengths (`dressage.tasks.base.FixedLengthTask`) gives each trajectory
+its exact length: that many tokens are generated, end-of-sequence ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from dressage.agents.groups import collect_group, group_id_of, sample_seed
@@ -44,22 +47,30 @@ class SingleTurnRollout:
         sampling: SamplingSettings,
         seed: int = 0,
         run_tag: str = "run",
+        lengths: Callable[[int, int], int] | None = None,
     ) -> None:
+        """`lengths(index, member)`: the exact response length of each trajectory (None: the
+        policy stops at end-of-sequence or `sampling.max_new_tokens`)."""
         self.source = source
         self.client = client
         self.group_size = group_size
         self.sampling = sampling
         self.seed = seed
         self.run_tag = run_tag
+        self.lengths = lengths
 
     async def __call__(self, index: int, attempt: int) -> Group:
         group_id = group_id_of(self.run_tag, index, attempt)
         prompt_ids = self.source.prompt_ids(index)
 
         async def trajectory(session_id: str, member: int) -> None:
+            sampling = self.sampling
+            if self.lengths is not None:
+                length = self.lengths(index, member)
+                sampling = replace(sampling, max_new_tokens=length, ignore_eos=True)
             output = await self.client.generate(
                 prompt_ids,
-                self.sampling,
+                sampling,
                 session_id=session_id,
                 instance_id=group_id,
                 seed=sample_seed(self.seed, index, attempt, member),

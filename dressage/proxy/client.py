@@ -50,6 +50,9 @@ class SamplingSettings:
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    ignore_eos: bool = False
+    """Generate exactly `max_new_tokens` tokens, past end-of-sequence (SGLang's
+    `ignore_eos`): a task that fixes response lengths asks for it."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,8 @@ class ProxyRolloutClient:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
+        if sampling.ignore_eos:
+            params["ignore_eos"] = True
         if seed is not None:
             params["sampling_seed"] = seed
         body = {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}

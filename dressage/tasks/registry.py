@@ -6,7 +6,7 @@ registered with `register_task`. Task modules only implement the interfaces of
 from __future__ import annotations
 
 from dressage.api.job import DATASET_TASK, ENVIRONMENT_TASK, TaskSpec
-from dressage.tasks import arithmetic, dataset, environment, household
+from dressage.tasks import arithmetic, dataset, environment, household, long_tail
 from dressage.tasks.base import Environment, Task, TaskFactory
 from dressage.tasks.rewards import BUILTIN_REWARDS
 from dressage.tasks.usercode import import_object, resolve_path
@@ -14,6 +14,7 @@ from dressage.tasks.usercode import import_object, resolve_path
 _REGISTRY: dict[str, TaskFactory] = {
     arithmetic.ArithmeticTask.name: arithmetic.from_spec,
     household.HouseholdEnvironment.name: household.from_spec,
+    long_tail.LongTailTask.name: long_tail.from_spec,
     DATASET_TASK: dataset.from_spec,
     ENVIRONMENT_TASK: environment.from_spec,
 }
