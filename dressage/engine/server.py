@@ -628,6 +628,9 @@ class EngineServer:
                 "random_seed": self.config.seed,
                 "device": self.config.device,
                 "peak_memory_bytes": peak_memory_bytes(self.config.device),
+                # Not in SGLang: the embedded engine's cumulative step figures.
+                "min_step_interval_s": self.scheduler.min_step_interval_s,
+                "scheduler_stats": self.scheduler.stats.snapshot(),
             }
         )
 

@@ -1,10 +1,12 @@
 """The long-tail task's lengths through a real proxy and engine: every trajectory of a group
-generates exactly the length the task drew for it, past end-of-sequence."""
+generates exactly the length the task drew for it, past end-of-sequence, and the engine's step
+counters (`/get_server_info` `scheduler_stats`) account for every token it generated."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from dressage.agents.single_turn import SingleTurnRollout
@@ -42,6 +44,8 @@ async def test_each_trajectory_generates_exactly_the_length_the_task_drew(
             groups = [await rollout(index, 0) for index in range(PROMPTS)]
         finally:
             await client.aclose()
+        async with httpx.AsyncClient(base_url=engine.base_url) as probe:
+            info = (await probe.get("/get_server_info")).json()
     got: dict[tuple[int, int], int] = {}
     early_eos = 0
     for index, group in enumerate(groups):
@@ -52,5 +56,14 @@ async def test_each_trajectory_generates_exactly_the_length_the_task_drew(
             early_eos += codec.eos_id in response[:-1]
     expected = {(i, m): task.response_tokens(i, m) for i in range(PROMPTS) for m in range(GROUP)}
     assert got == expected
+    stats = info["scheduler_stats"]
+    assert stats["tokens"] == sum(expected.values())
+    prompts = sum(len(g.samples[0].tokens) - g.samples[0].response_length for g in groups)
+    assert stats["prefill_tokens"] == GROUP * prompts
+    # The longest response took one step per token; every counted step gave a token to at
+    # least one request, so the slot-seconds are at least the active seconds.
+    assert stats["steps"] >= max(expected.values())
+    assert stats["active_seconds"] > 0.0
+    assert stats["slot_seconds"] >= stats["active_seconds"]
     # The untrained tiny model samples end-of-sequence now and then; those responses went on.
     assert early_eos > 0
