@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from dressage.data.groups import TrainBatch
-from dressage.data.samples import version_span_stats
+from dressage.data.samples import version_span_histogram, version_span_stats
 from dressage.trainer.batch import (
     micro_batches,
     muted,
@@ -317,6 +317,7 @@ class GRPOTrainer:
             weight_sum**2 / weight_square_sum / denom if weight_square_sum > 0 else 1.0
         )
         metrics.update(version_span_stats(batch.samples))
+        metrics.update(version_span_histogram(batch.samples))
         return metrics
 
     def _forward_backward(self, part: list[Any], global_tokens: float) -> torch.Tensor:
