@@ -43,7 +43,9 @@ def render_markdown(results: dict[str, Any], plot: Path | str) -> str:
         f"{results['repeats']} round(s), {results['seconds_per_run']:.0f} s of steps per run, "
         f"{results['elapsed_s'] / 60:.1f} min in all, load average "
         f"{_f(loads['min'], 1)}-{_f(loads['max'], 1)} on {results['machine']['cpus']} cores "
-        f"(`{_results_path(results)}`). Best sync placement: "
+        f"(`{_results_path(results)}`); async settings with `keepVersions: "
+        f"{results['keep_versions']}` and {results['concurrency']} groups in flight. "
+        "Best sync placement: "
         f"`{results.get('best_sync_placement')}`"
         + (f" (round 0, samples/s: {searched})." if searched else ".")
     )

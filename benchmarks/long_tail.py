@@ -22,8 +22,9 @@ other, interleaved over `--repeats` rounds:
   `maxPartialRolloutPreempts: K`: generations interrupted by a publish resume from their
   partial output, and a trajectory may span at most K + 1 versions.
 
-Each run trains for `--seconds` of step wall time (then it is stopped as with Ctrl-C), so every
-setting gets the same wall clock and the reward curves compare at equal time. Figures per run,
+Each run trains for `--seconds` of step wall time after its first step (then it is stopped as
+with Ctrl-C), so every setting gets the same wall clock and the reward curves compare at equal
+time. Figures per run,
 from its history (step 1, which includes warm-up, excluded from rates and times): trained
 samples per second of step wall time; the engine's busy fraction (share of its 128 decode slots
 that produced a token, the tail's idle time made visible) and active fraction (share of time it
@@ -31,10 +32,12 @@ stepped at all), read from the engine's own counters; median and p99 step time; 
 samples' version-span distribution and share of multi-version samples;
 `train_rollout_logprob_abs_diff`; groups dropped and trajectories refused; the trained
 samples' mean response length against the distribution's (groups dropped for staleness are the
-ones with a long member); reward against wall clock. Per setting the medians over repeats.
+ones with a long member); the CPU each process spent per trained sample and the seconds per
+step it waited for a core (what other work on the machine took); reward against wall clock.
+Per setting the medians over repeats. About 30 s per run and 29 runs with the defaults.
 
-    python benchmarks/long_tail.py [--quick] [--repeats 3] [--seconds 24] [--settings ...]
-        [--out PATH] [--update-readme]
+    python benchmarks/long_tail.py [--quick] [--repeats 3] [--seconds 12] [--settings ...]
+        [--keep-versions 2] [--out PATH] [--update-readme]
     python benchmarks/long_tail.py --render PATH [--update-readme]   # tables and plot only
 
 Writes the results JSON, a plot next to it and a Markdown block; `--update-readme` puts that
@@ -122,7 +125,14 @@ SETTINGS = (
 BY_KEY = {s.key: s for s in SETTINGS}
 
 
-def job_for(setting: Setting, placement: str, repeat: int, *, max_steps: int) -> dict[str, Any]:
+def job_for(
+    setting: Setting,
+    placement: str,
+    repeat: int,
+    *,
+    max_steps: int,
+    keep_versions: int = KEEP_VERSIONS,
+) -> dict[str, Any]:
     """The benchmark job of `setting` in `placement` (`separate`, `inline` or `unpinned`)."""
     name = f"lt-{setting.key.replace('+', '-')}-{placement}-{repeat}"
     partial = setting.mode == "partial_async"
@@ -134,7 +144,7 @@ def job_for(setting: Setting, placement: str, repeat: int, *, max_steps: int) ->
         },
         "proxy": {"partialRollout": partial},
         "staleness": {
-            "keepVersions": KEEP_VERSIONS,
+            "keepVersions": keep_versions,
             "admission": bool(setting.admission),
             "maxPartialRolloutPreempts": setting.preempts if partial else None,
         },
@@ -298,7 +308,9 @@ def stated_mean_length() -> float:
 def run_setting(
     setting: Setting, placement: str, repeat: int, tmp: Path, args: argparse.Namespace
 ) -> dict[str, Any] | None:
-    spec = job_for(setting, placement, repeat, max_steps=args.max_steps)
+    spec = job_for(
+        setting, placement, repeat, max_steps=args.max_steps, keep_versions=args.keep_versions
+    )
     name = spec["metadata"]["name"]
     watch = RunWatch(tmp / name, budget_s=args.seconds, max_steps=args.max_steps)
     load_before = load_average()
@@ -343,12 +355,18 @@ def run_setting(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke test: 1 repeat, 12 s runs")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 1 repeat, 6 s runs")
     parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3; quick 1)")
     parser.add_argument(
-        "--seconds", type=float, default=None, help="step wall time per run (default 24; quick 12)"
+        "--seconds", type=float, default=None, help="step wall time per run (default 12; quick 6)"
     )
     parser.add_argument("--max-steps", type=int, default=200, help="step cap per run")
+    parser.add_argument(
+        "--keep-versions",
+        type=int,
+        default=KEEP_VERSIONS,
+        help=f"staleness.keepVersions of the async settings (default {KEEP_VERSIONS})",
+    )
     parser.add_argument(
         "--settings", default=",".join(s.key for s in SETTINGS), help="comma-separated keys"
     )
@@ -369,7 +387,7 @@ def main() -> int:
         return publish(results, args.render, update=args.update_readme)
 
     args.repeats = args.repeats or (1 if args.quick else 3)
-    args.seconds = args.seconds or (12.0 if args.quick else 24.0)
+    args.seconds = args.seconds or (6.0 if args.quick else 12.0)
     default_placements = "separate" if args.quick else ",".join(SYNC_PLACEMENTS)
     placements_arg = args.sync_placements or default_placements
     placements = [p for p in placements_arg.split(",") if p]
@@ -425,7 +443,7 @@ def main() -> int:
         "quick": args.quick,
         "repeats": args.repeats,
         "seconds_per_run": args.seconds,
-        "keep_versions": KEEP_VERSIONS,
+        "keep_versions": args.keep_versions,
         "concurrency": CONCURRENCY,
         "target_speedup": TARGET_SPEEDUP,
         "stated_mean_response_tokens": round(stated_mean_length(), 2),

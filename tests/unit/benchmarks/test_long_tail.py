@@ -138,6 +138,8 @@ def _results(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "best_sync_placement": "separate",
         "sync_search": {"separate": {"samples_per_s": 20.0}, "inline": {"samples_per_s": 18.0}},
         "target_speedup": 2.5,
+        "keep_versions": 2,
+        "concurrency": 32,
         "stated_mean_response_tokens": 16.24,
         "summary": summary,
     }
