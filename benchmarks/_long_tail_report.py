@@ -69,7 +69,29 @@ def render_markdown(results: dict[str, Any], plot: Path | str) -> str:
             f"| {entry['staleness_failures']} | {_f(entry['trained_mean_response_tokens'], 1)} "
             f"| {_f(entry['reward_late'], 3)} |"
         )
-    lines += ["", verdict(results), "", f"![long-tail benchmark]({plot})", "", END, ""]
+    lines += [
+        "",
+        "Where the time and the work went (medians over repeats; core 0 is the engine, the "
+        "proxy and the rollout process, core 1 the trainer):",
+        "",
+        "| setting | engine tokens per trained token | prefill tokens per trained sample "
+        "| core-0 CPU ms per trained sample | trainer CPU ms per trained sample "
+        "| engine's threads waited for a core, s per step | trainer's threads waited |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for entry in summary.values():
+        core0 = [entry.get(f"cpu_ms_per_sample_{role}") for role in ("engine", "proxy", "rollout")]
+        lines.append(
+            f"| {entry['label']} | {_f(entry.get('engine_tokens_per_trained_token'))} "
+            f"| {_f(entry.get('prefill_tokens_per_trained_sample'), 1)} "
+            f"| {_f(sum(c for c in core0 if c is not None) if any(core0) else None, 1)} "
+            f"| {_f(entry.get('cpu_ms_per_sample_trainer'), 1)} "
+            f"| {_f(entry.get('wait_s_per_step_engine'))} "
+            f"| {_f(entry.get('wait_s_per_step_trainer'))} |"
+        )
+    lines += ["", verdict(results)]
+    lines += learning_lines(results)
+    lines += ["", f"![long-tail benchmark]({plot})", "", END, ""]
     return "\n".join(lines)
 
 
@@ -82,13 +104,62 @@ def verdict(results: dict[str, Any]) -> str:
     _, best = max(candidates, key=lambda kv: kv[1]["over_best_sync"])
     within = best["max_version_span"] is None or best["max_version_span"] <= best["version_limit"]
     met = best["over_best_sync"] >= results["target_speedup"] and within
+    waited = best.get("wait_s_per_step_engine")
     return (
         f"Fastest async setting: {best['label']}, {_f(best['over_best_sync'], 2)}x the best sync "
         f"setup (target {results['target_speedup']}x), max version span "
         f"{best['max_version_span']} (limit {best['version_limit']}): target "
-        f"{'met' if met else 'not met'} on the median of {best['repeats']} repeat(s). Stated "
-        f"mean response length {results['stated_mean_response_tokens']} tokens."
+        f"{'met' if met else 'not met'} on the median of {best['repeats']} repeat(s)"
+        + (
+            f"; its engine's threads waited {_f(waited)} s per step in all for a core "
+            f"(steps of {_f(best['median_step_s'])} s)."
+            if waited is not None
+            else "."
+        )
+        + f" Stated mean response length {results['stated_mean_response_tokens']} tokens."
     )
+
+
+LEARNING_WINDOW_S = 30.0
+
+
+def learning_lines(results: dict[str, Any]) -> list[str]:
+    """The longer runs' reward against wall clock, in `LEARNING_WINDOW_S` windows."""
+    learning: dict[str, dict[str, Any]] = results.get("learning") or {}
+    if not learning:
+        return []
+    windows = max(
+        int(run["reward_curve"][-1][0] // LEARNING_WINDOW_S) + 1 for run in learning.values()
+    )
+    heads = [
+        f"{int(i * LEARNING_WINDOW_S)}-{int((i + 1) * LEARNING_WINDOW_S)} s" for i in range(windows)
+    ]
+    lines = [
+        "",
+        f"Reward against wall clock, one longer run each ({results['learning_seconds']:.0f} s "
+        "of steps): mean batch reward of the steps that ended in each window since training "
+        "began, steps in brackets.",
+        "",
+        "| setting | steps | " + " | ".join(heads) + " | logprob diff | trained mean length |",
+        "| --- | ---: | " + " | ".join("---:" for _ in heads) + " | ---: | ---: |",
+    ]
+    for key, run in learning.items():
+        cells = []
+        for i in range(windows):
+            rewards = [
+                r
+                for t, r in run["reward_curve"]
+                if i * LEARNING_WINDOW_S <= t < (i + 1) * LEARNING_WINDOW_S
+            ]
+            cells.append(f"{sum(rewards) / len(rewards):.3f} ({len(rewards)})" if rewards else "-")
+        label = results["summary"].get(key, {}).get("label", key)
+        lines.append(
+            f"| {label} | {run['steps']} | "
+            + " | ".join(cells)
+            + f" | {_f(run['logprob_abs_diff'], 4)} "
+            + f"| {_f(run['trained_mean_response_tokens'], 1)} |"
+        )
+    return lines
 
 
 def _results_path(results: dict[str, Any]) -> str:
@@ -131,14 +202,32 @@ def plot_results(results: dict[str, Any], path: Path) -> None:
     axes[1].set_xlabel("engine fraction")
     axes[1].invert_yaxis()
     axes[1].legend(loc="lower right", fontsize=8)
-    for key in keys:
+    learning: dict[str, dict[str, Any]] = results.get("learning") or {}
+    for key in learning or keys:
+        if learning:  # one longer run: every step, and a trailing mean over 5 steps
+            curve = learning[key]["reward_curve"]
+            xs = [t for t, _ in curve]
+            ys = [r for _, r in curve]
+            smooth = [
+                sum(ys[max(0, i - 4) : i + 1]) / len(ys[max(0, i - 4) : i + 1])
+                for i in range(len(ys))
+            ]
+            line = axes[2].plot(
+                xs, smooth, "--" if key == "sync" else "-", label=summary[key]["label"]
+            )
+            axes[2].plot(xs, ys, ".", color=line[0].get_color(), alpha=0.4)
+            continue
         points = reward_bins(results["runs"][key])
         if points:
             xs, ys = zip(*points, strict=True)
             style = "--" if key == "sync" else "-"
             axes[2].plot(xs, ys, style, marker=".", label=summary[key]["label"])
     axes[2].set_xlabel("wall clock since training began (s)")
-    axes[2].set_ylabel(f"batch reward (mean over repeats, {BIN_S:.0f} s bins)")
+    axes[2].set_ylabel(
+        "batch reward (dots) and its 5-step trailing mean"
+        if learning
+        else f"batch reward (mean over repeats, {BIN_S:.0f} s bins)"
+    )
     axes[2].legend(fontsize=7)
     fig.suptitle("long-tail job: heavy-tailed response lengths, paced engine")
     fig.tight_layout()

@@ -35,9 +35,12 @@ samples' mean response length against the distribution's (groups dropped for sta
 ones with a long member); the CPU each process spent per trained sample and the seconds per
 step it waited for a core (what other work on the machine took); reward against wall clock.
 Per setting the medians over repeats. About 30 s per run and 29 runs with the defaults.
+Twelve seconds of steps are too few for the reward to tell settings apart; `--learning-seconds
+S` then runs the best sync setup and the fastest async setting once more, S seconds each, for
+reward curves long enough to compare.
 
     python benchmarks/long_tail.py [--quick] [--repeats 3] [--seconds 12] [--settings ...]
-        [--keep-versions 2] [--out PATH] [--update-readme]
+        [--keep-versions 2] [--learning-seconds S] [--out PATH] [--update-readme]
     python benchmarks/long_tail.py --render PATH [--update-readme]   # tables and plot only
 
 Writes the results JSON, a plot next to it and a Markdown block; `--update-readme` puts that
@@ -306,18 +309,24 @@ def stated_mean_length() -> float:
 
 
 def run_setting(
-    setting: Setting, placement: str, repeat: int, tmp: Path, args: argparse.Namespace
+    setting: Setting,
+    placement: str,
+    repeat: int,
+    tmp: Path,
+    args: argparse.Namespace,
+    *,
+    seconds: float | None = None,
 ) -> dict[str, Any] | None:
+    budget = args.seconds if seconds is None else seconds
+    max_steps = args.max_steps if seconds is None else 10_000
     spec = job_for(
-        setting, placement, repeat, max_steps=args.max_steps, keep_versions=args.keep_versions
+        setting, placement, repeat, max_steps=max_steps, keep_versions=args.keep_versions
     )
     name = spec["metadata"]["name"]
-    watch = RunWatch(tmp / name, budget_s=args.seconds, max_steps=args.max_steps)
+    watch = RunWatch(tmp / name, budget_s=budget, max_steps=max_steps)
     load_before = load_average()
     try:
-        result = run_job(
-            spec, tmp, steps=args.max_steps, timeout_s=args.seconds + 600, on_start=watch.start
-        )
+        result = run_job(spec, tmp, steps=max_steps, timeout_s=budget + 600, on_start=watch.start)
     finally:
         watch.close()
     finished = result.returncode == 0 or (watch.stopped and result.returncode == EXIT_INTERRUPTED)
@@ -376,6 +385,12 @@ def main() -> int:
         help=f"placements sync searches in round 0 (default {','.join(SYNC_PLACEMENTS)}; "
         "quick: separate)",
     )
+    parser.add_argument(
+        "--learning-seconds",
+        type=float,
+        default=0.0,
+        help="then run sync and the fastest async setting once each this long (reward curves)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="results JSON")
     parser.add_argument("--render", type=Path, default=None, help="only render this JSON")
     parser.add_argument(
@@ -427,9 +442,23 @@ def main() -> int:
                     best_sync = max(search, key=lambda p: search[p]["samples_per_s"] or 0.0)
                     runs[key].append(search[best_sync])
                     print(f"  sync: best placement {best_sync}")
+        summary = {key: summarize(rs) for key, rs in runs.items()}
+        learning: dict[str, dict[str, Any]] = {}
+        if args.learning_seconds > 0 and "sync" in summary and len(summary) > 1:
+            fastest = max(
+                (k for k in summary if k != "sync"),
+                key=lambda k: summary[k]["samples_per_s"] or 0.0,
+            )
+            print(f"learning: sync and {fastest}, {args.learning_seconds:.0f} s each")
+            for key, placement in (("sync", best_sync), (fastest, "separate")):
+                figures = run_setting(
+                    BY_KEY[key], placement, 99, Path(tmp), args, seconds=args.learning_seconds
+                )
+                if figures is None:
+                    return 1
+                learning[key] = figures
     elapsed = time.monotonic() - started
 
-    summary = {key: summarize(rs) for key, rs in runs.items()}
     sync_rate = summary.get("sync", {}).get("samples_per_s")
     for key, entry in summary.items():
         rate = entry["samples_per_s"]
@@ -457,6 +486,8 @@ def main() -> int:
         },
         "summary": summary,
         "runs": runs,
+        "learning_seconds": args.learning_seconds,
+        "learning": learning,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

@@ -173,3 +173,20 @@ def test_update_readme_replaces_only_the_generated_block(tmp_path: Path) -> None
     readme.write_text("no block")
     with pytest.raises(ValueError, match="no long-tail block"):
         report.update_readme(readme, "x")
+
+
+def test_the_longer_runs_report_reward_in_wall_clock_windows() -> None:
+    results = _results({"sync": _entry("sync", 20.0, 1.0, 1, 1)})
+    results["learning_seconds"] = 60
+    results["learning"] = {
+        "sync": {
+            "steps": 4,
+            "reward_curve": [(10.0, 0.2), (25.0, 0.4), (40.0, 0.5), (61.0, 0.9)],
+            "logprob_abs_diff": 0.0,
+            "trained_mean_response_tokens": 16.0,
+        }
+    }
+    lines = report.learning_lines(results)
+    assert "| setting | steps | 0-30 s | 30-60 s | 60-90 s | logprob diff |" in lines[3]
+    assert lines[-1] == "| sync | 4 | 0.300 (2) | 0.500 (1) | 0.900 (1) | 0.0000 | 16.0 |"
+    assert report.learning_lines(_results({})) == []
