@@ -221,9 +221,9 @@ class RunWatch:
     After each finished step (a new line in the run's `history.jsonl`) it reads the first
     embedded engine's cumulative step figures, and it stops the run with SIGINT (the run then
     stops its engine and proxy and writes its report, like Ctrl-C) once the steps after the
-    first (which includes warm-up) took `budget_s` seconds of wall time, or `max_steps` steps
-    were done. Pass `start` as `run_job(..., on_start=...)`; `stopped` tells whether the watch
-    ended the run."""
+    first `warmup_steps` took `budget_s` seconds of wall time, or `max_steps` steps were done.
+    Pass `start` as `run_job(..., on_start=...)`; `stopped` tells whether the watch ended the
+    run."""
 
     def __init__(
         self,
@@ -231,10 +231,12 @@ class RunWatch:
         *,
         budget_s: float | None = None,
         max_steps: int | None = None,
+        warmup_steps: int = 1,
         interval_s: float = 0.2,
     ) -> None:
         self.run_dir = run_dir
         self.budget_s = budget_s
+        self.warmup_steps = warmup_steps
         self.max_steps = max_steps
         self.interval_s = interval_s
         self.engine: list[EngineSample] = []
@@ -263,7 +265,7 @@ class RunWatch:
                 seen = len(lines)
                 self._read_engine(seen, process.pid)
                 records = [json.loads(x) for x in lines]
-                spent = sum(step_seconds(r) for r in records[1:])
+                spent = sum(step_seconds(r) for r in records[self.warmup_steps :])
                 over_budget = self.budget_s is not None and spent >= self.budget_s
                 if over_budget or (self.max_steps is not None and seen >= self.max_steps):
                     self.stopped = True

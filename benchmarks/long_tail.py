@@ -22,24 +22,25 @@ other, interleaved over `--repeats` rounds:
   `maxPartialRolloutPreempts: K`: generations interrupted by a publish resume from their
   partial output, and a trajectory may span at most K + 1 versions.
 
-Each run trains for `--seconds` of step wall time after its first step (then it is stopped as
-with Ctrl-C), so every setting gets the same wall clock and the reward curves compare at equal
-time. Figures per run,
-from its history (step 1, which includes warm-up, excluded from rates and times): trained
-samples per second of step wall time; the engine's busy fraction (share of its 128 decode slots
-that produced a token, the tail's idle time made visible) and active fraction (share of time it
-stepped at all), read from the engine's own counters; median and p99 step time; the trained
-samples' version-span distribution and share of multi-version samples;
-`train_rollout_logprob_abs_diff`; groups dropped and trajectories refused; the trained
-samples' mean response length against the distribution's (groups dropped for staleness are the
-ones with a long member); the CPU each process spent per trained sample and the seconds per
-step it waited for a core (what other work on the machine took); reward against wall clock.
-Per setting the medians over repeats. About 30 s per run and 29 runs with the defaults.
-Twelve seconds of steps are too few for the reward to tell settings apart; `--learning-seconds
-S` then runs the best sync setup and the fastest async setting once more, S seconds each, for
-reward curves long enough to compare.
+Each run trains past its warm-up (step 1 for sync, which includes the first forward passes;
+steps 1-3 for async, whose first steps train groups generated before the first publish and
+drop their leftovers when the staleness window first moves) for `--seconds` of step wall time,
+then it is stopped as with Ctrl-C, so every setting gets the same wall clock. Figures per run,
+over its steps after the warm-up: trained samples per second of step wall time; the engine's
+busy fraction (share of its 128 decode slots that produced a token, the tail's idle time made
+visible) and active fraction (share of time it stepped at all), read from the engine's own
+counters; median and p99 step time; the trained samples' version-span distribution and share
+of multi-version samples; `train_rollout_logprob_abs_diff`; groups dropped and trajectories
+refused; the trained samples' mean response length against the distribution's (the groups
+dropped for staleness are the ones with a long member); the engine tokens generated and the
+CPU each process spent per trained sample, and the seconds per step its threads waited for a
+core (what other work on the machine took); reward against wall clock. Per setting the
+medians over repeats (drops and refusals per run, spans summed). About 30 s per run and 29
+runs with the defaults. Ten seconds of steps are too few for the reward to tell settings
+apart: `--learning-seconds S` then runs the best sync setup and the fastest async setting
+once more, S seconds each, for reward curves long enough to compare.
 
-    python benchmarks/long_tail.py [--quick] [--repeats 3] [--seconds 12] [--settings ...]
+    python benchmarks/long_tail.py [--quick] [--repeats 3] [--seconds 10] [--settings ...]
         [--keep-versions 2] [--learning-seconds S] [--out PATH] [--update-readme]
     python benchmarks/long_tail.py --render PATH [--update-readme]   # tables and plot only
 
@@ -87,6 +88,7 @@ README = ROOT / "README.md"
 TARGET_SPEEDUP = 2.5
 KEEP_VERSIONS = 2
 CONCURRENCY = 32
+ASYNC_WARMUP_STEPS = 3
 SYNC_PLACEMENTS = ("separate", "inline", "unpinned")
 LOGPROB_DIFF = "train_rollout_logprob_abs_diff"
 EXIT_INTERRUPTED = 130
@@ -102,6 +104,13 @@ class Setting:
     mode: str
     admission: bool | None = None
     preempts: int | None = None
+
+    @property
+    def warmup_steps(self) -> int:
+        """Steps left out of rates and times: the first for sync (it includes warm-up); the
+        first three for async, whose first steps train groups generated before the first
+        publish and drop their leftovers when the staleness window first moves."""
+        return 1 if self.mode == "sync" else ASYNC_WARMUP_STEPS
 
     @property
     def version_limit(self) -> int:
@@ -181,25 +190,25 @@ def reward_curve(history: list[dict[str, Any]]) -> list[tuple[float, float]]:
     return curve
 
 
-def run_figures(history: list[dict[str, Any]], engine: dict[str, float | None]) -> dict[str, Any]:
-    """One run's figures from its history (rates and times over steps 2..) and its engine's
-    utilisation over the same window."""
-    steady = history[1:]
+def run_figures(
+    history: list[dict[str, Any]], engine: dict[str, float | None], *, warmup: int = 1
+) -> dict[str, Any]:
+    """One run's figures over its steps after the first `warmup` (the steady state), with its
+    engine's utilisation over the same window; the reward curve covers every step."""
+    steady = history[warmup:]
     times = [step_seconds(h) for h in steady]
     samples = sum(float(h.get("samples", 0.0)) for h in steady)
     seconds = sum(times)
-    spans = span_histogram(history)
+    spans = span_histogram(steady)
     counted = sum(spans.values())
-    trained_tokens = sum(float(h.get("trained_tokens", 0.0)) for h in history)
-    trained_samples = sum(float(h.get("samples", 0.0)) for h in history)
+    steady_tokens = sum(float(h.get("trained_tokens", 0.0)) for h in steady)
     drops: dict[str, int] = {}
-    for h in history:
+    for h in steady:
         for reason, count in h.get("dropped_groups", {}).items():
             drops[reason] = drops.get(reason, 0) + int(count)
-    diffs = [float(h[LOGPROB_DIFF]) for h in history if LOGPROB_DIFF in h]
+    diffs = [float(h[LOGPROB_DIFF]) for h in steady if LOGPROB_DIFF in h]
     curve = reward_curve(history)
     late = [r for t, r in curve if t >= curve[-1][0] / 2] if curve else []
-    steady_tokens = sum(float(h.get("trained_tokens", 0.0)) for h in steady)
     engine_tokens = engine.get("engine_tokens")
     prefill = engine.get("engine_prefill_tokens")
     # CPU per trained sample by process, and the seconds per step each process waited for a
@@ -241,12 +250,10 @@ def run_figures(history: list[dict[str, Any]], engine: dict[str, float | None]) 
         "logprob_abs_diff": sum(diffs) / len(diffs) if diffs else None,
         "dropped_groups": drops,
         "dropped_total": sum(drops.values()),
-        "staleness_failures": sum(int(h.get("staleness_failures", 0)) for h in history),
-        "failed_groups": sum(int(h.get("failed_groups", 0)) for h in history),
-        "admissions_held": sum(int(h.get("admissions_held", 0)) for h in history),
-        "trained_mean_response_tokens": (
-            trained_tokens / trained_samples if trained_samples else None
-        ),
+        "staleness_failures": sum(int(h.get("staleness_failures", 0)) for h in steady),
+        "failed_groups": sum(int(h.get("failed_groups", 0)) for h in steady),
+        "admissions_held": sum(int(h.get("admissions_held", 0)) for h in steady),
+        "trained_mean_response_tokens": steady_tokens / samples if samples else None,
         "reward_curve": curve,
         "reward_late": sum(late) / len(late) if late else None,
     }
@@ -323,18 +330,21 @@ def run_setting(
         setting, placement, repeat, max_steps=max_steps, keep_versions=args.keep_versions
     )
     name = spec["metadata"]["name"]
-    watch = RunWatch(tmp / name, budget_s=budget, max_steps=max_steps)
+    warmup = setting.warmup_steps
+    watch = RunWatch(tmp / name, budget_s=budget, max_steps=max_steps, warmup_steps=warmup)
     load_before = load_average()
     try:
         result = run_job(spec, tmp, steps=max_steps, timeout_s=budget + 600, on_start=watch.start)
     finally:
         watch.close()
     finished = result.returncode == 0 or (watch.stopped and result.returncode == EXIT_INTERRUPTED)
-    if not finished or len(result.history) < 2:
+    if not finished or len(result.history) <= warmup:
         print(f"{setting.key} ({placement}) run {repeat} failed (exit {result.returncode}):")
         print(result.output_tail)
         return None
-    figures = run_figures(result.history, engine_utilisation(watch.engine))
+    figures = run_figures(
+        result.history, engine_utilisation(watch.engine, after_step=warmup), warmup=warmup
+    )
     figures.update(
         placement=placement,
         wall_seconds=round(result.wall_seconds, 1),
@@ -364,10 +374,10 @@ def run_setting(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke test: 1 repeat, 6 s runs")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 1 repeat, 5 s runs")
     parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3; quick 1)")
     parser.add_argument(
-        "--seconds", type=float, default=None, help="step wall time per run (default 12; quick 6)"
+        "--seconds", type=float, default=None, help="step wall time per run (default 10; quick 5)"
     )
     parser.add_argument("--max-steps", type=int, default=200, help="step cap per run")
     parser.add_argument(
@@ -402,7 +412,7 @@ def main() -> int:
         return publish(results, args.render, update=args.update_readme)
 
     args.repeats = args.repeats or (1 if args.quick else 3)
-    args.seconds = args.seconds or (6.0 if args.quick else 12.0)
+    args.seconds = args.seconds or (5.0 if args.quick else 10.0)
     default_placements = "separate" if args.quick else ",".join(SYNC_PLACEMENTS)
     placements_arg = args.sync_placements or default_placements
     placements = [p for p in placements_arg.split(",") if p]

@@ -38,27 +38,31 @@ def _step(
     return record
 
 
-def test_run_figures_leave_out_step_one_from_rates_and_times_but_count_everything_else() -> None:
+def test_run_figures_cover_the_steps_after_the_warm_up_and_the_reward_curve_every_step() -> None:
     history = [
         _step(1, 10.0, spans={1: 8}),
         _step(2, 2.0, spans={1: 6, 2: 2}, reward=0.25),
         _step(3, 4.0, spans={1: 5, 3: 3}, reward=0.75),
     ]
     engine = {"engine_tokens": 320.0, "engine_prefill_tokens": 64.0, "cpu_s_engine": 0.16}
-    figures = long_tail.run_figures(history, engine)
+    figures = long_tail.run_figures(history, engine, warmup=1)
     assert figures["samples_per_s"] == pytest.approx(16 / 6.0)
     assert figures["median_step_s"] == pytest.approx(3.0)
-    assert figures["version_spans"] == {"1": 19, "2": 2, "3": 3}
-    assert figures["multi_version_share"] == pytest.approx(5 / 24)
+    assert figures["version_spans"] == {"1": 11, "2": 2, "3": 3}
+    assert figures["multi_version_share"] == pytest.approx(5 / 16)
     assert figures["max_version_span"] == 3
     assert figures["dropped_total"] == 1
-    assert figures["staleness_failures"] == 3
+    assert figures["staleness_failures"] == 2
+    assert figures["logprob_abs_diff"] == pytest.approx(0.025)
     assert figures["trained_mean_response_tokens"] == pytest.approx(10.0)
     assert figures["engine_tokens_per_trained_token"] == pytest.approx(320 / 160)
     assert figures["prefill_tokens_per_trained_sample"] == pytest.approx(64 / 16)
     assert figures["cpu_ms_per_sample_engine"] == pytest.approx(10.0)
     assert figures["reward_curve"] == [(10.0, 0.5), (12.0, 0.25), (16.0, 0.75)]
     assert figures["reward_late"] == pytest.approx(0.5)  # steps ending at >= 8 s: all three
+    later = long_tail.run_figures(history, engine, warmup=2)
+    assert later["samples_per_s"] == pytest.approx(8 / 4.0)
+    assert later["dropped_total"] == 0
 
 
 def test_engine_utilisation_is_the_share_of_decode_slots_and_of_time_used() -> None:
@@ -85,6 +89,8 @@ def test_percentile_interpolates_between_ranks() -> None:
 
 
 def test_each_setting_gets_the_jobs_mode_staleness_and_placement() -> None:
+    assert long_tail.BY_KEY["sync"].warmup_steps == 1
+    assert long_tail.BY_KEY["partial1+adm"].warmup_steps == 3
     job = long_tail.job_for(long_tail.BY_KEY["partial1+adm"], "separate", 0, max_steps=50)
     spec = job["spec"]
     assert spec["rollout"]["mode"] == "partial_async"
