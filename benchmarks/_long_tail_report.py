@@ -31,8 +31,11 @@ def _spans(entry: dict[str, Any]) -> str:
     return " / ".join(f"{share:.1f}" for share in shares)
 
 
-def render_markdown(results: dict[str, Any], plot: Path | str) -> str:
-    """The README block: how it was measured, the table, the verdict and the plot."""
+def render_markdown(
+    results: dict[str, Any], plot: Path | str, *, compare: dict[str, Any] | None = None
+) -> str:
+    """The README block: how it was measured, the table, the verdict, the same settings at
+    another `keepVersions` when `compare` (another run's results) is given, and the plot."""
     summary: dict[str, dict[str, Any]] = results["summary"]
     loads = results["load_average"]
     lines = [BEGIN, ""]
@@ -90,6 +93,8 @@ def render_markdown(results: dict[str, Any], plot: Path | str) -> str:
             f"| {_f(entry.get('wait_s_per_step_trainer'))} |"
         )
     lines += ["", verdict(results)]
+    if compare is not None:
+        lines += compare_lines(results, compare)
     lines += learning_lines(results)
     lines += ["", f"![long-tail benchmark]({plot})", "", END, ""]
     return "\n".join(lines)
@@ -118,6 +123,43 @@ def verdict(results: dict[str, Any]) -> str:
         )
         + f" Stated mean response length {results['stated_mean_response_tokens']} tokens."
     )
+
+
+def compare_lines(results: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """The settings both runs measured, side by side: this run's `keepVersions` against the
+    other's (each against its own run's best sync)."""
+    keep, other_keep = results["keep_versions"], other["keep_versions"]
+    keys = [k for k in results["summary"] if k in other["summary"] and k != "sync"]
+    if not keys:
+        return []
+    lines = [
+        "",
+        f"The same settings at `keepVersions: {other_keep}` (`{results['compare_with']}`, "
+        f"{other['repeats']} round(s), load average {_f(other['load_average']['min'], 1)}-"
+        f"{_f(other['load_average']['max'], 1)}), against `keepVersions: {keep}` above:",
+        "",
+        "| setting | vs best sync | engine tokens per trained token | groups dropped per run "
+        "| refused | trained mean length | multi-version share | logprob diff |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+
+    def pair(key: str, figure: str, digits: int, suffix: str = "") -> str:
+        a, b = other["summary"][key].get(figure), results["summary"][key].get(figure)
+        return f"{_f(a, digits, suffix)} / {_f(b, digits, suffix)}"
+
+    for key in keys:
+        lines.append(
+            f"| {results['summary'][key]['label']} | {pair(key, 'over_best_sync', 2, 'x')} "
+            f"| {pair(key, 'engine_tokens_per_trained_token', 2)} "
+            f"| {pair(key, 'dropped_per_run', 0)} "
+            f"| {other['summary'][key]['staleness_failures']} / "
+            f"{results['summary'][key]['staleness_failures']} "
+            f"| {pair(key, 'trained_mean_response_tokens', 1)} "
+            f"| {pair(key, 'multi_version_share', 3)} | {pair(key, 'logprob_abs_diff', 4)} |"
+        )
+    lines.append("")
+    lines.append(f"(each cell: `keepVersions: {other_keep}` / `keepVersions: {keep}`)")
+    return lines
 
 
 LEARNING_WINDOW_S = 30.0

@@ -16,8 +16,10 @@ other, interleaved over `--repeats` rounds:
   the whole batch at once (`concurrency` 32 >= 16 groups), and the engine's 128 decode slots
   hold all 128 samples, so no other knob makes a sync step shorter than its longest sample.
 - `async`, `async+adm`: `fully_async`, 32 groups in flight, batch-level control
-  `keepVersions: 2`, admission control off / on. A publish aborts in-flight generations and
-  they start again under the new weights.
+  `keepVersions: 3` (`--keep-versions`; as many versions as a partial trajectory may span, so
+  a group whose long member used them is not dropped for its short members), admission
+  control off / on. A publish aborts in-flight generations and they start again under the new
+  weights.
 - `partialK`, `partialK+adm` for K in 0, 1, 2: `partial_async` with
   `maxPartialRolloutPreempts: K`: generations interrupted by a publish resume from their
   partial output, and a trajectory may span at most K + 1 versions.
@@ -41,8 +43,8 @@ apart: `--learning-seconds S` then runs the best sync setup and the fastest asyn
 once more, S seconds each, for reward curves long enough to compare.
 
     python benchmarks/long_tail.py [--quick] [--repeats 3] [--seconds 10] [--settings ...]
-        [--keep-versions 2] [--learning-seconds S] [--out PATH] [--update-readme]
-    python benchmarks/long_tail.py --render PATH [--update-readme]   # tables and plot only
+        [--keep-versions 3] [--compare PATH] [--learning-seconds S] [--out PATH] [--update-readme]
+    python benchmarks/long_tail.py --render PATH [--compare PATH] [--update-readme]
 
 Writes the results JSON, a plot next to it and a Markdown block; `--update-readme` puts that
 block into the README's "Async speedup" section, so README and JSON quote the same figures.
@@ -86,7 +88,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "long_tail.json"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "long_tail_quick.json"
 README = ROOT / "README.md"
 TARGET_SPEEDUP = 2.5
-KEEP_VERSIONS = 2
+KEEP_VERSIONS = 3
 CONCURRENCY = 32
 ASYNC_WARMUP_STEPS = 3
 SYNC_PLACEMENTS = ("separate", "inline", "unpinned")
@@ -404,11 +406,20 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="results JSON")
     parser.add_argument("--render", type=Path, default=None, help="only render this JSON")
     parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        help="results JSON of another keepVersions to tabulate beside these (a path in the repo)",
+    )
+    parser.add_argument(
         "--update-readme", action="store_true", help="write the block into README.md"
     )
     args = parser.parse_args()
     if args.render is not None:
         results = json.loads(args.render.read_text())
+        if args.compare is not None:
+            results["compare_with"] = _repo_path(args.compare)
+            args.render.write_text(json.dumps(results, indent=2) + "\n")
         return publish(results, args.render, update=args.update_readme)
 
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -498,6 +509,7 @@ def main() -> int:
         "runs": runs,
         "learning_seconds": args.learning_seconds,
         "learning": learning,
+        "compare_with": _repo_path(args.compare) if args.compare is not None else None,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
@@ -510,13 +522,22 @@ def publish(results: dict[str, Any], path: Path, *, update: bool) -> int:
     block into the README when asked."""
     plot = path.with_suffix(".png")
     plot_results(results, plot)
-    block = render_markdown(results, plot.relative_to(ROOT) if plot.is_relative_to(ROOT) else plot)
+    other = None
+    if results.get("compare_with"):
+        other = json.loads((ROOT / results["compare_with"]).read_text())
+    block = render_markdown(results, _repo_path(plot), compare=other)
     path.with_suffix(".md").write_text(block)
     print(block)
     if update:
         update_readme(README, block)
         print(f"updated {README}")
     return 0
+
+
+def _repo_path(path: Path) -> str:
+    """`path` relative to the repository when it is inside it (what the README may cite)."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
 
 
 if __name__ == "__main__":

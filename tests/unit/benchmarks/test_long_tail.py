@@ -95,7 +95,7 @@ def test_each_setting_gets_the_jobs_mode_staleness_and_placement() -> None:
     spec = job["spec"]
     assert spec["rollout"]["mode"] == "partial_async"
     assert spec["staleness"] == {
-        "keepVersions": 2,
+        "keepVersions": 3,
         "maxPartialRolloutPreempts": 1,
         "admission": True,
     }
@@ -196,3 +196,17 @@ def test_the_longer_runs_report_reward_in_wall_clock_windows() -> None:
     assert "| setting | steps | 0-30 s | 30-60 s | 60-90 s | logprob diff |" in lines[3]
     assert lines[-1] == "| sync | 4 | 0.300 (2) | 0.500 (1) | 0.900 (1) | 0.0000 | 16.0 |"
     assert report.learning_lines(_results({})) == []
+
+
+def test_another_keep_versions_run_is_tabulated_setting_by_setting() -> None:
+    ours = _results(
+        {"sync": _entry("sync", 20.0, 1.0, 1, 1), "p": _entry("partial", 50.0, 2.5, 3, 3)}
+    )
+    ours["keep_versions"] = 3
+    ours["compare_with"] = "benchmarks/results/long_tail_keep2.json"
+    other = _results({"p": _entry("partial", 30.0, 1.5, 2, 3), "q": _entry("q", 1, 1, 1, 1)})
+    lines = report.compare_lines(ours, other)
+    assert "`keepVersions: 2` (`benchmarks/results/long_tail_keep2.json`" in lines[1]
+    assert lines[5].startswith("| partial | 1.50x / 2.50x | ")
+    assert len([x for x in lines if x.startswith("| ") and "---" not in x]) == 2  # head, p
+    assert report.compare_lines(ours, _results({})) == []
