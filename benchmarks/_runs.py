@@ -1,6 +1,6 @@
-"""Shared helpers of the run-level benchmarks: derive a job from an example manifest (by
-default `examples/local-tiny.yaml`), run it with `dressage run` in a child process, and read
-back its per-step history.
+"""Shared helpers of the benchmarks: derive a job from an example manifest (by default
+`examples/local-tiny.yaml`), run it with `dressage run` in a child process, read back its
+per-step history, and write a benchmark's result file (`write_result`).
 
 Each run is a real local run (embedded CPU engine, proxy, in-process GRPO trainer); runs are
 started one after the other so they never share the CPU with each other.
@@ -17,14 +17,16 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dressage.engine.sglang_support import SERVER_INFO_ROUTES
 from dressage.testing import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +154,7 @@ ENGINE_READY = "engine ready on "
 
 @dataclass
 class EngineSample:
-    """The embedded engine's cumulative step figures (`/get_server_info` `scheduler_stats`)
+    """The embedded engine's cumulative step figures (the server info's `scheduler_stats`)
     read right after a step finished, with the CPU seconds each process of the run had used."""
 
     steps_finished: int
@@ -244,6 +246,9 @@ class RunWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._engine_url: str | None = None
+        # The server-info route of the release the engine plays, the first that answers
+        # (0.5.2 has only `/get_server_info`, a deprecated alias logging per call in 0.5.23).
+        self._info_routes: tuple[str, ...] = SERVER_INFO_ROUTES
 
     def start(self, process: subprocess.Popen[bytes]) -> None:
         self._thread = threading.Thread(target=self._poll, args=(process,), daemon=True)
@@ -277,11 +282,21 @@ class RunWatch:
         url = self._engine_url or self._find_engine_url()
         if url is None:
             return
-        try:
-            with urllib.request.urlopen(url + "/get_server_info", timeout=5) as answer:
-                info = json.loads(answer.read())
-        except (OSError, ValueError):
-            return  # the engine is gone or busy: this step goes without a reading
+        info = None
+        for route in self._info_routes:
+            try:
+                with urllib.request.urlopen(url + route, timeout=5) as answer:
+                    info = json.loads(answer.read())
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404 and len(self._info_routes) > 1:
+                    continue  # not this release's route: try the other one
+                return
+            except (OSError, ValueError):
+                return  # the engine is gone or busy: this step goes without a reading
+            self._info_routes = (route,)
+            break
+        if not isinstance(info, dict):
+            return
         stats = info.get("scheduler_stats")
         if isinstance(stats, dict):
             self.engine.append(
@@ -343,3 +358,15 @@ def engine_utilisation(
         "engine_prefill_tokens": delta("prefill_tokens"),
         "engine_window_s": wall,
     }
+
+
+def write_result(path: Path, result: Mapping[str, Any], *, announce: bool = True) -> Path:
+    """Write a benchmark's result file: `result` as indented JSON (its folder created), and
+    print where it went (`announce=False` for the partial results a long benchmark writes
+    after each run)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    if announce:
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        print(f"wrote {shown}", flush=True)
+    return path

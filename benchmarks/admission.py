@@ -14,7 +14,6 @@ side by side and writes `benchmarks/results/admission.json`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, base_job, fmt, median, merged, run_job, step_seconds
+from _runs import ROOT, base_job, fmt, median, merged, run_job, step_seconds, write_result
 
 SETTINGS = (("off", False), ("on", True))
 
@@ -113,23 +112,18 @@ def main() -> int:
             f"{fmt(s['samples_per_s'], 1):>10} {fmt(s['admissions_held'], 0):>6}"
         )
     print(f"throughput on/off: {fmt(ratio, 2)}x")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "admission",
-                "job": "examples/local-tiny.yaml",
-                "steps": args.steps,
-                "repeats": args.repeats,
-                "summary": summary,
-                "throughput_on_over_off": ratio,
-                "runs": runs,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_result(
+        args.out,
+        {
+            "benchmark": "admission",
+            "job": "examples/local-tiny.yaml",
+            "steps": args.steps,
+            "repeats": args.repeats,
+            "summary": summary,
+            "throughput_on_over_off": ratio,
+            "runs": runs,
+        },
     )
-    print(f"wrote {args.out}")
     return 0
 
 

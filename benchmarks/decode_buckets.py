@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _runs import ROOT, load_average
 
-from dressage.engine import model as engine_model
 from dressage.engine.model import Decoder, KVCache, ModelShape, load_weights
+from dressage.engine.model import decoder as engine_decoder
 from dressage.model import BUILTIN_TINY, default_cache_dir, resolve_model_source
 from dressage.tasks.long_tail import LongTailTask
 
@@ -77,7 +77,7 @@ def main() -> int:
     weights = load_weights(model_dir, shape, "cpu")
     task = LongTailTask()
     rng = random.Random(0)
-    bucketed = engine_model.length_buckets
+    bucketed = engine_decoder.length_buckets
     rows: list[dict[str, Any]] = []
     load = load_average()
     for batch in (int(b) for b in args.batches.split(",")):
@@ -86,11 +86,11 @@ def main() -> int:
             positions = snapshot(rng, task, batch)
             decoder = Decoder(shape, max(positions) + steps + 2)
             for name, split in (("buckets", bucketed), ("padded", _one_bucket)):
-                engine_model.length_buckets = split  # the decoder looks it up per step
+                engine_decoder.length_buckets = split  # the decoder looks it up per step
                 try:
                     figures[name].append(step_ms(decoder, weights, positions, steps))
                 finally:
-                    engine_model.length_buckets = bucketed
+                    engine_decoder.length_buckets = bucketed
         row = {
             "batch": batch,
             "buckets_ms_per_step": round(statistics.median(figures["buckets"]), 3),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as `python benchmarks/engine_throughput.py`
     sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _runs import write_result  # noqa: E402
 
 from dressage.engine import EngineClient, GenerateRequest, SamplingParams  # noqa: E402
 from dressage.engine.testing import start_engine  # noqa: E402
@@ -97,7 +100,6 @@ def main() -> int:
         )
         print(f"{concurrency:>10}  {batched:>14.1f}  {single:>20.1f}  {ratio:>5.2f}x")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "benchmark": "engine_throughput",
         "model": args.model,
@@ -106,8 +108,7 @@ def main() -> int:
         "threads": args.threads,
         "rows": rows,
     }
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(args.out, result)
     return 0
 
 

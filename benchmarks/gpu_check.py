@@ -46,6 +46,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as `python benchmarks/gpu_check.py`
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _llama import parameter_count, random_llama, synthetic_batch  # noqa: E402
+from _runs import write_result  # noqa: E402
 
 PARTS = ("trainer", "engine", "run", "fsdp")
 
@@ -145,35 +149,6 @@ def synchronize(device: str) -> None:
 
 
 # --- training data
-
-
-def synthetic_batch(groups: int, group_size: int, length: int, vocab: int, seed: int = 0) -> Any:
-    """A `TrainBatch` of random token sequences with alternating rewards (so every group has
-    non-zero advantages) and rollout logprobs of a uniform policy."""
-    from dressage.data.groups import Group, TrainBatch
-    from dressage.data.samples import Sample
-
-    rng = random.Random(seed)
-    uniform = -math.log(vocab)
-    out = []
-    for g in range(groups):
-        prompt = [rng.randrange(8, vocab) for _ in range(max(1, length // 4))]
-        members = []
-        for i in range(group_size):
-            response = [rng.randrange(8, vocab) for _ in range(length - len(prompt))]
-            members.append(
-                Sample.build(
-                    prompt_tokens=prompt,
-                    response_tokens=response,
-                    response_versions=["0"] * len(response),
-                    rollout_log_probs=[uniform] * len(response),
-                    reward=float(i % 2),
-                    group_id=f"g{g}",
-                    parent_traj_id=f"g{g}-{i}",
-                )
-            )
-        out.append(Group(f"g{g}", tuple(members)))
-    return TrainBatch(groups=tuple(out))
 
 
 def _train(
@@ -293,7 +268,9 @@ def check_engine(opts: CheckOptions) -> PartResult:
             timeout=120.0,
         )
         after = asyncio.run(_generate_all(engine.url, prompts[:1], 2))
-        info = httpx.get(f"{engine.url}/get_server_info", timeout=30.0).json()
+        # The engine plays the newest tested SGLang release, whose server info is /server_info
+        # (/get_server_info is a deprecated alias there, logging a warning per call).
+        info = httpx.get(f"{engine.url}/server_info", timeout=30.0).json()
     tokens = sum(int(o["meta_info"]["completion_tokens"]) for o in outputs)
     result.step_seconds = seconds / max_new
     result.tokens_per_second = tokens / seconds
@@ -401,7 +378,6 @@ def check_fsdp(opts: CheckOptions) -> PartResult:
     import torch
     import torch.distributed as dist
     from torch._C._distributed_c10d import HashStore
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from dressage.trainer.grpo import GRPOTrainer, TrainerConfig
 
@@ -423,11 +399,8 @@ def check_fsdp(opts: CheckOptions) -> PartResult:
         )
     try:
         reset_peak(opts.device)
-        torch.manual_seed(0)
-        with device:
-            model = LlamaForCausalLM(LlamaConfig(**shape))
-        model.train()
-        params = sum(p.numel() for p in model.parameters())
+        model = random_llama(shape, device=device)
+        params = parameter_count(model)
         config = TrainerConfig(
             learning_rate=1e-5, precision="bf16", max_tokens_per_micro_batch=8192
         )
@@ -526,13 +499,17 @@ def main(argv: list[str] | None = None) -> int:
         opts = CheckOptions(device=args.device, small=args.small, workdir=workdir)
         results = run_checks(parts, opts, lambda line: print(line, flush=True))
     line = verdict(results, args.device)
-    print(line, flush=True)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps({"device": args.device, "small": args.small, "verdict": line,
-                        "parts": [asdict(r) for r in results]}, indent=2) + "\n"
-        )  # fmt: skip
+        write_result(
+            args.json,
+            {
+                "device": args.device,
+                "small": args.small,
+                "verdict": line,
+                "parts": [asdict(r) for r in results],
+            },
+        )
+    print(line, flush=True)  # the verdict is the last line
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -35,8 +35,9 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
+sys.path[:0] = [str(ROOT), str(ROOT / "operator"), str(ROOT / "benchmarks")]
 
+from _runs import write_result  # noqa: E402
 from dressage_operator.testing import EmulatedCluster, emulated_cluster  # noqa: E402
 
 from dressage.testing import free_port, stop_process  # noqa: E402
@@ -281,9 +282,7 @@ def main() -> int:
             f"{f['large_children_when_small_done']}/{f['large_job_children']} children by then "
             f"(all in {f['large_job_seconds_to_all_children']} s)"
         )
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps({"results": results, "fairness": fair}, indent=2) + "\n")
-    print(f"wrote {RESULT.relative_to(ROOT)}")
+    write_result(RESULT, {"results": results, "fairness": fair})
     converged = all(r["converged"] == r["jobs"] for r in results)
     return 0 if converged and all(f["small_job_seconds_to_all_children"] for f in fair) else 1
 

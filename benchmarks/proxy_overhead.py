@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import statistics
@@ -79,6 +78,9 @@ import aiohttp
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _runs import write_result
 
 from dressage.engine.testing import start_engine
 from dressage.proxy.testing import start_proxy
@@ -332,9 +334,7 @@ def main() -> int:
         "summary": summary,
         "runs": runs,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_result(args.output, result)
     return 0
 
 

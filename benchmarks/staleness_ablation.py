@@ -38,7 +38,6 @@ x 3 seeds) about an hour. `--quick` (10 steps, 3 seeds, threshold 0.55) takes ab
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -48,7 +47,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, base_job, fmt, load_average, mean, median, merged, run_job, step_seconds
+from _runs import (
+    ROOT,
+    base_job,
+    fmt,
+    load_average,
+    mean,
+    median,
+    merged,
+    run_job,
+    step_seconds,
+    write_result,
+)
 
 JOB = ROOT / "examples" / "local-household.yaml"
 
@@ -227,25 +237,22 @@ def rows_of(
 def write(
     args: argparse.Namespace, rows: list[dict[str, Any]], elapsed: float, *, complete: bool
 ) -> None:
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "staleness_ablation",
-                "job": str(JOB.relative_to(ROOT)),
-                "complete": complete,
-                "quick": args.quick,
-                "threshold": args.threshold,
-                "steps": args.steps,
-                "seeds": args.seeds,
-                "smoothing_steps": SMOOTHING,
-                "final_window": FINAL_WINDOW,
-                "wall_seconds": round(elapsed, 1),
-                "rows": rows,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_result(
+        args.out,
+        {
+            "benchmark": "staleness_ablation",
+            "job": str(JOB.relative_to(ROOT)),
+            "complete": complete,
+            "quick": args.quick,
+            "threshold": args.threshold,
+            "steps": args.steps,
+            "seeds": args.seeds,
+            "smoothing_steps": SMOOTHING,
+            "final_window": FINAL_WINDOW,
+            "wall_seconds": round(elapsed, 1),
+            "rows": rows,
+        },
+        announce=complete,
     )
 
 
@@ -355,7 +362,6 @@ def main() -> int:
     elapsed = time.monotonic() - started
     print(f"total wall time {elapsed:.0f} s")
 
-    print(f"wrote {args.out}")
     return 0
 
 

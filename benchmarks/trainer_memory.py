@@ -1,8 +1,8 @@
 """Trainer memory per rank: replicated data parallelism against FSDP2 sharding.
 
-Trains a random-initialised ~100M-parameter Llama (transformers `LlamaConfig`, built in
-memory, nothing downloaded) for a few GRPO steps on CPU and measures each rank's peak resident
-memory while training, for 1 and 2 ranks (gloo), in two designs:
+Trains a random-initialised ~100M-parameter Llama (transformers `LlamaConfig`, built in memory
+by `_llama.py`, nothing downloaded) for a few GRPO steps on CPU and measures each rank's peak
+resident memory while training, for 1 and 2 ranks (gloo), in two designs:
 
 - `replicated`: every rank holds the whole float32 model, its gradients and AdamW state, DDP
   all-reduces the gradients, and one forward over the rank's whole shard materialises the
@@ -33,6 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as `python benchmarks/trainer_memory.py`
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _llama import parameter_count, random_llama, synthetic_batch  # noqa: E402
+from _runs import write_result  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "trainer_memory.json"
 MODEL = {
@@ -54,34 +58,6 @@ def _status_kb(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _batch(samples: int, length: int, vocab: int):  # type: ignore[no-untyped-def]
-    import random
-
-    from dressage.data.groups import Group, TrainBatch
-    from dressage.data.samples import Sample
-
-    rng = random.Random(0)
-    groups, group_size = [], 4
-    for g in range(max(1, samples // group_size)):
-        prompt = [rng.randrange(8, vocab) for _ in range(length // 4)]
-        members = []
-        for i in range(group_size):
-            response = [rng.randrange(8, vocab) for _ in range(length - len(prompt))]
-            members.append(
-                Sample.build(
-                    prompt_tokens=prompt,
-                    response_tokens=response,
-                    response_versions=["v0"] * len(response),
-                    rollout_log_probs=[-9.0] * len(response),
-                    reward=float(i % 2),
-                    group_id=f"g{g}",
-                    parent_traj_id=f"g{g}-{i}",
-                )
-            )
-        groups.append(Group(f"g{g}", tuple(members)))
-    return TrainBatch(groups=tuple(groups))
 
 
 def _replicated_step(model, optimizer, batch, env) -> None:  # type: ignore[no-untyped-def]
@@ -112,7 +88,6 @@ def _replicated_step(model, optimizer, batch, env) -> None:  # type: ignore[no-u
 def worker(args: argparse.Namespace) -> None:
     """One rank: build, train `args.steps` steps, write this rank's figures to `args.out`."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from dressage.trainer.distributed import current_env, init_distributed, shutdown_distributed
     from dressage.trainer.grpo import GRPOTrainer, TrainerConfig
@@ -124,11 +99,9 @@ def worker(args: argparse.Namespace) -> None:
     try:
         gc.collect()
         before = _status_kb("VmRSS")
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(**MODEL))
-        model.train()
-        params = sum(p.numel() for p in model.parameters())
-        batch = _batch(args.samples, args.length, MODEL["vocab_size"])
+        model = random_llama(MODEL)
+        params = parameter_count(model)
+        batch = synthetic_batch(max(1, args.samples // 4), 4, args.length, MODEL["vocab_size"])
         if args.mode == "fsdp2":
             trainer = GRPOTrainer(model, TrainerConfig(precision=args.precision), env, device)
 
@@ -246,9 +219,8 @@ def main() -> None:
         "target_ratio": 0.6,
         "wall_seconds": time.monotonic() - started,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)} in {result['wall_seconds']:.0f} s")
+    write_result(RESULTS, result)
+    print(f"in {result['wall_seconds']:.0f} s")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ answer sent as two ASGI messages. What the servers need from HTTP is all here:
   answers `HEAD` (the server drops the body); a known path with another method is told apart
   from an unknown path, so the app can answer 405 or 404;
 - `Answer` is a complete body with its status and content type, sent with `Content-Length`,
-  or with `stream=True` sent without it (chunked), as server-sent events are;
+  or with `stream=True` sent without it (chunked), as server-sent events are; `json_response`
+  is the JSON one;
 - `StreamAnswer` sends the chunks of an async iterator as they come (chunked); when the client
   goes away first, the iterator is closed at its current `await`, so its `finally` can stop
   the work that feeds it;
@@ -32,6 +33,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
+
+import orjson
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -145,6 +148,11 @@ class Answer:
             await send({"type": "http.response.body", "body": b""})
         else:
             await send({"type": "http.response.body", "body": self.body})
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
+    """`data` as a JSON answer (orjson: the body is serialised once, straight to bytes)."""
+    return Answer(orjson.dumps(data), status, headers=headers)
 
 
 @dataclass(slots=True)

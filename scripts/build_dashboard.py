@@ -2,8 +2,10 @@
 
 The dashboard JSON (`charts/dressage-operator/dashboards/dressage.json`) is generated, not
 hand-edited: every query is written here with the metric-name constants, so a renamed metric
-cannot silently leave a panel empty. `tests/chart/test_dashboard.py` regenerates it and fails on
-a difference. Run `python scripts/build_dashboard.py` after changing a panel.
+cannot silently leave a panel empty, and every declared step figure (`dressage.api.figures`)
+that no hand-made panel shows gets a panel of its own in the "Every step figure" row.
+`tests/chart/test_dashboard.py` regenerates it and fails on a difference. Run
+`python scripts/build_dashboard.py` after changing a panel or a figure.
 
 Label conventions the queries rely on:
 - job pods (trainer rank 0 and proxy) are scraped by the chart's PodMonitor, which adds
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dressage import metrics as m  # noqa: E402
+from dressage.api.figures import FigureKind, StepFigures, figures_of  # noqa: E402
 
 OUTPUT = ROOT / "charts" / "dressage-operator" / "dashboards" / "dressage.json"
 UID = "dressage-overview"
@@ -154,8 +157,28 @@ def _variable(name: str, label: str, query: str) -> dict[str, Any]:
     }
 
 
-def build() -> dict[str, Any]:
-    """The dashboard as a JSON-ready dict."""
+def _figure_panels(d: _Layout, declaration: type[StepFigures]) -> None:
+    """A panel for every declared step figure no panel above queries yet, so a new figure
+    reaches the dashboard with its declaration: a gauge per job, a counter's rate per job, a
+    by-reason counter's rate per job and reason."""
+    queried = " ".join(t["expr"] for panel in d.panels for t in panel.get("targets", []))
+    missing = [f for f in figures_of(declaration) if f.metric not in queried]
+    if not missing:
+        return
+    d.row("Every step figure")
+    for f in missing:
+        if f.kind is FigureKind.GAUGE:
+            target = (f"avg by (job_name) ({f.metric}{{{POD}}})", "{{job_name}}")
+        elif f.kind is FigureKind.COUNTER:
+            target = (_rate(f.metric, POD, "job_name"), "{{job_name}}")
+        else:
+            target = (_rate(f.metric, POD, "job_name, reason"), "{{job_name}} {{reason}}")
+        per_second = "" if f.kind is FigureKind.GAUGE else " per second"
+        d.timeseries(f"{f.key} ({f.unit}{per_second})", f"{f.help}.", [target], width=8)
+
+
+def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
+    """The dashboard as a JSON-ready dict (for the figures of `declaration`)."""
     d = _Layout()
 
     d.row("Staleness")
@@ -301,6 +324,26 @@ def build() -> dict[str, Any]:
         unit="percentunit",
     )
 
+    d.row("MoE routing replay")
+    d.timeseries(
+        "Routing agreement and routed tokens",
+        "MoE jobs with spec.rollout.routingReplay record or replay (no series otherwise). "
+        "routing_agreement: share of the (token, MoE layer) pairs the rollout routed whose "
+        "top-k expert set the trainer's own router picks too; low agreement is train/rollout "
+        "mismatch coming back through the router, which replay removes from the loss. "
+        "routed_token_fraction: share of the trained samples' tokens that carried the "
+        "rollout's routes (the others are routed by the trainer's own router).",
+        [
+            (f"avg by (job_name) ({m.ROUTING_AGREEMENT}{{{POD}}})", "{{job_name}} agreement"),
+            (
+                f"avg by (job_name) ({m.ROUTED_TOKEN_FRACTION}{{{POD}}})",
+                "{{job_name}} routed tokens",
+            ),
+        ],
+        unit="percentunit",
+        width=24,
+    )
+
     d.row("Proxy and engines")
     d.timeseries(
         "Proxy latency and overhead (p50 / p99)",
@@ -355,6 +398,8 @@ def build() -> dict[str, Any]:
         width=24,
         decimals=0,
     )
+
+    _figure_panels(d, declaration)
 
     d.row("Operator")
     d.timeseries(

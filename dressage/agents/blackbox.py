@@ -12,7 +12,9 @@ whitebox agent's.
 Failures: a program that exits non-zero or runs past its deadline fails the trajectory, and so
 the prompt group, which the collector retries whole. When the proxy refused the session (for
 example 502 `partial_rollout_staleness_exceeded`), the failure carries that name so it is
-counted as a staleness failure.
+counted as a staleness failure. Otherwise the program itself failed (`agent_failed`): the
+failure is a `UserCodeFailed` with the exception and the line of the program's own code read
+from the Python traceback on its standard error (or its exit code and last line of output).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from dressage.agents.groups import collect_group, group_id_of
-from dressage.data.groups import Group
-from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
+from dressage.agents.groups import GroupAgent, TrajectorySession
+from dressage.proxy.client import RolloutError
 from dressage.tasks.base import Prompt, Task, score
+from dressage.tasks.faults import AGENT_FIELD, USER_CODE_FAULTS, UserCodeFailed, fault_from_stderr
 
 AGENT_ERROR = "agent_failed"
 TASK_ROW_ENV = "DRESSAGE_TASK_ROW"
@@ -34,42 +38,30 @@ TASK_MESSAGES_ENV = "DRESSAGE_TASK_MESSAGES"
 """Environment variable holding the prompt's chat messages (a JSON list), when it has them."""
 
 
-class BlackboxRollout:
+@dataclass(kw_only=True, eq=False)
+class BlackboxRollout(GroupAgent[Prompt]):
     """One prompt group of a blackbox agent: `(prompt index, attempt) -> Group`."""
 
-    def __init__(
-        self,
-        *,
-        command: Sequence[str],
-        task: Task,
-        client: ProxyRolloutClient,
-        group_size: int,
-        sampling: SamplingSettings,
-        run_tag: str = "run",
-        timeout_s: float = 300.0,
-        api_key: str = "dressage",
-    ) -> None:
-        if not command:
+    command: Sequence[str]
+    """The agent program and its arguments (`task.agentCommand`)."""
+    task: Task
+    timeout_s: float = 300.0
+    """A run of the program past this many seconds fails its trajectory."""
+    api_key: str = "dressage"
+    """`OPENAI_API_KEY` for the program (the proxy checks its own token, not this)."""
+
+    def __post_init__(self) -> None:
+        if not self.command:
             raise ValueError("task.agentCommand: a blackbox agent needs a command")
-        self.command = list(command)
-        self.task = task
-        self.client = client
-        self.group_size = group_size
-        self.sampling = sampling
-        self.run_tag = run_tag
-        self.timeout_s = timeout_s
-        self.api_key = api_key
+        self.command = list(self.command)
 
-    async def __call__(self, index: int, attempt: int) -> Group:
-        group_id = group_id_of(self.run_tag, index, attempt)
-        prompt = self.task.prompt(index)
+    def prompt(self, index: int) -> Prompt:
+        return self.task.prompt(index)
 
-        async def trajectory(session_id: str, member: int) -> None:
-            await self.client.create_session(session_id, group_id)
-            output = await self._run_agent(session_id, prompt)
-            await self.client.finalize(session_id, await score(self.task, prompt, output))
-
-        return await collect_group(self.client, group_id, self.group_size, trajectory)
+    async def trajectory(self, index: int, prompt: Prompt, session: TrajectorySession) -> float:
+        await self.client.create_session(session.session_id, session.group_id)
+        output = await self._run_agent(session.session_id, prompt)
+        return await score(self.task, prompt, output)
 
     async def _run_agent(self, session_id: str, prompt: Prompt) -> str:
         question = prompt.text
@@ -100,10 +92,21 @@ class BlackboxRollout:
             await process.wait()
             raise
         if process.returncode != 0:
+            stderr = err.decode(errors="replace")
             code = await self.client.refusal(session_id)
-            tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise RolloutError(
-                f"agent {self.command[0]} exited {process.returncode}: {tail[0][:200]}",
-                code=code or AGENT_ERROR,
+            if code is not None:
+                tail = stderr.strip().splitlines()[-1:] or [""]
+                raise RolloutError(
+                    f"agent {self.command[0]} exited {process.returncode}: {tail[0][:200]}",
+                    code=code,
+                )
+            fault = fault_from_stderr(
+                stderr,
+                field=AGENT_FIELD,
+                reference=shlex.join(self.command),
+                reason=AGENT_ERROR,
+                exit_code=process.returncode,
             )
+            USER_CODE_FAULTS.record(fault, then="its prompt group fails and is retried")
+            raise UserCodeFailed(fault)
         return out.decode(errors="replace").strip()

@@ -2,17 +2,22 @@
 
 An agent turns `(prompt index, attempt)` into a `Group` (`dressage.data.groups.GroupRollout`):
 it names the group (`group_id_of`, also the proxy instance id), runs one trajectory per member
-in its own proxy session (`collect_group`) and reads the group's samples back from the proxy.
-Sampling seeds (`sample_seed`) are distinct per sample and reproducible across restarts.
+in its own proxy session (`collect_group`), finalizes each session with the trajectory's
+reward and reads the group's samples back from the proxy. Sampling seeds (`sample_seed`) are
+distinct per sample and reproducible across restarts. `GroupAgent` is that run, once: an agent
+says only what its prompt is and how one trajectory goes.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from dressage.data.groups import Group, GroupFailed
-from dressage.proxy.client import ProxyRolloutClient, RolloutError
+from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 
 TrajectoryFn = Callable[[str, int], Awaitable[None]]
 """Runs one trajectory in proxy session `session_id` (member `i` of its group) and finalizes
@@ -57,3 +62,57 @@ def group_id_of(run_tag: str, index: int, attempt: int) -> str:
 def sample_seed(seed: int, index: int, attempt: int, member: int) -> int:
     """A sampling seed distinct per sample and reproducible across restarts."""
     return (seed * 1_000_003 + index * 1_009 + attempt * 101 + member) % (2**31 - 1)
+
+
+@dataclass(frozen=True)
+class TrajectorySession:
+    """Where one trajectory of a group runs: its proxy session, its group, its sampling seed."""
+
+    session_id: str
+    group_id: str
+    """The proxy instance id (the GRPO group)."""
+    seed: int
+    member: int = 0
+    """The trajectory's place in its group (0 .. group_size - 1)."""
+
+
+P = TypeVar("P")
+
+
+@dataclass(kw_only=True, eq=False)
+class GroupAgent(abc.ABC, Generic[P]):
+    """One prompt group of an agent: `(prompt index, attempt) -> Group`.
+
+    Every agent is configured the same way (these fields, then its own) and runs its group the
+    same way; subclasses give the group's prompt (`prompt`, once per group) and one trajectory
+    (`trajectory`, returning its reward). Satisfies `dressage.data.groups.GroupRollout`, so
+    every collector can use it.
+    """
+
+    client: ProxyRolloutClient
+    group_size: int
+    sampling: SamplingSettings
+    seed: int = 0
+    """Base of the sampling seeds (`sample_seed`)."""
+    run_tag: str = "run"
+    """Names the run's groups in the proxy (`group_id_of`)."""
+
+    @abc.abstractmethod
+    def prompt(self, index: int) -> P:
+        """What every trajectory of prompt `index`'s group starts from."""
+
+    @abc.abstractmethod
+    async def trajectory(self, index: int, prompt: P, session: TrajectorySession) -> float:
+        """Run one trajectory of prompt `index` in `session`; its reward."""
+
+    async def __call__(self, index: int, attempt: int) -> Group:
+        group_id = group_id_of(self.run_tag, index, attempt)
+        prompt = self.prompt(index)
+
+        async def run(session_id: str, member: int) -> None:
+            seed = sample_seed(self.seed, index, attempt, member)
+            session = TrajectorySession(session_id, group_id, seed, member)
+            reward = await self.trajectory(index, prompt, session)
+            await self.client.finalize(session_id, reward)
+
+        return await collect_group(self.client, group_id, self.group_size, run)

@@ -10,56 +10,48 @@ trajectory's reward is the sum of its step rewards, given to the proxy when the 
 finalized; the group's samples are read back from the proxy like every other rollout's.
 
 A turn refused by the proxy (a version change without partial rollout, or the partial-rollout
-span limit) fails the trajectory and so the group, which the collector retries whole.
+span limit) fails the trajectory and so the group, which the collector retries whole. So does an
+environment whose `episode()` or `step()` raises: the failure is `environment_raised`, a
+`UserCodeFailed` naming the environment's class, the exception and the line that raised it.
 """
 
 from __future__ import annotations
 
-from dressage.agents.groups import collect_group, group_id_of, sample_seed
-from dressage.data.groups import Group
-from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
-from dressage.tasks.base import Environment
+from dataclasses import dataclass
+
+from dressage.agents.groups import GroupAgent, TrajectorySession
+from dressage.tasks.base import Environment, Episode, Step
 from dressage.tasks.codec import Conversation, PromptCodec
+from dressage.tasks.faults import (
+    ENVIRONMENT_FIELD,
+    ENVIRONMENT_RAISED,
+    USER_CODE_FAULTS,
+    UserCodeFailed,
+    fault_from_exception,
+)
 
 
-class WhiteboxAgentRollout:
+@dataclass(kw_only=True, eq=False)
+class WhiteboxAgentRollout(GroupAgent[None]):
     """One prompt group of a multi-turn environment: `(prompt index, attempt) -> Group`."""
 
-    def __init__(
-        self,
-        *,
-        environment: Environment,
-        codec: PromptCodec,
-        client: ProxyRolloutClient,
-        group_size: int,
-        sampling: SamplingSettings,
-        seed: int = 0,
-        run_tag: str = "run",
-    ) -> None:
-        self.environment = environment
-        self.codec = codec
-        self.client = client
-        self.group_size = group_size
-        self.sampling = sampling
-        self.seed = seed
-        self.run_tag = run_tag
+    environment: Environment
+    codec: PromptCodec
 
-    async def __call__(self, index: int, attempt: int) -> Group:
-        group_id = group_id_of(self.run_tag, index, attempt)
+    def prompt(self, index: int) -> None:
+        return None  # each trajectory starts its own episode of instance `index`
 
-        async def trajectory(session_id: str, member: int) -> None:
-            seed = sample_seed(self.seed, index, attempt, member)
-            reward = await self.play(index, session_id=session_id, instance_id=group_id, seed=seed)
-            await self.client.finalize(session_id, reward)
-
-        return await collect_group(self.client, group_id, self.group_size, trajectory)
+    async def trajectory(self, index: int, prompt: None, session: TrajectorySession) -> float:
+        return await self.play(
+            index, session_id=session.session_id, instance_id=session.group_id, seed=session.seed
+        )
 
     async def play(self, index: int, *, session_id: str, instance_id: str, seed: int) -> float:
         """Play one episode of instance `index` in proxy session `session_id`; its reward.
 
         Turn `t` samples with seed `seed + t`, so a trajectory is reproducible on one engine.
         """
-        episode = self.environment.episode(index)
+        episode = self._episode(index)
         conversation = Conversation(self.codec, episode.prompt)
         reward = 0.0
         for turn in range(self.environment.max_turns):
@@ -70,9 +62,35 @@ class WhiteboxAgentRollout:
                 instance_id=instance_id,
                 seed=(seed + turn) % (2**31 - 1),
             )
-            step = episode.step(self.codec.decode_completion(output))
+            step = self._step(episode, self.codec.decode_completion(output))
             reward += step.reward
             if step.done:
                 break
             conversation.add_turn(output, step.observation)
         return reward
+
+    # The environment is the user's code: what it raises names it.
+
+    def _episode(self, index: int) -> Episode:
+        try:
+            return self.environment.episode(index)
+        except Exception as exc:
+            raise self._failed(exc, "episode()") from exc
+
+    def _step(self, episode: Episode, action: str) -> Step:
+        try:
+            return episode.step(action)
+        except Exception as exc:
+            raise self._failed(exc, "step()") from exc
+
+    def _failed(self, exc: Exception, call: str) -> UserCodeFailed:
+        kind = type(self.environment)
+        fault = fault_from_exception(
+            exc,
+            field=ENVIRONMENT_FIELD,
+            reference=f"{kind.__module__}:{kind.__qualname__}",
+            reason=ENVIRONMENT_RAISED,
+            call=call,
+        )
+        USER_CODE_FAULTS.record(fault, then="its prompt group fails and is retried")
+        return UserCodeFailed(fault)

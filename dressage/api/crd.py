@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from dressage.api.figures import figure
 from dressage.api.job import (
     API_GROUP,
     API_VERSION,
@@ -156,17 +157,24 @@ PRINTER_COLUMNS: list[Schema] = [
     {
         "name": "Span Max",
         "type": "number",
-        "jsonPath": ".status.staleness.versionSpanMax",
+        "jsonPath": f".status.staleness.{figure('version_span_max').status_key}",
         "description": "Largest weight-version span of a recent trajectory",
     },
     {
         "name": "Dropped",
         "type": "integer",
-        "jsonPath": ".status.staleness.droppedGroups",
+        "jsonPath": f".status.staleness.{figure('dropped_groups').status_key}",
         "description": "GRPO groups dropped by the staleness controls and retries",
     },
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Message",
+        "type": "string",
+        "jsonPath": ".status.message",
+        "description": "What the phase is waiting for or why it failed: an invalid field, a "
+        "child the API server refused",
+    },
 ]
 
 _DROPPED_KEYS = ("title", "$defs")

@@ -1,16 +1,20 @@
 """The observed state of an `AsyncRLJob`: what the operator writes into `.status`.
 
 The CRD's status schema is generated from these classes, and the operator builds its status
-patches with them, so `kubectl get arj -o yaml` and the Python side agree on every name.
+patches with them, so `kubectl get arj -o yaml` and the Python side agree on every name. The
+staleness block's figures are not listed here: they are the `status=True` figures of the step
+declaration (`dressage.api.figures`), under the keys derived there.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from dressage.api.base import ApiModel
+from dressage.api.figures import FigureKind, StepFigures, status_figures
 
 
 class JobPhase(StrEnum):
@@ -43,6 +47,9 @@ class ConditionType(StrEnum):
     """False while the API server refuses a child (pod, Service, ...); the message says which
     and quotes the server."""
     SUSPENDED = "Suspended"
+    SGLANG_RELEASE_UNTESTED = "SGLangReleaseUntested"
+    """True when `spec.inference.sglangVersion` is newer than the newest tested SGLang release;
+    the message names the tested range."""
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -77,22 +84,9 @@ class RoleStatus(ApiModel):
     """Trainer: gang restarts. Inference and proxy: pods replaced after a failure."""
 
 
-class StalenessStatus(ApiModel):
-    """Staleness figures read from the job's own metrics (trainer rank 0)."""
+class StalenessStatusBase(ApiModel):
+    """What the staleness block holds besides the step's figures: where the trainer is."""
 
-    version_span_mean: float | None = None
-    """Mean number of weight versions a recent trajectory spans
-    (`staleness/version_span_mean`)."""
-    version_span_max: float | None = None
-    """Largest version span of a recent trajectory (`staleness/version_span_max`)."""
-    version_span_min: float | None = None
-    """Smallest version span of a recent trajectory (`staleness/version_span_min`)."""
-    dropped_groups: int = 0
-    """GRPO groups dropped so far, all reasons together."""
-    dropped_groups_by_reason: dict[str, int] = Field(default_factory=dict)
-    """GRPO groups dropped so far, by reason (for example `stale_version`)."""
-    staleness_failures: int = 0
-    """Trajectories refused by the partial-rollout version-span limit."""
     step: int | None = None
     """The trainer's current optimizer step."""
     weight_version: str | None = None
@@ -100,6 +94,58 @@ class StalenessStatus(ApiModel):
     last_scrape_time: str | None = None
     """When these figures were read (RFC 3339); kept while they do not change, so the status
     of an idle job is not rewritten at every scrape."""
+
+
+def _figure_fields(declaration: type[StepFigures]) -> dict[str, Any]:
+    """The status fields of the declaration's `status=True` figures, in declaration order: a
+    gauge is None until measured, a counter starts at 0, a by-reason figure has its total and
+    its counts per reason."""
+    fields: dict[str, Any] = {}
+    for f in status_figures(declaration):
+        of = f"({f.unit}; `{f.key}`)"
+        if f.kind is FigureKind.GAUGE:
+            text = f"{f.description}, at the latest step {of}."
+            fields[f.name] = (float | None, Field(default=None, description=text))
+        elif f.kind is FigureKind.COUNTER:
+            text = f"{f.description}, so far {of}."
+            fields[f.name] = (f.value_type, Field(default=0, description=text))
+        else:
+            text = f"{f.description}, so far, all reasons together {of}."
+            fields[f.name] = (int, Field(default=0, description=text))
+            text = f"{f.description}, so far, by reason {of}."
+            fields[f.by_reason_name] = (
+                dict[str, int],
+                Field(default_factory=dict, description=text),
+            )
+    return fields
+
+
+_MODELS: dict[type[StepFigures], type[StalenessStatusBase]] = {}
+"""`staleness_status_model`'s answers: one model class per declaration."""
+
+
+def staleness_status_model(
+    declaration: type[StepFigures] = StepFigures,
+) -> type[StalenessStatusBase]:
+    """The model of `status.staleness` for a figure declaration: `StalenessStatusBase` and
+    the declaration's `status=True` figures, read from the job's own metrics (trainer rank 0)."""
+    model = _MODELS.get(declaration)
+    if model is None:
+        model = _MODELS[declaration] = create_model(
+            "StalenessStatus",
+            __base__=StalenessStatusBase,
+            __doc__="Staleness figures from the job's metrics.",
+            __module__=__name__,
+            **_figure_fields(declaration),
+        )
+    return model
+
+
+if TYPE_CHECKING:
+    StalenessStatus = StalenessStatusBase
+else:
+    StalenessStatus = staleness_status_model()
+    """The model of `status.staleness`; its figure fields come from `StepFigures`."""
 
 
 class AsyncRLJobStatus(ApiModel):

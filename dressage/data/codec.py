@@ -9,6 +9,9 @@ fields a `Sample` determines:
     response_versions            one per response token
     version_spans                full_versions run-length encoded: [[version, count], ...]
     dressage_start_token_version, dressage_end_token_version
+    routed_experts               MoE routing of tokens[:routed_experts_rows] as SGLang encodes
+                                 it (base64 of int32 rows), or null
+    routed_experts_rows
 
 and the proxy's own fields on top (`session_id`, `instance_id`, `status`, `refusal`,
 `closed_reason`, `turns`, `preempts`, `record_token_versions`), of which `record_to_sample`
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dressage.data.routing import RoutedExperts
 from dressage.data.samples import Sample
 
 _METADATA_KEYS = ("session_id", "instance_id", "status", "closed_reason", "turns", "preempts")
@@ -47,6 +51,17 @@ def record_to_sample(record: dict[str, Any]) -> Sample:
     elif not isinstance(response_versions, list):
         raise ValueError("segment record field 'response_versions' must be a list or null")
     metadata = {k: record[k] for k in _METADATA_KEYS if k in record}
+    routes = record.get("routed_experts")
+    if routes is not None and not isinstance(routes, str):
+        raise ValueError("segment record field 'routed_experts' must be a base64 string or null")
+    try:
+        routed = (
+            None
+            if routes is None
+            else RoutedExperts.from_base64(routes, int(record.get("routed_experts_rows", 0)))
+        )
+    except ValueError as exc:
+        raise ValueError(f"segment record field 'routed_experts': {exc}") from None
     return Sample.build(
         prompt_tokens=record["prompt_tokens"],
         response_tokens=record["response_tokens"],
@@ -58,4 +73,5 @@ def record_to_sample(record: dict[str, Any]) -> Sample:
         parent_traj_id=record.get("parent_traj_id", record.get("session_id")),
         segment_index=int(record.get("segment_index", 0)),
         metadata=metadata,
+        routed_experts=routed,
     )

@@ -8,9 +8,10 @@ trainer consumes one `TrainBatch` per optimizer step.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from dressage.api.figures import StepFigures
 from dressage.data.samples import Sample
 
 
@@ -32,23 +33,11 @@ class Group:
 
 @dataclass(frozen=True)
 class TrainBatch:
-    """The groups of one optimizer step, with what the collector saw while assembling them."""
+    """The groups of one optimizer step, with the figures the collector counted while
+    assembling them (drops, failures, retries, admission: `StepFigures`' rollout figures)."""
 
     groups: tuple[Group, ...]
-    dropped_groups: Mapping[str, int] = field(default_factory=dict)
-    """Groups dropped while collecting this batch, by reason (e.g. `stale_version`)."""
-    failed_groups: int = 0
-    """Failed prompt-group attempts (each retry counts)."""
-    retries: int = 0
-    """Prompt-group retries performed."""
-    staleness_failures: int = 0
-    """Rollouts refused by a staleness control (e.g. `partial_rollout_staleness_exceeded`)."""
-    failure_reasons: Mapping[str, int] = field(default_factory=dict)
-    """Failed group attempts by reason (the proxy's error code, else the error's first words)."""
-    admissions_held: int = 0
-    """Prompt groups whose start admission control held back while this batch was collected."""
-    admission_wait_seconds: float = 0.0
-    """Seconds rollout waited for admission while this batch was collected."""
+    figures: StepFigures = field(default_factory=StepFigures)
 
     @property
     def samples(self) -> list[Sample]:

@@ -4,7 +4,7 @@ A `Sample` is one segment of one trajectory, as the trainer consumes it: the ful
 sequence (prompt then response), which response tokens are trained (`loss_mask`), the rollout
 logprobs, the reward, and its identity (`group_id`, `parent_traj_id`, `segment_index`).
 
-Version metadata, per the reference design:
+Version metadata, per the design (`docs/staleness.md`):
 
 - `full_versions`: one weight version per token of `tokens` (None for prompt tokens that no
   model generated, such as the user's text or tool output). `Sample.build` normalises the
@@ -14,6 +14,10 @@ Version metadata, per the reference design:
 - `dressage_start_token_version` / `dressage_end_token_version`: the versions of the first and
   the last *trainable* response token (loss mask 1 and a real version). The end-token version
   is the trajectory's version for batch-level staleness control.
+
+`routed_experts` (MoE models, routing replay): the experts the rollout routed the first
+`routed_experts.rows` tokens of `tokens` to (`dressage.data.routing.RoutedExperts`); None when
+the rollout did not record them.
 
 `mask_nonlast_version_tokens` (`--mask-nonlast-version-tokens`) is applied at one place only,
 when the trainer turns a batch into training inputs (`dressage.trainer.batch.score_batch`).
@@ -26,15 +30,19 @@ from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import Any, Final
 
+from dressage.api.figures import figure
+from dressage.data.routing import RoutedExperts
 from dressage.data.spans import VersionSpan, compress_versions
 from dressage.data.versions import normalized_versions, version_span
 
-VERSION_SPAN_MEAN: Final = "staleness/version_span_mean"
-VERSION_SPAN_MAX: Final = "staleness/version_span_max"
-VERSION_SPAN_MIN: Final = "staleness/version_span_min"
+# The batch statistics' keys, as the step's figures declare them.
+VERSION_SPAN_MEAN: Final = figure("version_span_mean").key
+VERSION_SPAN_MAX: Final = figure("version_span_max").key
+VERSION_SPAN_MIN: Final = figure("version_span_min").key
 VERSION_SPAN_SAMPLES: Final = "staleness/version_span_samples/"
 """Prefix of the batch's span histogram: `staleness/version_span_samples/N` counts the samples
-whose output spans N versions."""
+whose output spans N versions (a step record's extras: one key per span the batch has, so not a
+declared figure)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,9 @@ class Sample:
     segment_index: int = 0
     """Position of this segment within its trajectory."""
     metadata: dict[str, Any] = field(default_factory=dict, compare=False)
+    routed_experts: RoutedExperts | None = None
+    """The rollout's routed experts of the first `rows` tokens (MoE models); None: none
+    recorded."""
 
     def __post_init__(self) -> None:
         n = len(self.tokens)
@@ -75,6 +86,9 @@ class Sample:
                 )
         if any(m not in (0, 1) for m in self.loss_mask):
             raise ValueError("loss_mask entries must be 0 or 1")
+        routes = self.routed_experts
+        if routes is not None and routes.rows > n:
+            raise ValueError(f"routed_experts has {routes.rows} rows for {n} tokens")
 
     @classmethod
     def build(
@@ -150,6 +164,7 @@ class Sample:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible view including the derived version metadata."""
+        routes = self.routed_experts if self.routed_experts and self.routed_experts.rows else None
         return {
             "tokens": list(self.tokens),
             "response_length": self.response_length,
@@ -164,6 +179,8 @@ class Sample:
             "dressage_start_token_version": self.dressage_start_token_version,
             "dressage_end_token_version": self.dressage_end_token_version,
             "metadata": dict(self.metadata),
+            "routed_experts": routes.to_base64() if routes is not None else None,
+            "routed_experts_rows": routes.rows if routes is not None else 0,
         }
 
 

@@ -12,6 +12,11 @@ so far, a pause holds requests with their KV cache intact, and a weight swap is 
 token is computed entirely with the old or entirely with the new weights) and every later token
 carries the new version. Each request records its tokens' versions as spans.
 
+A request that asks for its routed experts (MoE models) keeps the experts each forwarded token
+was routed to, a row per token (prefill rows, then one per decode step; a retracted request's
+recomputed prefill replaces them), and its final answer carries them as SGLang does
+(`meta_info.routed_experts`, `dressage.data.routing`).
+
 Per-request seeded generators make sampling independent of batch composition: for a given
 engine seed and request order (or per-request `sampling_seed`) the tokens are reproducible.
 
@@ -20,9 +25,14 @@ so no request gains more than one token per interval: it emulates a slower accel
 bounds generation speed from above, whatever the machine. Commands are still applied while a
 step waits for its turn, so an abort, pause or weight swap never waits out the interval.
 
-Unlike SGLang, whose weight update waits for in-flight requests unless generation is paused,
-a swap here lands at the next token boundary even while requests run; callers that want the
-same behaviour on both pause first (`in_place`) and continue after the update.
+A swap lands at the next token boundary even while requests run. SGLang's updates wait for
+in-flight generations unless generation is paused (its model-update lock); the HTTP layer
+(`dressage.engine.endpoints.weights`) adds that wait, so what reaches the scheduler is what
+SGLang's scheduler would see.
+
+Aborted requests record why (`abort_cause`) and whether they had been admitted (`admitted`,
+i.e. their prefill ran): SGLang answers an abort of a queued request differently from one of a
+running request, and the HTTP layer shapes the answer as the served release does.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
+import re
 import threading
 import time
 from collections import deque
@@ -40,8 +51,9 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from dressage.data.routing import RoutedExperts
 from dressage.data.spans import VersionSpan, extend_spans, spans_to_sglang
-from dressage.engine.model import Decoder, KVCache, ModelShape, ModelWeights
+from dressage.engine.model import Decoder, KVCache, ModelShape, ModelWeights, new_routes
 from dressage.engine.protocol import SamplingParams
 from dressage.engine.sampling import GREEDY_EPS, SamplingSpec, request_seed, sample
 
@@ -74,6 +86,15 @@ class Request:
     generator: torch.Generator | None = None
     cache_valid: bool = False
     """Whether the slot's KV cache holds prompt + output[:-1] (False after a retract)."""
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
+    routes: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    """With `return_routed_experts`: the routed experts of the forwarded tokens, in chunks
+    `[tokens, layers, top_k]` that cover prompt + output[:-1] in order."""
+    admitted: bool = False
+    """Whether the request was ever admitted (its prefill ran)."""
+    abort_cause: str | None = None
+    """Why it was aborted: `request`, `pause`, `update` or `shutdown` (None: not aborted)."""
 
     @property
     def length(self) -> int:
@@ -102,9 +123,18 @@ class StepPacer:
         self._last_start = now
 
 
+@dataclasses.dataclass(frozen=True)
+class SwapResult:
+    aborted: int
+    """Requests aborted by `abort_all`."""
+    flushed: bool
+    """Whether the cache flush after the swap found the engine idle (True without a flush)."""
+
+
 @dataclasses.dataclass
 class SchedulerStats:
-    """Cumulative figures of the scheduler's steps, read by `/get_server_info`.
+    """Cumulative figures of the scheduler's steps, in the server info (`/get_server_info`;
+    `/server_info` from 0.5.23 on).
 
     A step occupies the engine for `max(min step interval, its compute time)`: with pacing, the
     interval is what a decode step costs on the accelerator the engine stands in for. Over a
@@ -217,11 +247,23 @@ class Scheduler:
         return self._put("resume")
 
     def swap_weights(
-        self, weights: ModelWeights, version: str | None, *, abort_all: bool
-    ) -> Future[int]:
+        self, weights: ModelWeights, version: str | None, *, abort_all: bool, flush: bool = False
+    ) -> Future[SwapResult]:
         """Install `weights` at the next token boundary (paused or not; the pause state is
-        unchanged); resolves to the number of requests aborted (with `abort_all`)."""
-        return self._put("swap", weights=weights, version=version, abort_all=abort_all)
+        unchanged); resolves to what happened (`SwapResult`). With `flush`, the result says
+        whether a cache flush right after the swap would have found the engine idle."""
+        return self._put("swap", weights=weights, version=version, abort_all=abort_all, flush=flush)
+
+    def flush(self) -> Future[bool]:
+        """Whether the cache can be flushed now: nothing running and, unless paused, nothing
+        waiting (SGLang's `flush_cache` and its `is_fully_idle(ignore_waiting=paused)`; this
+        engine keeps no prefix cache, so idleness is all a flush checks)."""
+        return self._put("flush")
+
+    def internal_state(self) -> Future[dict[str, Any]]:
+        """A snapshot taken on the scheduler thread (what SGLang's `get_internal_state` asks
+        its scheduler for): running, waiting, paused, version."""
+        return self._put("state")
 
     def has_rid(self, rid: str) -> Future[bool]:
         return self._put("has_rid", rid=rid)
@@ -264,6 +306,7 @@ class Scheduler:
         finally:
             self.alive = False
             for request in [*self._running, *self._waiting]:
+                request.abort_cause = "shutdown"
                 self._finish(request, {"type": "abort", "message": "engine shutting down"})
             self._running.clear()
             self._waiting.clear()
@@ -314,11 +357,11 @@ class Scheduler:
             self._waiting.append(request)
             return None
         if command.kind == "abort":
-            return self._abort(args["rid"], args["abort_all"], "Aborted by request.")
+            return self._abort(args["rid"], args["abort_all"], "Aborted by request.", "request")
         if command.kind == "pause":
             mode = args["mode"]
             if mode == "abort":
-                self._abort(None, True, "Aborted by pause_generation.")
+                self._abort(None, True, "Aborted by pause_generation.", "pause")
             elif mode == "retract":
                 for request in reversed(self._running):
                     self._release_slot(request)
@@ -333,12 +376,21 @@ class Scheduler:
         if command.kind == "swap":
             aborted = 0
             if args["abort_all"]:
-                aborted = self._abort(None, True, "Aborted for a weight update.")
+                aborted = self._abort(None, True, "Aborted for a weight update.", "update")
             self._weights = args["weights"]
             if args["version"] is not None:
                 self._version = args["version"]
             self.loaded = True
-            return aborted
+            return SwapResult(aborted, self._idle() if args["flush"] else True)
+        if command.kind == "flush":
+            return self._idle()
+        if command.kind == "state":
+            return {
+                "running": len(self._running),
+                "waiting": len(self._waiting),
+                "paused": self._paused,
+                "weight_version": self._version,
+            }
         if command.kind == "has_rid":
             rid = args["rid"]
             return any(r.rid == rid for r in [*self._running, *self._waiting])
@@ -347,7 +399,10 @@ class Scheduler:
             return None
         raise ValueError(f"unknown engine command {command.kind!r}")
 
-    def _abort(self, rid: str | None, abort_all: bool, message: str) -> int:
+    def _idle(self) -> bool:
+        return not self._running and (self._paused or not self._waiting)
+
+    def _abort(self, rid: str | None, abort_all: bool, message: str, cause: str) -> int:
         everyone = [*self._running, *self._waiting]
         targets = [r for r in everyone if abort_all or (rid is not None and r.rid == rid)]
         for request in targets:
@@ -355,6 +410,7 @@ class Scheduler:
                 self._running.remove(request)
             else:
                 self._waiting.remove(request)
+            request.abort_cause = cause
             self._finish(request, {"type": "abort", "message": message})
         return len(targets)
 
@@ -368,18 +424,24 @@ class Scheduler:
                 continue
             assert self._weights is not None
             request.slot = self._free_slots.pop(0)
+            request.admitted = True
             if request.output_ids:
                 # Re-admitted after a retract: recompute the cache, the next token is pending.
                 tokens = [*request.prompt_ids, *request.output_ids[:-1]]
                 self.stats.prefill_tokens += len(tokens)
-                self._decoder.prefill(self._weights, self._cache, request.slot, tokens)
+                routes = self._routes_for(request, len(tokens))
+                self._decoder.prefill(self._weights, self._cache, request.slot, tokens, routes)
+                request.routes = [] if routes is None else [routes]
                 request.cache_valid = True
                 self._running.append(request)
                 continue
             self.stats.prefill_tokens += len(request.prompt_ids)
+            routes = self._routes_for(request, len(request.prompt_ids))
             logits = self._decoder.prefill(
-                self._weights, self._cache, request.slot, request.prompt_ids
+                self._weights, self._cache, request.slot, request.prompt_ids, routes
             )[-1]
+            if routes is not None:
+                request.routes = [routes]
             request.cache_valid = True
             admitted.add(request.rid)
             self._running.append(request)
@@ -394,13 +456,20 @@ class Scheduler:
             return 0
         assert self._weights is not None
         order = sorted(batch, key=lambda r: r.slot if r.slot is not None else -1)
+        routing = any(r.return_routed_experts for r in order)
+        routes = new_routes(self.shape, len(order)) if routing else None
         logits = self._decoder.decode(
             self._weights,
             self._cache,
             slots=[r.slot for r in order if r.slot is not None],
             tokens=[r.output_ids[-1] for r in order],
             positions=[r.length - 1 for r in order],
+            routes=routes,
         )
+        if routes is not None:
+            for row, request in enumerate(order):
+                if request.return_routed_experts:
+                    request.routes.append(routes[row : row + 1])
         # Greedy rows need no generator: pick them all at once (same math as `sample`).
         plain_greedy = [
             row
@@ -446,6 +515,9 @@ class Scheduler:
             if len(request.output_ids) % interval == 0:
                 request.emit(self._snapshot(request), False)
 
+    def _routes_for(self, request: Request, tokens: int) -> torch.Tensor | None:
+        return new_routes(self.shape, tokens) if request.return_routed_experts else None
+
     def _stop_ids(self, request: Request) -> set[int]:
         ids = set(request.params.stop_token_ids or [])
         if not request.params.ignore_eos:
@@ -462,8 +534,10 @@ class Scheduler:
         if token in stop_ids:
             return {"type": "stop", "matched": token}
         stops = params.stop_strings()
-        if stops:
+        regexes = params.stop_regexes()
+        if stops or regexes:
             text = self._decode(request.output_ids, params)
+        if stops:
             tail_len = max(len(s) for s in stops) + 8
             start = max(0, len(text) - tail_len)
             for stop in stops:
@@ -471,6 +545,13 @@ class Scheduler:
                 if at >= 0:
                     request.text_end = None if params.no_stop_trim else at
                     return {"type": "stop", "matched": stop}
+        for pattern in regexes:
+            # The whole text, not a tail: the regex may need context before the new token.
+            found = re.search(pattern, text)
+            if found is not None:
+                request.text_end = None if params.no_stop_trim else found.start()
+                # SGLang reports the pattern (0.5.23 `FINISHED_MATCHED_REGEX(stop_regex_str)`).
+                return {"type": "stop", "matched": pattern}
         if request.length >= self.context_length:
             return {"type": "length", "length": n}
         return None
@@ -507,6 +588,12 @@ class Scheduler:
             "weight_versions": spans_to_sglang(request.spans),
             "e2e_latency": time.monotonic() - request.created,
         }
+        if request.return_routed_experts and request.finish_reason is not None and request.routes:
+            rows = torch.cat(request.routes)[request.routed_experts_start_len :]
+            if len(rows):
+                width = rows.shape[1] * rows.shape[2]
+                data = rows.contiguous().numpy().astype("<i4").tobytes()
+                meta["routed_experts"] = RoutedExperts(data, len(rows), width).to_base64()
         if request.return_logprob:
             with_text = request.return_text_in_logprobs
             decode = self.tokenizer.decode

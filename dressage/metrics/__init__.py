@@ -1,8 +1,11 @@
 """Prometheus metric names exported by Dressage.
 
 This module is the one list of names: the runtime, the proxy and the operator export them, the
-Grafana dashboard and the alert rules query them, and a test keeps those in step. Prometheus
-names cannot contain `/`, so the reference's `staleness/version_span_mean` is exported as
+Grafana dashboard and the alert rules query them, and a test keeps those in step. The names of
+a step's figures are not written here: they are derived from their declaration
+(`dressage.api.figures.StepFigures`, `Figure.metric` and `Figure.job_metric`), and the constants
+below name the ones the dashboard's panels, the alert rules and the tests pick out. Prometheus
+names cannot contain `/`, so the design's `staleness/version_span_mean` is exported as
 `dressage_staleness_version_span_mean`; counters end in `_total`.
 """
 
@@ -10,40 +13,39 @@ from __future__ import annotations
 
 from typing import Final
 
-# --- Job runtime (trainer + collector), exported by `dressage run` and the trainer pods.
-STALENESS_VERSION_SPAN_MEAN: Final = "dressage_staleness_version_span_mean"
-STALENESS_VERSION_SPAN_MAX: Final = "dressage_staleness_version_span_max"
-STALENESS_VERSION_SPAN_MIN: Final = "dressage_staleness_version_span_min"
-TRAIN_ROLLOUT_LOGPROB_ABS_DIFF: Final = "dressage_train_rollout_logprob_abs_diff"
-REWARD_MEAN: Final = "dressage_reward_mean"
+from dressage.api.figures import StepFigures, figure, figures_of, status_figures
+
+# --- Job runtime (trainer + collector), exported by `dressage run` and the trainer pods: the
+# step's figures, named by their declaration.
+STALENESS_VERSION_SPAN_MEAN: Final = figure("version_span_mean").metric
+STALENESS_VERSION_SPAN_MAX: Final = figure("version_span_max").metric
+STALENESS_VERSION_SPAN_MIN: Final = figure("version_span_min").metric
+TRAIN_ROLLOUT_LOGPROB_ABS_DIFF: Final = figure("train_rollout_logprob_abs_diff").metric
+REWARD_MEAN: Final = figure("reward").metric
+ENTROPY: Final = figure("entropy").metric
+CLIP_FRACTION: Final = figure("clip_fraction").metric
+DROPPED_GROUPS: Final = figure("dropped_groups").metric
+"""Counter labelled by `reason` (for example `stale_version`, `retries_exhausted`)."""
+STALENESS_FAILURES: Final = figure("staleness_failures").metric
+ROLLOUT_RETRIES: Final = figure("retries").metric
+ROLLOUT_GROUPS_COMPLETED: Final = figure("groups").metric
+TRAINED_SAMPLES: Final = figure("samples").metric
+ROLLOUT_FAILURES: Final = figure("failure_reasons").metric
+"""Counter labelled by `reason`: failed prompt-group attempts (each retry counts)."""
+ROLLOUT_ADMISSIONS_HELD: Final = figure("admissions_held").metric
+ROLLOUT_ADMISSION_WAIT_SECONDS: Final = figure("admission_wait_seconds").metric
+MISMATCH_KL_K1: Final = figure("mismatch_kl_k1").metric
+MISMATCH_KL_K3: Final = figure("mismatch_kl_k3").metric
+OFF_POLICY_CLIPPED_FRACTION: Final = figure("off_policy_clipped_fraction").metric
+OFF_POLICY_MASKED_FRACTION: Final = figure("off_policy_masked_fraction").metric
+IS_ESS_FRACTION: Final = figure("is_ess_fraction").metric
+# ... and what the training loop reports besides the step's figures.
 TRAIN_STEP: Final = "dressage_train_step"
 WEIGHT_VERSION: Final = "dressage_weight_version"
 """Gauge: ordinal of the latest published weight version (its label is in `_info`)."""
 WEIGHT_VERSION_INFO: Final = "dressage_weight_version_info"
-ENTROPY: Final = "dressage_entropy"
-CLIP_FRACTION: Final = "dressage_clip_fraction"
-DROPPED_GROUPS: Final = "dressage_dropped_groups_total"
-"""Counter labelled by `reason` (for example `stale_version`, `retries_exhausted`)."""
-STALENESS_FAILURES: Final = "dressage_staleness_failures_total"
-ROLLOUT_RETRIES: Final = "dressage_rollout_retries_total"
-ROLLOUT_GROUPS_COMPLETED: Final = "dressage_rollout_groups_completed_total"
-TRAINED_SAMPLES: Final = "dressage_trained_samples_total"
-ROLLOUT_FAILURES: Final = "dressage_rollout_failures_total"
-"""Counter labelled by `reason`: failed prompt-group attempts (each retry counts)."""
-ROLLOUT_ADMISSIONS_HELD: Final = "dressage_rollout_admissions_held_total"
-"""Counter: prompt groups whose start admission control held back (each once)."""
-ROLLOUT_ADMISSION_WAIT_SECONDS: Final = "dressage_rollout_admission_wait_seconds_total"
-"""Counter: seconds the rollout worker waited for admission before starting a group."""
-MISMATCH_KL_K1: Final = "dressage_mismatch_kl_k1"
-"""Gauge: k1 estimate of KL(rollout || train) over the step's trained tokens."""
-MISMATCH_KL_K3: Final = "dressage_mismatch_kl_k3"
-"""Gauge: k3 estimate (`exp(d) - 1 - d`, d = train - rollout logprob) of the same KL."""
-OFF_POLICY_CLIPPED_FRACTION: Final = "dressage_off_policy_clipped_fraction"
-"""Gauge: trained tokens whose importance weight the correction clipped."""
-OFF_POLICY_MASKED_FRACTION: Final = "dressage_off_policy_masked_fraction"
-"""Gauge: trained tokens the correction masked out of the loss."""
-IS_ESS_FRACTION: Final = "dressage_is_ess_fraction"
-"""Gauge: effective sample size of the importance weights over trained tokens, as a fraction."""
+ROUTING_AGREEMENT: Final = figure("routing_agreement").metric
+ROUTED_TOKEN_FRACTION: Final = figure("routed_token_fraction").metric
 
 # --- Proxy.
 PROXY_REQUESTS: Final = "dressage_proxy_requests_total"
@@ -70,12 +72,13 @@ PROXY_GENERATION_OVERHEAD: Final = "dressage_proxy_generation_overhead_seconds"
 (`meta_info.e2e_latency`): the proxy's own work and queueing, plus the network and the
 engine's HTTP intake, which the engine's figure leaves out."""
 
-# --- Operator, per job (labels `namespace`, `job`).
-JOB_STALENESS_VERSION_SPAN_MEAN: Final = "dressage_job_staleness_version_span_mean"
-JOB_STALENESS_VERSION_SPAN_MAX: Final = "dressage_job_staleness_version_span_max"
-JOB_STALENESS_VERSION_SPAN_MIN: Final = "dressage_job_staleness_version_span_min"
-JOB_DROPPED_GROUPS: Final = "dressage_job_dropped_groups_total"
-JOB_STALENESS_FAILURES: Final = "dressage_job_staleness_failures_total"
+# --- Operator, per job (labels `namespace`, `job`): the status figures under their
+# `Figure.job_metric`, and the job's own state.
+JOB_STALENESS_VERSION_SPAN_MEAN: Final = figure("version_span_mean").job_metric
+JOB_STALENESS_VERSION_SPAN_MAX: Final = figure("version_span_max").job_metric
+JOB_STALENESS_VERSION_SPAN_MIN: Final = figure("version_span_min").job_metric
+JOB_DROPPED_GROUPS: Final = figure("dropped_groups").job_metric
+JOB_STALENESS_FAILURES: Final = figure("staleness_failures").job_metric
 JOB_TRAIN_STEP: Final = "dressage_job_train_step"
 JOB_WEIGHT_VERSION: Final = "dressage_job_weight_version"
 JOB_PHASE: Final = "dressage_job_phase"
@@ -91,9 +94,16 @@ OPERATOR_RECONCILE_ERRORS: Final = "dressage_operator_reconcile_errors_total"
 OPERATOR_RECONCILE_DURATION: Final = "dressage_operator_reconcile_duration_seconds"
 
 
-def all_names() -> frozenset[str]:
-    """Every metric name this module declares."""
-    return frozenset(
+def figure_names(declaration: type[StepFigures] = StepFigures) -> frozenset[str]:
+    """The names of a figure declaration: each figure's, and each status figure's per job."""
+    return frozenset(f.metric for f in figures_of(declaration)) | frozenset(
+        f.job_metric for f in status_figures(declaration)
+    )
+
+
+def all_names(declaration: type[StepFigures] = StepFigures) -> frozenset[str]:
+    """Every metric name Dressage exports: this module's, and those of the figures."""
+    return figure_names(declaration) | frozenset(
         value
         for key, value in globals().items()
         if key.isupper() and isinstance(value, str) and value.startswith("dressage_")

@@ -15,9 +15,10 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dressage.model.names import BUILTIN_PREFIX, parse_builtin
 from dressage.model.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
@@ -28,7 +29,6 @@ from dressage.model.tokenizer import (
     build_tokenizer_files,
 )
 
-BUILTIN_PREFIX = "builtin:"
 BUILTIN_TINY = "builtin:tiny"
 
 
@@ -156,32 +156,33 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "dressage"
 
 
+def builtin_models() -> dict[str, Callable[..., Path]]:
+    """Every built-in model by name (`builtin:NAME`), with the function that builds it."""
+    from dressage.model.tiny_moe import build_tiny_moe_model
+
+    return {"tiny": build_tiny_model, "tiny-moe": build_tiny_moe_model}
+
+
 def resolve_model_source(source: str, cache_dir: Path | None = None) -> Path:
     """Map a model source to a checkpoint directory.
 
-    `builtin:tiny` (optionally `builtin:tiny@SEED`) is built once into `cache_dir` and reused
-    (its directory is named after the seed and `tokenizer_revision()`, so a changed chat
-    template or vocabulary builds afresh); the build goes to a temporary directory renamed into
-    place, so concurrent processes never see a half-written checkpoint. Any other string is
-    taken as a path.
+    `builtin:tiny` and `builtin:tiny-moe` (optionally with `@SEED`) are built once into
+    `cache_dir` and reused (the directory is named after the model, the seed and
+    `tokenizer_revision()`, so a changed chat template or vocabulary builds afresh); the build
+    goes to a temporary directory renamed into place, so concurrent processes never see a
+    half-written checkpoint. Any other string is taken as a path.
     """
     if not source.startswith(BUILTIN_PREFIX):
         return Path(source)
-    name, _, seed_text = source.removeprefix(BUILTIN_PREFIX).partition("@")
-    if name != "tiny":
-        raise ValueError(f"unknown builtin model {source!r}; known: {BUILTIN_TINY}")
-    try:
-        seed = int(seed_text) if seed_text else 0
-    except ValueError:
-        raise ValueError(f"builtin model seed in {source!r} is not an integer") from None
+    name, seed = parse_builtin(source)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / "models" / f"tiny-seed{seed}-{tokenizer_revision()}"
+    target = root / "models" / f"{name}-seed{seed}-{tokenizer_revision()}"
     if (target / "model.safetensors").exists():
         return target
     root.joinpath("models").mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=root / "models"))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root / "models"))
     try:
-        build_tiny_model(tmp, seed=seed)
+        builtin_models()[name](tmp, seed=seed)
         try:
             tmp.rename(target)
         except OSError:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from dressage.api.figures import StepFigures, trainer_keys
 from dressage.data.groups import TrainBatch
 from dressage.rollout.collector import Collector
 from dressage.trainer.distributed import broadcast_object
@@ -28,14 +29,11 @@ class StepRecord:
 
     step: int
     version: str
-    metrics: dict[str, float]
-    dropped_groups: dict[str, int] = field(default_factory=dict)
-    failed_groups: int = 0
-    retries: int = 0
-    staleness_failures: int = 0
-    failure_reasons: dict[str, int] = field(default_factory=dict)
-    admissions_held: int = 0
-    admission_wait_seconds: float = 0.0
+    figures: StepFigures = field(default_factory=StepFigures)
+    """The step's declared figures: what the collector counted, what the trainer measured."""
+    extras: dict[str, float] = field(default_factory=dict)
+    """The trainer's figures the declaration leaves out (`loss`, `grad_norm`,
+    `trained_tokens`, a reward function's `reward/<part>`): in the history, not exported."""
     rollout_seconds: float = 0.0
     train_seconds: float = 0.0
     publish_seconds: float = 0.0
@@ -44,14 +42,8 @@ class StepRecord:
         return {
             "step": self.step,
             "version": self.version,
-            **self.metrics,
-            "dropped_groups": dict(self.dropped_groups),
-            "failed_groups": self.failed_groups,
-            "retries": self.retries,
-            "staleness_failures": self.staleness_failures,
-            "failure_reasons": dict(self.failure_reasons),
-            "admissions_held": self.admissions_held,
-            "admission_wait_seconds": round(self.admission_wait_seconds, 3),
+            **self.figures.record(),
+            **self.extras,
             "rollout_seconds": round(self.rollout_seconds, 3),
             "train_seconds": round(self.train_seconds, 3),
             "publish_seconds": round(self.publish_seconds, 3),
@@ -135,19 +127,14 @@ async def train_loop(
         batch = broadcast_object(batch, session.env)
         assert batch is not None
         collected = clock()
-        metrics = await asyncio.to_thread(session.trainer.train_step, batch)
+        measured = await asyncio.to_thread(session.trainer.train_step, batch)
         position = collector.state_dict() if collector is not None else {}
+        declared = trainer_keys(type(batch.figures))
         record = StepRecord(
             step=session.state.step + 1,
             version=session.state.next_version(),
-            metrics=metrics,
-            dropped_groups=dict(batch.dropped_groups),
-            failed_groups=batch.failed_groups,
-            retries=batch.retries,
-            staleness_failures=batch.staleness_failures,
-            failure_reasons=dict(batch.failure_reasons),
-            admissions_held=batch.admissions_held,
-            admission_wait_seconds=batch.admission_wait_seconds,
+            figures=batch.figures.copy().with_trainer_figures(measured),
+            extras={k: v for k, v in measured.items() if k not in declared},
             rollout_seconds=collected - started,
             train_seconds=clock() - collected,
         )

@@ -43,7 +43,7 @@ from dressage.orchestrator.publish import WeightPublisher
 from dressage.orchestrator.rollout_process import RolloutProcessCollector, RolloutRecipe
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.rollout.collector import Collector
-from dressage.tasks import get_task
+from dressage.tasks import Environment, Task, get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.tasks.rewards import reward_report
 from dressage.trainer.session import TrainerSession
@@ -107,13 +107,15 @@ async def run_pipeline(
     log: Callable[[str], None] = lambda line: None,
     engines_have_initial_weights: bool = True,
     rollout_cpus: Sequence[int] | None = None,
+    task: Task | Environment | None = None,
 ) -> None:
     """Train `session` until step `steps`; rank 0 needs `endpoints`.
 
     `engines_have_initial_weights`: whether the engines were started from the trainer's initial
     model (`dressage run` starts them so; on a cluster they start from the staged base model,
     which a warm start changes). `rollout_cpus`: the cores of the rollout process when
-    `spec.rollout.separateProcess` is on."""
+    `spec.rollout.separateProcess` is on. `task`: the job's task when the caller built it
+    already (its pre-flight checks did), else it is built here."""
     spec = job.spec
     distributed = spec.inference.weight_sync == "distributed"
     if not session.env.is_main:
@@ -135,7 +137,8 @@ async def run_pipeline(
         metrics.set_version(session.state.version_index, session.state.version)
         metrics.step.set(session.state.step)
 
-    task = get_task(spec.task)
+    if task is None:
+        task = get_task(spec.task)
 
     # Where the step's reward report comes from: this process's task, or the rollout process.
     rewards_of: Callable[[], tuple[dict[str, float], dict[str, int]]]
@@ -144,9 +147,8 @@ async def run_pipeline(
     def record_step(record: StepRecord) -> None:
         # A user's reward function reports its named parts and its failures once per step.
         parts, failures = rewards_of()
-        record.metrics.update(parts)
-        for reason, count in failures.items():
-            record.failure_reasons[reason] = record.failure_reasons.get(reason, 0) + count
+        record.extras.update(parts)
+        record.figures.failure_reasons.update(failures)
         if metrics is not None:
             metrics.observe(record, session.state.version_index)
         sink(record)

@@ -13,8 +13,10 @@ parent needs without asking again:
 - `("load", state)`: the data position from the checkpoint (before the first batch);
 - `("published", version)`: a new weight version is live on the engines;
 - `("next_batch",)`: answered by `("batch", batch, position, stats, reward_parts,
-  reward_failures)` or `("error", exception)`;
-- `("close",)`: the child closes its collector and answers `("closed", stats)`.
+  reward_failures, faults)` or `("error", exception, faults)`, `faults` being the child's
+  user-code faults so far (`dressage.tasks.faults`), which the parent takes into its own
+  registry for the run's report;
+- `("close",)`: the child closes its collector and answers `("closed", stats, faults)`.
 
 `state_dict()` is the data position the child reported with the last batch: every group
 trained so far was started before it, so a resumed run never trains on a prompt twice (groups
@@ -39,6 +41,7 @@ from typing import Any
 
 from dressage.data.groups import TrainBatch
 from dressage.rollout.stats import CollectorStats
+from dressage.tasks.faults import USER_CODE_FAULTS
 
 CLOSE_TIMEOUT_S = 30.0
 
@@ -104,10 +107,12 @@ class RolloutProcessCollector:
         self._send(("next_batch",))
         reply = await self._receive()
         if reply[0] == "error":
+            USER_CODE_FAULTS.absorb(reply[2])
             raise reply[1]
         if reply[0] != "batch":
             raise RolloutProcessFailed(f"rollout process answered {reply[0]!r} to next_batch")
-        _, batch, position, stats, parts, failures = reply
+        _, batch, position, stats, parts, failures, faults = reply
+        USER_CODE_FAULTS.absorb(faults)
         self._position, self.stats = position, stats
         self.reward_parts, self.reward_failures = parts, failures
         assert isinstance(batch, TrainBatch)
@@ -143,6 +148,7 @@ class RolloutProcessCollector:
             reply = await self._receive()
             if reply[0] == "closed":
                 self.stats = reply[1]
+                USER_CODE_FAULTS.absorb(reply[2])
                 return
 
     # --- the pipe --------------------------------------------------------------------------
@@ -244,7 +250,7 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
         await collector.aclose()
         await proxy.aclose()
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("closed", collector.stats.snapshot()))
+            conn.send(("closed", collector.stats.snapshot(), USER_CODE_FAULTS.entries()))
         conn.close()
         with contextlib.suppress(BaseException):
             await reader
@@ -272,7 +278,7 @@ def _reply_batch(
         return
     error = task.exception()
     if error is not None:
-        conn.send(("error", _picklable(error)))
+        conn.send(("error", _picklable(error), USER_CODE_FAULTS.entries()))
         return
     parts, failures = report(source)
     conn.send(
@@ -283,6 +289,7 @@ def _reply_batch(
             collector.stats.snapshot(),
             parts,
             failures,
+            USER_CODE_FAULTS.entries(),
         )
     )
 

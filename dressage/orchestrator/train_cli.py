@@ -241,7 +241,7 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
         print(f"metrics on :{port}/metrics", flush=True)
 
         def sink(record: StepRecord) -> None:
-            reward = record.metrics.get("reward", 0.0)
+            reward = record.figures.reward or 0.0
             print(f"step {record.step} version {record.version} reward {reward:.3f}", flush=True)
 
         try:

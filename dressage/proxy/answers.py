@@ -1,17 +1,12 @@
-"""The proxy's answers: JSON bodies, and errors in the shape of `dressage.proxy.errors`."""
+"""The proxy's answers: JSON bodies (`dressage.asgi.json_response`, shared with the engine), and
+errors in the shape of `dressage.proxy.errors`."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-
-from dressage.asgi import Answer
+from dressage.asgi import Answer, json_response
 from dressage.proxy.errors import ProxyError
 
-
-def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
-    return Answer(orjson.dumps(data), status, headers=headers)
+__all__ = ["error_response", "json_response"]
 
 
 def error_response(exc: ProxyError) -> Answer:

@@ -18,7 +18,7 @@ from dressage.proxy.answers import error_response
 from dressage.proxy.background import expiry_loop, health_loop
 from dressage.proxy.chat import ChatTokenizer, load_chat_tokenizer
 from dressage.proxy.config import ProxyConfig, read_engine_urls
-from dressage.proxy.endpoints import control, openai_chat, sessions, sglang
+from dressage.proxy.endpoints import control, openai_chat, router, sessions, sglang
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generator, PauseGate
 from dressage.proxy.metrics import ProxyMetrics
@@ -40,7 +40,11 @@ def create_app(
 ) -> App:
     """The proxy app. `clock` drives session expiry; `tokenizer` overrides `config.model`."""
     if tokenizer is None and config.model:
-        tokenizer = load_chat_tokenizer(config.model, tool_parser=config.tool_call_parser)
+        tokenizer = load_chat_tokenizer(
+            config.model,
+            reasoning_parser=config.reasoning_parser,
+            tool_call_parser=config.tool_call_parser,
+        )
     store = SessionStore(config.session_ttl_s)
     state = ProxyState(
         config=config,
@@ -136,6 +140,14 @@ def _routes(state: ProxyState) -> list[Route]:
         Route(
             "/continue_generation",
             on("continue", control.continue_generation, body=Body.OPTIONAL_JSON),
+            POST,
+        ),
+        Route("/workers", on("workers", router.list_workers), GET),
+        Route("/workers", on("workers", router.add_worker, body=Body.JSON), POST),
+        Route("/workers/{worker_id}", on("workers", router.remove_worker), DELETE),
+        Route(
+            "/abort_request",
+            on("abort_request", router.abort_request, body=Body.OPTIONAL_JSON),
             POST,
         ),
         Route("/dressage/engines", on("engines", control.engines), GET),

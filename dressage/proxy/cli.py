@@ -1,7 +1,7 @@
 """`dressage proxy`: run the rollout proxy.
 
-Flags derive from `ProxyConfig` (one flag per field, its docstring as help); the reference's
-names are kept: `--dressage-partial-rollout`, `--record-token-versions`,
+Flags derive from `ProxyConfig` (one flag per field, its docstring as help); the design's
+names are kept (`docs/staleness.md`): `--dressage-partial-rollout`, `--record-token-versions`,
 `--max-partial-rollout-preempts`. `--config JOB.yaml` (or `$DRESSAGE_JOB_CONFIG`) takes
 defaults from an `AsyncRLJob`; explicit flags win. Once listening it prints
 `proxy ready on http://HOST:PORT` (with the real port when `--port 0`).
@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dressage.proxy.config import ProxyConfig, defaults_from_job
+from dressage.api.proxy_settings import proxy_settings
+from dressage.proxy.config import ProxyConfig
 
 _FLAG_NAMES = {"partial_rollout": "--dressage-partial-rollout"}
 _TOKEN_ENV = "DRESSAGE_PROXY_TOKEN"
@@ -71,7 +72,7 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str] | None = N
     if config_path:
         from dressage.api import load_job
 
-        values.update(defaults_from_job(load_job(config_path)))
+        values.update(proxy_settings(load_job(config_path)))
     token = environ.get(_TOKEN_ENV)
     if token:
         values["auth_token"] = token

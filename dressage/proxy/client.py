@@ -3,8 +3,8 @@
 One `ProxyRolloutClient` per process, created and closed by whoever wires the job (the
 orchestrator). Every HTTP failure becomes a `RolloutError` carrying the proxy's stable error
 name (`dressage.proxy.errors`), so the collectors count failures by reason and retry the whole
-prompt group; the proxy's staleness refusals are marked as staleness failures here, in one
-place, from the error name.
+prompt group; an error name that the proxy's staleness refusals answer
+(`dressage.proxy.staleness.staleness_error_names`) marks it as a staleness failure.
 """
 
 from __future__ import annotations
@@ -13,24 +13,22 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import aiohttp
 
 from dressage.data.codec import record_to_sample
 from dressage.data.groups import GroupFailed
 from dressage.data.samples import Sample
-from dressage.proxy import errors
-
-STALENESS_REFUSALS: Final = frozenset({errors.PARTIAL_ROLLOUT_STALENESS_EXCEEDED})
-"""Proxy error names that a staleness control answers (counted as staleness failures)."""
+from dressage.proxy.staleness import staleness_error_names
 
 
 class RolloutError(GroupFailed):
     """One trajectory's rollout failed; `code` is the proxy's stable error name if any.
 
-    It is a `GroupFailed`, so every collector retries the whole prompt group; the proxy's
-    `partial_rollout_staleness_exceeded` marks it as a staleness failure.
+    It is a `GroupFailed`, so every collector retries the whole prompt group; a staleness
+    refusal's name (`partial_rollout_staleness_exceeded`, `version_changed_without_partial_
+    rollout`) marks it as a staleness failure.
     """
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
@@ -38,7 +36,7 @@ class RolloutError(GroupFailed):
         # message ("POST /generate: ReadTimeout: " counts as `ReadTimeout`).
         parts = [part.strip() for part in message.split(":", 2)[1:]]
         reason = code or next((p[:60] for p in reversed(parts) if p), "rollout_error")
-        super().__init__(reason, message, staleness=code in STALENESS_REFUSALS)
+        super().__init__(reason, message, staleness=code in staleness_error_names())
         self.status = status
         self.code = code
 

@@ -1,18 +1,18 @@
 """`ProxyConfig`: every setting of the proxy, typed and documented.
 
 The CLI flags of `dressage proxy` derive from this model (see `dressage.proxy.cli`), and
-`from_job` derives defaults from an `AsyncRLJob`, so a job manifest and the command line
-configure the same fields.
+`dressage.api.proxy_settings` derives defaults from an `AsyncRLJob` (the operator hashes the
+same settings into the proxy's pods), so a job manifest and the command line configure the
+same fields.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dressage.api.job import AsyncRLJob
+from dressage.api.chat_formats import ReasoningParserName, ToolCallParserName
 
 
 class ProxyConfig(BaseModel):
@@ -37,6 +37,10 @@ class ProxyConfig(BaseModel):
     new weights (`--dressage-partial-rollout`)."""
     record_token_versions: bool = False
     """Record the weight version of every generated token in the segment records."""
+    record_routed_experts: bool = False
+    """Ask the engines for the experts every token was routed to (MoE models; SGLang 0.5.7 or
+    later started with `--enable-return-routed-experts`) and record them in the segment
+    records, for routing replay in the trainer."""
     max_partial_rollout_preempts: int | None = Field(default=None, ge=0)
     """Most version switches one partial-rollout trajectory may span (N allows N+1 versions);
     beyond it the proxy answers 502 `partial_rollout_staleness_exceeded`. Unset: no limit."""
@@ -53,10 +57,15 @@ class ProxyConfig(BaseModel):
     model: str | None = None
     """Model path or `builtin:tiny`: its `tokenizer.json` and chat template serve
     `/v1/chat/completions`. Without it only the token-level `/generate` is available."""
-    tool_call_parser: Literal["auto", "hermes", "qwen", "none"] = "auto"
-    """How the model's tool calls are read from its output for OpenAI `tool_calls`: `hermes`
-    and `qwen` read `<tool_call>{json}</tool_call>`, `none` leaves them as text, `auto` picks
-    from the chat template."""
+    reasoning_parser: ReasoningParserName = "auto"
+    """How the model's reasoning is told from its answer for OpenAI `reasoning_content`
+    (SGLang's `--reasoning-parser` names: `qwen3`, `deepseek-r1`, `glm45`, `gpt-oss`, ...;
+    `none` leaves it in the content, `auto` picks from the chat template)."""
+    tool_call_parser: ToolCallParserName = "auto"
+    """How the model's tool calls are read from its output for OpenAI `tool_calls` (SGLang's
+    `--tool-call-parser` names: `hermes`, `qwen`, `qwen3_coder`, `llama3`, `mistral`,
+    `deepseekv3`, `glm45`, `kimi_k2`, `gpt-oss`, ...; `none` leaves them as text, `auto`
+    picks from the chat template)."""
     model_name: str | None = None
     """Model id listed by `/v1/models`; defaults to `model`."""
     engine_timeout_s: float = Field(default=600.0, gt=0)
@@ -131,15 +140,3 @@ def read_engine_urls(path: Path) -> list[str]:
         return parse_engine_urls(text)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-
-
-def defaults_from_job(job: AsyncRLJob) -> dict[str, Any]:
-    """ProxyConfig fields implied by a job manifest (engine URLs are not part of a job)."""
-    spec = job.spec
-    return {
-        "partial_rollout": spec.partial_rollout,
-        "record_token_versions": spec.proxy.record_token_versions,
-        "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
-        "max_concurrency": spec.proxy.max_concurrency,
-        "model": spec.model.tokenizer or spec.model.source,
-    }

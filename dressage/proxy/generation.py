@@ -30,6 +30,12 @@ engine turned it away, waits with exponential backoff (`BUSY_BACKOFF_S` doubling
 `BUSY_BACKOFF_MAX_S`) and tries them again, for at most `busy_timeout_s`; then it answers 503
 `engine_busy` with `Retry-After`. Each such 503 counts in `dressage_proxy_engine_busy_total`.
 
+Routed experts (MoE models, routing replay): a turn asked for them sends SGLang's
+`return_routed_experts` to engines whose release has it (`sglang_support.ROUTED_EXPERTS`; it is
+left out for older ones, which would ignore it) and keeps `meta_info.routed_experts`, the
+routing of every forwarded token of the piece's input and output; across the pieces of a
+resumed turn a position keeps its first report (`dressage.data.routing`).
+
 The engines are called through `EngineConnections` (pooled keep-alive connections): it is
 on the hot path, and its CPU per request is most of what the proxy adds to a generation.
 """
@@ -37,12 +43,14 @@ on the hot path, and its CPU per request is most of what the proxy adds to a gen
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from dressage.data.routing import RoutedExperts, merge_routes
 from dressage.data.spans import (
     VersionSpan,
     expand_version_spans,
@@ -50,7 +58,16 @@ from dressage.data.spans import (
     spans_from_sglang,
     spans_to_sglang,
 )
-from dressage.engine.sglang_support import SAMPLING_SEED
+from dressage.engine.protocol import error_message
+from dressage.engine.sglang_support import (
+    LATER_SAMPLING_PARAM_KEYS,
+    NULL_REFUSING_KEYS,
+    NULL_SAMPLING_DEFAULTS,
+    ROUTED_EXPERTS,
+    SAMPLING_SEED,
+    SGLANG_MIN_VERSION,
+    supports,
+)
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.routing import EnginePool
@@ -130,10 +147,16 @@ class Piece:
     """`versions` run-length encoded, no empty run."""
     engine_latency: float | None = None
     """The engine's own time for this piece (`meta_info.e2e_latency`), when it reports it."""
+    routed_experts: RoutedExperts | None = None
+    """The routing of the piece's input and output tokens but the last (when sent)."""
+    meta_info: dict[str, Any] = field(default_factory=dict)
+    """The engine's `meta_info` as sent (fields the proxy passes through, such as
+    `indexer_topk`)."""
 
 
-def parse_piece(data: object, url: str) -> Piece:
-    """Parse an SGLang generate response; `ProxyError` 502 when it is not one."""
+def parse_piece(data: object, url: str, prompt_tokens: int | None = None) -> Piece:
+    """Parse an SGLang generate response to a prompt of `prompt_tokens` tokens (needed to
+    read `meta_info.routed_experts`); `ProxyError` 502 when it is not one."""
 
     def bad(message: str) -> ProxyError:
         return ProxyError(
@@ -170,6 +193,18 @@ def parse_piece(data: object, url: str) -> Piece:
         versions = [weight_version] * n
         runs = [VersionSpan(weight_version, n)] if n else []
     latency = meta.get("e2e_latency")
+    routed: RoutedExperts | None = None
+    routes = meta.get("routed_experts")
+    if routes is not None and prompt_tokens is not None and prompt_tokens + n > 1:
+        if not isinstance(routes, str):
+            raise bad("meta_info.routed_experts is not a base64 string")
+        try:
+            routed = RoutedExperts.from_base64(routes, prompt_tokens + n - 1)
+        except ValueError as exc:
+            # An aborted piece is resubmitted or dropped anyway, and the next answer covers
+            # its tokens again: its routes are not worth failing the turn for.
+            if not _is_abort(meta.get("finish_reason")):
+                raise bad(f"meta_info.{exc} ({prompt_tokens} prompt + {n} output tokens)") from None
     finish = meta.get("finish_reason")
     if not isinstance(finish, dict):
         finish = {"type": "stop"} if finish is None else {"type": str(finish)}
@@ -188,6 +223,8 @@ def parse_piece(data: object, url: str) -> Piece:
             if isinstance(latency, int | float) and not isinstance(latency, bool)
             else None
         ),
+        routed_experts=routed,
+        meta_info=meta,
     )
 
 
@@ -214,6 +251,11 @@ class Generation:
     """`versions` as runs, kept up to date by `add`."""
     engine_latency: float | None = None
     """The engines' reported time summed over the pieces; None when none reported it."""
+    routed_experts: RoutedExperts | None = None
+    """The routing of the turn's input and output tokens but the last, when asked for and
+    sent (a position keeps its first report across pieces)."""
+    meta_info: dict[str, Any] = field(default_factory=dict)
+    """The last piece's `meta_info` as the engine sent it."""
 
     def add(self, piece: Piece) -> None:
         if not self.pieces:
@@ -224,6 +266,7 @@ class Generation:
         self.versions += piece.versions
         self.raw_logprobs += piece.raw_logprobs
         extend_spans(self.spans, piece.runs)
+        self.routed_experts = merge_routes(self.routed_experts, piece.routed_experts)
         self.texts.append(piece.text)
         if piece.engine_latency is not None:
             self.engine_latency = (self.engine_latency or 0.0) + piece.engine_latency
@@ -233,6 +276,7 @@ class Generation:
             finish = {**finish, "length": len(self.output_ids)}
         self.finish_reason = finish
         self.weight_version = piece.weight_version
+        self.meta_info = piece.meta_info
 
     def version_spans(self) -> list[dict[str, Any]]:
         """`meta_info.weight_versions` of the whole turn (one span per run of a version)."""
@@ -273,9 +317,15 @@ class Generator:
         session: Session,
         input_ids: list[int],
         sampling_params: dict[str, Any],
+        *,
+        routed_experts: bool = False,
+        extra_body: dict[str, Any] | None = None,
     ) -> Generation:
-        """Generate one turn of `session`; raises the rule's `StalenessRefusal` when its
-        versions may not join the session's earlier ones."""
+        """Generate one turn of `session` (with `routed_experts`, asking the engines for the
+        tokens' routed experts); raises the rule's `StalenessRefusal` when its versions may
+        not join the session's earlier ones. `extra_body` fields are added to every request
+        of the turn (`return_indexer_topk`); `return_routed_experts` is not one of them, as
+        only `routed_experts` leaves it out for a release without it."""
         rule = self.rule
         resume = rule.resumes_partial_output
         earlier = session.versions_seen
@@ -293,13 +343,16 @@ class Generator:
                     params["max_new_tokens"] = max_new - done
                 if isinstance(min_new, int):
                     params["min_new_tokens"] = max(0, min_new - done)
-            body = {
+            body: dict[str, Any] = {
+                **(extra_body or {}),
                 "input_ids": input_ids + gen.output_ids if done else input_ids,
                 "sampling_params": params,
                 "return_logprob": True,
             }
+            if routed_experts:
+                body["return_routed_experts"] = True
             url, data = await self._call(session, body, received=done)
-            piece = parse_piece(data, url)
+            piece = parse_piece(data, url, len(body["input_ids"]))
             gen.engine_url = url
             preempted = piece.finish_reason.get("type") == "abort" and (
                 self.gate.paused or self.gate.epoch != epoch
@@ -327,13 +380,10 @@ class Generator:
     ) -> tuple[str, Any]:
         """POST /generate to the session's engine, moving to another one when it is down.
 
-        An engine whose SGLang release has no `sampling_seed` (before 0.5.3) gets the body
-        without it: such a release refuses the keyword (TypeError, HTTP 500), and a seed only
-        ever changes sampling on servers started with `--enable-deterministic-inference`.
+        Each engine gets the body its SGLang release takes (`body_for_release`); an engine
+        whose release is not known yet is taken as the oldest supported one.
         """
-        content = dumps(body)
-        seedless: bytes | None = None
-        seeded = "sampling_seed" in body["sampling_params"]
+        payloads: dict[str, bytes] = {}
         tried: set[str] = set()
         failures: dict[str, str] = {}
         busy: dict[str, str] = {}
@@ -373,14 +423,11 @@ class Generator:
                     f"take it over: {'; '.join(f'{u}: {e}' for u, e in failures.items())}",
                     detail={"engines": failures, "received_tokens": received},
                 ) from exc
+            release = engine.release or SGLANG_MIN_VERSION
+            payload = payloads.get(release)
+            if payload is None:
+                payload = payloads[release] = dumps(body_for_release(body, release))
             session.engine_url = engine.url
-            payload = content
-            if seeded and not engine.supports(SAMPLING_SEED):
-                if seedless is None:
-                    params = dict(body["sampling_params"])
-                    del params["sampling_seed"]
-                    seedless = dumps({**body, "sampling_params": params})
-                payload = seedless
             engine.inflight += 1
             try:
                 reply = await self.connections.request(
@@ -421,7 +468,10 @@ class Generator:
                 self.on_busy(engine.url)
                 continue
             if 400 <= status < 500:
-                raise invalid(f"engine {engine.url} refused the request: {_message(raw)}")
+                message = _message(raw)
+                raise invalid(
+                    f"engine {engine.url} refused the request: {message}", refused_field(message)
+                )
             if status >= 400:
                 raise ProxyError(
                     502,
@@ -443,16 +493,60 @@ class Generator:
 
 
 def _message(raw: bytes) -> str:
-    """The error text of an engine's error body (SGLang's nested or flat shapes)."""
-    try:
-        data = loads(raw)
-    except ValueError:
-        return raw[:500].decode(errors="replace") or "(empty body)"
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-        for key in ("message", "detail"):
-            if isinstance(data.get(key), str):
-                return str(data[key])
-    return raw[:500].decode(errors="replace")
+    """The error text of an engine's error body, in any of SGLang's shapes."""
+    return error_message(raw[:2000])
+
+
+_UNKNOWN_FIELD = re.compile(r"^unknown field `(\w+)`")
+_FIELD_PREFIX = re.compile(r"^((?:sampling_params\.)?\w+(?:\[\d+\])?):")
+
+
+def refused_field(message: str) -> str | None:
+    """The request field an engine's refusal names, when it names one: 0.5.23's schema gate
+    (`unknown field `stop_regex`, ...`: a `sampling_params` key, the only map it refuses
+    unknown keys of) or the embedded engine's `field: problem`."""
+    unknown = _UNKNOWN_FIELD.match(message)
+    if unknown is not None:
+        return f"sampling_params.{unknown.group(1)}"
+    prefix = _FIELD_PREFIX.match(message)
+    return prefix.group(1) if prefix is not None else None
+
+
+def body_for_release(body: dict[str, Any], release: str) -> dict[str, Any]:
+    """`body` as SGLang release `release` takes it (pure).
+
+    - `sampling_seed` is left out for a release without it (before 0.5.3: a TypeError, HTTP
+      500, there): a seed only ever changes sampling on servers started with
+      `--enable-deterministic-inference`, which such a release does not have;
+    - any other `sampling_params` key the release lacks (`stop_regex` before 0.5.23, ...) is
+      refused with 400 naming it: the agent asked for a behaviour this engine cannot give;
+    - a `null` that means the default is left out for a release that cannot take it (before
+      0.5.23 a null temperature, top_p, top_k, ... is a TypeError), so it means the default
+      there too; a later key's `null` is its default everywhere and left out likewise;
+    - `return_routed_experts` is left out for a release without it (before 0.5.7; such a release
+      ignores the field, the embedded engine playing it refuses it): the turn is recorded
+      without routes, and the trainer routes those tokens with its own router.
+    """
+    if body.get("return_routed_experts") and not supports(release, ROUTED_EXPERTS):
+        body = {k: v for k, v in body.items() if k != "return_routed_experts"}
+    params: dict[str, Any] = body["sampling_params"]
+    drop = []
+    for key, value in params.items():
+        feature = LATER_SAMPLING_PARAM_KEYS.get(key)
+        if feature is not None and (value is None or not supports(release, feature)):
+            if value is not None and feature is not SAMPLING_SEED:
+                raise invalid(
+                    f"sampling_params.{key}: the engine runs SGLang {release}, which has no "
+                    f"{key} ({feature.what}; SGLang >= {feature.since})",
+                    f"sampling_params.{key}",
+                )
+            drop.append(key)
+        elif (
+            value is None
+            and key in NULL_REFUSING_KEYS
+            and not supports(release, NULL_SAMPLING_DEFAULTS)
+        ):
+            drop.append(key)
+    if not drop:
+        return body
+    return {**body, "sampling_params": {k: v for k, v in params.items() if k not in drop}}

@@ -13,6 +13,8 @@ fields:
     dressage_start_token_version, dressage_end_token_version
     reward, status ("finished" | "refused"), refusal (error body or null),
     closed_reason, turns, preempts, record_token_versions
+    routed_experts, routed_experts_rows   the rollout's MoE routing of tokens[:rows] (SGLang's
+                                          base64 int32 rows), null when not recorded
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def segment_record(
         group_id=session.instance_id,
         parent_traj_id=session.session_id,
         segment_index=segment.index,
+        routed_experts=segment.routed_experts,
     )
     record = sample_to_record(sample)
     record.update(

@@ -24,28 +24,39 @@ body field `session_id` (`/generate`), else `user` or `metadata.session_id` (cha
 path prefix `/s/{session_id}/...` (for agents whose only setting is a base URL:
 `http://proxy/s/<id>/v1`). `X-Instance-Id` (body `instance_id`, chat `metadata.instance_id`)
 names the prompt instance (the GRPO group). A session is created by its first request.
+`/generate` also takes slime's and miles' requests as they send them: without a session id,
+the `X-SMG-Routing-Key` header names the session, and without that the request is a
+trajectory of its own, finalized once its turn is recorded.
 
 Endpoints (JSON bodies; errors are `{"error": {"type", "code", "message", "param", "detail"}}`
 with the stable names of `dressage.proxy.errors`):
 
 `POST /generate` (whitebox agents): SGLang's body `{"input_ids": [...], "sampling_params":
-{...}, "return_logprob": bool}`. `input_ids` must extend the session's current segment (its
-prompt, the model's outputs and what was appended after them) to continue it; anything else
-starts a new segment. Answers SGLang's response (`text`, `output_ids`, `meta_info` with
-`finish_reason`, `weight_version`, `weight_versions` spans, `output_token_logprobs`,
-`prompt_tokens`, `completion_tokens`, and `e2e_latency`, the seconds the proxy took for the
-request once its body was read) plus `"dressage": {"session_id", "instance_id",
-"segment_index", "new_segment" (null or why a segment started), "versions" (one per output
-token), "preempts", "engine", "engine_latency" (the engines' own `e2e_latency` summed over the
-turn, null when they do not report it)}`. The difference, per model turn, is the histogram
-`dressage_proxy_generation_overhead_seconds`.
+{...}, "return_logprob": bool, "stream": bool, "return_routed_experts": bool}` (a streamed
+answer is SGLang's event stream, sent once the turn is recorded; routed experts are passed to
+and from the engine, see `dressage.proxy.endpoints.sglang`). `input_ids` must extend the
+session's current segment (its prompt, the model's outputs and what was appended after them) to
+continue it; anything else starts a new segment. Answers SGLang's response (`text`,
+`output_ids`, `meta_info` with `finish_reason`, `weight_version`, `weight_versions` spans,
+`output_token_logprobs`, `prompt_tokens`, `completion_tokens`, and `e2e_latency`, the seconds
+the proxy took for the request once its body was read) plus `"dressage": {"session_id",
+"instance_id", "segment_index", "new_segment" (null or why a segment started), "versions" (one
+per output token), "preempts", "engine", "engine_latency" (the engines' own `e2e_latency`
+summed over the turn, null when they do not report it)}`. The difference, per model turn, is
+the histogram `dressage_proxy_generation_overhead_seconds`.
 
 `POST /v1/chat/completions`, `POST /s/{session_id}/v1/chat/completions` (OpenAI-compatible,
 `stream` true or false; `n` must be 1; needs `--model`), `GET /v1/models`,
 `GET /s/{session_id}/v1/models`. Messages are rendered with the model's chat template
 incrementally (see `dressage.proxy.chat`): user and tool tokens get loss mask 0, model tokens 1.
-A history rewrite or a change of `tools` starts a new segment. A streamed answer arrives as
-one content chunk once the turn is generated (the turn may be resumed across weight updates).
+A history rewrite, a change of `tools`, or a template that renders the earlier messages
+differently now (Qwen3 drops the reasoning of turns before the last user message) starts a
+new segment. The reply is read by the model family's reasoning and tool-call parsers
+(`--reasoning-parser`, `--tool-call-parser`, SGLang's names; `dressage.proxy.reply`) into
+`reasoning_content`, `content` and `tool_calls`; `chat_template_kwargs` reach the template;
+`tool_choice` is `none`, `auto`, `required` or a named function (decoding is never
+constrained). A streamed answer is sent once the turn is generated (the turn may be resumed
+across weight updates), as OpenAI deltas read token by token.
 
 `POST /sessions` `{"session_id", "instance_id"}` creates a session ahead of its agent.
 `GET /sessions/{id}` summarises it. `POST /sessions/{id}/finalize` `{"reward": float|null}`
@@ -68,11 +79,17 @@ and does not count; its entry says so).
 
 `POST /continue_generation` may carry `{"weight_version": V}`: the version the engines now
 serve. From then on, and after `POST /dressage/weight_version {"weight_version": V}`, only
-engines that report V on `/get_weight_version` are routed to; an engine that joined the job or
-missed an update is held out until the weight publisher brought it to V. `GET
-/dressage/engines`: the current version and each engine (`url`, `healthy`, `routable`,
-`weight_version`, `inflight`, `last_error`, `sglang_version`). With `--engine-urls-file` the
-engine set follows that file while the proxy runs (see `dressage.proxy.config`).
+engines that report V (on `/model_info` or `/get_weight_version`, by release) are routed to;
+an engine that joined the job or missed an update is held out until the weight publisher
+brought it to V. `GET /dressage/engines`: the current version and each engine (`url`,
+`healthy`, `routable`, `weight_version`, `inflight`, `last_error`, `sglang_version`). With
+`--engine-urls-file` the engine set follows that file while the proxy runs (see
+`dressage.proxy.config`).
+
+`GET /workers`, `POST /workers {"url"}`, `DELETE /workers/{id}` and `POST /abort_request`
+(SGLang Model Gateway's, for slime and miles pointed at the proxy as their router): the
+engines in the gateway's shape, registering and removing one, and an abort sent to every
+engine (`dressage.proxy.endpoints.router`).
 
 `GET /health` (no auth): engines, pause state, sessions. `GET /metrics` (no auth): Prometheus.
 
@@ -86,7 +103,8 @@ Refusals (the trajectory is stopped; any later generation of it gets the same an
   "candidate_versions"}`: without partial rollout, the turn came from another weight version
   than the trajectory's earlier turns.
 
-Other errors: 400 `invalid_json`, `invalid_request` (naming the field), `missing_session_id`;
+Other errors: 400 `invalid_json`, `invalid_request` (naming the field), `missing_session_id`
+(chat);
 401 `unauthorized`; 404 `not_found`; 405 `method_not_allowed`; 409 `session_busy` (one
 generation at a time per session), `session_finalized`; 413 `request_too_large`; 429
 `too_many_requests` (more than `--max-concurrency` generations in flight); 502 `engine_failed`

@@ -12,6 +12,10 @@ segment is one prompt followed by everything generated or appended after it. Inv
 - Every response token has its own version (None when unknown); model tokens have loss mask 1.
 - One generation at a time per session (`busy`), and a session stopped by a refusal keeps
   refusing.
+- Routed experts (when recorded) cover a prefix of the segment's tokens, one row per token; a
+  later turn adds the rows beyond them (its own tokens and the appended ones it forwarded) and
+  never rewrites earlier rows: each keeps the routing of the forward pass that produced the
+  token after it.
 
 Time comes from the caller (`now` arguments), so expiry is tested without sleeping.
 """
@@ -23,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dressage.data.routing import RoutedExperts, merge_routes
 from dressage.data.versions import normalized_versions
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError
@@ -40,6 +45,8 @@ class Segment:
     versions: list[str | None] = field(default_factory=list)
     turns: int = 0
     preempts: int = 0
+    routed_experts: RoutedExperts | None = None
+    """The routed experts of the first `rows` tokens (None: none recorded)."""
     closed_reason: str | None = None
     """Why the segment was closed: `history_rewrite`, `tools_changed`, `finalized`,
     or a refusal name."""
@@ -150,8 +157,10 @@ class Session:
         now: float,
         *,
         preempts: int = 0,
+        routed_experts: RoutedExperts | None = None,
     ) -> Segment:
-        """Record a finished generation; returns the segment it went into."""
+        """Record a finished generation (with the routed experts of its input and output
+        tokens, when recorded); returns the segment it went into."""
         if not len(output_ids) == len(logprobs) == len(versions):
             raise ValueError("output_ids, logprobs and versions must have one entry per token")
         seg = self.current
@@ -172,6 +181,7 @@ class Session:
         seg.loss_mask.extend([1] * len(output_ids))
         seg.logprobs.extend(map(float, logprobs))
         seg.versions.extend(labels)
+        seg.routed_experts = merge_routes(seg.routed_experts, routed_experts)
         seg.turns += 1
         seg.preempts += preempts
         self.preempts += preempts

@@ -30,7 +30,11 @@ if TYPE_CHECKING:
 
 class StalenessRefusal(Exception):
     """A turn the version rule refuses; the proxy stops the trajectory and answers
-    `status` with the error `error_name` and `detail`."""
+    `status` with the error `error_name` and `detail`.
+
+    Being a `StalenessRefusal` is what makes a refusal a staleness failure: the rollout side
+    counts an attempt refused with any of `staleness_error_names()` as one, and nothing else
+    decides it."""
 
     error_name: ClassVar[str]
     status: ClassVar[int]
@@ -38,6 +42,19 @@ class StalenessRefusal(Exception):
     def __init__(self, message: str, detail: dict[str, Any]) -> None:
         super().__init__(message)
         self.detail = detail
+
+
+def staleness_error_names() -> frozenset[str]:
+    """The error names the proxy answers for a staleness refusal: one per `StalenessRefusal`
+    type (the partial-rollout span limit's 502, the single-version rule's 409)."""
+    found: set[str] = set()
+    todo = list(StalenessRefusal.__subclasses__())
+    while todo:
+        refusal = todo.pop()
+        todo.extend(refusal.__subclasses__())
+        if "error_name" in vars(refusal):
+            found.add(refusal.error_name)
+    return frozenset(found)
 
 
 class PartialRolloutStalenessExceeded(StalenessRefusal):
@@ -113,7 +130,7 @@ def raise_if_partial_version_span_exceeded(
 
 
 _raise_if_partial_version_span_exceeded = raise_if_partial_version_span_exceeded
-"""The reference design's name of the span check."""
+"""The design's name of the span check (`docs/staleness.md`)."""
 
 
 def raise_if_version_changed(

@@ -26,16 +26,30 @@ async def run_turn(
     sampling_params: dict[str, Any],
     *,
     force_new_segment: str | None = None,
+    routed_experts: bool = False,
+    extra_body: dict[str, Any] | None = None,
 ) -> tuple[TurnPlan, Generation, int]:
     """Plan, generate, check and record one turn; returns the plan, the generation and the
-    segment index it was recorded in."""
+    segment index it was recorded in.
+
+    The engines are asked for the tokens' routed experts when the proxy records them
+    (`--record-routed-experts`) or the caller asks (`routed_experts`); the segment keeps them
+    either way. `extra_body` fields go to the engine with every piece of the turn
+    (`return_indexer_topk`).
+    """
     generator = state.generator
     assert generator is not None, "generations run only while the app serves"
     clock = state.clock
     plan = session.begin_turn(input_ids, clock(), force_new_segment=force_new_segment)
     started = time.perf_counter()
     try:
-        gen = await generator.run(session, input_ids, sampling_params)
+        gen = await generator.run(
+            session,
+            input_ids,
+            sampling_params,
+            routed_experts=routed_experts or state.config.record_routed_experts,
+            extra_body=extra_body,
+        )
     except StalenessRefusal as exc:
         refusal = ProxyError(exc.status, exc.error_name, str(exc), detail=exc.detail)
         session.refuse(refusal, clock())
@@ -49,6 +63,12 @@ async def run_turn(
         overhead = time.perf_counter() - started - gen.engine_latency
         state.metrics.generation_overhead.observe(max(0.0, overhead))
     segment = session.commit_turn(
-        plan, gen.output_ids, gen.logprobs, gen.versions, clock(), preempts=gen.preempts
+        plan,
+        gen.output_ids,
+        gen.logprobs,
+        gen.versions,
+        clock(),
+        preempts=gen.preempts,
+        routed_experts=gen.routed_experts,
     )
     return plan, gen, segment.index

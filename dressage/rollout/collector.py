@@ -1,6 +1,6 @@
 """The asynchronous collector of the `fully_async` and `partial_async` rollout modes.
 
-Two halves, as in the reference's filtering flow:
+Two halves, as in the design's filtering flow (`docs/staleness.md`):
 
 1. A background worker keeps pulling prompt groups from the data buffer (prompt indices from
    the data position on) and rolls them out concurrently, at most `concurrency` groups in
@@ -71,7 +71,23 @@ class CollectorClosed(Exception):
     """`next_batch` was called on a closed collector or after the data ran out."""
 
 
-class AsyncRolloutCollector:
+class PromptPosition:
+    """A collector's data position: the index of the next prompt it would start. It is the
+    whole state a checkpoint keeps of a collector (`state_dict`/`load_state_dict`)."""
+
+    next_prompt: int = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"next_prompt": self.next_prompt}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        position = state.get("next_prompt", 0)
+        if not isinstance(position, int) or position < 0:
+            raise ValueError(f"collector state next_prompt must be an int >= 0, got {position!r}")
+        self.next_prompt = position
+
+
+class AsyncRolloutCollector(PromptPosition):
     """Background rollout worker plus the staleness-filtered batch sink."""
 
     def __init__(
@@ -157,7 +173,7 @@ class AsyncRolloutCollector:
                 leftovers += 1
         self._pending = []
         if leftovers:
-            self.stats.dropped[SHUTDOWN] += leftovers
+            self.stats.totals.dropped_groups[SHUTDOWN] += leftovers
 
     @property
     def in_flight(self) -> int:
@@ -170,20 +186,14 @@ class AsyncRolloutCollector:
 
     # --- Collector protocol: checkpoints and versions ------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"next_prompt": self.next_prompt}
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if self._worker is not None:
             raise RuntimeError("load_state_dict must be called before the collector starts")
-        position = state.get("next_prompt", 0)
-        if not isinstance(position, int) or position < 0:
-            raise ValueError(f"collector state next_prompt must be an int >= 0, got {position!r}")
-        self.next_prompt = position
+        super().load_state_dict(state)
 
     def on_weights_published(self, version: str) -> None:
         """Record the live version. The staleness window only moves on *observed* versions
-        (from completed groups), as the reference prescribes; a new version only widens what
+        (from completed groups), as the design prescribes; a new version only widens what
         admission control lets the worker start. A label published again is not a new version.
         """
         self.version = version
@@ -196,7 +206,7 @@ class AsyncRolloutCollector:
     def ahead(self) -> int:
         """Groups started and neither trained nor dropped: in flight, queued or pending."""
         stats = self.stats
-        return stats.groups_started - stats.groups_trained - sum(stats.dropped.values())
+        return stats.groups_started - stats.groups_trained - stats.groups_dropped
 
     def _free_capacity(self) -> None:
         self._capacity_changed.set()
@@ -216,14 +226,14 @@ class AsyncRolloutCollector:
         wait for a batch), never by a timer.
         """
         if not self._admits():
-            self.stats.admissions_held += 1
+            self.stats.totals.admissions_held += 1
             started = self._clock()
             try:
                 while not self._admits() and self._attempts.broken is None:
                     self._capacity_changed.clear()
                     await self._capacity_changed.wait()
             finally:
-                self.stats.admission_wait_seconds += self._clock() - started
+                self.stats.totals.admission_wait_seconds += self._clock() - started
         if self._attempts.broken is not None or self._forced_warned:
             return
         capacity = self.admission.capacity(
@@ -285,7 +295,7 @@ class AsyncRolloutCollector:
             elif self._attempts.broken is not None:
                 self._wake()
         except asyncio.CancelledError:
-            self.stats.dropped[SHUTDOWN] += 1
+            self.stats.totals.dropped_groups[SHUTDOWN] += 1
             raise
         except RolloutBroken:
             self._wake()
@@ -331,7 +341,7 @@ class AsyncRolloutCollector:
         before = self.filter.drop_counts.copy()
         self._pending, _ = self.filter.admit(group, self._pending, samples_of=_samples_of)
         for reason, count in (self.filter.drop_counts - before).items():
-            self.stats.dropped[reason] += count
+            self.stats.totals.dropped_groups[reason] += count
             self._free_capacity()
 
 

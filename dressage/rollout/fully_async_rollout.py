@@ -14,6 +14,6 @@ The collector is `dressage.rollout.collector.AsyncRolloutCollector`, shared with
 from dressage.rollout.collector import AsyncRolloutCollector
 
 FullyAsyncRolloutCollector = AsyncRolloutCollector
-"""The asynchronous collector, as the reference names it for this mode."""
+"""The asynchronous collector, as the design (`docs/staleness.md`) names it for this mode."""
 
 __all__ = ["FullyAsyncRolloutCollector"]

@@ -8,15 +8,15 @@ trajectory that would span too many versions with HTTP 502
 `partial_rollout_staleness_exceeded`; the proxy client raises that as a staleness
 `GroupFailed`, and the collector's retry policy retries the whole prompt group (the old partial
 trajectory is never resumed) and counts the staleness failure
-(`CollectorStats.staleness_failures`, `staleness_failure_rate`). Both controls may be on at
-once: the span limit bounds drift inside a trajectory, `keepVersions` bounds which groups enter
-a batch.
+(`CollectorStats.totals.staleness_failures`, `staleness_failure_rate`). Both controls may be on
+at once: the span limit bounds drift inside a trajectory, `keepVersions` bounds which groups
+enter a batch.
 """
 
 from dressage.proxy.errors import PARTIAL_ROLLOUT_STALENESS_EXCEEDED
 from dressage.rollout.collector import AsyncRolloutCollector
 
 PartialAsyncRolloutCollector = AsyncRolloutCollector
-"""The asynchronous collector, as the reference names it for this mode."""
+"""The asynchronous collector, as the design (`docs/staleness.md`) names it for this mode."""
 
 __all__ = ["PARTIAL_ROLLOUT_STALENESS_EXCEEDED", "PartialAsyncRolloutCollector"]

@@ -10,7 +10,10 @@ together. A group that exhausts its retries is dropped as `retries_exhausted`.
 The breaker: when `breaker_after` groups in a row are dropped that way, rollout is broken (the
 proxy or every engine is down, the agent program cannot start) rather than unlucky, and
 `RolloutBroken` is raised to the training loop with the failure reasons, instead of the
-collector waiting forever for a batch.
+collector waiting forever for a batch. When the failures come from the job's own code (a
+`UserCodeFailed`: a reward, an environment, an agent program), the message names each distinct
+error with where it was raised, rather than pointing at the infrastructure; one whose job
+setting says to stop on it (`onRewardError: stop`) opens the breaker at once, unretried.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Final
 
 from dressage.data.groups import Group, GroupFailed, GroupRollout
 from dressage.rollout.stats import CollectorStats
+from dressage.tasks.faults import FaultTally, UserCodeFailed
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,7 @@ class GroupAttempts:
         self._jitter = jitter
         self._dropped_in_a_row = 0
         self._recent: Counter[str] = Counter()
+        self._recent_faults = FaultTally()
         self.broken: RolloutBroken | None = None
         """Set once the breaker opened; every later `run` raises it."""
 
@@ -102,15 +107,20 @@ class GroupAttempts:
         """
         for attempt in range(self.policy.max_retries + 1):
             if self.broken is not None:
-                self.stats.dropped[ROLLOUT_BROKEN] += 1
+                self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += 1
                 raise self.broken
             if attempt:
-                self.stats.retries += 1
+                self.stats.totals.retries += 1
                 await self._sleep(self.policy.delay(attempt, self._jitter()))
             try:
                 group = await self.rollout(index, attempt)
             except GroupFailed as exc:
                 self._failed(exc.reason, staleness=exc.staleness)
+                if isinstance(exc, UserCodeFailed):
+                    self._recent_faults.add(exc.fault)
+                    if exc.stop is not None:
+                        self._stop(exc)
+                        return None
             except Exception:
                 log.exception("prompt group %d failed (attempt %d)", index, attempt)
                 self._failed(ROLLOUT_ERROR, staleness=False)
@@ -118,20 +128,38 @@ class GroupAttempts:
                 self.stats.groups_completed += 1
                 self._dropped_in_a_row = 0
                 self._recent.clear()
+                self._recent_faults.clear()
                 return group
-        self.stats.dropped[RETRIES_EXHAUSTED] += 1
+        self.stats.totals.dropped_groups[RETRIES_EXHAUSTED] += 1
         self._dropped_in_a_row += 1
         if self._dropped_in_a_row >= self.policy.breaker_after and self.broken is None:
             reasons = ", ".join(f"{r} x{n}" for r, n in self._recent.most_common(5))
             self.broken = RolloutBroken(
                 f"rollout is failing: {self._dropped_in_a_row} prompt groups in a row were "
                 f"dropped after {self.policy.max_retries + 1} attempts each; failures: "
-                f"{reasons}. Is the proxy, an engine or the agent program down?"
+                f"{reasons}. {self._hint()}"
             )
         return None
 
+    def _hint(self) -> str:
+        """Who to suspect: the user code that failed, else the infrastructure."""
+        if not self._recent_faults:
+            return "Is the proxy, an engine or the agent program down?"
+        user = sum(entry.count for entry in self._recent_faults.entries())
+        others = sum(self._recent.values()) - user
+        hint = f"User code failed: {self._recent_faults.summary()}."
+        return f"{hint} Is the proxy or an engine down?" if others > 0 else hint
+
+    def _stop(self, failed: UserCodeFailed) -> None:
+        """Open the breaker at `failed`'s first occurrence, as its job setting asks."""
+        self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += 1
+        if self.broken is None:
+            self.broken = RolloutBroken(
+                f"rollout stopped at the first failure ({failed.stop}): {failed.fault}"
+            )
+
     def _failed(self, reason: str, *, staleness: bool) -> None:
-        self.stats.failures[reason] += 1
+        self.stats.totals.failure_reasons[reason] += 1
         self._recent[reason] += 1
         if staleness:
-            self.stats.staleness_failures += 1
+            self.stats.totals.staleness_failures += 1

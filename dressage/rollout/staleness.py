@@ -1,6 +1,6 @@
 """Batch-level staleness control: keep trainer batches within the most recent weight versions.
 
-Semantics, as in the reference design (`spec/staleness-control.md`):
+Semantics (the rules and their reasons: `docs/staleness.md`):
 
 - `StalenessConfig.keep_versions` is `dressage_staleness_keep_versions`: 0 disables the control;
   N > 0 lets a trainer batch hold trajectories from the N most recent *observed* versions only.
@@ -292,7 +292,7 @@ class StalenessGroupFilter:
         pending: list[G],
         samples_of: Callable[[G], Sequence[VersionedSample]] | None = None,
     ) -> tuple[list[G], FilterVerdict]:
-        """The reference's flow for one completed group.
+        """The sink's flow for one completed group (`docs/staleness.md`).
 
         Observe its versions; if the window advanced, re-filter `pending`; then check the group
         and append it when kept. Returns the new pending list and the group's verdict.

@@ -12,15 +12,14 @@ whole state, so a checkpoint resumes the prompt stream exactly.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
 
 from dressage.data.groups import Group, GroupRollout, TrainBatch
+from dressage.rollout.collector import PromptPosition
 from dressage.rollout.retry import ROLLOUT_BROKEN, GroupAttempts, RetryPolicy, RolloutBroken
 from dressage.rollout.stats import CollectorStats
 
 
-class SyncCollector:
+class SyncCollector(PromptPosition):
     """The collector of `rollout.mode: sync` (a `dressage.rollout.collector.Collector`)."""
 
     def __init__(
@@ -59,7 +58,7 @@ class SyncCollector:
                     raise result
             if self._attempts.broken is not None:
                 # Every started group ends somewhere: the completed ones are abandoned with it.
-                self.stats.dropped[ROLLOUT_BROKEN] += len(groups)
+                self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += len(groups)
                 raise self._attempts.broken
         self.stats.groups_trained += len(groups)
         return self.stats.batch(groups, since=before)
@@ -70,15 +69,6 @@ class SyncCollector:
 
     def on_weights_published(self, version: str) -> None:
         self.version = version
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"next_prompt": self.next_prompt}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        position = state.get("next_prompt", 0)
-        if not isinstance(position, int) or position < 0:
-            raise ValueError(f"collector state next_prompt must be an int >= 0, got {position!r}")
-        self.next_prompt = position
 
     async def aclose(self) -> None:
         """Nothing to stop: no group is in flight between batches."""

@@ -5,6 +5,11 @@ Prometheus `/metrics`, and a report in `<workdir>/<job>/`. Rerunning the same co
 from the last checkpoint; `--fresh` starts over. Ctrl-C (or SIGTERM) stops every child process
 and still writes the report of the steps done. `--device cuda` runs the trainer and the
 embedded engines on the GPU (default: CPU).
+
+Exit codes: 0 done, 1 the run failed (a child process, rollout, the job's own code), 2 the job's
+configuration cannot work (`ConfigurationError`: found by the pre-flight checks before anything
+starts, `dressage.runner.preflight`, or later; either way no report is written), 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dressage.api.loader import JobValidationError, load_job
+from dressage.api.loader import ConfigurationError, load_job
+from dressage.api.sglang import untested_release_message
 
 if TYPE_CHECKING:
     from dressage.runner.local import LocalRun
 
+EXIT_FAILED = 1
+EXIT_CONFIGURATION = 2
 EXIT_INTERRUPTED = 130
 
 
@@ -50,26 +58,23 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         job = load_job(args.manifest)
-        from dressage.tasks import check_task
+        untested = untested_release_message(job.spec.inference.sglang_version)
+        if untested is not None:
+            # Once per run, not per engine: the embedded engine is not SGLang, but the
+            # manifest is meant for a cluster whose engines run this release.
+            print(f"warning: spec.inference.sglangVersion: {untested}", file=sys.stderr)
+        from dressage.runner.preflight import check_local_run
         from dressage.tasks.usercode import add_job_dir
 
         # A job's own reward, environment and data sit beside its manifest or in the
         # working directory.
         add_job_dir(args.manifest)
-        check_task(job.spec.task)
-    except (JobValidationError, OSError, ValueError) as exc:
+        checked = check_local_run(job, steps=args.steps, device=args.device)
+    except (OSError, ValueError) as exc:  # a ConfigurationError is a ValueError
         print(exc, file=sys.stderr)
-        return 2
-    if args.steps is not None and args.steps < 1:
-        print("--steps must be at least 1", file=sys.stderr)
-        return 2
-    from dressage.engine.cli import device_problem
+        return EXIT_CONFIGURATION
+    print(f"checked before starting: {'; '.join(checked.notes) or 'the task'}", flush=True)
     from dressage.runner.local import LocalRun, LocalRunOptions
-
-    problem = device_problem(args.device)
-    if problem is not None:
-        print(f"--device: {problem}", file=sys.stderr)
-        return 2
 
     options = LocalRunOptions(
         manifest=Path(args.manifest),
@@ -79,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         device=args.device,
     )
-    local = LocalRun(job, options, out=lambda line: print(line, flush=True))
+    local = LocalRun(job, options, out=lambda line: print(line, flush=True), task=checked.task)
     return asyncio.run(_main(local))
 
 
@@ -95,12 +100,17 @@ async def _main(local: LocalRun) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, task.cancel)
+    report = True
     try:
         await local.run()
         return 0
     except asyncio.CancelledError:
         local.out("interrupted: stopping child processes")
         return EXIT_INTERRUPTED
+    except ConfigurationError as exc:
+        print(f"dressage run: {exc}", file=sys.stderr, flush=True)
+        report = False
+        return EXIT_CONFIGURATION
     except (
         ChildFailed,
         RolloutError,
@@ -110,8 +120,8 @@ async def _main(local: LocalRun) -> int:
         ValueError,
     ) as exc:
         print(f"dressage run: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return EXIT_FAILED
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        local.shutdown()
+        local.shutdown(report=report)

@@ -2,37 +2,41 @@
 
 In order: the initial model (built and warm-started when the job asks, cached), the trainer
 session (resumed from `<workdir>/<job>/` when a checkpoint exists), engine processes serving
-the session's current weights and version (with `weightSync: distributed` they join the
-trainer's weight-update group over gloo on loopback), the proxy in front of them, the `/metrics`
-endpoint, then the job's pipeline (`dressage.orchestrator.pipeline`, the same as every trainer
-rank's on a cluster). The trainer runs in this process (world size 1). On the way out,
-whatever the reason, children are stopped and the run report is written.
+the session's current weights and version and playing the job's SGLang release
+(`spec.inference.sglangVersion`, or the tested release that stands in for it; with
+`weightSync: distributed` they join the trainer's weight-update group over gloo on loopback),
+the proxy in front of them, the `/metrics` endpoint, then the job's pipeline
+(`dressage.orchestrator.pipeline`, the same as every trainer rank's on a cluster). The trainer
+runs in this process (world size 1). On the way out, whatever the reason, children are
+stopped and the run report is written, with every distinct error the job's own code raised
+(`user_code_errors`), unless the run ended on a configuration error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from dressage.api.job import AsyncRLJob
-from dressage.data.samples import VERSION_SPAN_MEAN
+from dressage.api.figures import figures_of
+from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
+from dressage.engine.releases import stand_in_release
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
-from dressage.runner.processes import (
-    ChildProcess,
-    available_cpus,
-    pin_this_process,
-    python_module,
-)
-from dressage.runner.report import History, write_report
+from dressage.runner.preflight import check_cpus
+from dressage.runner.processes import ChildProcess, pin_this_process, python_module
+from dressage.runner.report import REPORT, History, write_report
+from dressage.tasks.base import Environment, Task
+from dressage.tasks.faults import USER_CODE_FAULTS, merge_reports
 from dressage.trainer import grpo
 from dressage.trainer.checkpoint import RunDir
 from dressage.trainer.session import TrainerSession
@@ -57,9 +61,16 @@ class LocalRun:
     """One `dressage run` invocation."""
 
     def __init__(
-        self, job: AsyncRLJob, options: LocalRunOptions, out: Callable[[str], None] = print
+        self,
+        job: AsyncRLJob,
+        options: LocalRunOptions,
+        out: Callable[[str], None] = print,
+        *,
+        task: Task | Environment | None = None,
     ) -> None:
+        """`task`: the job's task as the pre-flight checks built it (None: built again)."""
         self.job = job
+        self.task = task
         self.spec = job.spec
         self.options = options
         self.out = out
@@ -93,14 +104,14 @@ class LocalRun:
         )
         self.history.resume(session.state.step, session.state.record)
         self.rewards = [float(r["reward"]) for r in self.history.read() if "reward" in r]
+        if session.state.step >= self.options.steps:
+            self.out(f"nothing to do: {session.state.step} of {self.options.steps} steps done")
+            return
         if session.resumed:
             self.out(
                 f"resuming at step {session.state.step + 1} from the checkpoint of step "
                 f"{session.state.step} (weight version {session.state.version})"
             )
-        if session.state.step >= self.options.steps:
-            self.out(f"nothing to do: {session.state.step} of {self.options.steps} steps done")
-            return
 
         engine_urls = await self._start_engines(session, cache_dir)
         proxy_url = await self._start_proxy(engine_urls, model_dir)
@@ -125,15 +136,17 @@ class LocalRun:
             metrics=self.metrics,
             sink=self._on_step,
             log=self.out,
-            rollout_cpus=spec.local.rollout_cpus or spec.local.engine_cpus,
+            rollout_cpus=rollout_process_cpus(spec),
+            task=self.task,
         )
 
     def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
-        self.rewards.append(record.metrics.get(grpo.REWARD, 0.0))
+        self.rewards.append(record.figures.reward or 0.0)
         self.out(progress_line(record, self.options.steps, self.rewards))
-        if record.failure_reasons:
-            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(record.failure_reasons.items()))
+        failures = record.figures.failure_reasons
+        if failures:
+            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(failures.items()))
             self.out(f"  rollout failures at step {record.step}: {reasons}")
 
     async def _start_engines(self, session: TrainerSession, cache_dir: Path) -> list[str]:
@@ -149,6 +162,7 @@ class LocalRun:
                 "--cache-dir", str(cache_dir),
                 "--device", self.options.device,
                 "--min-step-interval-ms", str(spec.local.engine_min_step_interval_ms),
+                "--sglang-release", stand_in_release(spec.inference.sglang_version),
             )  # fmt: skip
             child = ChildProcess(
                 f"engine-{i}",
@@ -158,6 +172,8 @@ class LocalRun:
             )
             self.children.append(child)
             child.start()
+        release = stand_in_release(spec.inference.sglang_version)
+        self.out(f"engines serve SGLang {release}'s HTTP API")
         engines = [c for c in self.children if c.name.startswith("engine-")]
         urls = await asyncio.gather(
             *(c.wait_for(ENGINE_READY, STARTUP_DEADLINE_S) for c in engines)
@@ -184,8 +200,9 @@ class LocalRun:
         self.out(f"proxy ready: {url}")
         return url
 
-    def shutdown(self) -> None:
-        """Stop children (proxy first, then engines), the metrics server; write the report."""
+    def shutdown(self, *, report: bool = True) -> None:
+        """Stop children (proxy first, then engines), the metrics server; write the report
+        (unless `report` is False: a run refused for its configuration leaves none)."""
         for child in reversed(self.children):
             child.stop()
         self.children.clear()
@@ -193,7 +210,16 @@ class LocalRun:
         if self.options.device.startswith("cuda") and torch.cuda.is_available():
             peak = torch.cuda.max_memory_allocated(torch.device(self.options.device))
             self.out(f"trainer peak GPU memory: {peak / 2**30:.2f} GiB")
-        if self.history.path.is_file():
+        faults = USER_CODE_FAULTS.entries()
+        if faults:
+            calls = sum(f.count for f in faults)
+            errors = f"{len(faults)} distinct error{'s' if len(faults) != 1 else ''}"
+            self.out(
+                f"user code: {errors} in {calls} failed call{'s' if calls != 1 else ''}, each "
+                "error logged once above; see user_code_errors in the report"
+            )
+        if report and self.history.path.is_file():
+            earlier = _earlier_user_code_errors(self.root / REPORT)
             path = write_report(
                 self.root,
                 {
@@ -205,32 +231,65 @@ class LocalRun:
                     "batchSize": self.spec.rollout.batch_size,
                     "learningRate": self.spec.training.learning_rate,
                 },
+                {"user_code_errors": merge_reports(earlier, [f.to_dict() for f in faults])},
             )
             self.out(f"report: {path} (plots in {self.root})")
 
 
-def check_cpus(cpus: list[int] | None, field: str) -> None:
-    """Refuse cores this machine does not let the run use, naming the job's field."""
-    if cpus is None:
-        return
-    unknown = sorted(set(cpus) - set(available_cpus()))
-    if unknown:
-        raise ValueError(f"{field}: cores {unknown} are not available (usable: {available_cpus()})")
+def rollout_process_cpus(spec: AsyncRLJobSpec) -> list[int] | None:
+    """The cores of the rollout process (`spec.rollout.separateProcess`): `rolloutCpus`, else
+    the cores idle while it works. In `sync` mode the trainer waits for every batch, so
+    rollout takes the trainer's cores (unpinned when the trainer is); in the async modes the
+    trainer trains meanwhile, so rollout shares the engines' cores. Pinned to the engines' in
+    sync mode instead, its Python (about 0.6 CPU seconds a step on the balanced benchmark job)
+    would slow the engines and the proxy while the trainer's core sat idle."""
+    local = spec.local
+    if local.rollout_cpus is not None:
+        return local.rollout_cpus
+    if spec.rollout.mode is RolloutMode.SYNC:
+        return local.trainer_cpus
+    return local.engine_cpus
+
+
+def _earlier_user_code_errors(report: Path) -> list[dict[str, Any]]:
+    """The user-code errors an earlier invocation of this run reported (none when it wrote
+    no report, or one without them)."""
+    try:
+        errors = json.loads(report.read_text(encoding="utf-8")).get("user_code_errors", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    kept: list[dict[str, Any]] = []
+    for entry in errors if isinstance(errors, list) else []:
+        try:
+            merge_reports([entry])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # not an entry this version wrote
+        kept.append(entry)
+    return kept
 
 
 def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:
-    """One line per step: step, reward (and its recent mean), version, drops, diff, span."""
-    m = record.metrics
+    """One line per step: step, reward (and its recent mean), version, then every figure the
+    declaration gives a `line` label (drops, logprob diff, span, entropy, clip), and seconds."""
     recent = rewards[-10:]
-    drops = sum(record.dropped_groups.values())
-    span = m.get(VERSION_SPAN_MEAN)
     seconds = record.rollout_seconds + record.train_seconds + record.publish_seconds
-    return (
-        f"step {record.step:>4}/{total}  reward {m.get(grpo.REWARD, 0.0):.3f} "
-        f"(last {len(recent)}: {sum(recent) / max(len(recent), 1):.3f})  "
-        f"version {record.version}  drops {drops}  "
-        f"logprob_diff {m.get(grpo.LOGPROB_ABS_DIFF, 0.0):.1e}  "
-        f"span {'-' if span is None else f'{span:.2f}'}  "
-        f"entropy {m.get(grpo.ENTROPY, 0.0):.3f}  clip {m.get(grpo.CLIP_FRACTION, 0.0):.3f}  "
-        f"{seconds:.1f}s"
-    )
+    parts = [
+        f"step {record.step:>4}/{total}",
+        f"reward {record.figures.reward or 0.0:.3f} "
+        f"(last {len(recent)}: {sum(recent) / max(len(recent), 1):.3f})",
+        f"version {record.version}",
+    ]
+    for figure in figures_of(type(record.figures)):
+        if figure.line is None:
+            continue
+        label, spec = figure.line
+        value: float | None = (
+            record.figures.total(figure.name)
+            if figure.counted
+            else getattr(record.figures, figure.name)
+        )
+        if value is not None and spec.endswith("d"):
+            value = int(value)
+        parts.append(f"{label} {'-' if value is None else format(value, spec)}")
+    parts.append(f"{seconds:.1f}s")
+    return "  ".join(parts)

@@ -4,7 +4,8 @@
 resumed run first truncates it to the checkpoint's step, so the report never shows a step
 twice, and restores the checkpoint's own record of that step when a kill came between the
 checkpoint and the line (`resume`). `write_report` turns it into `report.json` (summary +
-every step) and PNG plots.
+every step) and PNG plots. The summary totals every counted figure of the step declaration
+(`dressage.api.figures`) under its record key.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from dressage.api.figures import StepFigures, figure, totals
+
 HISTORY = "history.jsonl"
 REPORT = "report.json"
+_REWARD = figure("reward").key
 PLOTS = {
-    "reward.png": ("reward", "reward (mean per step)"),
+    "reward.png": (_REWARD, "reward (mean per step)"),
     "logprob_diff.png": (
-        "train_rollout_logprob_abs_diff",
-        "train_rollout_logprob_abs_diff",
+        figure("train_rollout_logprob_abs_diff").key,
+        figure("train_rollout_logprob_abs_diff").key,
     ),
-    "entropy.png": ("entropy", "entropy (mean per trained token)"),
-    "version_span.png": ("staleness/version_span_mean", "staleness/version_span_mean"),
+    "entropy.png": (figure("entropy").key, "entropy (mean per trained token)"),
+    "version_span.png": (figure("version_span_mean").key, figure("version_span_mean").key),
 }
 
 
@@ -70,13 +74,14 @@ def moving_average(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
-def summarize(steps: Sequence[Mapping[str, Any]], window: int = 10) -> dict[str, Any]:
-    """Headline figures: reward over the first and last `window` steps, drops, versions."""
-    rewards = [float(s["reward"]) for s in steps if "reward" in s]
-    drops: dict[str, int] = {}
-    for s in steps:
-        for reason, count in dict(s.get("dropped_groups", {})).items():
-            drops[reason] = drops.get(reason, 0) + int(count)
+def summarize(
+    steps: Sequence[Mapping[str, Any]],
+    window: int = 10,
+    declaration: type[StepFigures] = StepFigures,
+) -> dict[str, Any]:
+    """Headline figures: reward over the first and last `window` steps, versions, and every
+    counted figure of the declaration summed over the run (drops and failures by reason)."""
+    rewards = [float(s[_REWARD]) for s in steps if _REWARD in s]
     w = min(window, len(rewards)) or 1
     return {
         "steps": len(steps),
@@ -85,7 +90,7 @@ def summarize(steps: Sequence[Mapping[str, Any]], window: int = 10) -> dict[str,
         "reward_first": fmean(rewards[:w]) if rewards else None,
         "reward_last": fmean(rewards[-w:]) if rewards else None,
         "reward_window": w,
-        "dropped_groups": drops,
+        **totals(steps, declaration),
         "step_seconds_mean": fmean(
             float(s.get("rollout_seconds", 0))
             + float(s.get("train_seconds", 0))
@@ -98,14 +103,17 @@ def summarize(steps: Sequence[Mapping[str, Any]], window: int = 10) -> dict[str,
 
 
 def write_report(
-    run_root: Path, job: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+    run_root: Path,
+    job: Mapping[str, Any],
+    extra: Mapping[str, Any] | None = None,
+    declaration: type[StepFigures] = StepFigures,
 ) -> Path:
     """Write `report.json` and the PNG plots from the history; return the report path."""
     run_root = Path(run_root)
     steps = History(run_root).read()
     report = {
         "job": dict(job),
-        "summary": summarize(steps),
+        "summary": summarize(steps, declaration=declaration),
         **dict(extra or {}),
         "steps": steps,
         "plots": sorted(PLOTS),

@@ -6,12 +6,13 @@ looks up the job's `spec.task.name`), `arithmetic`, `long_tail` (arithmetic with
 response lengths) and `household` (the built-in ones),
 `dataset` (prompts from JSONL, Parquet or Hugging Face datasets), `rewards` (rewards as code,
 built-in exact match and math checking), `environment` (a user's environment class),
-`usercode` (import paths of user code), `codec` (prompts and conversations as token ids through
-the model's tokenizer).
+`usercode` (import paths of user code), `faults` (what user code raised and where, once per
+distinct error), `preflight` (the checks of a job's task before anything starts), `codec`
+(prompts and conversations as token ids through the model's tokenizer).
 """
 
 from dressage.tasks.base import Environment, Episode, Prompt, Step, Task, is_environment
-from dressage.tasks.registry import check_task, get_task, register_task, task_names
+from dressage.tasks.registry import check_task, get_task, task_names
 
 __all__ = [
     "Environment",
@@ -22,6 +23,5 @@ __all__ = [
     "check_task",
     "get_task",
     "is_environment",
-    "register_task",
     "task_names",
 ]

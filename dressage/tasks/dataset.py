@@ -3,9 +3,10 @@ the job's reward (`dressage.tasks.rewards`).
 
 Rows are read once when the task is built and checked: every row needs a text prompt (or a list
 of `{role, content}` messages), an answer when an answer column is set, and every reward column.
-A row that fails is reported (logged with its file, row number and column) and skipped; the
-skipped rows stay listed in `bad_rows`, so nothing is lost silently. A dataset without a column
-that the spec names (Parquet, `datasets`), or with no usable row at all, is an error.
+A row that fails is reported (logged with its file, its line or row counted from 1 as an editor
+does, and its column) and skipped; the skipped rows stay listed in `bad_rows`, so nothing is
+lost silently. A dataset without a column that the spec names (Parquet, `datasets`), or with no
+usable row at all, is an error.
 
 Order is the dataset's own (or one fixed shuffle of it with `shuffle`): prompt `i` is valid row
 `i % len(task)` of that order, so the job's data position (one integer) resumes the stream
@@ -14,6 +15,7 @@ exactly, cycling over the dataset epoch after epoch.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import random
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dressage.api.job import DatasetSpec, TaskSpec
+from dressage.api.loader import ConfigurationError
 from dressage.tasks.base import Prompt
 from dressage.tasks.rewards import RewardFunction, RewardStats
 from dressage.tasks.usercode import resolve_path
@@ -33,7 +36,7 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 _LOGGED_BAD_ROWS = 20
 
 
-class DatasetError(ValueError):
+class DatasetError(ConfigurationError):
     """The dataset cannot be used at all (missing file or column, no usable row)."""
 
 
@@ -43,14 +46,17 @@ class BadRow:
 
     source: str
     """The file or dataset it comes from."""
-    row: int
-    """Row number in the source, 0-based (in a JSONL file, line `row + 1`)."""
+    number: int
+    """Where the row is, counting from 1: its line in a JSONL file, as an editor shows it, or
+    its row in a table (Parquet, `datasets`)."""
     column: str | None
     """The offending column, or None when the row itself is malformed."""
     reason: str
+    unit: str = "row"
+    """What `number` counts: `line` (JSONL) or `row` (a table)."""
 
     def __str__(self) -> str:
-        where = f"{self.source} row {self.row}"
+        where = f"{self.source} {self.unit} {self.number}"
         if self.column is not None:
             where += f" column {self.column!r}"
         return f"{where}: {self.reason}"
@@ -59,6 +65,9 @@ class BadRow:
 class _Rows:
     """Random access to the rows of a loaded dataset."""
 
+    unit = "row"
+    """What a row's number counts in this source (`BadRow.unit`)."""
+
     def __init__(self, source: str, columns: list[str] | None, count: int) -> None:
         self.source = source
         self.columns = columns
@@ -66,11 +75,19 @@ class _Rows:
         self.count = count
         self.unreadable: list[BadRow] = []
 
+    def bad(self, position: int, column: str | None, reason: str) -> BadRow:
+        """The bad row at 0-based `position`, numbered from 1 as a user finds it."""
+        return BadRow(self.source, position + 1, column, reason, self.unit)
+
     def get(self, position: int) -> Mapping[str, Any] | None:
         raise NotImplementedError
 
 
 class _ListRows(_Rows):
+    """The lines of a JSONL file (blank ones as None), so position `i` is line `i + 1`."""
+
+    unit = "line"
+
     def __init__(self, source: str, rows: list[Mapping[str, Any] | None]) -> None:
         super().__init__(source, None, len(rows))
         self.rows = rows
@@ -98,19 +115,19 @@ def _read_jsonl(path: Path) -> _ListRows:
     rows: list[Mapping[str, Any] | None] = []
     out = _ListRows(str(path), rows)
     with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f):
+        for position, line in enumerate(f):
             if not line.strip():
                 rows.append(None)  # not a row, and not a bad one
                 continue
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
-                out.unreadable.append(BadRow(str(path), number, None, f"not JSON ({exc})"))
+                out.unreadable.append(out.bad(position, None, f"not JSON ({exc})"))
                 rows.append(None)
                 continue
             if not isinstance(value, dict):
                 out.unreadable.append(
-                    BadRow(str(path), number, None, f"a {type(value).__name__}, not an object")
+                    out.bad(position, None, f"a {type(value).__name__}, not an object")
                 )
                 rows.append(None)
                 continue
@@ -200,7 +217,7 @@ class DatasetTask:
         """Every skipped row with where and why (also logged)."""
         self._check_columns(rows)
         self.positions: list[int] = []
-        """Source row number of each valid row, in order."""
+        """0-based source position of each valid row, in order."""
         for position in range(rows.count):
             row = rows.get(position)
             if row is None:
@@ -209,10 +226,10 @@ class DatasetTask:
             if problem is None:
                 self.positions.append(position)
             else:
-                self.bad_rows.append(BadRow(rows.source, position, *problem))
+                self.bad_rows.append(rows.bad(position, *problem))
         if spec.shuffle:
             random.Random(f"dataset:{seed}").shuffle(self.positions)
-        self.bad_rows.sort(key=lambda b: b.row)
+        self.bad_rows.sort(key=lambda b: b.number)
         for bad in self.bad_rows[:_LOGGED_BAD_ROWS]:
             log.warning("skipping %s", bad)
         if len(self.bad_rows) > _LOGGED_BAD_ROWS:
@@ -242,6 +259,11 @@ class DatasetTask:
     def reward_stats(self) -> RewardStats:
         """Reward calls, failures by reason and named-part means."""
         return self.reward_function.stats
+
+    def location(self, index: int) -> str:
+        """Where the row behind prompt `index` is, as a user finds it (`data.jsonl line 3`)."""
+        position = self.positions[index % len(self.positions)]
+        return f"{self.source} {self._rows.unit} {position + 1}"
 
     def row(self, index: int) -> Mapping[str, Any]:
         """All columns of the row behind prompt `index`."""
@@ -304,8 +326,10 @@ class DatasetTask:
             return
         missing = [c for c in self._required() if c not in rows.columns]
         if missing:
+            close = difflib.get_close_matches(missing[0], rows.columns, n=1)
+            guess = f" (did you mean {close[0]!r}?)" if close else ""
             raise DatasetError(
-                f"spec.task.dataset: {rows.source} has no column {missing[0]!r}; "
+                f"spec.task.dataset: {rows.source} has no column {missing[0]!r}{guess}; "
                 f"columns: {', '.join(rows.columns)}"
             )
 
@@ -353,13 +377,13 @@ def _text(value: Any) -> str:
 
 def from_spec(spec: TaskSpec) -> DatasetTask:
     if spec.dataset is None:
-        raise ValueError("spec.task.dataset: the dataset task needs a dataset")
+        raise ConfigurationError("spec.task.dataset: the dataset task needs a dataset")
     if spec.max_turns not in (None, 1):
-        raise ValueError(
+        raise ConfigurationError(
             f"spec.task.maxTurns: the dataset task is single-turn, got {spec.max_turns}"
         )
     if spec.params:
-        raise ValueError(
+        raise ConfigurationError(
             f"spec.task.params: the dataset task takes none, got {sorted(spec.params)}"
         )
     reward = RewardFunction.from_spec(spec, spec.dataset.answer_column)

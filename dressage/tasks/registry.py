@@ -1,28 +1,33 @@
-"""The registry that maps a job's `spec.task.name` to a task: the built-in ones, and any
-registered with `register_task`. Task modules only implement the interfaces of
-`dressage.tasks.base`; this module is the one that knows them.
+"""The registry that maps a job's `spec.task.name` to a task. The names are the job model's
+(`dressage.api.rl.TASK_NAMES`), which refuses any other when a manifest is read; a task of
+one's own is the `dataset` task with a reward function or the `environment` task with an
+environment class. Task modules only implement the interfaces of `dressage.tasks.base`; this
+module is the one that knows them.
 """
 
 from __future__ import annotations
 
-from dressage.api.job import DATASET_TASK, ENVIRONMENT_TASK, TaskSpec
+from dressage.api.job import (
+    ARITHMETIC_TASK,
+    DATASET_TASK,
+    ENVIRONMENT_TASK,
+    HOUSEHOLD_TASK,
+    LONG_TAIL_TASK,
+    TaskSpec,
+)
+from dressage.api.loader import ConfigurationError
 from dressage.tasks import arithmetic, dataset, environment, household, long_tail
 from dressage.tasks.base import Environment, Task, TaskFactory
 from dressage.tasks.rewards import BUILTIN_REWARDS
 from dressage.tasks.usercode import import_object, resolve_path
 
 _REGISTRY: dict[str, TaskFactory] = {
-    arithmetic.ArithmeticTask.name: arithmetic.from_spec,
-    household.HouseholdEnvironment.name: household.from_spec,
-    long_tail.LongTailTask.name: long_tail.from_spec,
+    ARITHMETIC_TASK: arithmetic.from_spec,
+    HOUSEHOLD_TASK: household.from_spec,
+    LONG_TAIL_TASK: long_tail.from_spec,
     DATASET_TASK: dataset.from_spec,
     ENVIRONMENT_TASK: environment.from_spec,
 }
-
-
-def register_task(name: str, factory: TaskFactory) -> None:
-    """Make `name` available as `spec.task.name`."""
-    _REGISTRY[name] = factory
 
 
 def task_names() -> list[str]:
@@ -35,7 +40,7 @@ def get_task(spec: TaskSpec) -> Task | Environment:
     try:
         factory = _REGISTRY[spec.name]
     except KeyError:
-        raise ValueError(
+        raise ConfigurationError(
             f"spec.task.name: unknown task {spec.name!r}; known tasks: {', '.join(task_names())}"
         ) from None
     return factory(spec)

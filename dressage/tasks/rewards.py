@@ -12,10 +12,15 @@ thread of their own (a call that overruns is abandoned and its thread left to fi
 delays other calls or the process's exit), coroutine functions awaited on the caller's loop
 (from a synchronous caller, on a loop of their own in that thread). A call that raises,
 overruns or returns something that is not a finite number fails with a reason:
-`reward_raised`, `reward_timeout` or `reward_invalid`. With
-`spec.task.onRewardError: zero` (the default) the sample gets reward 0, the failure is logged
-and counted in `RewardStats`; with `stop` the call raises `RewardError`, and every later call
-raises it again, so the rollout fails until the breaker stops the run with the reason.
+`reward_raised`, `reward_timeout` or `reward_invalid`, and becomes a `UserCodeFault`
+(`dressage.tasks.faults`): the exception's type and message and the line of the user's code
+that raised it. The fault is logged the first time it occurs (later occurrences of the same
+error are counted) and kept for the run's report. With `spec.task.onRewardError: zero` (the
+default) the sample gets reward 0 and the failure is counted in `RewardStats`; with `stop` the
+call raises `RewardError`, which stops the run at once, and every later call raises it again.
+
+`dry_run` calls the function once outside all that (nothing counted), so a job can check its
+reward on a dataset row before anything starts.
 
 `RewardStats` also keeps the mean of every named part; `drain()` hands the counts since the
 last call to whoever reports per step.
@@ -35,21 +40,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dressage.api.job import TaskSpec
-from dressage.data.groups import GroupFailed
-from dressage.tasks.usercode import import_object
+from dressage.api.loader import ConfigurationError
+from dressage.tasks.faults import (
+    REWARD_FIELD,
+    USER_CODE_FAULTS,
+    UserCodeFailed,
+    UserCodeFault,
+    UserCodeFaults,
+    fault_from_exception,
+)
+from dressage.tasks.usercode import UserCodeError, import_object
 
 log = logging.getLogger(__name__)
 
 REWARD_RAISED = "reward_raised"
 REWARD_TIMEOUT = "reward_timeout"
 REWARD_INVALID = "reward_invalid"
-_LOGGED_PER_REASON = 10
+STOP_SETTING = "spec.task.onRewardError is stop"
 
 Row = Mapping[str, Any]
 
 
-class RewardError(GroupFailed):
-    """A reward call failed under `onRewardError: stop`; `reason` is its failure reason."""
+class RewardError(UserCodeFailed):
+    """A reward call failed under `onRewardError: stop`; `reason` is its failure reason and
+    `fault` what the reward did wrong."""
 
 
 @dataclass
@@ -92,9 +106,13 @@ class RewardStats:
 
 
 class _Failure(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+    def __init__(self, fault: UserCodeFault) -> None:
+        super().__init__(str(fault))
+        self.fault = fault
+
+
+_Outcome = tuple[float, dict[str, float] | None] | _Failure
+"""One sample's reward and named parts, or why it has none."""
 
 
 def exact_match(answer_column: str) -> Callable[[str, Row], float]:
@@ -156,7 +174,9 @@ class RewardFunction:
         weights: Mapping[str, float] | None = None,
         timeout_s: float = 30.0,
         on_error: str = "zero",
+        faults: UserCodeFaults | None = None,
     ) -> None:
+        """`faults`: where failures are recorded (default: this process's registry)."""
         if on_error not in ("zero", "stop"):
             raise ValueError(f"spec.task.onRewardError must be zero or stop, got {on_error!r}")
         self.fn = fn
@@ -166,11 +186,11 @@ class RewardFunction:
         self.timeout_s = timeout_s
         self.on_error = on_error
         self.stats = RewardStats()
+        self.faults = USER_CODE_FAULTS if faults is None else faults
         self.stopped: RewardError | None = None
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             type(fn).__call__
         )
-        self._logged: Counter[str] = Counter()
 
     @classmethod
     def from_spec(cls, spec: TaskSpec, answer_column: str | None) -> RewardFunction:
@@ -178,17 +198,17 @@ class RewardFunction:
         reference = spec.reward or "exact_match"
         if reference in BUILTIN_REWARDS:
             if answer_column is None:
-                raise ValueError(
+                raise ConfigurationError(
                     f"spec.task.reward: {reference} compares with the answer; "
                     "set spec.task.dataset.answerColumn"
                 )
             fn: Callable[..., Any] = BUILTIN_REWARDS[reference](answer_column)
             if spec.reward_batched:
-                raise ValueError(f"spec.task.rewardBatched: {reference} scores one sample")
+                raise ConfigurationError(f"spec.task.rewardBatched: {reference} scores one sample")
         else:
             fn = import_object(reference, "spec.task.reward")
             if not callable(fn):
-                raise ValueError(f"spec.task.reward: {reference} is not callable")
+                raise UserCodeError(f"spec.task.reward: {reference} is not callable")
         return cls(
             fn,
             name=reference,
@@ -203,19 +223,23 @@ class RewardFunction:
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Rewards of `completions` (blocking; the timeout bounds the wait)."""
         self._check_stopped()
-        future = _in_thread(self._call_in_thread, list(completions), list(rows))
-        try:
-            raw = future.result(timeout=self.timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            return self._fail_all(len(completions), REWARD_TIMEOUT, self._timeout_message())
-        except _Failure as exc:
-            return self._fail_all(len(completions), exc.reason, str(exc))
-        return self._results(raw, len(completions))
+        return self._record(self._outcomes(completions, rows))
+
+    def dry_run(self, completion: str, row: Row, *, where: str = "") -> float:
+        """The reward of one sample, computed as rollout would but counted nowhere (no
+        statistics, no fault recorded, `onRewardError` not applied). A failure raises
+        `UserCodeError` with the fault and its source line; `where` says which call it was."""
+        (outcome,) = self._outcomes([completion], [row])
+        if isinstance(outcome, _Failure):
+            fault = outcome.fault
+            code = f"\n    {fault.frame.code}" if fault.frame and fault.frame.code else ""
+            raise UserCodeError(f"{fault}{', ' + where if where else ''}{code}")
+        return outcome[0]
 
     async def ascore(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Rewards of `completions` without blocking the event loop."""
         self._check_stopped()
+        count = len(completions)
         try:
             if self._is_async:
                 raw = await asyncio.wait_for(
@@ -225,12 +249,37 @@ class RewardFunction:
                 future = _in_thread(self._call_in_thread, list(completions), list(rows))
                 raw = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
         except TimeoutError:
-            return self._fail_all(len(completions), REWARD_TIMEOUT, self._timeout_message())
+            return self._record([self._timeout()] * count)
         except _Failure as exc:
-            return self._fail_all(len(completions), exc.reason, str(exc))
-        return self._results(raw, len(completions))
+            return self._record([exc] * count)
+        return self._record(self._values(raw, count))
 
     # Internals -----------------------------------------------------------------------------
+
+    def _outcomes(self, completions: Sequence[str], rows: Sequence[Row]) -> list[_Outcome]:
+        """Each sample's reward or failure, from one call in a thread of its own."""
+        count = len(completions)
+        future = _in_thread(self._call_in_thread, list(completions), list(rows))
+        try:
+            raw = future.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return [self._timeout()] * count
+        except _Failure as exc:
+            return [exc] * count
+        return self._values(raw, count)
+
+    def _record(self, outcomes: Sequence[_Outcome]) -> list[float]:
+        """Count every outcome; a failure scores 0, or stops the run under `stop`."""
+        out: list[float] = []
+        for outcome in outcomes:
+            if isinstance(outcome, _Failure):
+                out.append(self._fail(outcome.fault))
+                continue
+            value, parts = outcome
+            self.stats.record(parts, None)
+            out.append(value)
+        return out
 
     def _invoke(self, completions: list[str], rows: list[Row]) -> Any:
         if self.batched:
@@ -247,36 +296,30 @@ class RewardFunction:
             ):
                 result = asyncio.run(_settle(result))
         except Exception as exc:
-            raise _Failure(REWARD_RAISED, self._raised_message(exc)) from exc
+            raise self._raised(exc) from exc
         return result
 
     async def _call_async(self, completions: list[str], rows: list[Row]) -> Any:
         try:
             return await _settle(self._invoke(completions, rows))
         except Exception as exc:
-            raise _Failure(REWARD_RAISED, self._raised_message(exc)) from exc
+            raise self._raised(exc) from exc
 
-    def _results(self, raw: Any, count: int) -> list[float]:
+    def _values(self, raw: Any, count: int) -> list[_Outcome]:
+        """The reward and named parts of each sample in a call's result, or its failure."""
         if self.batched or count > 1:
             if not isinstance(raw, Sequence) or isinstance(raw, str | bytes) or len(raw) != count:
                 got = len(raw) if isinstance(raw, Sequence) else type(raw).__name__
-                return self._fail_all(
-                    count,
-                    REWARD_INVALID,
-                    f"spec.task.reward {self.name}: returned {got} for a batch of {count}",
-                )
+                return [self._invalid(f"returned {got} for a batch of {count}")] * count
             items = list(raw)
         else:
             items = [raw]
-        out: list[float] = []
+        out: list[_Outcome] = []
         for item in items:
             try:
-                value, parts = self._scalar(item)
+                out.append(self._scalar(item))
             except _Failure as exc:
-                out.append(self._fail(exc.reason, str(exc)))
-                continue
-            self.stats.record(parts, None)
-            out.append(value)
+                out.append(exc)
         return out
 
     def _scalar(self, item: Any) -> tuple[float, dict[str, float] | None]:
@@ -287,44 +330,41 @@ class RewardFunction:
             weights = self.weights or dict.fromkeys(parts, 1.0)
             missing = sorted(set(weights) - set(parts))
             if missing:
-                raise _Failure(
-                    REWARD_INVALID,
-                    f"spec.task.reward {self.name}: result {dict(item)!r} lacks the weighted "
-                    f"parts {missing}",
-                )
+                raise self._invalid(f"result {dict(item)!r} lacks the weighted parts {missing}")
             return sum(w * parts[n] for n, w in weights.items()), parts
         return self._number(item, "result"), None
 
     def _number(self, value: Any, what: str) -> float:
         if isinstance(value, bool | int | float) and math.isfinite(float(value)):
             return float(value)
-        raise _Failure(
-            REWARD_INVALID,
-            f"spec.task.reward {self.name}: {what} {value!r} is not a finite number",
-        )
+        raise self._invalid(f"{what} {value!r:.200} is not a finite number")
 
-    def _fail_all(self, count: int, reason: str, message: str) -> list[float]:
-        return [self._fail(reason, message) for _ in range(count)]
-
-    def _fail(self, reason: str, message: str) -> float:
-        self.stats.record(None, reason)
+    def _fail(self, fault: UserCodeFault) -> float:
+        self.stats.record(None, fault.reason)
         if self.on_error == "stop":
-            self.stopped = RewardError(reason, f"{reason}: {message}")
+            self.faults.record(fault, then="the run stops (spec.task.onRewardError: stop)")
+            self.stopped = RewardError(fault, stop=STOP_SETTING)
             raise self.stopped
-        self._logged[reason] += 1
-        if self._logged[reason] <= _LOGGED_PER_REASON:
-            log.warning("%s (sample reward 0)", message)
+        self.faults.record(fault, then="the sample gets reward 0 (spec.task.onRewardError: zero)")
         return 0.0
 
     def _check_stopped(self) -> None:
         if self.stopped is not None:
             raise self.stopped
 
-    def _timeout_message(self) -> str:
-        return f"spec.task.reward {self.name}: no result within {self.timeout_s:g} s"
+    def _fault(self, reason: str, message: str) -> _Failure:
+        return _Failure(UserCodeFault(REWARD_FIELD, self.name, reason, message))
 
-    def _raised_message(self, exc: BaseException) -> str:
-        return f"spec.task.reward {self.name} raised {type(exc).__name__}: {exc}"
+    def _timeout(self) -> _Failure:
+        return self._fault(REWARD_TIMEOUT, f"no result within {self.timeout_s:g} s")
+
+    def _invalid(self, message: str) -> _Failure:
+        return self._fault(REWARD_INVALID, message)
+
+    def _raised(self, exc: BaseException) -> _Failure:
+        return _Failure(
+            fault_from_exception(exc, field=REWARD_FIELD, reference=self.name, reason=REWARD_RAISED)
+        )
 
 
 def _in_thread(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:

@@ -18,14 +18,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dressage.api.loader import ConfigurationError
+
 if TYPE_CHECKING:
     from dressage.api.job import AsyncRLJobSpec
 
 _job_dirs: list[Path] = []
 
 
-class UserCodeError(ValueError):
-    """A job's reference to user code cannot be resolved."""
+class UserCodeError(ConfigurationError):
+    """A job's user code cannot be used: its reference does not resolve, it cannot be built,
+    or it fails its dry run before the job starts."""
 
 
 def add_job_dir(manifest: str | Path) -> list[str]:

@@ -7,6 +7,9 @@ are trained. Padding is on the right and never trained.
 
 A worker's shard is cut into micro-batches bounded by a token budget (`micro_batches`); the
 gradients of its micro-batches accumulate into one optimizer step.
+
+Routed experts (MoE routing replay) are on the *unshifted* axis: entry `[b, t]` holds the
+experts the rollout routed token `t` of sample `b` to, in each layer (-1 where it did not).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from dressage.data.groups import TrainBatch
 from dressage.data.samples import Sample, mask_nonlast_version_tokens
 from dressage.trainer.loss import group_advantages
+from dressage.trainer.routing import RouteShape
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,9 @@ class BatchTensors:
     """[B, L-1] rollout logprob of the predicted token (0 where not trained)."""
     advantages: torch.Tensor
     """[B] advantage of each sequence."""
+    routed_experts: torch.Tensor | None = None
+    """[B, L, num_layers, top_k] the rollout's experts of each token (-1: not routed); None
+    when no route shape was given."""
 
 
 def score_batch(batch: TrainBatch, *, mask_nonlast_version: bool = False) -> list[ScoredSample]:
@@ -118,8 +125,30 @@ def trained_token_count(scored: Sequence[ScoredSample]) -> int:
     return sum(sum(s.sample.loss_mask) for s in scored)
 
 
-def to_tensors(scored: Sequence[ScoredSample], pad_id: int) -> BatchTensors:
-    """Pad and align `scored` into `BatchTensors`."""
+def rollout_routes(scored: Sequence[ScoredSample], length: int, shape: RouteShape) -> torch.Tensor:
+    """The rollout's routed experts of `scored` padded to `length` tokens (-1 where a sample
+    has none); ValueError naming the sample whose rows do not split into `shape`."""
+    routes = torch.full((len(scored), length, shape.num_layers, shape.top_k), -1, dtype=torch.long)
+    for i, item in enumerate(scored):
+        recorded = item.sample.routed_experts
+        if recorded is None or recorded.rows == 0:
+            continue
+        if recorded.width != shape.width:
+            raise ValueError(
+                f"sample {item.sample.parent_traj_id!r} (segment {item.sample.segment_index}): "
+                f"routed_experts rows hold {recorded.width} experts, the model routes "
+                f"{shape.num_layers} layers x top-{shape.top_k} = {shape.width}"
+            )
+        rows = torch.frombuffer(bytearray(recorded.data), dtype=torch.int32)
+        routes[i, : recorded.rows] = rows.view(recorded.rows, shape.num_layers, shape.top_k)
+    return routes
+
+
+def to_tensors(
+    scored: Sequence[ScoredSample], pad_id: int, route_shape: RouteShape | None = None
+) -> BatchTensors:
+    """Pad and align `scored` into `BatchTensors` (with the rollout's routed experts when
+    `route_shape` is given)."""
     if not scored:
         raise ValueError("cannot build tensors from an empty batch")
     length = max(len(s.sample.tokens) for s in scored)
@@ -149,4 +178,5 @@ def to_tensors(scored: Sequence[ScoredSample], pad_id: int) -> BatchTensors:
         loss_mask=loss_mask,
         rollout_logprobs=rollout,
         advantages=torch.tensor([s.advantage for s in scored], dtype=torch.float32),
+        routed_experts=None if route_shape is None else rollout_routes(scored, length, route_shape),
     )

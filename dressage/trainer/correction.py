@@ -186,12 +186,13 @@ def mismatch_kl(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(k1, k3)` scalar estimates of KL(pi_rollout || pi_train), means over trained tokens
     (0 when there are none): `k1 = mean(-log_ratio)`, `k3 = mean(exp(log_ratio) - 1 -
-    log_ratio)`."""
+    log_ratio)`. Each token's k3 term is `expm1(x) - x` clamped at 0: it is non-negative
+    exactly, while `exp(x) - 1 - x` rounds to `-x` for |x| below float epsilon."""
     mask = _mask_of(loss_mask, train_logprobs)
     log_ratio = masked_log_ratio(train_logprobs, rollout_logprobs, loss_mask)
     tokens = mask.sum().clamp(min=1.0)
     k1 = (-log_ratio * mask).sum() / tokens
-    k3 = ((torch.exp(log_ratio) - 1.0 - log_ratio) * mask).sum() / tokens
+    k3 = ((torch.expm1(log_ratio) - log_ratio).clamp(min=0.0) * mask).sum() / tokens
     return k1, k3
 
 

@@ -19,6 +19,14 @@ ranks), so the update equals a single worker's update on the whole batch in one 
 logprobs and entropy are computed from the final hidden states a chunk of tokens at a time
 (`loss.chunked_token_logprobs_and_entropy`), so the float32 full-vocabulary log-softmax is
 never held for a whole micro-batch.
+
+MoE models train like dense ones (FSDP2 shards each decoder layer, experts included, along the
+experts' first dimension). With `routing_replay` the rollout's routed experts are replayed in
+the forward (`replay`) or only compared with the trainer's own routing (`record`); see
+`dressage.trainer.routing`. Published weights use the checkpoint's tensor names: transformers
+trains a Qwen3-MoE layer's experts fused (`mlp.experts.gate_up_proj`), and they are published
+one expert at a time (`mlp.experts.{e}.gate_proj.weight`, ...), as `save_pretrained` writes
+them and as SGLang and the embedded engine load them.
 """
 
 from __future__ import annotations
@@ -32,9 +40,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dressage.api.figures import figure
 from dressage.data.groups import TrainBatch
 from dressage.data.samples import version_span_histogram, version_span_stats
 from dressage.trainer.batch import (
+    BatchTensors,
     micro_batches,
     muted,
     score_batch,
@@ -46,18 +56,24 @@ from dressage.trainer.checkpoint import ShardRows, chunk_rows
 from dressage.trainer.correction import CorrectionConfig, off_policy_correction
 from dressage.trainer.distributed import DistEnv, all_reduce_sum
 from dressage.trainer.loss import LossInputs, chunked_token_logprobs_and_entropy, grpo_loss
+from dressage.trainer.routing import RoutingReplay
 
-REWARD = "reward"
-LOGPROB_ABS_DIFF = "train_rollout_logprob_abs_diff"
-ENTROPY = "entropy"
-CLIP_FRACTION = "clip_fraction"
+REWARD = figure("reward").key
+LOGPROB_ABS_DIFF = figure("train_rollout_logprob_abs_diff").key
+ENTROPY = figure("entropy").key
+CLIP_FRACTION = figure("clip_fraction").key
+MISMATCH_KL_K1 = figure("mismatch_kl_k1").key
+MISMATCH_KL_K3 = figure("mismatch_kl_k3").key
+OFF_POLICY_CLIPPED_FRACTION = figure("off_policy_clipped_fraction").key
+OFF_POLICY_MASKED_FRACTION = figure("off_policy_masked_fraction").key
+IS_ESS_FRACTION = figure("is_ess_fraction").key
+GROUPS = figure("groups").key
+SAMPLES = figure("samples").key
 LOSS = "loss"
 GRAD_NORM = "grad_norm"
-MISMATCH_KL_K1 = "mismatch_kl_k1"
-MISMATCH_KL_K3 = "mismatch_kl_k3"
-OFF_POLICY_CLIPPED_FRACTION = "off_policy_clipped_fraction"
-OFF_POLICY_MASKED_FRACTION = "off_policy_masked_fraction"
-IS_ESS_FRACTION = "is_ess_fraction"
+ROUTING_AGREEMENT = figure("routing_agreement").key
+ROUTED_TOKEN_FRACTION = figure("routed_token_fraction").key
+ROUTING_REPLAY_MODES = ("off", "record", "replay")
 _CORRECTION_MEANS = {
     "mismatch_kl_k1": MISMATCH_KL_K1,
     "mismatch_kl_k3": MISMATCH_KL_K3,
@@ -91,6 +107,9 @@ class TrainerConfig:
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
     """Off-policy correction of the loss (`spec.training.offPolicyCorrection`; off: `none`).
     The train/rollout mismatch figures are computed either way."""
+    routing_replay: str = "off"
+    """MoE routing replay (`spec.rollout.routingReplay`): `replay` routes the rollout's
+    tokens to the rollout's experts, `record` only measures agreement, `off` neither."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -105,6 +124,11 @@ class TrainerConfig:
             raise ValueError("training.maxTokensPerMicroBatch must be >= 1")
         if self.logprob_chunk_tokens < 1:
             raise ValueError("logprob_chunk_tokens must be >= 1")
+        if self.routing_replay not in ROUTING_REPLAY_MODES:
+            raise ValueError(
+                f"rollout.routingReplay must be one of {ROUTING_REPLAY_MODES}, "
+                f"got {self.routing_replay!r}"
+            )
 
     def compute_dtype(self, device: torch.device) -> torch.dtype:
         """The dtype of the forward and backward passes on `device`."""
@@ -218,6 +242,12 @@ class GRPOTrainer:
             hf.activation_checkpointing_enable(
                 activation_checkpointing_kwargs={"use_reentrant": False}
             )
+        self.routing = (
+            None
+            if config.routing_replay == "off"
+            else RoutingReplay(model, replay=config.routing_replay == "replay")
+        )
+        """The router hooks of routing replay (None when off)."""
         self.model: torch.nn.Module = TokenLogprobs(model, config.logprob_chunk_tokens)
         self.sharded = self.env.distributed if shard is None else shard
         if self.sharded:
@@ -283,7 +313,7 @@ class GRPOTrainer:
 
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        sums = torch.zeros(5 + len(_CORRECTION_MEANS) + 2, dtype=torch.float64)
+        sums = torch.zeros(5 + len(_CORRECTION_MEANS) + 2 + 4, dtype=torch.float64)
         for part in parts:
             sums += self._forward_backward(part, float(global_tokens))
         grad_norm = _full(
@@ -296,7 +326,8 @@ class GRPOTrainer:
         loss_sum, diff_sum, clip_sum, entropy_sum, tokens, weight_sum, weight_square_sum = reduced[
             :7
         ]
-        correction_sums = reduced[7:]
+        correction_sums = reduced[7 : 7 + len(_CORRECTION_MEANS)]
+        agree, routed_pairs, routed_tokens, real_tokens = reduced[7 + len(_CORRECTION_MEANS) :]
         denom = max(tokens, 1.0)
         rewards = batch.rewards()
         metrics: dict[str, float] = {
@@ -307,8 +338,8 @@ class GRPOTrainer:
             LOSS: loss_sum,
             GRAD_NORM: float(grad_norm),
             "trained_tokens": tokens,
-            "samples": float(len(scored)),
-            "groups": float(len(batch.groups)),
+            SAMPLES: float(len(scored)),
+            GROUPS: float(len(batch.groups)),
         }
         for key, total in zip(_CORRECTION_MEANS, correction_sums, strict=True):
             metrics[_CORRECTION_MEANS[key]] = total / denom
@@ -316,13 +347,42 @@ class GRPOTrainer:
         metrics[IS_ESS_FRACTION] = (
             weight_sum**2 / weight_square_sum / denom if weight_square_sum > 0 else 1.0
         )
+        if self.routing is not None:
+            metrics[ROUTED_TOKEN_FRACTION] = routed_tokens / max(real_tokens, 1.0)
+            if routed_pairs > 0:
+                metrics[ROUTING_AGREEMENT] = agree / routed_pairs
         metrics.update(version_span_stats(batch.samples))
         metrics.update(version_span_histogram(batch.samples))
         return metrics
 
     def _forward_backward(self, part: list[Any], global_tokens: float) -> torch.Tensor:
         """Accumulate the gradient of one micro-batch; returns its token-weighted sums."""
-        tensors = to_tensors(part, self.pad_id)
+        routing = self.routing
+        tensors = to_tensors(part, self.pad_id, routing.shape if routing is not None else None)
+        trains = tensors.loss_mask.sum(dim=-1) > 0
+        if tensors.routed_experts is not None:
+            # Samples that train nothing (a rank's filler passes) are neither replayed nor
+            # counted in the routing figures.
+            tensors.routed_experts[~trains] = -1
+        with self._routes(tensors):
+            sums = self._step(tensors, global_tokens)
+        if routing is None or tensors.routed_experts is None:
+            return torch.cat([sums, torch.zeros(4, dtype=torch.float64)])
+        agree, routed_pairs = routing.agreement()
+        real = tensors.attention_mask.bool() & trains.unsqueeze(-1)
+        routed = (tensors.routed_experts >= 0).all(dim=-1).any(dim=-1) & real
+        counts = [agree, routed_pairs, float(routed.sum()), float(real.sum())]
+        return torch.cat([sums, torch.tensor(counts, dtype=torch.float64)])
+
+    @contextmanager
+    def _routes(self, tensors: BatchTensors) -> Iterator[None]:
+        if self.routing is None or tensors.routed_experts is None:
+            yield
+            return
+        with self.routing.routes(tensors.routed_experts.to(self.device)):
+            yield
+
+    def _step(self, tensors: BatchTensors, global_tokens: float) -> torch.Tensor:
         mask = tensors.loss_mask.to(self.device)
         with self._autocast():
             logprobs, entropy = self.model(
@@ -366,16 +426,26 @@ class GRPOTrainer:
         """Each parameter's full tensor in the serving dtype, one at a time, on this rank's
         device, by its Hugging Face name.
 
+        The names are the checkpoint's (`save_pretrained`'s, after transformers reverts its
+        load-time conversions): a Qwen3-MoE layer's fused `mlp.experts.gate_up_proj` comes
+        out as `mlp.experts.{e}.gate_proj.weight` and `up_proj.weight` per expert.
+
         Collective and lazy: every rank must consume the whole iterator in step, since each
         item of a sharded model is an all-gather over the gang. Each shard is cast to
         `config.serving_dtype` before it is gathered, so the gather moves serving-dtype bytes
         only, and a rank holds one full parameter at a time (plus whatever its consumer
         keeps): a distributed publish sends from rank 0 while the other ranks just drain it.
         """
+        from transformers.core_model_loading import revert_weight_conversion
+
         dtype = DTYPES[self.config.serving_dtype]
+        hf: Any = self.module
         for name, tensor in self.module.state_dict().items():
             local = tensor.detach()
-            yield name, _full(local.to(dtype) if local.is_floating_point() else local)
+            full = _full(local.to(dtype) if local.is_floating_point() else local)
+            # The checkpoint's names: fused MoE experts are split one expert per tensor.
+            for saved, part in revert_weight_conversion(hf, {name: full}).items():
+                yield saved, part.contiguous()
 
     def publishable_state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's full weights in the serving dtype, on the CPU of rank 0.

@@ -73,6 +73,7 @@ def trainer_config(spec: AsyncRLJobSpec) -> TrainerConfig:
         activation_checkpointing=spec.training.activation_checkpointing,
         serving_dtype=serving_dtype(spec),
         correction=CorrectionConfig.from_spec(spec.training.off_policy_correction),
+        routing_replay=spec.rollout.routing_replay,
     )
 
 

@@ -1,16 +1,19 @@
-"""Helpers for tests and benchmarks of the trainer: a very small Llama checkpoint and
-reproducible synthetic batches (no engine needed)."""
+"""Helpers for tests and benchmarks of the trainer: very small Llama and Qwen3-MoE checkpoints
+and reproducible synthetic batches, optionally with rollout routes (no engine needed)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dressage.data.groups import Group, TrainBatch
+from dressage.data.routing import RoutedExperts
 from dressage.data.samples import Sample
 from dressage.model.tiny import TinyModelConfig, build_tiny_model
+from dressage.model.tiny_moe import TinyMoeConfig, build_tiny_moe_model
 
 SMALL = TinyModelConfig(
     hidden_size=32,
@@ -23,9 +26,51 @@ SMALL = TinyModelConfig(
 )
 
 
+SMALL_MOE = TinyMoeConfig(
+    hidden_size=32,
+    intermediate_size=64,
+    moe_intermediate_size=16,
+    num_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    max_position_embeddings=64,
+)
+
+
 def small_model(out_dir: Path, seed: int = 0) -> Path:
     """A one-layer Llama checkpoint with the project's tokenizer (builds in well under 1 s)."""
     return build_tiny_model(out_dir, seed=seed, config=SMALL)
+
+
+def small_moe_model(out_dir: Path, seed: int = 0) -> Path:
+    """A two-layer Qwen3-MoE checkpoint (4 experts, top-2) with the project's tokenizer."""
+    return build_tiny_moe_model(out_dir, seed=seed, config=SMALL_MOE)
+
+
+def with_random_routes(
+    batch: TrainBatch, *, num_layers: int, top_k: int, num_experts: int, seed: int
+) -> TrainBatch:
+    """`batch` with reproducible random rollout routes on every sample (distinct experts per
+    token and layer, every token but the last routed), as a rollout would record them."""
+    import struct
+
+    rng = random.Random(f"routes:{seed}")
+    groups = []
+    for group in batch.groups:
+        samples = []
+        for sample in group.samples:
+            rows = len(sample.tokens) - 1
+            ids = [
+                e for _ in range(rows * num_layers) for e in rng.sample(range(num_experts), top_k)
+            ]
+            data = struct.pack(f"<{len(ids)}i", *ids)
+            routes = RoutedExperts(data, rows, num_layers * top_k)
+            samples.append(replace(sample, routed_experts=routes))
+        groups.append(Group(group.group_id, tuple(samples)))
+    return replace(batch, groups=tuple(groups))
 
 
 def synthetic_batch(
@@ -52,6 +97,23 @@ def synthetic_batch(
             )
         out.append(Group(f"g{step}-{g}", tuple(samples)))
     return TrainBatch(groups=tuple(out))
+
+
+def training_batch(step: int, model: Any) -> TrainBatch:
+    """`synthetic_batch(step)`, with random rollout routes when `model` is an MoE model."""
+    from dressage.trainer.routing import route_shape
+
+    batch = synthetic_batch(step)
+    shape = route_shape(model)
+    if shape is None:
+        return batch
+    return with_random_routes(
+        batch,
+        num_layers=shape.num_layers,
+        top_k=shape.top_k,
+        num_experts=shape.num_experts,
+        seed=step,
+    )
 
 
 def job_spec(**training: object) -> Any:
@@ -106,8 +168,9 @@ def ddp_worker(
 
     Run under torchrun: `torchrun --nproc_per_node 2 -m dressage.trainer.testing --model DIR
     --out DIR --steps N [--precision P] [--micro-tokens T] [--chunk-tokens C]
-    [--activation-checkpointing] [--resume] [--engine-url URL]`. Rank 0 draws each
-    batch and broadcasts it, as the training loop does; every rank writes its full parameters
+    [--activation-checkpointing] [--resume] [--engine-url URL] [--routing-replay MODE]`. Rank 0
+    draws each batch (`training_batch`: with random rollout routes for an MoE model) and
+    broadcasts it, as the training loop does; every rank writes its full parameters
     to `OUT/rank<R>.pt` and rank 0 its metrics to `OUT/metrics.json`. With `--resume` each
     rank also trains through a `TrainerSession` that is reopened from its sharded checkpoint
     after `N - 1` steps (`OUT/resumed-rank<R>.pt`) and one that is not
@@ -153,6 +216,7 @@ def ddp_worker(
     parser.add_argument("--engine-url", default=None)
     parser.add_argument("--stale-optimizer", action="store_true")
     parser.add_argument("--reshard-run", nargs=2, action="append", default=[])
+    parser.add_argument("--routing-replay", default="off", choices=("off", "record", "replay"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     env = current_env()
@@ -165,11 +229,14 @@ def ddp_worker(
             max_tokens_per_micro_batch=args.micro_tokens,
             logprob_chunk_tokens=args.chunk_tokens,
             activation_checkpointing=args.activation_checkpointing,
+            routing_replay=args.routing_replay,
         )
         trainer = GRPOTrainer(load_policy(args.model, device), config, env, device)
         history = []
         for step in range(1, args.steps + 1):
-            batch = broadcast_object(synthetic_batch(step) if env.is_main else None, env)
+            batch = broadcast_object(
+                training_batch(step, trainer.module) if env.is_main else None, env
+            )
             history.append(trainer.train_step(batch))
         args.out.mkdir(parents=True, exist_ok=True)
         torch.save(gathered_weights(trainer), args.out / f"rank{env.rank}.pt")

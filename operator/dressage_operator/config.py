@@ -9,10 +9,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from dressage.api.images import image_reference_problem
+from dressage.api.sglang import SGLANG_DEFAULT_VERSION
 from dressage_operator.limits import DEFAULT_LIMITS, LIMITS_ENV, parse_limits
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/dressage/dressage-runtime:0.1.0"
-DEFAULT_SGLANG_IMAGE = "ghcr.io/dressage/dressage-sglang:0.1.0"
+DEFAULT_SGLANG_IMAGE = f"ghcr.io/dressage/dressage-sglang:0.1.0-sglang{SGLANG_DEFAULT_VERSION}"
+"""The engine image's tag names the SGLang release it runs: the default of
+`spec.inference.sglangVersion` (the chart's `jobImages.sglang.tag`)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,19 @@ class OperatorConfig:
     """Children one job's reconcile creates at most per cycle before it yields to the other
     jobs and continues (the chart's `maxCreatesPerCycle`): a large job being created never
     keeps a small one waiting for more than a few cycles."""
+    check_children: bool = True
+    """Check every child of a job against the API server's schema and rules before creating
+    any (`preflight`; the chart's `checkChildren`). Off, a child the checks would refuse is
+    sent and refused by the API server itself."""
+
+    def __post_init__(self) -> None:
+        for setting, image in (
+            ("runtime image (DRESSAGE_OPERATOR_RUNTIME_IMAGE)", self.runtime_image),
+            ("SGLang image (DRESSAGE_OPERATOR_SGLANG_IMAGE)", self.sglang_image),
+        ):
+            problem = image_reference_problem(image)
+            if problem is not None:
+                raise ValueError(f"the operator's {setting}: {problem}")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -59,6 +76,7 @@ class OperatorConfig:
             network_policies=e.get(p + "NETWORK_POLICIES", "").lower() in ("1", "true", "yes"),
             limits=parse_limits(e.get(LIMITS_ENV, "")),
             max_creates_per_cycle=max(1, int(e.get(p + "MAX_CREATES_PER_CYCLE", "50"))),
+            check_children=e.get(p + "CHECK_CHILDREN", "true").lower() not in ("0", "false", "no"),
         )
 
     def scrape_url(self, namespace: str, job: str) -> str:

@@ -1,7 +1,7 @@
 """`python -m dressage_operator.crdgen [--check]`: write or check the CRD under `crds/`.
 
 The CRD is generated from the job model (`dressage.api.crd`); `--check` exits 1 when the file
-on disk differs (`tests/unit/test_crd.py` runs it). The chart carries a byte-for-byte copy
+on disk differs (`tests/unit/api/test_crd.py` runs it). The chart carries a byte-for-byte copy
 (`scripts/sync-chart-crds.sh`), compared by `tests/chart/test_crds_in_step.py`.
 """
 

@@ -18,10 +18,11 @@ Lifecycle:
 
 A cycle has two pure steps around the handler's writes: `decide` turns what was observed into a
 `Plan` (children to create or delete and a provisional status), the handler applies the plan
-and reports one `ChildResult` per write, and `settle` turns plan and results into the status
-written once, the Events to post and the delay until the next cycle. A child the API server
-refuses shows at once as `ChildrenApplied=False` with the server's message, and a Warning
-Event; the cycle is retried with backoff.
+and reports one `ChildResult` per write (the messages are in `plan`), and `settle` turns plan
+and results into the status written once, the Events to post and the delay until the next
+cycle. A spec that fails validation (`validation`, `limits`, `preflight`) gets a Failed status
+naming each field and no writes; a job failed because the API server refused a child
+(`settle`, reason `ChildRefused`) starts over when its spec changes.
 
 Counters are recorded before the pods they count go: a gang restart is counted in one cycle
 (status written, no pod deleted) and the old gang is deleted in the next, which sees the new
@@ -31,289 +32,28 @@ count's cycle instead of losing it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Any
 
-from dressage.api.crd import MAX_JOB_NAME_LENGTH
 from dressage.api.job import AsyncRLJob
-from dressage.api.loader import JobValidationError, validate_job
-from dressage.api.status import (
-    AsyncRLJobStatus,
-    Condition,
-    ConditionType,
-    JobPhase,
-    RoleStatus,
-)
-from dressage_operator import children, naming
+from dressage.api.status import AsyncRLJobStatus, ConditionType, JobPhase, RoleStatus
+from dressage_operator import children, naming, sglang_release
 from dressage_operator.children import Obj, Owner
+from dressage_operator.conditions import Conditions, parse_timestamp, timestamp
 from dressage_operator.config import OperatorConfig
 from dressage_operator.observe import PodInfo
-from dressage_operator.staleness import ScrapeResult
+from dressage_operator.plan import REASON_CHILD_REFUSED, Event, Observed, Plan
 
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_LIMIT_EXCEEDED = "LimitExceeded"
 """A valid spec that asks more than this cluster's limits (`dressage_operator.limits`)."""
-REASON_DRIFT_CORRECTED = "DriftCorrected"
 WAIT_FOR_TERMINATION_SECONDS = 2.0
 """Requeue delay while old pods with the names we need are still terminating."""
-CONFLICT_RETRY_SECONDS = 1.0
-"""Requeue delay after a create conflicted (the pod index lagged, or an old pod terminates)."""
-BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
-"""Requeue delays after consecutive cycles that failed: a child refused, or the cycle raised."""
-MIN_DELAY_SECONDS = 0.05
-
-
-def backoff(failed_cycles: int) -> float:
-    """The delay after `failed_cycles` + 1 consecutive failed cycles."""
-    return BACKOFF_SECONDS[min(failed_cycles, len(BACKOFF_SECONDS) - 1)]
-
-
-def timestamp(now: datetime) -> str:
-    """RFC 3339 in UTC with second precision, as Kubernetes writes it."""
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_timestamp(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def cluster_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
-    """What a valid job model still cannot do on a cluster, where the trainer, the engines and
-    the proxy are separate pods (`dressage run` has none of these limits)."""
-    errors: list[tuple[str, str]] = []
-    errors += storage_errors(job)
-    model = job.spec.model
-    tokenizer = model.tokenizer
-    if tokenizer and type(model)(source=tokenizer).is_hub_id:
-        errors.append(
-            (
-                "spec.model.tokenizer",
-                f"{tokenizer!r} is a Hugging Face id; only spec.model.source is staged onto "
-                "the job's storage and the proxy needs a local tokenizer.json: leave it unset "
-                "to use the model's own tokenizer, or give a path on the job's storage",
-            )
-        )
-    return errors
-
-
-def storage_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
-    """What the job needs shared storage for. With disk weight sync the engines load every
-    version from it; with distributed sync the weights go over the network and storage holds
-    only the staged model and the checkpoints, which a one-node trainer may keep on its own
-    pod (they then last as long as the pod). A trainer of several nodes shares its model cache
-    and checkpoint directory between its pods, so it needs the claim either way."""
-    spec = job.spec
-    if spec.storage.persistent_volume_claim:
-        return []
-    field = "spec.storage.persistentVolumeClaim"
-    if spec.inference.weight_sync == "disk":
-        return [
-            (
-                field,
-                "required on a cluster with spec.inference.weightSync 'disk': the trainer, the "
-                "engines and the proxy are separate pods that share the model, the weights the "
-                "trainer publishes and the checkpoints through it; name a ReadWriteMany "
-                "PersistentVolumeClaim, or set spec.inference.weightSync to 'distributed' "
-                "(then a one-node trainer may run without one, its checkpoints lasting only "
-                "as long as its pod)",
-            )
-        ]
-    if spec.trainer.nodes > 1:
-        return [
-            (
-                field,
-                f"required for a trainer of {spec.trainer.nodes} nodes (spec.trainer.nodes), "
-                "even with spec.inference.weightSync 'distributed': its pods share the model "
-                "cache and the checkpoint directory through it; name a ReadWriteMany "
-                "PersistentVolumeClaim",
-            )
-        ]
-    return []
-
-
-def spec_errors(
-    body: Mapping[str, Any], source: str
-) -> tuple[AsyncRLJob | None, tuple[tuple[str, str], ...]]:
-    """Validate a job object as read from the API server: the job model, the checks the CRD
-    makes with CEL (for API servers that skipped them) and what a cluster cannot run
-    (`cluster_errors`). Returns the job (None when the model refuses it) and every
-    `(field, message)` at fault."""
-    errors: list[tuple[str, str]] = []
-    job = None
-    try:
-        job = validate_job(dict(body), source)
-    except JobValidationError as exc:
-        errors += exc.errors
-    if job is not None:
-        errors += cluster_errors(job)
-    name = str((body.get("metadata") or {}).get("name", ""))
-    if len(name) > MAX_JOB_NAME_LENGTH or not name[:1].isalpha():
-        errors.append(
-            (
-                "metadata.name",
-                f"must start with a letter and be at most {MAX_JOB_NAME_LENGTH} characters",
-            )
-        )
-    return job, tuple(errors)
 
 
 def scrape_due(previous: AsyncRLJobStatus, now: datetime, next_scrape: datetime | None) -> bool:
     """Whether this cycle reads the job's metrics: only a running job, at most once per
     scrape interval (the caller keeps `next_scrape`)."""
     return previous.phase is JobPhase.RUNNING and (next_scrape is None or now >= next_scrape)
-
-
-@dataclass(frozen=True)
-class Observed:
-    """Everything `decide` and `settle` look at besides the spec."""
-
-    generation: int
-    status: AsyncRLJobStatus
-    now: datetime
-    pods: tuple[PodInfo, ...] = ()
-    proxy_present: bool = False
-    proxy_ready: int = 0
-    handled_failures: frozenset[str] = frozenset()
-    """uids of failed engine pods already counted (the pod index may lag a deletion)."""
-    scrape: ScrapeResult | None = None
-    spec_errors: tuple[tuple[str, str], ...] = ()
-    """`(field, message)` pairs the spec fails on (`spec_errors`); any makes the job Failed."""
-    limit_errors: tuple[tuple[str, str], ...] = ()
-    """`(field, message)` pairs of fields above this cluster's limits (`limits.limit_errors`):
-    refused like an invalid spec, with reason `LimitExceeded`."""
-    infrastructure_checked: tuple[int, datetime | None] = (-1, None)
-    """(generation, time) of the last ConfigMap/Service check that every write passed."""
-    refused_cycles: int = 0
-    """Consecutive previous cycles in which the API server refused a child (the backoff)."""
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str
-    reason: str
-    message: str
-
-
-@dataclass
-class Plan:
-    """What to do this cycle."""
-
-    status: AsyncRLJobStatus
-    """The status before the writes' results are known (`settle` completes it)."""
-    create_pods: list[Obj] = field(default_factory=list)
-    delete_pods: list[str] = field(default_factory=list)
-    ensure_infrastructure: bool = False
-    """Get-or-create-or-patch the ConfigMap and Services: when the generation changed, after
-    a check that did not pass, and once per resync interval (to undo manual drift)."""
-    ensure_proxy: bool = False
-    delete_proxy: bool = False
-    delete_job: bool = False
-    requeue_after: float | None = None
-    events: list[Event] = field(default_factory=list)
-    handled_failures: frozenset[str] = frozenset()
-    invalid: bool = False
-    """The spec is invalid: nothing is written but the status."""
-
-
-class Applied(StrEnum):
-    """How one write of the plan went."""
-
-    CREATED = "created"
-    UPDATED = "updated"
-    UNCHANGED = "unchanged"
-    DELETED = "deleted"
-    CONFLICT = "conflict"
-    """409 on create: the name is still taken (an old pod terminating, or the index lagged)."""
-    NOT_OWNED = "not-owned"
-    """An object with the child's name exists and is another owner's (an earlier job of the
-    same name, whose children the garbage collector has yet to delete): left alone, and shown
-    like a refusal until it is gone."""
-    REFUSED = "refused"
-    """The API server answered with an error (422 Invalid, 403 Forbidden, ...)."""
-    CORRECTED = "corrected"
-    """The child was written from the job's current spec but had drifted (edited or scaled by
-    hand): set back; `ChildResult.message` names the fields."""
-
-
-VERB_OF_EVENT = {"create": "FailedCreate", "patch": "FailedUpdate", "delete": "FailedDelete"}
-REASON_NOT_OWNED = "ChildNotOwned"
-
-
-def _event_reason(result: ChildResult) -> str:
-    if result.applied is Applied.NOT_OWNED:
-        return REASON_NOT_OWNED
-    return VERB_OF_EVENT[result.verb]
-
-
-@dataclass(frozen=True)
-class ChildResult:
-    """One write of the plan (create, patch or delete of a child) and the API server's answer."""
-
-    kind: str
-    name: str
-    verb: str
-    """`create`, `patch` or `delete`."""
-    applied: Applied
-    code: int | None = None
-    """HTTP status of a refusal or conflict."""
-    message: str = ""
-    """The API server's message."""
-    field: str = ""
-    """The first field the API server names (`details.causes[].field`), if any."""
-
-    def describe(self) -> str:
-        if self.applied is Applied.NOT_OWNED:
-            return f"{self.kind} {self.name} exists and is not this job's: {self.message}"
-        text = f"{self.kind} {self.name}: {self.verb} refused (HTTP {self.code}): {self.message}"
-        if self.field and self.field not in self.message:
-            text += f" (field {self.field})"
-        return text
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The end of a cycle: what to write, post and remember, and when to run again."""
-
-    status: AsyncRLJobStatus
-    events: list[Event]
-    delay: float | None
-    """Seconds until the next cycle; None ends the job's loop (the job is being deleted)."""
-    result: str
-    """`ok`, `retry` (a conflict), `refused` or `invalid`: the reconcile counter's label."""
-    infrastructure_checked: tuple[int, datetime | None]
-    refused_cycles: int
-
-
-class _Conditions:
-    """Sets conditions, keeping `lastTransitionTime` when the status does not change."""
-
-    def __init__(self, status: AsyncRLJobStatus, now: datetime, generation: int) -> None:
-        self.status = status
-        self.now = timestamp(now)
-        self.generation = generation
-
-    def get(self, ctype: ConditionType) -> Condition | None:
-        return next((c for c in self.status.conditions if c.type == ctype.value), None)
-
-    def set(self, ctype: ConditionType, value: bool, reason: str, message: str = "") -> None:
-        text = "True" if value else "False"
-        old = self.get(ctype)
-        changed = old is None or old.status != text
-        new = Condition(
-            type=ctype.value,
-            status=text,
-            reason=reason,
-            message=message,
-            last_transition_time=self.now if changed or old is None else old.last_transition_time,
-            observed_generation=self.generation,
-        )
-        others = [c for c in self.status.conditions if c.type != ctype.value]
-        self.status.conditions = sorted([*others, new], key=lambda c: c.type)
 
 
 def invalid_spec_status(
@@ -328,7 +68,7 @@ def invalid_spec_status(
     names each field at fault."""
     status = previous.model_copy(deep=True)
     message = "; ".join(f"{path}: {msg}" for path, msg in errors)
-    conds = _Conditions(status, now, generation)
+    conds = Conditions(status, now, generation)
     conds.set(ConditionType.SPEC_VALID, False, reason, message)
     conds.set(ConditionType.FAILED, True, reason, message)
     status.phase = JobPhase.FAILED
@@ -358,7 +98,7 @@ class _Decider:
         status.observed_generation = obs.generation
         self.plan = Plan(status=status, handled_failures=obs.handled_failures)
         self.st = status
-        self.conds = _Conditions(status, obs.now, obs.generation)
+        self.conds = Conditions(status, obs.now, obs.generation)
         # Pods with the job's labels but another job's uid are left by an earlier job of the
         # same name (the garbage collector is deleting them): never adopted, never counted;
         # their names are not taken over until they are gone.
@@ -422,10 +162,24 @@ class _Decider:
     # --- the decision --------------------------------------------------------------------
     def run(self) -> Plan:
         self.conds.set(ConditionType.SPEC_VALID, True, "Valid", "")
+        release = sglang_release.check(
+            self.spec.inference.sglang_version, self.conds.get(sglang_release.CONDITION)
+        )
+        self.conds.set(sglang_release.CONDITION, release.untested, release.reason, release.message)
+        if release.warn:
+            self.event("Warning", release.reason, release.message)
         self.apply_scrape()
         failed = self.conds.get(ConditionType.FAILED)
         refused = (REASON_INVALID_SPEC, REASON_LIMIT_EXCEEDED)
-        if self.st.phase is JobPhase.FAILED and failed and failed.reason in refused:
+        # A child the API server refused fails its spec generation only (`settle`).
+        fixed = failed is not None and (
+            failed.reason in refused
+            or (
+                failed.reason == REASON_CHILD_REFUSED
+                and failed.observed_generation != self.obs.generation
+            )
+        )
+        if self.st.phase is JobPhase.FAILED and fixed:
             # The spec was fixed: start over.
             self.conds.set(ConditionType.FAILED, False, "SpecCorrected", "")
             self.st.completion_time = None
@@ -722,77 +476,3 @@ def decide(job: AsyncRLJob | None, owner: Owner, config: OperatorConfig, obs: Ob
         plan.create_pods = plan.create_pods[: config.max_creates_per_cycle]
         plan.requeue_after = 0.0
     return plan
-
-
-def settle(
-    plan: Plan, obs: Observed, config: OperatorConfig, results: Sequence[ChildResult]
-) -> Outcome:
-    """The status to write, the Events to post and the next delay, from the plan and what the
-    API server answered to each of its writes.
-
-    `ChildrenApplied` is False while a child is refused, its reason naming the kind
-    (`PodRefused`) and its message each refused child, the API server's message and field; a
-    Warning Event per refused write is posted when the refusal is new or says something else.
-    A refusal backs off (`BACKOFF_SECONDS`); a conflict retries soon."""
-    status = plan.status.model_copy(deep=True)
-    events = list(plan.events)
-    if plan.invalid:
-        return Outcome(
-            status=status,
-            events=events,
-            delay=plan.requeue_after,
-            result="invalid",
-            infrastructure_checked=obs.infrastructure_checked,
-            refused_cycles=0,
-        )
-    conds = _Conditions(status, obs.now, obs.generation)
-    refused = [r for r in results if r.applied in (Applied.REFUSED, Applied.NOT_OWNED)]
-    conflicted = any(r.applied is Applied.CONFLICT for r in results)
-    if refused:
-        message = "; ".join(r.describe() for r in refused)
-        previous = conds.get(ConditionType.CHILDREN_APPLIED)
-        if previous is None or previous.status != "False" or previous.message != message:
-            events += [Event("Warning", _event_reason(r), r.describe()) for r in refused]
-        how = "NotOwned" if refused[0].applied is Applied.NOT_OWNED else "Refused"
-        conds.set(ConditionType.CHILDREN_APPLIED, False, f"{refused[0].kind}{how}", message)
-    else:
-        conds.set(ConditionType.CHILDREN_APPLIED, True, "Applied")
-    events += [
-        Event(
-            "Warning",
-            REASON_DRIFT_CORRECTED,
-            f"{r.kind} {r.name} differed from what the job says ({r.message}): set back",
-        )
-        for r in results
-        if r.applied is Applied.CORRECTED
-    ]
-
-    checked = obs.infrastructure_checked
-    if plan.ensure_infrastructure:
-        infra = {"ConfigMap", "Service", "NetworkPolicy"}
-        failed = any(
-            r.kind in infra and r.applied in (Applied.REFUSED, Applied.CONFLICT, Applied.NOT_OWNED)
-            for r in results
-        )
-        checked = (-1, None) if failed else (obs.generation, obs.now)
-
-    delay: float | None = None
-    if not plan.delete_job:
-        delay = config.resync_seconds
-        if status.phase is JobPhase.RUNNING:
-            delay = min(delay, config.scrape_seconds)
-        if plan.requeue_after is not None:
-            delay = min(delay, plan.requeue_after)
-        if conflicted:
-            delay = min(delay, CONFLICT_RETRY_SECONDS)
-        if refused:
-            delay = min(delay, backoff(obs.refused_cycles))
-        delay = max(delay, MIN_DELAY_SECONDS)
-    return Outcome(
-        status=status,
-        events=events,
-        delay=delay,
-        result="refused" if refused else "retry" if conflicted else "ok",
-        infrastructure_checked=checked,
-        refused_cycles=obs.refused_cycles + 1 if refused else 0,
-    )

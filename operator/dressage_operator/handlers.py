@@ -1,8 +1,10 @@
 """kopf handlers: thin glue between Kubernetes events and `decide`.
 
-One daemon per `AsyncRLJob` runs the reconcile loop: read the job, look at its pods (an
-in-memory kopf index fed by the pod watch) and proxy, read its metrics when due, `decide`,
-apply the plan (collecting the API server's answer to each write), `settle` the status from
+One daemon per `AsyncRLJob` runs the reconcile loop: read the job, check it (the model, the
+cluster's limits, and its children as the API server would: `preflight`, once per spec), look
+at its pods (an in-memory kopf index fed by the pod watch) and proxy, read its metrics when
+due, `decide`, apply the plan (collecting the API server's answer to each write, and not
+repeating a write it refused permanently for this spec generation), `settle` the status from
 both, write it (once, only when it changed) and post the Events. Pod, Deployment and job events
 only wake the loop, so each job has exactly one writer and reconciles are level-triggered: a
 restarted operator converges from whatever it finds, without duplicate children.
@@ -30,20 +32,10 @@ from pydantic import ValidationError
 
 from dressage.api.job import API_GROUP, API_VERSION, PLURAL, AsyncRLJob
 from dressage.api.status import AsyncRLJobStatus
-from dressage_operator import children, drift, naming
+from dressage_operator import children, drift, naming, preflight, schemas
+from dressage_operator.conditions import timestamp
 from dressage_operator.config import OperatorConfig
-from dressage_operator.decide import (
-    Applied,
-    ChildResult,
-    Observed,
-    Plan,
-    backoff,
-    decide,
-    scrape_due,
-    settle,
-    spec_errors,
-    timestamp,
-)
+from dressage_operator.decide import decide, scrape_due
 from dressage_operator.kube import (
     Conflict,
     Kube,
@@ -55,7 +47,11 @@ from dressage_operator.kube import (
 from dressage_operator.limits import limit_errors
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.observe import PodInfo, pod_info
-from dressage_operator.staleness import ScrapeResult, scrape
+from dressage_operator.plan import Applied, ChildResult, Observed, Plan
+from dressage_operator.scrape import scrape
+from dressage_operator.settle import backoff, settle
+from dressage_operator.staleness import ScrapeResult
+from dressage_operator.validation import spec_errors
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 FINALIZER = "dressage.io/finalizer"
@@ -99,6 +95,12 @@ class JobState:
     refused_cycles: int = 0
     infrastructure_checked: tuple[int, datetime | None] = (-1, None)
     """(generation, time) of the last ConfigMap/Service check that every write passed."""
+    children_checked: tuple[str, tuple[tuple[str, str], ...]] = ("", ())
+    """(the checked job, as JSON; what `preflight` found in its children): checked once."""
+    blocked: dict[tuple[str, str], ChildResult] = field(default_factory=dict)
+    """Writes the API server refused permanently, by (kind, name), for `blocked_for`."""
+    blocked_for: tuple[str, int] = ("", -1)
+    """(uid, generation) of the job object whose spec those refusals hold for."""
 
 
 @dataclass
@@ -111,6 +113,8 @@ class Runtime:
     metrics: OperatorMetrics
     jobs: dict[tuple[str, str], JobState] = field(default_factory=dict)
     metrics_server: Any = None
+    schema_release: str = preflight.DEFAULT_SCHEMA_RELEASE
+    """The Kubernetes release whose schemas check the children: the API server's own."""
 
     def wake(self, namespace: str | None, job: str | None) -> None:
         state = self.jobs.get((namespace or "", job or ""))
@@ -144,12 +148,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     server = None
     if config.metrics_port:
         server, _thread = start_http_server(config.metrics_port, registry=metrics.registry)
+    kube = Kube(client_from_connection(connection(settings)))
+    version = await kube.server_version()
     memo.runtime = Runtime(
         config=config,
-        kube=Kube(client_from_connection(connection(settings))),
+        kube=kube,
         scraper=httpx.AsyncClient(),
         metrics=metrics,
         metrics_server=server,
+        schema_release=schemas.schema_release(version, preflight.DEFAULT_SCHEMA_RELEASE),
     )
 
 
@@ -288,6 +295,11 @@ async def reconcile(
     previous = _status_of(body)
     job, errors = spec_errors(body, f"{namespace}/{name}")
     over = () if job is None or errors else tuple(limit_errors(job.spec, config.limits))
+    if job is not None and not errors and not over and config.check_children:
+        errors = _children_checked(runtime, state, job, name, namespace, body)
+    generation = int(body["metadata"].get("generation") or 1)
+    if state.blocked_for != (body["metadata"]["uid"], generation):
+        state.blocked, state.blocked_for = {}, (body["metadata"]["uid"], generation)
     owner = children.Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
     proxy: children.Obj | None = None
     foreign_proxy = False
@@ -304,7 +316,7 @@ async def reconcile(
                 runtime.scraper, url, config.scrape_timeout_seconds, timestamp(now)
             )
     observed = Observed(
-        generation=int(body["metadata"].get("generation") or 1),
+        generation=generation,
         status=previous,
         now=now,
         pods=tuple(pods.get((namespace, name), ())),
@@ -318,19 +330,21 @@ async def reconcile(
         limit_errors=over,
         infrastructure_checked=state.infrastructure_checked,
         refused_cycles=state.refused_cycles,
+        blocked=tuple(state.blocked.values()),
     )
     plan = decide(job, owner, config, observed)
     results: list[ChildResult] = []
     if job is not None and not plan.invalid:
-        results = await _apply(kube, job, owner, config, plan, proxy)
+        results = await _apply(kube, job, owner, config, plan, proxy, state.blocked)
     outcome = settle(plan, observed, config, results)
     state.handled_failures = plan.handled_failures
     state.infrastructure_checked = outcome.infrastructure_checked
     state.refused_cycles = outcome.refused_cycles
+    state.blocked = {(r.kind, r.name): r for r in outcome.blocked}
 
     written = await _write_status(kube, job_path, body, outcome.status)
     if written and plan.invalid:
-        logger.error(f"invalid spec: {outcome.status.message}")
+        logger.error(outcome.status.message)
     for result in results:
         if result.applied is Applied.REFUSED:
             logger.warning(result.describe())
@@ -351,6 +365,24 @@ async def reconcile(
     return outcome.delay, outcome.result
 
 
+def _children_checked(
+    runtime: Runtime,
+    state: JobState,
+    job: AsyncRLJob,
+    name: str,
+    namespace: str,
+    body: Mapping[str, Any],
+) -> tuple[tuple[str, str], ...]:
+    """What the API server would refuse in the job's children (`preflight`), checked once per
+    job content (spec, labels, annotations)."""
+    key = job.model_dump_json()
+    if state.children_checked[0] != key:
+        owner = children.Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
+        found = preflight.child_errors(job, owner, runtime.config, runtime.schema_release)
+        state.children_checked = (key, tuple(found))
+    return state.children_checked[1]
+
+
 async def _write_status(
     kube: Kube, job_path: str, body: Mapping[str, Any], status: AsyncRLJobStatus
 ) -> bool:
@@ -362,7 +394,12 @@ async def _write_status(
     return True
 
 
-def _refused(kind: str, name: str, verb: str, exc: KubeError) -> ChildResult:
+def _refused(kind: str, name: str, verb: str, exc: KubeError | httpx.HTTPError) -> ChildResult:
+    """The API server's refusal of a write; or no answer (a timeout, a lost connection),
+    which is a temporary failure without an HTTP code."""
+    if isinstance(exc, httpx.HTTPError):
+        message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return ChildResult(kind, name, verb, Applied.REFUSED, None, message)
     field = next((f for f, _ in exc.causes if f), "")
     applied = Applied.CONFLICT if isinstance(exc, Conflict) else Applied.REFUSED
     return ChildResult(kind, name, verb, applied, exc.status, exc.message, field)
@@ -408,14 +445,14 @@ async def _ensure(
             return ChildResult(kind, name, verb, Applied.CORRECTED, message=", ".join(drifted))
         await kube.patch(path, drift.correction(desired, live))
         return ChildResult(kind, name, verb, Applied.UPDATED)
-    except KubeError as exc:
+    except (KubeError, httpx.HTTPError) as exc:
         return _refused(kind, name, verb, exc)
 
 
 async def _delete(kube: Kube, kind: str, path: str, name: str) -> ChildResult:
     try:
         await kube.delete(path)
-    except KubeError as exc:
+    except (KubeError, httpx.HTTPError) as exc:
         return _refused(kind, name, "delete", exc)
     return ChildResult(kind, name, "delete", Applied.DELETED)
 
@@ -427,27 +464,39 @@ async def _apply(
     config: OperatorConfig,
     plan: Plan,
     proxy: children.Obj | None,
+    blocked: Mapping[tuple[str, str], ChildResult],
 ) -> list[ChildResult]:
-    """Make the plan's writes; each answer, refusals included, becomes a `ChildResult`."""
+    """Make the plan's writes; each answer, refusals included, becomes a `ChildResult`. A
+    write to a child the API server refused permanently for this spec generation (`blocked`)
+    is not made again: its refusal is reported instead."""
+
+    async def ensure(desired: children.Obj, **kw: Any) -> ChildResult:
+        held = blocked.get((desired["kind"], desired["metadata"]["name"]))
+        return held if held is not None else await _ensure(kube, desired, owner, **kw)
+
+    async def delete(kind: str, path: str, name: str) -> ChildResult:
+        held = blocked.get((kind, name))
+        return held if held is not None else await _delete(kube, kind, path, name)
+
     results: list[ChildResult] = []
     if plan.ensure_infrastructure:
         for obj in children.build_infrastructure(job, owner, config):
-            results.append(await _ensure(kube, obj, owner))
+            results.append(await ensure(obj))
     if any(r.applied is Applied.NOT_OWNED for r in results):
         # An earlier job's ConfigMap or Services: pods started now would mount its config.
         return results
     if plan.ensure_proxy:
         desired = children.build_proxy_deployment(job, owner, config)
-        results.append(await _ensure(kube, desired, owner, live=proxy, fetched=True))
+        results.append(await ensure(desired, live=proxy, fetched=True))
     if plan.delete_proxy:
         proxy_name = naming.proxy(owner.name)
         path = resource_path("apps/v1", "deployments", owner.namespace, proxy_name)
-        results.append(await _delete(kube, "Deployment", path, proxy_name))
+        results.append(await delete("Deployment", path, proxy_name))
     ns = owner.namespace
     results += await asyncio.gather(
-        *(_delete(kube, "Pod", resource_path("v1", "pods", ns, n), n) for n in plan.delete_pods)
+        *(delete("Pod", resource_path("v1", "pods", ns, n), n) for n in plan.delete_pods)
     )
     results += await asyncio.gather(
-        *(_ensure(kube, pod, owner, live=None, fetched=True) for pod in plan.create_pods)
+        *(ensure(pod, live=None, fetched=True) for pod in plan.create_pods)
     )
     return results

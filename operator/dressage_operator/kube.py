@@ -149,6 +149,15 @@ class Kube:
         if response.status_code >= 400:
             raise KubeError.from_response(response)
 
+    async def server_version(self) -> str | None:
+        """The API server's `gitVersion` (`v1.31.2`), None when `/version` does not say."""
+        try:
+            response = await self.client.get("/version")
+            version = response.json().get("gitVersion") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return str(version) if version else None
+
     async def get(self, path: str) -> Obj | None:
         response = await self.client.get(path)
         if response.status_code == 404:

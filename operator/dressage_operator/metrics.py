@@ -2,7 +2,9 @@
 
 Per-job series are labelled `namespace` and `job` and are produced by a collector from the
 latest status of each job, so a deleted job's series disappear with it and counters mirror the
-job's own cumulative counters exactly (no double counting across operator restarts).
+job's own cumulative counters exactly (no double counting across operator restarts). The
+status figures of the step declaration (`dressage.api.figures`) are exported under their
+`job_metric` names.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from dressage import metrics as names
+from dressage.api.figures import Figure, FigureKind, StepFigures, status_figures
 from dressage.api.job import AsyncRLJobSpec
 from dressage.api.status import AsyncRLJobStatus, JobPhase
 
@@ -32,7 +35,9 @@ def version_span_limit(spec: AsyncRLJobSpec) -> int | None:
 class JobMetricsCollector(Collector):
     """Exports the last known status of every job."""
 
-    def __init__(self) -> None:
+    def __init__(self, declaration: type[StepFigures] = StepFigures) -> None:
+        self.figures = status_figures(declaration)
+        """The status figures exported per job, under their `job_metric`."""
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], tuple[AsyncRLJobStatus, int | None]] = {}
 
@@ -58,21 +63,17 @@ class JobMetricsCollector(Collector):
         def gauge(name: str, doc: str) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, labels=JOB_LABELS)
 
-        mean = gauge(names.JOB_STALENESS_VERSION_SPAN_MEAN, "Mean trajectory version span.")
-        vmax = gauge(names.JOB_STALENESS_VERSION_SPAN_MAX, "Max trajectory version span.")
-        vmin = gauge(names.JOB_STALENESS_VERSION_SPAN_MIN, "Min trajectory version span.")
+        figures: list[tuple[Figure, GaugeMetricFamily | CounterMetricFamily]] = []
+        for f in self.figures:
+            if f.kind is FigureKind.GAUGE:
+                figures.append((f, gauge(f.job_metric, f"{f.help}.")))
+            else:
+                labels = [*JOB_LABELS, "reason"] if f.kind is FigureKind.BY_REASON else JOB_LABELS
+                figures.append((f, CounterMetricFamily(f.job_metric, f"{f.help}.", labels=labels)))
         step = gauge(names.JOB_TRAIN_STEP, "Current trainer step.")
         version = gauge(names.JOB_WEIGHT_VERSION, "Latest published weight version (ordinal).")
         phase = GaugeMetricFamily(
             names.JOB_PHASE, "1 for the job's current phase.", labels=[*JOB_LABELS, "phase"]
-        )
-        dropped = CounterMetricFamily(
-            names.JOB_DROPPED_GROUPS,
-            "GRPO groups dropped, by reason.",
-            labels=[*JOB_LABELS, "reason"],
-        )
-        failures = CounterMetricFamily(
-            names.JOB_STALENESS_FAILURES, "Partial-rollout staleness refusals.", labels=JOB_LABELS
         )
         restarts = CounterMetricFamily(
             names.JOB_RESTARTS, "Trainer gang restarts.", labels=JOB_LABELS
@@ -86,25 +87,23 @@ class JobMetricsCollector(Collector):
             if max_span is not None:
                 limit.add_metric(labels, float(max_span))
             s = st.staleness
-            for family, value in (
-                (mean, s.version_span_mean),
-                (vmax, s.version_span_max),
-                (vmin, s.version_span_min),
-                (step, s.step),
-            ):
-                if value is not None:
+            for f, family in figures:
+                if f.kind is FigureKind.BY_REASON:
+                    for reason, count in getattr(s, f.by_reason_name).items():
+                        family.add_metric([*labels, reason], float(count))
+                elif (value := getattr(s, f.name)) is not None:
                     family.add_metric(labels, float(value))
+            if s.step is not None:
+                step.add_metric(labels, float(s.step))
             if s.weight_version is not None:
                 # A non-numeric label has no ordinal here.
                 with contextlib.suppress(ValueError):
                     version.add_metric(labels, float(s.weight_version))
             for p in JobPhase:
                 phase.add_metric([*labels, p.value], 1.0 if st.phase is p else 0.0)
-            for reason, count in s.dropped_groups_by_reason.items():
-                dropped.add_metric([*labels, reason], float(count))
-            failures.add_metric(labels, float(s.staleness_failures))
             restarts.add_metric(labels, float(st.restarts))
-        yield from (mean, vmax, vmin, limit, step, version, phase, dropped, failures, restarts)
+        yield from (family for _, family in figures)
+        yield from (limit, step, version, phase, restarts)
 
 
 class OperatorMetrics:

@@ -17,9 +17,9 @@ ANNOTATION_HASH: Final = "dressage.io/spec-hash"
 """Hash of the desired object the child was last written from: drift shows as a mismatch."""
 ANNOTATION_ROLE_SPEC: Final = "dressage.io/role-spec-hash"
 """On trainer and engine pods and the proxy's pod template: hash of what the role's pods run
-from the job's spec (`children.trainer_inputs`, `engine_inputs`, `proxy_inputs`). Pods are not
-patched: a pod whose hash differs from the job's is replaced (the trainer gang together,
-engines one by one, the proxy through its Deployment)."""
+from the job's spec (`children.restart`: `trainer_inputs`, `engine_inputs`, `proxy_inputs`).
+Pods are not patched: a pod whose hash differs from the job's is replaced (the trainer gang
+together, engines one by one, the proxy through its Deployment)."""
 MANAGED_BY: Final = "dressage-operator"
 
 ROLE_TRAINER: Final = "trainer"

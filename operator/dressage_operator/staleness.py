@@ -1,17 +1,19 @@
 """Reading a job's staleness figures from its own Prometheus `/metrics` (trainer rank 0).
 
-`parse_staleness` is pure (text in, `StalenessStatus` out); `scrape` does the HTTP GET.
+Pure: `parse_staleness` turns exposition text into the status's `StalenessStatus`, and
+`ScrapeResult` is what one scrape found. The HTTP GET around it is `dressage_operator.scrape`,
+at the handlers' level.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from dressage import metrics as names
-from dressage.api.status import StalenessStatus
+from dressage.api.figures import FigureKind, StepFigures, status_figures
+from dressage.api.status import StalenessStatus, staleness_status_model
 
 
 @dataclass(frozen=True)
@@ -23,16 +25,23 @@ class ScrapeResult:
     error: str = ""
 
 
-def parse_staleness(text: str, scraped_at: str | None = None) -> StalenessStatus:
-    """Extract the staleness block of the status from Prometheus text exposition."""
+def parse_staleness(
+    text: str, scraped_at: str | None = None, declaration: type[StepFigures] = StepFigures
+) -> StalenessStatus:
+    """Extract the staleness block of the status from Prometheus text exposition: the
+    declaration's status figures under their `metric`, the step and the weight version."""
+    shown = status_figures(declaration)
     values: dict[str, float] = {}
-    dropped: dict[str, int] = {}
+    by_reason: dict[str, dict[str, int]] = {
+        f.metric: {} for f in shown if f.kind is FigureKind.BY_REASON
+    }
     version_label: str | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == names.DROPPED_GROUPS:
+            if sample.name in by_reason:
+                counts = by_reason[sample.name]
                 reason = sample.labels.get("reason", "unknown")
-                dropped[reason] = dropped.get(reason, 0) + int(sample.value)
+                counts[reason] = counts.get(reason, 0) + int(sample.value)
             elif sample.name == names.WEIGHT_VERSION_INFO:
                 if sample.value and "version" in sample.labels:
                     version_label = sample.labels["version"]
@@ -47,26 +56,21 @@ def parse_staleness(text: str, scraped_at: str | None = None) -> StalenessStatus
     ordinal = opt(names.WEIGHT_VERSION)
     if version_label is None and ordinal is not None:
         version_label = str(int(ordinal))
-    return StalenessStatus(
-        version_span_mean=opt(names.STALENESS_VERSION_SPAN_MEAN),
-        version_span_max=opt(names.STALENESS_VERSION_SPAN_MAX),
-        version_span_min=opt(names.STALENESS_VERSION_SPAN_MIN),
-        dropped_groups=sum(dropped.values()),
-        dropped_groups_by_reason=dict(sorted(dropped.items())),
-        staleness_failures=int(values.get(names.STALENESS_FAILURES, 0)),
-        step=None if step is None else int(step),
-        weight_version=version_label,
-        last_scrape_time=scraped_at,
+    figures: dict[str, object] = {}
+    for f in shown:
+        if f.kind is FigureKind.GAUGE:
+            figures[f.name] = opt(f.metric)
+        elif f.kind is FigureKind.COUNTER:
+            figures[f.name] = f.value_type(values.get(f.metric, 0))
+        else:
+            counts = by_reason[f.metric]
+            figures[f.name] = sum(counts.values())
+            figures[f.by_reason_name] = dict(sorted(counts.items()))
+    return staleness_status_model(declaration).model_validate(
+        {
+            **figures,
+            "step": None if step is None else int(step),
+            "weight_version": version_label,
+            "last_scrape_time": scraped_at,
+        }
     )
-
-
-async def scrape(
-    client: httpx.AsyncClient, url: str, limit_seconds: float, now: str
-) -> ScrapeResult:
-    """GET the job's metrics; never raises (a job without metrics yet is normal)."""
-    try:
-        response = await client.get(url, timeout=limit_seconds)
-        response.raise_for_status()
-        return ScrapeResult(url=url, staleness=parse_staleness(response.text, now))
-    except (httpx.HTTPError, ValueError) as exc:
-        return ScrapeResult(url=url, error=f"{type(exc).__name__}: {exc}"[:300])

@@ -93,6 +93,8 @@ def test_dashboard_covers_the_required_figures() -> None:
         m.IS_ESS_FRACTION,
         m.ROLLOUT_ADMISSIONS_HELD,
         m.ROLLOUT_ADMISSION_WAIT_SECONDS,
+        m.ROUTING_AGREEMENT,
+        m.ROUTED_TOKEN_FRACTION,
     ]
     missing = [name for name in required if name not in used]
     assert missing == []

@@ -85,10 +85,11 @@ async def test_authentication(proxy: ProxyProcess) -> None:
         (b'{"session_id": "m", "input_ids": [99999]}', 400, "invalid_request", "input_ids[0]"),
         (b'{"session_id": "m", "input_ids": [1], "sampling_params": {"top_p": 7}}', 400,
          "invalid_request", "top_p"),
-        (b'{"input_ids": [1]}', 400, "missing_session_id", "X-Session-Id"),
         (b'{"session_id": 5, "input_ids": [1]}', 400, "invalid_request", "session id"),
-        (b'{"session_id": "m", "input_ids": [1], "stream": true}', 400, "invalid_request",
+        (b'{"session_id": "m", "input_ids": [1], "stream": 1}', 400, "invalid_request",
          "stream"),
+        (b'{"input_ids": [1], "return_routed_experts": "yes"}', 400, "invalid_request",
+         "return_routed_experts"),
     ],
 )  # fmt: skip
 async def test_malformed_generate_requests_name_the_problem(

@@ -165,17 +165,22 @@ async def test_streamed_tool_calls_and_usage_only_when_asked() -> None:
                         stream=True,
                     )
                 ]
-                calls = [
+                deltas = [
                     call
                     for c in chunks
                     if c.choices
                     for call in c.choices[0].delta.tool_calls or []
                 ]
-                assert [(c.index, c.type) for c in calls] == [(0, "function")]
-                assert calls[0].function is not None
-                assert calls[0].function.name == "calculator"
-                assert json.loads(calls[0].function.arguments or "") == {"expression": "2+3"}
-                assert calls[0].id
+                # OpenAI's streamed call: a first delta with its id, type and name, then its
+                # arguments; a client joins them by index.
+                assert [(c.index, c.type) for c in deltas] == [(0, "function"), (0, None)]
+                assert deltas[0].function is not None
+                assert deltas[0].function.name == "calculator"
+                assert deltas[1].function is not None
+                arguments = "".join((d.function.arguments or "") for d in deltas if d.function)
+                assert json.loads(arguments) == {"expression": "2+3"}
+                assert deltas[0].id
+                calls = deltas[:1]
                 assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == (
                     "tool_calls"
                 )
@@ -192,7 +197,7 @@ async def test_streamed_tool_calls_and_usage_only_when_asked() -> None:
                                 "type": "function",
                                 "function": {
                                     "name": "calculator",
-                                    "arguments": calls[0].function.arguments,
+                                    "arguments": arguments,
                                 },
                             }
                         ],

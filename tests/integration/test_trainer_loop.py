@@ -86,8 +86,8 @@ async def test_sync_loop_publishes_versions_that_the_next_batch_carries(tmp_path
         assert all(s.reward in (0.0, 1.0) for s in batch.samples)
     assert collector.state_dict() == {"next_prompt": 4}
     # Rollout logprobs from the engine match the trainer's own on the same weights.
-    assert records[0].metrics["train_rollout_logprob_abs_diff"] < 1e-3
-    assert records[0].metrics["staleness/version_span_max"] == 1.0
+    assert records[0].figures.train_rollout_logprob_abs_diff < 1e-3
+    assert records[0].figures.version_span_max == 1.0
     assert session.run_dir.latest_step() == 2
     assert session.run_dir.load_state() is not None
 

@@ -4,8 +4,7 @@ it under kopf, and a real HTTP server standing in for the job's trainer `/metric
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,18 +22,6 @@ from kopf.testing import KopfRunner
 from dressage.testing import free_port
 
 NAMESPACE = "e2e"
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll `condition` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
-        time.sleep(0.1)
 
 
 class MetricsServer:
@@ -113,19 +100,28 @@ def cluster() -> Iterator[EmulatedCluster]:
 
 
 @pytest.fixture(scope="module")
+def operator_settings() -> dict[str, str]:
+    """`DRESSAGE_OPERATOR_*` settings of the module's operator, over `operator_env`'s; a test
+    module overrides this fixture to run the operator otherwise."""
+    return {"DRESSAGE_OPERATOR_NETWORK_POLICIES": "true"}
+
+
+@pytest.fixture(scope="module")
 def operator(
     cluster: EmulatedCluster,
     metrics_server: MetricsServer,
+    operator_settings: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Operator]:
+    """The operator under kopf against the module's cluster, scraping `metrics_server`."""
     env = operator_env(
         cluster,
         tmp_path_factory.mktemp("kube") / "config",
         DRESSAGE_OPERATOR_METRICS_PORT=str(free_port()),
-        DRESSAGE_OPERATOR_NETWORK_POLICIES="true",
         DRESSAGE_OPERATOR_SCRAPE_URL_TEMPLATE=(
             f"http://127.0.0.1:{metrics_server.port}/{{namespace}}/{{job}}/metrics"
         ),
+        **operator_settings,
     )
     op = Operator(cluster, env)
     op.start()

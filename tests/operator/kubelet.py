@@ -32,7 +32,9 @@ What it does, as a kubelet and cluster DNS would:
   (the processes stopped and continued, as on a stalled node);
 - images: `python` and `torchrun` run in this interpreter; a container whose command is
   `python -m sglang.launch_server` runs the embedded engine instead (`sglang_as_embedded`
-  maps the flags it needs and refuses every other one).
+  maps the flags it needs and refuses every other one), playing the SGLang release of the
+  pod's job (`spec.inference.sglangVersion`, or the tested release that stands in for it), so
+  the operator's engines answer as that release's would.
 
 Not emulated: resource limits, security contexts (checked against the schemas and the Pod
 Security Standard elsewhere), node placement, image pulls, more than one Deployment replica.
@@ -40,50 +42,44 @@ Security Standard elsewhere), node placement, image pulls, more than one Deploym
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+from dressage_operator.naming import LABEL_JOB
 from dressage_operator.testing import EmulatedCluster
 
+from dressage.api.job import InferenceSpec
+from dressage.engine.releases import stand_in_release
 from dressage.testing import PROJECT_ROOT, free_port
 
+from .kubelet_probes import ProbeResult, run_probe
+from .kubelet_processes import signal_container
+from .kubelet_status import pod_status
+from .kubelet_wiring import (
+    desired_pods,
+    dns_table,
+    expand,
+    mount_map,
+    replace_file,
+    resolve_env,
+    rewrite,
+)
+
 Obj = dict[str, Any]
-KUBELET_VAR = re.compile(r"\$\((\w+)\)|\$\$")
-DNS_WITH_PORT = re.compile(r"\b([a-z0-9][-a-z0-9.]*\.svc(?:\.cluster\.local)?):(\d+)\b")
-DNS_NAME = re.compile(r"\b([a-z0-9][-a-z0-9.]*\.svc(?:\.cluster\.local)?)\b")
 
 
-@dataclass(frozen=True)
-class ProbeResult:
-    pod: str
-    uid: str
-    container: str
-    kind: str
-    """`startupProbe`, `livenessProbe` or `readinessProbe`."""
-    ok: bool
-    seconds: float
-    timeout_s: float
-    at: float
-    """`time.monotonic()` when the probe started."""
-    detail: str
-    body: str = ""
-
-
-def sglang_as_embedded(argv: list[str]) -> list[str]:
-    """`python -m sglang.launch_server ARGS` as `dressage engine serve` arguments.
+def sglang_as_embedded(argv: list[str], release: str | None = None) -> list[str]:
+    """`python -m sglang.launch_server ARGS` as `dressage engine serve` arguments, playing
+    SGLang `release` (None: the embedded engine's default).
 
     Mapped: `--model-path` (to `--model`), `--host`, `--port`, `--weight-version`,
     `--max-queued-requests`. Accepted
@@ -115,6 +111,8 @@ def sglang_as_embedded(argv: list[str]) -> list[str]:
             i += 1
         else:
             raise AssertionError(f"the test kubelet has no embedded-engine mapping for {flag}")
+    if release is not None:
+        out += ["--sglang-release", stand_in_release(release)]
     return out
 
 
@@ -260,27 +258,7 @@ class Kubelet:
             self._stop.wait(0.1)
 
     def _desired(self) -> dict[str, tuple[str, Obj, str | None]]:
-        c = self.cluster
-        out: dict[str, tuple[str, Obj, str | None]] = {}
-        for pod in c.items("v1", "pods"):
-            meta = pod["metadata"]
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") and meta[
-                "name"
-            ] not in self.pods:
-                continue
-            out[meta["name"]] = (meta["uid"], pod, None)
-        for deployment in c.items("apps/v1", "deployments"):
-            meta = deployment["metadata"]
-            template = deployment["spec"]["template"]
-            name = f"{meta['name']}-0"
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {**template.get("metadata", {}), "name": name, "uid": meta["uid"]},
-                "spec": template["spec"],
-            }
-            out[name] = (meta["uid"], pod, meta["name"])
-        return out
+        return desired_pods(self.cluster, self.pods)
 
     def _sync(self) -> None:
         desired = self._desired()
@@ -369,22 +347,10 @@ class Kubelet:
         self._kill(pod, signal.SIGKILL)
 
     def _kill(self, pod: _Pod, sig: signal.Signals) -> None:
-        """Signal the containers' processes. SIGTERM goes to each container's process group
-        (its main process and what it did not detach); SIGKILL, SIGSTOP and SIGCONT to every
-        process the container started, detached ones too (torchrun starts its workers in
-        sessions of their own), as a container's cgroup is killed or frozen whole."""
+        """Signal the containers' processes as a container's cgroup is (`signal_container`)."""
         for state in pod.containers.values():
-            if state.process is None or state.process.poll() is not None:
-                continue
-            pid = state.process.pid
-            if sig == signal.SIGTERM:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, sig)
-                    os.killpg(pid, signal.SIGCONT)  # a frozen process acts on it once continued
-                continue
-            for member in _process_tree(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(member, sig)
+            if state.process is not None:
+                signal_container(state.process, sig)
 
     # --- volumes and rewriting
 
@@ -437,138 +403,39 @@ class Kubelet:
             for c in pod.manifest["spec"]["containers"]
             if any(m["name"] == volume for m in c.get("volumeMounts") or [])
         ]
-        mount_map = self._mount_map(mounting[0], pod.mounts) if mounting else []
+        paths = mount_map(mounting[0], pod.mounts) if mounting else []
         dns = self._dns()
         with self._files_lock:
             for key, text in data.items():
                 if pod.projected[volume].get(key) != text:
-                    _replace(directory / key, self._rewrite(text, mount_map, dns))
+                    replace_file(directory / key, rewrite(text, paths, dns))
             for key in pod.projected[volume].keys() - data.keys():
                 (directory / key).unlink(missing_ok=True)
             pod.projected[volume] = data
 
-    def _mount_map(self, container: Obj, mounts: dict[str, Path]) -> list[tuple[str, Path]]:
-        pairs = [(m["mountPath"], mounts[m["name"]]) for m in container.get("volumeMounts") or []]
-        return sorted(pairs, key=lambda p: -len(p[0]))
-
     def _dns(self) -> dict[str, dict[int, int]]:
         """DNS name -> {port -> loopback port}, from the pods and Services now in the API."""
-        c = self.cluster
-        ns = c.namespace
-        out: dict[str, dict[int, int]] = {}
-        desired = self._desired()
-        for name, (_, pod, _) in desired.items():
-            spec = pod["spec"]
-            ports = {
-                p["containerPort"]: self.port(name, p["containerPort"])
-                for ctr in spec["containers"]
-                for p in ctr.get("ports") or []
-            }
-            if spec.get("hostname") and spec.get("subdomain"):
-                out[f"{spec['hostname']}.{spec['subdomain']}.{ns}.svc"] = ports
-        for service in c.items("v1", "services"):
-            selector = service["spec"].get("selector") or {}
-            matched = [
-                (name, pod)
-                for name, (_, pod, _) in desired.items()
-                if selector
-                and all(pod["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())
-            ]
-            if not matched:
-                continue
-            name, pod = matched[0]
-            named = {
-                p.get("name"): p["containerPort"]
-                for ctr in pod["spec"]["containers"]
-                for p in ctr.get("ports") or []
-            }
-            ports = {}
-            for port in service["spec"].get("ports") or []:
-                target = port.get("targetPort", port["port"])
-                target = named.get(target, target) if isinstance(target, str) else target
-                ports[port["port"]] = self.port(name, int(target))
-            out[f"{service['metadata']['name']}.{ns}.svc"] = ports
-        return out
+        return dns_table(self.cluster, self._desired(), self.port)
 
-    def _rewrite(self, text: str, mounts: list[tuple[str, Path]], dns: dict[str, Any]) -> str:
-        def with_port(m: re.Match[str]) -> str:
-            host = m[1].removesuffix(".cluster.local")
-            ports = dns.get(host)
-            if ports is None or int(m[2]) not in ports:
-                return m[0]
-            return f"127.0.0.1:{ports[int(m[2])]}"
-
-        text = DNS_WITH_PORT.sub(with_port, text)
-        text = DNS_NAME.sub(
-            lambda m: "127.0.0.1" if m[1].removesuffix(".cluster.local") in dns else m[0], text
-        )
-        for mount_path, host in mounts:
-            pattern = re.compile(
-                rf"(?<![\w.-]){re.escape(mount_path)}(?=/|$|[\s\"',:])", re.MULTILINE
-            )
-            text = pattern.sub(str(host).replace("\\", "\\\\"), text)
-        return text
-
-    def _env(self, pod: _Pod, container: Obj) -> dict[str, str]:
-        c = self.cluster
-        env: dict[str, str] = {}
-        for source in container.get("envFrom") or []:
-            if "configMapRef" in source:
-                obj = c.get(c.path("v1", "configmaps", source["configMapRef"]["name"])) or {}
-                env.update(obj.get("data") or {})
-            if "secretRef" in source:
-                obj = c.get(c.path("v1", "secrets", source["secretRef"]["name"])) or {}
-                env.update({k: _b64(v) for k, v in (obj.get("data") or {}).items()})
-        for item in container.get("env") or []:
-            if "value" in item:
-                env[item["name"]] = _expand(item["value"], env)
-                continue
-            ref = item["valueFrom"]
-            if "fieldRef" in ref:
-                env[item["name"]] = self._field(pod, ref["fieldRef"]["fieldPath"])
-            elif "secretKeyRef" in ref:
-                key = ref["secretKeyRef"]
-                secret = c.get(c.path("v1", "secrets", key["name"]))
-                assert secret is not None, f"{pod.name}: Secret {key['name']} does not exist"
-                env[item["name"]] = _b64(secret["data"][key["key"]])
-            elif "configMapKeyRef" in ref:
-                key = ref["configMapKeyRef"]
-                cm = c.get(c.path("v1", "configmaps", key["name"]))
-                assert cm is not None, f"{pod.name}: ConfigMap {key['name']} does not exist"
-                env[item["name"]] = cm["data"][key["key"]]
-            else:
-                raise AssertionError(f"{pod.name}: unemulated env source {ref}")
-        return env
-
-    def _field(self, pod: _Pod, path: str) -> str:
-        meta = pod.manifest["metadata"]
-        values = {
-            "metadata.name": pod.name,
-            "metadata.namespace": self.cluster.namespace,
-            "metadata.uid": pod.uid,
-            "status.podIP": "127.0.0.1",
-            "status.hostIP": "127.0.0.1",
-            "spec.nodeName": "test-kubelet",
-        }
-        label = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
-        if label:
-            return str(meta.get(label[1], {}).get(label[2], ""))
-        assert path in values, f"{pod.name}: unemulated fieldRef {path}"
-        return values[path]
+    def _job_release(self, pod: _Pod) -> str:
+        """The SGLang release of the job that owns `pod` (its `dressage.io/job` label)."""
+        job = pod.manifest["metadata"].get("labels", {}).get(LABEL_JOB)
+        body = self.cluster.get(self.cluster.job_path(job)) if job else None
+        assert body is not None, f"{pod.name}: no job {job!r} for an engine pod"
+        release = (body.get("spec", {}).get("inference") or {}).get("sglangVersion")
+        return str(release or InferenceSpec.model_fields["sglang_version"].default)
 
     def _argv(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> tuple[list[str], Obj]:
-        env = self._env(pod, container)
+        env = resolve_env(self.cluster, pod.manifest, pod.name, pod.uid, container)
         own = {p["containerPort"] for p in container.get("ports") or []}
         for name, value in env.items():
             if value.isdigit() and int(value) in own:
                 env[name] = str(self.port(pod.name, int(value)))
-        argv = [
-            _expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]
-        ]
-        mount_map = self._mount_map(container, mounts)
+        argv = [expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]]
+        paths = mount_map(container, mounts)
         dns = self._dns()
-        argv = [self._rewrite(a, mount_map, dns) for a in argv]
-        env = {k: self._rewrite(v, mount_map, dns) for k, v in env.items()}
+        argv = [rewrite(a, paths, dns) for a in argv]
+        env = {k: rewrite(v, paths, dns) for k, v in env.items()}
         out: list[str] = []
         for i, arg in enumerate(argv):
             before = argv[i - 1] if i else ""
@@ -581,7 +448,7 @@ class Kubelet:
                 arg = "127.0.0.1"
             out.append(arg)
         if out[:3] == ["python", "-m", "sglang.launch_server"]:
-            out = [sys.executable, *sglang_as_embedded(out[3:])]
+            out = [sys.executable, *sglang_as_embedded(out[3:], self._job_release(pod))]
         elif out and out[0] == "python":
             out = [sys.executable, *out[1:]]
         elif out and out[0] == "torchrun":
@@ -590,14 +457,14 @@ class Kubelet:
 
     def _rewrite_config_files(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> None:
         """ConfigMap files name in-pod paths and Service names too: rewrite them in place."""
-        mount_map = self._mount_map(container, mounts)
+        paths = mount_map(container, mounts)
         dns = self._dns()
         with self._files_lock:
             for volume in pod.manifest["spec"].get("volumes") or []:
                 if "configMap" in volume:
                     for key in pod.projected.get(volume["name"], {}):
                         path = mounts[volume["name"]] / key
-                        _replace(path, self._rewrite(path.read_text(), mount_map, dns))
+                        replace_file(path, rewrite(path.read_text(), paths, dns))
 
     def _popen(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> subprocess.Popen[bytes]:
         argv, env = self._argv(pod, container, mounts)
@@ -676,44 +543,8 @@ class Kubelet:
         return all(c.ready for c in pod.containers.values())
 
     def _probe(self, pod: _Pod, container: Obj, kind: str, probe: Obj) -> ProbeResult:
-        timeout = float(probe.get("timeoutSeconds", 1))
-        named = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
-        started = time.monotonic()
-        ok, detail, body = False, "", ""
-        if "httpGet" in probe:
-            get = probe["httpGet"]
-            port = get["port"]
-            port = named[port] if isinstance(port, str) else port
-            url = f"http://127.0.0.1:{self.port(pod.name, port)}{get.get('path', '/')}"
-            try:
-                reply = httpx.get(url, timeout=timeout)
-                ok = 200 <= reply.status_code < 400
-                detail, body = f"HTTP {reply.status_code}", reply.text[:500]
-            except httpx.HTTPError as exc:
-                detail = f"{type(exc).__name__}: {exc}"
-        elif "tcpSocket" in probe:
-            port = probe["tcpSocket"]["port"]
-            port = named[port] if isinstance(port, str) else port
-            try:
-                with socket.create_connection(
-                    ("127.0.0.1", self.port(pod.name, port)), timeout=timeout
-                ):
-                    ok, detail = True, "connected"
-            except OSError as exc:
-                detail = f"{type(exc).__name__}: {exc}"
-        else:
-            raise AssertionError(f"{pod.name}: unemulated probe {probe}")
-        return ProbeResult(
-            pod=pod.name,
-            uid=pod.uid,
-            container=container["name"],
-            kind=kind,
-            ok=ok,
-            seconds=time.monotonic() - started,
-            timeout_s=timeout,
-            at=started,
-            detail=detail,
-            body=body,
+        return run_probe(
+            pod.name, pod.uid, container, kind, probe, lambda port: self.port(pod.name, port)
         )
 
     # --- status
@@ -747,32 +578,9 @@ class Kubelet:
                     {"status": {"replicas": 1, "readyReplicas": replicas}},
                 )
             return
-        images = {
-            c["name"]: c.get("image", "")
-            for c in [
-                *pod.manifest["spec"].get("initContainers", []),
-                *pod.manifest["spec"]["containers"],
-            ]
-        }
-        status: Obj = {
-            "phase": phase,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "containerStatuses": [
-                {
-                    "name": s.name,
-                    "image": images.get(s.name, ""),
-                    "imageID": "",
-                    "ready": s.ready,
-                    "restartCount": s.restarts,
-                    "started": s.started,
-                }
-                for s in pod.containers.values()
-            ],
-        }
-        if reason:
-            status["reason"] = reason
-        if message:
-            status["message"] = message
+        status = pod_status(
+            pod.manifest, phase, ready, list(pod.containers.values()), reason, message
+        )
         current = c.get(c.path("v1", "pods", pod.name))
         if current is None or current["metadata"]["uid"] != pod.uid:
             return
@@ -780,51 +588,5 @@ class Kubelet:
             c.patch(c.path("v1", "pods", pod.name), {"status": status})
 
 
-def _replace(path: Path, text: str) -> None:
-    """Write `path` whole: a reader sees its old text or the new, never part of it."""
-    staged = path.with_name(f".{path.name}.new")
-    staged.write_text(text)
-    os.replace(staged, path)
-
-
-def _process_tree(pid: int) -> list[int]:
-    """`pid` and its descendants, parents first (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # it ended meanwhile
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    tree, i = [pid], 0
-    while i < len(tree):
-        tree.extend(children.get(tree[i], []))
-        i += 1
-    return tree
-
-
 def _alive(pod: _Pod) -> bool:
     return any(s.process is not None and s.process.poll() is None for s in pod.containers.values())
-
-
-def _b64(value: str) -> str:
-    return base64.b64decode(value).decode()
-
-
-def _expand(text: str, env: dict[str, str]) -> str:
-    """`$(VAR)` -> its value when defined (else left as is), `$$` -> `$`, as Kubernetes does."""
-    return KUBELET_VAR.sub(lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), text)
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)

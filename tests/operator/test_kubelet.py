@@ -14,7 +14,9 @@ from dressage_operator.testing import EmulatedCluster
 from dressage.api import validate_job
 from dressage.engine import cli as engine_cli
 
-from .kubelet import Kubelet, _expand, sglang_as_embedded, wait_until
+from .kubelet import Kubelet, sglang_as_embedded
+from .kubelet_wiring import expand
+from .waiting import wait_until
 
 
 def _engine_command(**inference: object) -> list[str]:
@@ -60,7 +62,7 @@ def test_a_flag_without_a_mapping_is_refused() -> None:
 
 def test_variable_references_expand_as_kubernetes_does() -> None:
     env = {"A": "1", "B": "two"}
-    assert _expand("--x=$(A) $(B)/$(C) $$(A)", env) == "--x=1 two/$(C) $(A)"
+    assert expand("--x=$(A) $(B)/$(C) $$(A)", env) == "--x=1 two/$(C) $(A)"
 
 
 def _config_map(data: dict[str, str]) -> dict[str, object]:

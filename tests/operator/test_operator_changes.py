@@ -15,60 +15,36 @@ from typing import Any
 
 import pytest
 from dressage_operator.limits import DEFAULT_LIMITS
-from dressage_operator.testing import EmulatedCluster, operator_env
+from dressage_operator.testing import EmulatedCluster
 
-from dressage.testing import free_port
-
-from .conftest import MetricsServer, Operator, wait_for
-from .test_operator_e2e import _job, _pods, _run_all, _set_phase, _status, _uids
+from .conftest import Operator
+from .jobs import delete_jobs, job_manifest, pods_of, run_all, set_phase, status_of, uids
+from .waiting import wait_until
 
 RAISED_ENGINES = 400
 CREATES_PER_CYCLE = 20
 
 
 @pytest.fixture(scope="module")
-def operator(
-    cluster: EmulatedCluster,
-    metrics_server: MetricsServer,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Operator]:
-    env = operator_env(
-        cluster,
-        tmp_path_factory.mktemp("kube") / "config",
-        DRESSAGE_OPERATOR_METRICS_PORT=str(free_port()),
-        DRESSAGE_OPERATOR_SCRAPE_URL_TEMPLATE=(
-            f"http://127.0.0.1:{metrics_server.port}/{{namespace}}/{{job}}/metrics"
-        ),
+def operator_settings() -> dict[str, str]:
+    """The `operator` fixture's settings in this module (see the module docstring)."""
+    return {
         # The ConfigMap and the Services are compared with the job once per resync interval.
-        DRESSAGE_OPERATOR_RESYNC_SECONDS="1",
-        DRESSAGE_OPERATOR_LIMITS=json.dumps({"inferenceReplicas": RAISED_ENGINES}),
-        DRESSAGE_OPERATOR_MAX_CREATES_PER_CYCLE=str(CREATES_PER_CYCLE),
-    )
-    op = Operator(cluster, env)
-    op.start()
-    yield op
-    op.stop()
+        "DRESSAGE_OPERATOR_RESYNC_SECONDS": "1",
+        "DRESSAGE_OPERATOR_LIMITS": json.dumps({"inferenceReplicas": RAISED_ENGINES}),
+        "DRESSAGE_OPERATOR_MAX_CREATES_PER_CYCLE": str(CREATES_PER_CYCLE),
+    }
 
 
 @pytest.fixture(autouse=True)
 def _delete_jobs_afterwards(cluster: EmulatedCluster) -> Iterator[None]:
-    """Delete the test's jobs and their children, as the garbage collector would."""
+    """Delete the test's jobs and every child, as the garbage collector would."""
     yield
-    c = cluster
-    for job in c.items("dressage.io/v1alpha1", "asyncrljobs"):
-        c.delete(c.job_path(job["metadata"]["name"]))
-    for api_version, plural in (
-        ("v1", "pods"),
-        ("apps/v1", "deployments"),
-        ("v1", "configmaps"),
-        ("v1", "services"),
-    ):
-        for obj in c.items(api_version, plural):
-            c.delete(c.path(api_version, plural, obj["metadata"]["name"]))
+    delete_jobs(cluster)
 
 
 def _trainers(c: EmulatedCluster, job: str) -> dict[str, dict[str, Any]]:
-    return {n: p for n, p in _pods(c, job).items() if "-trainer-" in n}
+    return {n: p for n, p in pods_of(c, job).items() if "-trainer-" in n}
 
 
 def _env(pod: dict[str, Any]) -> dict[str, str]:
@@ -92,7 +68,9 @@ def _events(c: EmulatedCluster, job: str, reason: str) -> list[dict[str, Any]]:
 
 
 def _condition(c: EmulatedCluster, job: str, ctype: str) -> dict[str, Any]:
-    conds: dict[str, dict[str, Any]] = {x["type"]: x for x in _status(c, job).get("conditions", [])}
+    conds: dict[str, dict[str, Any]] = {
+        x["type"]: x for x in status_of(c, job).get("conditions", [])
+    }
     return conds.get(ctype, {})
 
 
@@ -100,30 +78,30 @@ def test_trainer_nodes_2_3_2_restart_the_gang_with_the_new_size(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("resize", proxy={"replicas": 1}))
-    before = _uids(_run_all(c, "resize"))
+    c.create(job_manifest("resize", proxy={"replicas": 1}))
+    before = uids(run_all(c, "resize"))
 
     c.patch(c.job_path("resize"), {"spec": {"trainer": {"nodes": 3}}})
-    wait_for(lambda: _gang_is(c, "resize", 3, 1), what="3 trainer pods of gang 1, NNODES=3")
-    after = _uids(_pods(c, "resize"))
+    wait_until(lambda: _gang_is(c, "resize", 3, 1), what="3 trainer pods of gang 1, NNODES=3")
+    after = uids(pods_of(c, "resize"))
     assert after["resize-trainer-0"] != before["resize-trainer-0"]
     assert after["resize-engine-0"] == before["resize-engine-0"]  # engines untouched
-    status = _status(c, "resize")
+    status = status_of(c, "resize")
     assert (status["restarts"], status["specRestarts"]) == (1, 1)
     assert status["trainer"]["restarts"] == 1
     assert status["trainer"]["failed"] == 0
     assert status["phase"] == "Restarting"
     assert "what the trainer runs changed" in status["message"]
-    wait_for(lambda: _events(c, "resize", "TrainerRollout"), what="TrainerRollout Event")
+    wait_until(lambda: _events(c, "resize", "TrainerRollout"), what="TrainerRollout Event")
 
     for name in _trainers(c, "resize"):
-        _set_phase(c, name, "Running")
-    wait_for(lambda: _status(c, "resize").get("phase") == "Running", what="Running with 3")
-    assert _status(c, "resize")["trainer"]["desired"] == 3
+        set_phase(c, name, "Running")
+    wait_until(lambda: status_of(c, "resize").get("phase") == "Running", what="Running with 3")
+    assert status_of(c, "resize")["trainer"]["desired"] == 3
 
     c.patch(c.job_path("resize"), {"spec": {"trainer": {"nodes": 2}}})
-    wait_for(lambda: _gang_is(c, "resize", 2, 2), what="2 trainer pods of gang 2, NNODES=2")
-    status = _status(c, "resize")
+    wait_until(lambda: _gang_is(c, "resize", 2, 2), what="2 trainer pods of gang 2, NNODES=2")
+    status = status_of(c, "resize")
     assert (status["restarts"], status["specRestarts"]) == (2, 2)
     assert status["observedGeneration"] == 3
 
@@ -132,8 +110,8 @@ def test_a_trainer_image_change_is_a_gang_restart_outside_the_failure_budget(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("reimage", failurePolicy={"maxRestarts": 0}))
-    _run_all(c, "reimage")
+    c.create(job_manifest("reimage", failurePolicy={"maxRestarts": 0}))
+    run_all(c, "reimage")
     c.patch(c.job_path("reimage"), {"spec": {"trainer": {"image": "registry/trainer:2"}}})
 
     def new_image() -> bool:
@@ -142,31 +120,31 @@ def test_a_trainer_image_change_is_a_gang_restart_outside_the_failure_budget(
             p["spec"]["containers"][0]["image"] == "registry/trainer:2" for p in trainers.values()
         )
 
-    wait_for(new_image, what="a gang on the new image")
-    assert _status(c, "reimage")["phase"] == "Restarting"  # not Failed: maxRestarts is 0
+    wait_until(new_image, what="a gang on the new image")
+    assert status_of(c, "reimage")["phase"] == "Restarting"  # not Failed: maxRestarts is 0
 
 
 def test_an_engine_image_change_replaces_the_engines_one_by_one(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("roll"))
-    before = _uids(_run_all(c, "roll"))
+    c.create(job_manifest("roll"))
+    before = uids(run_all(c, "roll"))
     c.patch(c.job_path("roll"), {"spec": {"inference": {"image": "registry/sglang:2"}}})
 
     def image(name: str) -> str:
-        pod = _pods(c, "roll").get(name)
+        pod = pods_of(c, "roll").get(name)
         return "" if pod is None else str(pod["spec"]["containers"][0]["image"])
 
-    wait_for(lambda: image("roll-engine-0") == "registry/sglang:2", what="engine 0 replaced")
+    wait_until(lambda: image("roll-engine-0") == "registry/sglang:2", what="engine 0 replaced")
     # Engine 1 keeps serving until the new engine 0 is ready.
-    assert _uids(_pods(c, "roll"))["roll-engine-1"] == before["roll-engine-1"]
-    _set_phase(c, "roll-engine-0", "Running")
-    wait_for(lambda: image("roll-engine-1") == "registry/sglang:2", what="engine 1 replaced")
-    after = _uids(_pods(c, "roll"))
+    assert uids(pods_of(c, "roll"))["roll-engine-1"] == before["roll-engine-1"]
+    set_phase(c, "roll-engine-0", "Running")
+    wait_until(lambda: image("roll-engine-1") == "registry/sglang:2", what="engine 1 replaced")
+    after = uids(pods_of(c, "roll"))
     assert after["roll-trainer-0"] == before["roll-trainer-0"]  # the trainer is untouched
-    assert _status(c, "roll")["restarts"] == 0
-    wait_for(
+    assert status_of(c, "roll")["restarts"] == 0
+    wait_until(
         lambda: (
             {
                 n
@@ -184,12 +162,12 @@ def test_a_hand_scaled_proxy_deployment_is_set_back(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("scaled"))
+    c.create(job_manifest("scaled"))
     path = c.path("apps/v1", "deployments", "scaled-proxy")
-    wait_for(lambda: c.get(path), what="proxy Deployment")
+    wait_until(lambda: c.get(path), what="proxy Deployment")
     c.patch(path, {"spec": {"replicas": 3}})
-    wait_for(lambda: (c.get(path) or {}).get("spec", {}).get("replicas") == 1, what="replicas 1")
-    event, *_ = wait_for(lambda: _events(c, "scaled", "DriftCorrected"), what="Event")
+    wait_until(lambda: (c.get(path) or {}).get("spec", {}).get("replicas") == 1, what="replicas 1")
+    event, *_ = wait_until(lambda: _events(c, "scaled", "DriftCorrected"), what="Event")
     assert event["type"] == "Warning"
     assert "Deployment scaled-proxy" in event["message"]
     assert "spec.replicas" in event["message"]
@@ -199,18 +177,18 @@ def test_a_hand_edited_config_map_and_service_are_set_back(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("edited"))
+    c.create(job_manifest("edited"))
     cm_path = c.path("v1", "configmaps", "edited-config")
     svc_path = c.path("v1", "services", "edited-engine")
-    wait_for(lambda: c.get(cm_path) and c.get(svc_path), what="ConfigMap and Service")
-    wait_for(lambda: len(_pods(c, "edited")) == 4, what="pods")
+    wait_until(lambda: c.get(cm_path) and c.get(svc_path), what="ConfigMap and Service")
+    wait_until(lambda: len(pods_of(c, "edited")) == 4, what="pods")
     original = c.get(cm_path)["data"]  # type: ignore[index]
     ports = c.get(svc_path)["spec"]["ports"]  # type: ignore[index]
     c.patch(cm_path, {"data": {"job.yaml": "edited: by hand\n", "extra": "x"}})
-    wait_for(lambda: c.get(cm_path)["data"] == original, what="ConfigMap set back")  # type: ignore[index]
+    wait_until(lambda: c.get(cm_path)["data"] == original, what="ConfigMap set back")  # type: ignore[index]
     c.patch(svc_path, {"spec": {"ports": [{"name": "http", "port": 1234}]}})
-    wait_for(lambda: c.get(svc_path)["spec"]["ports"] == ports, what="Service set back")  # type: ignore[index]
-    messages = wait_for(
+    wait_until(lambda: c.get(svc_path)["spec"]["ports"] == ports, what="Service set back")  # type: ignore[index]
+    messages = wait_until(
         lambda: (
             len(events := _events(c, "edited", "DriftCorrected")) >= 2
             and " ".join(e["message"] for e in events)
@@ -227,8 +205,8 @@ def test_a_job_over_the_limit_is_refused_naming_the_field_and_starts_once_under_
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("toomany", inference={"replicas": RAISED_ENGINES + 1}))
-    cond = wait_for(
+    c.create(job_manifest("toomany", inference={"replicas": RAISED_ENGINES + 1}))
+    cond = wait_until(
         lambda: (
             _condition(c, "toomany", "SpecValid").get("status") == "False"
             and _condition(c, "toomany", "SpecValid")
@@ -241,12 +219,15 @@ def test_a_job_over_the_limit_is_refused_naming_the_field_and_starts_once_under_
         f"{RAISED_ENGINES}"
     )
     assert "limits.inferenceReplicas" in cond["message"]
-    assert _status(c, "toomany")["phase"] == "Failed"
-    assert not _pods(c, "toomany")
+    assert status_of(c, "toomany")["phase"] == "Failed"
+    assert not pods_of(c, "toomany")
     # Brought under the limit, the job starts over.
     c.patch(c.job_path("toomany"), {"spec": {"inference": {"replicas": 2}}})
-    wait_for(lambda: len(_pods(c, "toomany")) == 4, what="pods once under the limit")
-    assert _condition(c, "toomany", "SpecValid")["status"] == "True"
+    wait_until(lambda: len(pods_of(c, "toomany")) == 4, what="pods once under the limit")
+    # The pods are created before the cycle writes its status.
+    wait_until(
+        lambda: _condition(c, "toomany", "SpecValid").get("status") == "True", what="SpecValid"
+    )
 
 
 def test_a_small_job_gets_its_children_while_a_large_one_is_being_created(
@@ -257,21 +238,21 @@ def test_a_small_job_gets_its_children_while_a_large_one_is_being_created(
     between instead of after all 402 pods."""
     c = cluster
     large_pods = 2 + RAISED_ENGINES
-    c.create(_job("large", inference={"replicas": RAISED_ENGINES}))
-    wait_for(lambda: len(_pods(c, "large")) >= CREATES_PER_CYCLE, what="large job underway")
+    c.create(job_manifest("large", inference={"replicas": RAISED_ENGINES}))
+    wait_until(lambda: len(pods_of(c, "large")) >= CREATES_PER_CYCLE, what="large job underway")
     started = time.monotonic()
-    c.create(_job("small"))
-    wait_for(
+    c.create(job_manifest("small"))
+    wait_until(
         lambda: (
-            len(_pods(c, "small")) == 4 and c.get(c.path("apps/v1", "deployments", "small-proxy"))
+            len(pods_of(c, "small")) == 4 and c.get(c.path("apps/v1", "deployments", "small-proxy"))
         ),
         timeout=30,
         what="the small job's children",
     )
     waited = time.monotonic() - started
-    still_creating = len(_pods(c, "large"))
+    still_creating = len(pods_of(c, "large"))
     assert still_creating < large_pods, f"the small job waited for all {large_pods} pods"
-    wait_for(lambda: len(_pods(c, "large")) == large_pods, timeout=120, what="large job done")
+    wait_until(lambda: len(pods_of(c, "large")) == large_pods, timeout=120, what="large job done")
     assert waited < 10.0
     # The large job is above the default limit and accepted under the raised one.
     assert DEFAULT_LIMITS["inferenceReplicas"] < RAISED_ENGINES

@@ -8,7 +8,8 @@ from typing import Any
 
 from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
 
-from .conftest import Operator, wait_for
+from .conftest import Operator
+from .waiting import wait_until
 
 CODE = {"path": "jobs/maze", "packages": ["numpy>=1.26"]}
 
@@ -55,7 +56,7 @@ def test_trainer_pods_carry_the_code_and_are_admitted_in_a_restricted_namespace(
     c.label_namespace({ENFORCE_LABEL: "restricted"})
     try:
         c.create(_job("coded", CODE))
-        pods = wait_for(lambda: len(_pods(c, "coded")) == 3 and _pods(c, "coded"), what="pods")
+        pods = wait_until(lambda: len(_pods(c, "coded")) == 3 and _pods(c, "coded"), what="pods")
         for name in ("coded-trainer-0", "coded-trainer-1"):
             spec = pods[name]["spec"]
             env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
@@ -76,7 +77,7 @@ def test_a_bad_code_value_fails_the_job_naming_the_field(
     c = cluster
     try:
         c.create(_job("badcode", {"packages": ["--index-url=https://evil/simple"]}))
-        status = wait_for(
+        status = wait_until(
             lambda: _status(c, "badcode").get("phase") == "Failed" and _status(c, "badcode"),
             what="Failed",
         )

@@ -24,7 +24,9 @@ from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
 
 from dressage import metrics as names
 
-from .conftest import MetricsServer, Operator, wait_for
+from .conftest import MetricsServer, Operator
+from .jobs import delete_jobs, job_manifest, pods_of, run_all, set_phase, status_of, uids
+from .waiting import wait_until
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 CLUSTER_EXAMPLES = [p for p in EXAMPLES if not p.name.startswith("local-")]
@@ -34,73 +36,20 @@ K8S_VERSION = "1.33.0"
 
 @pytest.fixture(autouse=True)
 def _delete_jobs_afterwards(cluster: EmulatedCluster) -> Iterator[None]:
-    """Delete the test's jobs, and their children as the garbage collector would."""
+    """Delete the test's jobs, and their pods and proxies as the garbage collector would."""
     yield
-    c = cluster
-    for job in c.items("dressage.io/v1alpha1", "asyncrljobs"):
-        c.delete(c.job_path(job["metadata"]["name"]))
-    for api_version, plural in (("v1", "pods"), ("apps/v1", "deployments")):
-        for obj in c.items(api_version, plural):
-            c.delete(c.path(api_version, plural, obj["metadata"]["name"]))
-
-
-def _job(name: str, **spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "model": {"source": "builtin:tiny"},
-        "trainer": {"nodes": 2, "gpusPerNode": 0},
-        "inference": {"replicas": 2},
-        "storage": {"persistentVolumeClaim": "shared"},
-    }
-    base.update(spec)
-    return {
-        "apiVersion": "dressage.io/v1alpha1",
-        "kind": "AsyncRLJob",
-        "metadata": {"name": name},
-        "spec": base,
-    }
-
-
-def _pods(c: EmulatedCluster, job: str) -> dict[str, dict[str, Any]]:
-    return {
-        p["metadata"]["name"]: p
-        for p in c.items("v1", "pods")
-        if p["metadata"].get("labels", {}).get("dressage.io/job") == job
-    }
-
-
-def _status(c: EmulatedCluster, job: str) -> dict[str, Any]:
-    body = c.get(c.job_path(job)) or {}
-    status: dict[str, Any] = body.get("status") or {}
-    return status
-
-
-def _set_phase(c: EmulatedCluster, pod: str, phase: str, **extra: Any) -> None:
-    ready = "True" if phase == "Running" else "False"
-    status = {"phase": phase, "conditions": [{"type": "Ready", "status": ready}], **extra}
-    c.patch(c.path("v1", "pods", pod), {"status": status})
-
-
-def _run_all(c: EmulatedCluster, job: str) -> dict[str, dict[str, Any]]:
-    pods = wait_for(lambda: len(_pods(c, job)) == 4 and _pods(c, job), what="4 pods")
-    for name in pods:
-        _set_phase(c, name, "Running")
-    wait_for(lambda: _status(c, job).get("phase") == "Running", what="Running")
-    return _pods(c, job)
-
-
-def _uids(pods: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return {name: p["metadata"]["uid"] for name, p in pods.items()}
+    delete_jobs(cluster, (("v1", "pods"), ("apps/v1", "deployments")))
 
 
 def test_create_makes_every_child_and_pod_status_drives_phases(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    job = c.create(_job("life", proxy={"replicas": 1}))
-    pods = wait_for(lambda: len(_pods(c, "life")) == 4 and _pods(c, "life"), what="pods")
+    job = c.create(job_manifest("life", proxy={"replicas": 1}))
+    pods = wait_until(lambda: len(pods_of(c, "life")) == 4 and pods_of(c, "life"), what="pods")
     assert sorted(pods) == ["life-engine-0", "life-engine-1", "life-trainer-0", "life-trainer-1"]
     services = {s["metadata"]["name"]: s for s in c.items("v1", "services")}
-    deployments = wait_for(lambda: c.items("apps/v1", "deployments"), what="proxy")
+    deployments = wait_until(lambda: c.items("apps/v1", "deployments"), what="proxy")
     configmap = c.get(c.path("v1", "configmaps", "life-config"))
     assert configmap is not None
     policy = c.get(c.path("networking.k8s.io/v1", "networkpolicies", "life-serving"))
@@ -123,26 +72,26 @@ def test_create_makes_every_child_and_pod_status_drives_phases(
     assert services["life-trainer"]["spec"]["clusterIP"] == "None"
     (proxy,) = [d for d in deployments if d["metadata"]["name"] == "life-proxy"]
     assert proxy["spec"]["replicas"] == 1
-    assert wait_for(lambda: _status(c, "life").get("phase") == "Pending", what="Pending")
+    assert wait_until(lambda: status_of(c, "life").get("phase") == "Pending", what="Pending")
 
-    _run_all(c, "life")
-    status = _status(c, "life")
+    run_all(c, "life")
+    status = status_of(c, "life")
     assert status["trainer"] == {"desired": 2, "ready": 2, "failed": 0, "restarts": 0}
     assert status["observedGeneration"] == 1
     assert status["startTime"]
 
     for name in ("life-trainer-0", "life-trainer-1"):
-        _set_phase(c, name, "Succeeded")
-    wait_for(lambda: _status(c, "life").get("phase") == "Succeeded", what="Succeeded")
-    wait_for(
-        lambda: sorted(_pods(c, "life")) == ["life-trainer-0", "life-trainer-1"],
+        set_phase(c, name, "Succeeded")
+    wait_until(lambda: status_of(c, "life").get("phase") == "Succeeded", what="Succeeded")
+    wait_until(
+        lambda: sorted(pods_of(c, "life")) == ["life-trainer-0", "life-trainer-1"],
         what="engines torn down",
     )
-    wait_for(
+    wait_until(
         lambda: c.get(c.path("apps/v1", "deployments", "life-proxy")) is None,
         what="proxy torn down",
     )
-    status = _status(c, "life")
+    status = status_of(c, "life")
     assert status["completionTime"]
     assert {x["type"]: x["status"] for x in status["conditions"]}["Succeeded"] == "True"
 
@@ -151,35 +100,35 @@ def test_failed_trainer_pod_restarts_the_gang_and_counts_it(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("gang", failurePolicy={"maxRestarts": 1}))
-    before = _uids(_run_all(c, "gang"))
-    _set_phase(c, "gang-trainer-1", "Failed", reason="Evicted", message="node lost")
-    wait_for(lambda: _status(c, "gang").get("restarts") == 1, what="restart counted")
+    c.create(job_manifest("gang", failurePolicy={"maxRestarts": 1}))
+    before = uids(run_all(c, "gang"))
+    set_phase(c, "gang-trainer-1", "Failed", reason="Evicted", message="node lost")
+    wait_until(lambda: status_of(c, "gang").get("restarts") == 1, what="restart counted")
 
     def new_gang() -> bool:
-        pods = _pods(c, "gang")
+        pods = pods_of(c, "gang")
         trainers = [p for n, p in pods.items() if "trainer" in n]
         return len(trainers) == 2 and all(
             p["metadata"]["labels"]["dressage.io/gang"] == "1" for p in trainers
         )
 
-    wait_for(new_gang, what="a new gang")
-    after = _uids(_pods(c, "gang"))
+    wait_until(new_gang, what="a new gang")
+    after = uids(pods_of(c, "gang"))
     assert after["gang-trainer-0"] != before["gang-trainer-0"]
     assert after["gang-trainer-1"] != before["gang-trainer-1"]
     assert after["gang-engine-0"] == before["gang-engine-0"]  # engines untouched
-    status = _status(c, "gang")
+    status = status_of(c, "gang")
     assert status["phase"] == "Restarting"
     assert "Evicted" in status["message"]
     assert status["trainer"]["failed"] == 1
 
     # The restart budget is spent: the next failure fails the job.
     for name in ("gang-trainer-0", "gang-trainer-1"):
-        _set_phase(c, name, "Running")
-    wait_for(lambda: _status(c, "gang").get("phase") == "Running", what="Running again")
-    _set_phase(c, "gang-trainer-0", "Failed")
-    wait_for(lambda: _status(c, "gang").get("phase") == "Failed", what="Failed")
-    failed = {x["type"]: x for x in _status(c, "gang")["conditions"]}["Failed"]
+        set_phase(c, name, "Running")
+    wait_until(lambda: status_of(c, "gang").get("phase") == "Running", what="Running again")
+    set_phase(c, "gang-trainer-0", "Failed")
+    wait_until(lambda: status_of(c, "gang").get("phase") == "Failed", what="Failed")
+    failed = {x["type"]: x for x in status_of(c, "gang")["conditions"]}["Failed"]
     assert failed["reason"] == "MaxRestartsExceeded"
     assert "maxRestarts=1" in failed["message"]
 
@@ -190,22 +139,22 @@ def test_a_force_deleted_trainer_pod_restarts_the_gang_and_counts_it(
     """The emulation deletes at once, as a force delete or the pod GC after a lost node does:
     the pod never passes through Failed."""
     c = cluster
-    c.create(_job("lost"))
-    before = _uids(_run_all(c, "lost"))
+    c.create(job_manifest("lost"))
+    before = uids(run_all(c, "lost"))
     c.delete(c.path("v1", "pods", "lost-trainer-1"))
-    wait_for(lambda: _status(c, "lost").get("restarts") == 1, what="restart counted")
+    wait_until(lambda: status_of(c, "lost").get("restarts") == 1, what="restart counted")
 
     def new_gang() -> bool:
-        trainers = [p for n, p in _pods(c, "lost").items() if "trainer" in n]
+        trainers = [p for n, p in pods_of(c, "lost").items() if "trainer" in n]
         return len(trainers) == 2 and all(
             p["metadata"]["labels"]["dressage.io/gang"] == "1" for p in trainers
         )
 
-    wait_for(new_gang, what="a new gang")
-    after = _uids(_pods(c, "lost"))
+    wait_until(new_gang, what="a new gang")
+    after = uids(pods_of(c, "lost"))
     assert after["lost-trainer-0"] != before["lost-trainer-0"]
     assert after["lost-engine-0"] == before["lost-engine-0"]
-    status = _status(c, "lost")
+    status = status_of(c, "lost")
     assert status["trainer"]["failed"] == 1
     assert "lost-trainer-1 was lost" in status["message"]
     assert status["restarts"] == 1
@@ -215,22 +164,22 @@ def test_failed_inference_pod_is_replaced_alone(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("engines"))
-    before = _uids(_run_all(c, "engines"))
-    _set_phase(c, "engines-engine-1", "Failed", reason="Evicted")
-    wait_for(
+    c.create(job_manifest("engines"))
+    before = uids(run_all(c, "engines"))
+    set_phase(c, "engines-engine-1", "Failed", reason="Evicted")
+    wait_until(
         lambda: (
-            _uids(_pods(c, "engines")).get("engines-engine-1", before["engines-engine-1"])
+            uids(pods_of(c, "engines")).get("engines-engine-1", before["engines-engine-1"])
             != before["engines-engine-1"]
         ),
         what="engine replaced",
     )
-    after = _uids(_pods(c, "engines"))
+    after = uids(pods_of(c, "engines"))
     assert {k: v for k, v in after.items() if k != "engines-engine-1"} == {
         k: v for k, v in before.items() if k != "engines-engine-1"
     }
-    status = wait_for(
-        lambda: _status(c, "engines")["inference"]["failed"] == 1 and _status(c, "engines"),
+    status = wait_until(
+        lambda: status_of(c, "engines")["inference"]["failed"] == 1 and status_of(c, "engines"),
         what="failure counted",
     )
     assert status["restarts"] == 0
@@ -261,8 +210,8 @@ def test_scaling_engines_changes_engine_pods_and_the_proxys_list_only(
     first), the ConfigMap's engine list follows, and neither the trainer gang nor the proxy
     Deployment is touched (the proxy follows the list, the trainer reads it from the proxy)."""
     c = cluster
-    c.create(_job("scale"))
-    before = _uids(_run_all(c, "scale"))
+    c.create(job_manifest("scale"))
+    before = uids(run_all(c, "scale"))
     proxy_path = c.path("apps/v1", "deployments", "scale-proxy")
     proxy = c.get(proxy_path)
     assert proxy is not None
@@ -274,23 +223,23 @@ def test_scaling_engines_changes_engine_pods_and_the_proxys_list_only(
         return str(configmap.get("data", {}).get("engines", "")).split()
 
     def engines() -> list[str]:
-        return sorted(n for n in _pods(c, "scale") if "-engine-" in n)
+        return sorted(n for n in pods_of(c, "scale") if "-engine-" in n)
 
     assert listed() == _scaled(2).urls
     for replicas in (3, 1):
         c.patch(c.job_path("scale"), {"spec": {"inference": {"replicas": replicas}}})
         scaled = _scaled(replicas)
-        wait_for(lambda: engines() == scaled.pods, what=f"engine pods {scaled.pods}")  # noqa: B023
-        wait_for(lambda: listed() == scaled.urls, what=f"{scaled.urls} listed")  # noqa: B023
-        status = wait_for(
+        wait_until(lambda: engines() == scaled.pods, what=f"engine pods {scaled.pods}")  # noqa: B023
+        wait_until(lambda: listed() == scaled.urls, what=f"{scaled.urls} listed")  # noqa: B023
+        status = wait_until(
             lambda: (
-                _status(c, "scale")["inference"]["desired"] == scaled.replicas  # noqa: B023
-                and _status(c, "scale")
+                status_of(c, "scale")["inference"]["desired"] == scaled.replicas  # noqa: B023
+                and status_of(c, "scale")
             ),
             what="status follows",
         )
         assert status["restarts"] == 0
-    after = _uids(_pods(c, "scale"))
+    after = uids(pods_of(c, "scale"))
     assert {n: after[n] for n in ("scale-trainer-0", "scale-trainer-1", "scale-engine-0")} == {
         n: before[n] for n in ("scale-trainer-0", "scale-trainer-1", "scale-engine-0")
     }
@@ -304,20 +253,20 @@ def test_suspend_deletes_pods_and_resume_recreates_them(
     cluster: EmulatedCluster, operator: Operator
 ) -> None:
     c = cluster
-    c.create(_job("pause"))
-    _run_all(c, "pause")
+    c.create(job_manifest("pause"))
+    run_all(c, "pause")
     c.patch(c.job_path("pause"), {"spec": {"suspend": True}})
-    wait_for(lambda: _status(c, "pause").get("phase") == "Suspended", what="Suspended")
-    wait_for(lambda: not _pods(c, "pause"), what="pods deleted")
-    wait_for(
+    wait_until(lambda: status_of(c, "pause").get("phase") == "Suspended", what="Suspended")
+    wait_until(lambda: not pods_of(c, "pause"), what="pods deleted")
+    wait_until(
         lambda: c.get(c.path("apps/v1", "deployments", "pause-proxy")) is None, what="proxy deleted"
     )
     assert c.get(c.job_path("pause")) is not None
     assert c.get(c.path("v1", "configmaps", "pause-config")) is not None
     c.patch(c.job_path("pause"), {"spec": {"suspend": False}})
-    wait_for(lambda: len(_pods(c, "pause")) == 4, what="pods recreated")
-    status = wait_for(
-        lambda: _status(c, "pause").get("phase") == "Pending" and _status(c, "pause"),
+    wait_until(lambda: len(pods_of(c, "pause")) == 4, what="pods recreated")
+    status = wait_until(
+        lambda: status_of(c, "pause").get("phase") == "Pending" and status_of(c, "pause"),
         what="Pending after resume",
     )
     assert status["observedGeneration"] == 3
@@ -327,11 +276,11 @@ def test_suspend_deletes_pods_and_resume_recreates_them(
 
 def test_ttl_deletes_the_finished_job(cluster: EmulatedCluster, operator: Operator) -> None:
     c = cluster
-    c.create(_job("ttl", ttlSecondsAfterFinished=1, trainer={"nodes": 1}))
-    wait_for(lambda: "ttl-trainer-0" in _pods(c, "ttl"), what="trainer")
-    _set_phase(c, "ttl-trainer-0", "Succeeded")
-    wait_for(lambda: _status(c, "ttl").get("phase") == "Succeeded", what="Succeeded")
-    wait_for(lambda: c.get(c.job_path("ttl")) is None, timeout=10, what="job deleted by TTL")
+    c.create(job_manifest("ttl", ttlSecondsAfterFinished=1, trainer={"nodes": 1}))
+    wait_until(lambda: "ttl-trainer-0" in pods_of(c, "ttl"), what="trainer")
+    set_phase(c, "ttl-trainer-0", "Succeeded")
+    wait_until(lambda: status_of(c, "ttl").get("phase") == "Succeeded", what="Succeeded")
+    wait_until(lambda: c.get(c.job_path("ttl")) is None, timeout=10, what="job deleted by TTL")
 
 
 @pytest.mark.parametrize(
@@ -353,11 +302,11 @@ def test_invalid_spec_is_refused_with_the_field_named_and_not_retried(
     cluster: EmulatedCluster, operator: Operator, name: str, spec: dict[str, Any], field: str
 ) -> None:
     c = cluster
-    manifest = _job(name, **spec)
+    manifest = job_manifest(name, **spec)
     manifest["spec"] = {k: v for k, v in manifest["spec"].items() if v is not None}
     c.create(manifest)
-    status = wait_for(
-        lambda: _status(c, name).get("phase") == "Failed" and _status(c, name), what="Failed"
+    status = wait_until(
+        lambda: status_of(c, name).get("phase") == "Failed" and status_of(c, name), what="Failed"
     )
     cond = {x["type"]: x for x in status["conditions"]}["SpecValid"]
     assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
@@ -365,10 +314,10 @@ def test_invalid_spec_is_refused_with_the_field_named_and_not_retried(
     version = c.get(c.job_path(name))["metadata"]["resourceVersion"]  # type: ignore[index]
     # A few reconcile wake-ups later nothing was written again and nothing was created.
     c.patch(c.job_path(name), {"metadata": {"labels": {"poke": "1"}}})
-    wait_for(lambda: c.get(c.job_path(name))["metadata"]["labels"].get("poke"))  # type: ignore[index]
+    wait_until(lambda: c.get(c.job_path(name))["metadata"]["labels"].get("poke"))  # type: ignore[index]
     poked = c.get(c.job_path(name))["metadata"]["resourceVersion"]  # type: ignore[index]
     assert int(poked) > int(version)
-    assert not _pods(c, name)
+    assert not pods_of(c, name)
     assert c.get(c.job_path(name))["metadata"]["resourceVersion"] == poked  # type: ignore[index]
 
 
@@ -390,12 +339,12 @@ def test_staleness_reaches_status_and_operator_metrics(
             "",
         ]
     )
-    c.create(_job("stale"))
-    _run_all(c, "stale")
-    staleness = wait_for(
+    c.create(job_manifest("stale"))
+    run_all(c, "stale")
+    staleness = wait_until(
         lambda: (
-            _status(c, "stale").get("staleness", {}).get("step") == 12
-            and _status(c, "stale")["staleness"]
+            status_of(c, "stale").get("staleness", {}).get("step") == 12
+            and status_of(c, "stale")["staleness"]
         ),
         what="staleness in status",
     )
@@ -420,17 +369,17 @@ def test_operator_restart_converges_without_duplicates(
     cluster: EmulatedCluster, operator: Operator, tmp_path: Path
 ) -> None:
     c = cluster
-    c.create(_job("again"))
-    before = _uids(_run_all(c, "again"))
+    c.create(job_manifest("again"))
+    before = uids(run_all(c, "again"))
     operator.stop()
     try:
         # While the operator is down an engine fails; the restarted operator sees it.
-        _set_phase(c, "again-engine-0", "Failed")
+        set_phase(c, "again-engine-0", "Failed")
     finally:
         operator.start()
-    wait_for(lambda: _status(c, "again")["inference"]["failed"] == 1, what="seen after restart")
-    wait_for(lambda: len(_pods(c, "again")) == 4, what="engine recreated")
-    after = _uids(_pods(c, "again"))
+    wait_until(lambda: status_of(c, "again")["inference"]["failed"] == 1, what="seen after restart")
+    wait_until(lambda: len(pods_of(c, "again")) == 4, what="engine recreated")
+    after = uids(pods_of(c, "again"))
     assert after["again-trainer-0"] == before["again-trainer-0"]
     assert after["again-trainer-1"] == before["again-trainer-1"]
     assert after["again-engine-1"] == before["again-engine-1"]
@@ -440,7 +389,7 @@ def test_operator_restart_converges_without_duplicates(
         )
         == 1
     )
-    assert _status(c, "again")["restarts"] == 0
+    assert status_of(c, "again")["restarts"] == 0
 
 
 @pytest.mark.skipif(
@@ -481,9 +430,9 @@ def test_kubectl_apply_of_each_example_is_picked_up(
     expected = spec.get("trainer", {}).get("nodes", 1) + spec.get("inference", {}).get(
         "replicas", 1
     )
-    wait_for(lambda: len(_pods(c, name)) == expected, what=f"{expected} pods of {name}")
-    status = wait_for(
-        lambda: _status(c, name).get("observedGeneration") and _status(c, name), what="status"
+    wait_until(lambda: len(pods_of(c, name)) == expected, what=f"{expected} pods of {name}")
+    status = wait_until(
+        lambda: status_of(c, name).get("observedGeneration") and status_of(c, name), what="status"
     )
     assert status["phase"] == "Pending"
 
@@ -497,13 +446,13 @@ def test_a_local_example_without_shared_storage_is_refused_on_a_cluster(
     the weights, so the job is refused with the field named and no pod is created."""
     c = cluster
     name = _kubectl_apply(c, kubeconfig, example)
-    status = wait_for(
-        lambda: _status(c, name).get("phase") == "Failed" and _status(c, name), what="Failed"
+    status = wait_until(
+        lambda: status_of(c, name).get("phase") == "Failed" and status_of(c, name), what="Failed"
     )
     cond = {x["type"]: x for x in status["conditions"]}["SpecValid"]
     assert cond["status"] == "False"
     assert cond["message"].startswith("spec.storage.persistentVolumeClaim: required")
-    assert not _pods(c, name)
+    assert not pods_of(c, name)
 
 
 def test_in_a_restricted_namespace_the_pods_are_admitted_and_a_relaxed_role_is_refused(
@@ -512,24 +461,29 @@ def test_in_a_restricted_namespace_the_pods_are_admitted_and_a_relaxed_role_is_r
     c = cluster
     c.label_namespace({ENFORCE_LABEL: "restricted"})
     try:
-        c.create(_job("strict"))
-        wait_for(lambda: len(_pods(c, "strict")) == 4, what="4 admitted pods")
+        c.create(job_manifest("strict"))
+        wait_until(lambda: len(pods_of(c, "strict")) == 4, what="4 admitted pods")
         relaxed = {"replicas": 1, "template": {"security": {"profile": "baseline"}}}
-        c.create(_job("relaxed", inference=relaxed))
-        cond = wait_for(
+        c.create(job_manifest("relaxed", inference=relaxed))
+        cond = wait_until(
             lambda: (
-                {x["type"]: x for x in _status(c, "relaxed").get("conditions", [])}.get(
+                {x["type"]: x for x in status_of(c, "relaxed").get("conditions", [])}.get(
                     "ChildrenApplied", {}
                 ).get("status")
                 == "False"
-                and {x["type"]: x for x in _status(c, "relaxed")["conditions"]}["ChildrenApplied"]
+                and {x["type"]: x for x in status_of(c, "relaxed")["conditions"]}["ChildrenApplied"]
             ),
             what="ChildrenApplied=False",
         )
         assert cond["reason"] == "PodRefused"
         assert "relaxed-engine-0" in cond["message"]
         assert 'violates PodSecurity "restricted:latest"' in cond["message"]
-        assert sorted(_pods(c, "relaxed")) == ["relaxed-trainer-0", "relaxed-trainer-1"]
+        # A permanent refusal before the job ran: Failed, and the trainers created beside the
+        # refused engine are deleted (nothing waits for an engine that cannot come).
+        wait_until(lambda: status_of(c, "relaxed").get("phase") == "Failed", what="Failed")
+        failed = {x["type"]: x for x in status_of(c, "relaxed")["conditions"]}["Failed"]
+        assert failed["reason"] == "ChildRefused"
+        wait_until(lambda: not pods_of(c, "relaxed"), what="the trainers deleted")
     finally:
         c.label_namespace({ENFORCE_LABEL: None})
 
@@ -563,19 +517,19 @@ def test_a_job_recreated_under_the_same_name_never_adopts_the_earlier_jobs_child
         pod_meta["labels"] = {**labels, "dressage.io/index": str(i)}
         spec = {"containers": [{"name": "trainer", "image": "old:1"}]}
         c.create({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec})
-        _set_phase(c, f"reborn-trainer-{i}", "Succeeded")
-    old_uids = _uids(_pods(c, "reborn"))
-    job = c.create(_job("reborn"))
+        set_phase(c, f"reborn-trainer-{i}", "Succeeded")
+    old_uids = uids(pods_of(c, "reborn"))
+    job = c.create(job_manifest("reborn"))
 
     def applied() -> dict[str, Any]:
-        conds = {x["type"]: x for x in _status(c, "reborn").get("conditions", [])}
+        conds = {x["type"]: x for x in status_of(c, "reborn").get("conditions", [])}
         return conds.get("ChildrenApplied", {})
 
-    cond = wait_for(lambda: applied().get("status") == "False" and applied(), what="NotOwned")
+    cond = wait_until(lambda: applied().get("status") == "False" and applied(), what="NotOwned")
     assert cond["reason"] == "ConfigMapNotOwned"
     assert "uid-of-the-earlier-job" in cond["message"]
-    assert _status(c, "reborn")["phase"] == "Pending"  # the old Succeeded pods do not count
-    assert _uids(_pods(c, "reborn")) == old_uids
+    assert status_of(c, "reborn")["phase"] == "Pending"  # the old Succeeded pods do not count
+    assert uids(pods_of(c, "reborn")) == old_uids
     configmap = c.get(c.path("v1", "configmaps", "reborn-config"))
     assert configmap is not None
     assert configmap["data"] == {"job.yaml": "old"}
@@ -584,9 +538,9 @@ def test_a_job_recreated_under_the_same_name_never_adopts_the_earlier_jobs_child
     c.delete(c.path("v1", "configmaps", "reborn-config"))
     for name in old_uids:
         c.delete(c.path("v1", "pods", name))
-    wait_for(lambda: len(_pods(c, "reborn")) == 4, what="the new job's own pods")
-    for obj in [*_pods(c, "reborn").values(), c.get(c.path("v1", "configmaps", "reborn-config"))]:
+    wait_until(lambda: len(pods_of(c, "reborn")) == 4, what="the new job's own pods")
+    for obj in [*pods_of(c, "reborn").values(), c.get(c.path("v1", "configmaps", "reborn-config"))]:
         assert obj is not None
         assert obj["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
-    wait_for(lambda: applied().get("status") == "True", what="ChildrenApplied=True")
+    wait_until(lambda: applied().get("status") == "True", what="ChildrenApplied=True")
     c.delete(c.path("v1", "configmaps", "reborn-config"))

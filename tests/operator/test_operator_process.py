@@ -1,6 +1,7 @@
 """`python -m dressage_operator` as a real process against an API emulation that refuses
-invalid children (`dressage_operator.testing`): a refused child shows on the job at once, as a
-condition and a Warning Event, and the job recovers when its spec is fixed."""
+invalid children (`dressage_operator.testing`): a child the API server would refuse is named
+on the job at once and nothing is created, the job starts when its spec is fixed; a child the
+API server refuses shows at once as a condition, a Warning Event and the phase."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dressage_operator.testing import EmulatedCluster
+from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
 
 from dressage.testing import free_port, stop_process
 
-from .conftest import wait_for
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_IMAGE = "registry.test/dressage-runtime:from-the-cli"
@@ -77,7 +78,7 @@ def operator_process(
 ) -> Iterator[OperatorProcess]:
     op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator"))
     try:
-        wait_for(op.listening, timeout=60, what="the operator's liveness port")
+        wait_until(op.listening, timeout=60, what="the operator's liveness port")
         yield op
     finally:
         op.stop()
@@ -100,66 +101,91 @@ def _events(c: EmulatedCluster, job: str, reason: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_a_refused_child_shows_as_a_condition_and_an_event_at_once(
+def _job(name: str, **trainer: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "dressage.io/v1alpha1",
+        "kind": "AsyncRLJob",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"source": "builtin:tiny"},
+            "storage": {"persistentVolumeClaim": "shared"},
+            "trainer": {"nodes": 1, "gpusPerNode": 0, **trainer},
+            "inference": {"replicas": 1},
+        },
+    }
+
+
+def test_a_child_the_api_server_would_refuse_is_named_at_once_and_nothing_is_created(
     cluster: EmulatedCluster, operator_process: OperatorProcess
 ) -> None:
     c = cluster
-    # The job model passes template volumes through; the API server refuses the duplicate of
-    # the operator's own `dshm` volume in the trainer pod.
-    bad_volumes = [{"name": "dshm", "emptyDir": {}}]
-    c.create(
-        {
-            "apiVersion": "dressage.io/v1alpha1",
-            "kind": "AsyncRLJob",
-            "metadata": {"name": "refused"},
-            "spec": {
-                "model": {"source": "builtin:tiny"},
-                "storage": {"persistentVolumeClaim": "shared"},
-                "trainer": {"nodes": 1, "gpusPerNode": 0, "template": {"volumes": bad_volumes}},
-                "inference": {"replicas": 1},
-            },
-        }
-    )
+    # The job model passes template volumes through; the API server would refuse the
+    # duplicate of the operator's own `dshm` volume in the trainer pod.
+    c.create(_job("refused", template={"volumes": [{"name": "dshm", "emptyDir": {}}]}))
     created = time.monotonic()
-    condition = wait_for(
+    condition = wait_until(
         lambda: (
-            (cond := _condition(c, "refused", "ChildrenApplied")) is not None
+            (cond := _condition(c, "refused", "SpecValid")) is not None
             and cond["status"] == "False"
             and cond
         ),
         timeout=10,
-        what=f"ChildrenApplied=False; operator log:\n{operator_process.output()}",
+        what=f"SpecValid=False; operator log:\n{operator_process.output()}",
     )
-    assert condition["reason"] == "PodRefused"
-    message = condition["message"]
-    assert "Pod refused-trainer-0: create refused (HTTP 422)" in message
-    assert 'spec.volumes[3].name: Duplicate value: "dshm"' in message
-    (event,) = wait_for(lambda: _events(c, "refused", "FailedCreate"), timeout=10, what="Event")
-    assert event["type"] == "Warning"
-    assert "refused-trainer-0" in event["message"]
-    assert "spec.volumes[3].name" in event["message"]
+    assert condition["reason"] == "InvalidSpec"
+    assert condition["message"] == (
+        'spec.trainer.template.volumes[0].name: Duplicate value: "dshm" (the API server would '
+        "refuse Pod refused-trainer-0)"
+    )
     assert time.monotonic() - created < 10
-    # The rest of the job was applied: the engine, the proxy (with the image the CLI set).
-    assert c.get(c.path("v1", "pods", "refused-engine-0")) is not None
-    proxy = c.get(c.path("apps/v1", "deployments", "refused-proxy"))
-    assert proxy is not None
-    assert proxy["spec"]["template"]["spec"]["containers"][0]["image"] == RUNTIME_IMAGE
-    assert c.get(c.path("v1", "pods", "refused-trainer-0")) is None
-    assert _status(c, "refused")["phase"] == "Pending"
+    assert _status(c, "refused")["phase"] == "Failed"
+    assert c.get(c.path("v1", "pods", "refused-engine-0")) is None
+    assert c.get(c.path("apps/v1", "deployments", "refused-proxy")) is None
+    assert c.get(c.path("v1", "configmaps", "refused-config")) is None
 
-    # Fixed: the trainer pod is created and the condition clears; the refusal was posted once.
+    # Fixed: the job starts; the proxy runs the image the CLI set.
     c.patch(c.job_path("refused"), {"spec": {"trainer": {"template": {"volumes": []}}}})
-    wait_for(
+    wait_until(
         lambda: c.get(c.path("v1", "pods", "refused-trainer-0")), timeout=10, what="trainer pod"
     )
-    cleared = wait_for(
-        lambda: (
-            (cond := _condition(c, "refused", "ChildrenApplied")) is not None
-            and cond["status"] == "True"
-            and cond
-        ),
-        timeout=10,
-        what="ChildrenApplied=True",
+    proxy = wait_until(
+        lambda: c.get(c.path("apps/v1", "deployments", "refused-proxy")), timeout=10, what="proxy"
     )
-    assert cleared["reason"] == "Applied"
-    assert len(_events(c, "refused", "FailedCreate")) == 1
+    assert proxy["spec"]["template"]["spec"]["containers"][0]["image"] == RUNTIME_IMAGE
+    assert _condition(c, "refused", "SpecValid")["status"] == "True"  # type: ignore[index]
+
+
+def test_a_child_the_api_server_refuses_shows_as_a_condition_an_event_and_the_phase(
+    cluster: EmulatedCluster, operator_process: OperatorProcess
+) -> None:
+    """A Pod Security level only the API server knows of: 403, a permanent refusal."""
+    c = cluster
+    c.label_namespace({ENFORCE_LABEL: "restricted"})
+    try:
+        c.create(_job("forbidden", template={"security": {"profile": "baseline"}}))
+        condition = wait_until(
+            lambda: (
+                (cond := _condition(c, "forbidden", "ChildrenApplied")) is not None
+                and cond["status"] == "False"
+                and cond
+            ),
+            timeout=10,
+            what=f"ChildrenApplied=False; operator log:\n{operator_process.output()}",
+        )
+    finally:
+        c.label_namespace({ENFORCE_LABEL: None})
+    assert condition["reason"] == "PodRefused"
+    assert "Pod forbidden-trainer-0: create refused (HTTP 403)" in condition["message"]
+    assert 'violates PodSecurity "restricted:latest"' in condition["message"]
+    (event,) = wait_until(lambda: _events(c, "forbidden", "FailedCreate"), timeout=10, what="Event")
+    assert event["type"] == "Warning"
+    assert "forbidden-trainer-0" in event["message"]
+    status = wait_until(
+        lambda: _status(c, "forbidden").get("phase") == "Failed" and _status(c, "forbidden"),
+        timeout=10,
+        what="Failed",
+    )
+    assert status["message"].startswith(
+        "refused by the API server: Pod forbidden-trainer-0: create refused (HTTP 403)"
+    )
+    assert _condition(c, "forbidden", "Failed")["reason"] == "ChildRefused"  # type: ignore[index]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from dressage.asgi import (
     Route,
     Router,
     StreamAnswer,
+    json_response,
 )
 
 
@@ -266,3 +268,15 @@ async def test_a_failing_startup_is_reported_to_the_server() -> None:
     app = App([], fallback=_fallback, lifespan=lifespan)
     with pytest.raises(RuntimeError, match="no engines"):
         await _call(app, {"type": "lifespan"}, [{"type": "lifespan.startup"}])
+
+
+def test_a_json_answer_is_the_compact_body_with_its_status_and_headers() -> None:
+    answer = json_response({"a": [1, 2], "b": "é"}, 201, headers={"Retry-After": "1"})
+    assert json.loads(answer.body) == {"a": [1, 2], "b": "é"}
+    assert answer.body == b'{"a":[1,2],"b":"\xc3\xa9"}'
+    assert (answer.status, answer.content_type, answer.headers) == (
+        201,
+        "application/json",
+        {"Retry-After": "1"},
+    )
+    assert json_response(None).status == 200

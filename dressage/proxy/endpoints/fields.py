@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from dressage.asgi import HttpRequest
@@ -52,6 +53,30 @@ def session_ids(
             f"instance id must be a string of at most {_MAX_ID_LENGTH} characters", "instance_id"
         )
     return session_id, instance_id
+
+
+ROUTING_KEY_HEADER = "x-smg-routing-key"
+"""The header SGLang's Model Gateway routes on consistently (slime sends a sample's session
+id in it with `--router-policy consistent_hashing`)."""
+
+
+def generate_session_ids(
+    request: HttpRequest, body: dict[str, Any]
+) -> tuple[str, str | None, bool]:
+    """(session id, instance id, one-off) of a `/generate` request.
+
+    As `session_ids`; without a session id, the `X-SMG-Routing-Key` header names the session
+    (the trajectory slime routes together), else the request is a trajectory of its own: a
+    new id, and one-off True (the proxy finalizes it after its turn).
+    """
+    if request.headers.get("x-session-id") or body.get("session_id"):
+        session_id, instance_id = session_ids(request, body)
+        return session_id, instance_id, False
+    key = request.headers.get(ROUTING_KEY_HEADER)
+    one_off = not key
+    named = {**body, "session_id": f"req-{uuid.uuid4().hex}" if one_off else key}
+    session_id, instance_id = session_ids(request, named)
+    return session_id, instance_id, one_off
 
 
 def _lookup(body: dict[str, Any], path: FieldPath) -> object:

@@ -3,17 +3,23 @@ under `/s/{session_id}/v1/...` for agents whose only setting is a base URL.
 
 Messages are rendered with the model's chat template incrementally (`dressage.proxy.chat`), so
 each turn extends the session's tokens exactly; the turn itself runs like any other
-(`dressage.proxy.turns`). A streamed answer is the whole reply once the turn is generated (a
-turn may be resumed across weight updates before it is complete): a content chunk, one
-`delta.tool_calls` chunk per call, the finish chunk, and a usage chunk when
-`stream_options.include_usage` asks for it.
+(`dressage.proxy.turns`). `chat_template_kwargs` (such as `enable_thinking`) reach the
+template (`dressage.proxy.endpoints.chat_fields`).
 
-Tool calls: with `tools` in the request (and `tool_choice` not `none`) the reply text is parsed
-by the model family's parser (`dressage.proxy.tool_calls`) into `tool_calls`, with
-`finish_reason: "tool_calls"`. Parsing shapes the answer only: the session keeps the model's
-own tokens, so the agent's next request (the assistant message with its `tool_calls`, then the
-`tool` messages) extends them exactly. A matched stop string is cut from `content` as OpenAI
-does; the recorded tokens stay as generated. An unknown `model` is 404 `model_not_found`.
+The reply is read by the model family's parsers (`dressage.proxy.reply`): reasoning into
+`reasoning_content`, tool calls (with `tools` in the request and `tool_choice` not `none`)
+into `tool_calls` with `finish_reason: "tool_calls"`. Reading shapes the answer only: the
+session keeps the model's own tokens, so the agent's next request (the assistant message
+with its reasoning and calls, then the `tool` messages) extends them exactly. A matched stop
+string is cut from `content` as OpenAI does; the recorded tokens stay as generated. An
+unknown `model` is 404 `model_not_found`.
+
+Streaming (`stream: true`) answers once the turn is generated (a turn may be resumed across
+weight updates before it is complete): the reply is read token by token into OpenAI chunk
+deltas, `reasoning_content` and `content` text, and per tool call a first delta with its
+`id`, `type` and `function.name` and a second with its `function.arguments`; then the finish
+chunk, and a usage chunk when `stream_options.include_usage` asks for it. The deltas add up
+to the message a non-streamed request gets.
 """
 
 from __future__ import annotations
@@ -34,16 +40,17 @@ from dressage.proxy.chat import (
     canonical_messages,
     plan_chat_turn,
 )
+from dressage.proxy.endpoints import chat_fields
 from dressage.proxy.endpoints.fields import check_budget, session_ids
 from dressage.proxy.errors import ProxyError, invalid
+from dressage.proxy.reply import ReplyDelta, ReplyStream, assemble
 from dressage.proxy.state import ProxyState
-from dressage.proxy.tool_calls import ParsedReply, strip_stop
+from dressage.proxy.tool_calls import strip_stop
 from dressage.proxy.turns import run_turn
 
 DEFAULT_MAX_TOKENS = 256
 """The completion budget of a request that sets neither `max_completion_tokens` nor
 `max_tokens`."""
-"""The error name (404) of a request for a model the proxy does not serve, as OpenAI's."""
 POLICY_ALIAS = "policy"
 """A model name always accepted: the policy the proxy serves, whatever its checkpoint."""
 _SESSION_FIELDS = (("metadata", "session_id"), ("user",))
@@ -58,16 +65,16 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
         )
     model = requested_model(state, body)
     messages = canonical_messages(body.get("messages"))
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise invalid("tools must be a list", "tools")
+    tools = chat_fields.check_tools(body.get("tools"))
+    tool_choice = chat_fields.check_tool_choice(body.get("tool_choice"), tools)
+    template_kwargs = chat_fields.template_kwargs(body)
+    separate_reasoning = chat_fields.separate_reasoning(body)
     n = body.get("n", 1)
     if n not in (1, None):
         raise invalid("n must be 1: one trajectory per session", "n")
     params = chat_sampling_params(body, tok.stop_token_ids)
     stream = bool(body.get("stream", False))
     include_usage = _include_usage(body) if stream else True
-    parse_tools = bool(tools) and body.get("tool_choice") != "none"
     session_id, instance_id = session_ids(
         request, body, session_fields=_SESSION_FIELDS, instance_fields=_INSTANCE_FIELDS
     )
@@ -75,15 +82,27 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
     session.check_can_generate()
     chat = session.chat if isinstance(session.chat, ChatState) else None
     current = session.current.tokens() if session.current is not None else None
-    turn = plan_chat_turn(tok, chat, current, messages, tools)
+    turn = plan_chat_turn(tok, chat, current, messages, tools, template_kwargs)
     plan, gen, segment_index = await run_turn(
         state, session, turn.input_ids, params, force_new_segment=turn.new_segment
     )
-    text = strip_stop(
-        tok.decode(gen.output_ids, skip_special_tokens=True), gen.finish_reason, params.get("stop")
+    fmt = tok.reply_format
+    reader = ReplyStream(
+        fmt,
+        tools=tools,
+        parse_tools=bool(tools) and tool_choice != "none",
+        forced_reasoning=fmt.starts_in_reasoning(turn.rendered),
+        separate_reasoning=separate_reasoning,
     )
-    parsed = tok.tool_parser(text) if parse_tools else ParsedReply(text)
+    # Streamed, the reply is read token by token; whole, at once (the same message).
+    text = tok.reply_pieces(gen.output_ids) if stream else [tok.decode_reply(gen.output_ids)]
+    pieces = _cut(text, gen.finish_reason, params.get("stop"))
+    deltas = [reader.feed(piece) for piece in pieces]
+    deltas.append(reader.finish())
+    parsed = assemble(deltas)
     message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.reasoning_content is not None:
+        message["reasoning_content"] = parsed.reasoning_content
     if parsed.tool_calls:
         message["tool_calls"] = parsed.tool_calls
     # The conversation continues from the model's own tokens; the reply is remembered in the
@@ -101,7 +120,7 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
         "completion_tokens": len(gen.output_ids),
         "total_tokens": len(turn.input_ids) + len(gen.output_ids),
     }
-    extra = {
+    extra: dict[str, Any] = {
         "session_id": session.session_id,
         "segment_index": segment_index,
         "new_segment": plan.new_segment,
@@ -109,6 +128,9 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
         "preempts": gen.preempts,
         "output_ids": gen.output_ids,
     }
+    met = chat_fields.tool_choice_met(tool_choice, parsed.tool_calls)
+    if met is not None:
+        extra["tool_choice_met"] = met
     logprobs: dict[str, Any] | None = None
     if body.get("logprobs"):
         logprobs = {
@@ -134,28 +156,68 @@ async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[s
         )
     base = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
             "model": model}  # fmt: skip
-    deltas: list[dict[str, Any]] = []
-    if parsed.content:
-        deltas.append({"content": parsed.content})
-    for index, call in enumerate(parsed.tool_calls):
-        deltas.append({"tool_calls": [{"index": index, **call}]})
     chunks = [
         base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                              "finish_reason": None}]},
     ]  # fmt: skip
-    for i, delta in enumerate(deltas):
-        choice = {"index": 0, "delta": delta, "finish_reason": None}
+    for i, delta in enumerate(d for reply_delta in deltas for d in _openai_deltas(reply_delta)):
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
         if i == 0:
             choice["logprobs"] = logprobs
+            logprobs = None
         chunks.append(base | {"choices": [choice]})
-    chunks.append(
-        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "dressage": extra}
-    )
+    last: dict[str, Any] = {"index": 0, "delta": {}, "finish_reason": finish}
+    if logprobs is not None:
+        last["logprobs"] = logprobs
+    chunks.append(base | {"choices": [last], "dressage": extra})
     if include_usage:
         # OpenAI's `stream_options.include_usage`: one more chunk, with no choices.
         chunks.append(base | {"choices": [], "usage": usage})
     payload = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
     return Answer(payload, content_type="text/event-stream; charset=utf-8", stream=True)
+
+
+def _openai_deltas(delta: ReplyDelta) -> list[dict[str, Any]]:
+    """The OpenAI chunk deltas of one piece of the reply: reasoning, content, then for each
+    completed call its header and its arguments."""
+    out: list[dict[str, Any]] = []
+    if delta.reasoning:
+        out.append({"reasoning_content": delta.reasoning})
+    if delta.content:
+        out.append({"content": delta.content})
+    for index, call in delta.calls:
+        function = call["function"]
+        out.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": function["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
+        out.append(
+            {"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]}
+        )
+    return out
+
+
+def _cut(pieces: list[str], finish_reason: dict[str, Any], stop: list[str] | None) -> list[str]:
+    """`pieces` of the reply up to the matched stop string (`strip_stop`)."""
+    whole = "".join(pieces)
+    keep = len(strip_stop(whole, finish_reason, stop))
+    if keep == len(whole):
+        return pieces
+    out: list[str] = []
+    for piece in pieces:
+        if keep <= 0:
+            break
+        out.append(piece[:keep])
+        keep -= len(piece)
+    return out
 
 
 def _include_usage(body: dict[str, Any]) -> bool:

@@ -50,15 +50,7 @@ async def finalize(state: ProxyState, request: HttpRequest, body: dict[str, Any]
             errors.SESSION_BUSY,
             f"session {session.session_id!r} has a generation in flight; finalize after it",
         )
-    session.close()
-    records = session_records(
-        session,
-        reward=None if reward is None else float(reward),
-        record_token_versions=state.config.record_token_versions,
-    )
-    for segment in session.segments:
-        state.metrics.version_span.observe(version_span(segment.versions))
-    state.store.finalize(session.session_id, records, state.clock())
+    records = finalize_session(state, session, None if reward is None else float(reward))
     return json_response(
         {
             "session_id": session.session_id,
@@ -67,6 +59,20 @@ async def finalize(state: ProxyState, request: HttpRequest, body: dict[str, Any]
             "status": "refused" if session.refusal is not None else "finished",
         }
     )
+
+
+def finalize_session(
+    state: ProxyState, session: Session, reward: float | None
+) -> list[dict[str, Any]]:
+    """Close `session` and queue its segment records for `/segments`; returns them."""
+    session.close()
+    records = session_records(
+        session, reward=reward, record_token_versions=state.config.record_token_versions
+    )
+    for segment in session.segments:
+        state.metrics.version_span.observe(version_span(segment.versions))
+    state.store.finalize(session.session_id, records, state.clock())
+    return records
 
 
 async def segments(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:

@@ -1,9 +1,33 @@
 """`POST /generate`: SGLang's generate API for whitebox agents, one model turn per request.
 
-The body is SGLang's (`input_ids`, `sampling_params`, `return_logprob`) plus the session's
-ids; an unknown field is refused rather than ignored, so that a client never believes a
-setting the proxy does not apply. The answer is SGLang's plus a `dressage` object (the
-session, segment and per-token versions of the turn).
+The body is SGLang's (`input_ids`, `sampling_params`, `return_logprob`, `stream`,
+`return_routed_experts`, `return_indexer_topk`) plus the session's ids; an unknown field is
+refused rather than ignored, so that a client never believes a setting the proxy does not
+apply. The answer is
+SGLang's plus a `dressage` object (the session, segment and per-token versions of the turn).
+
+Whose trajectory a request extends: `X-Session-Id` (or the body's `session_id`); without it
+the `X-SMG-Routing-Key` header, which slime sends with a sample's session id when it routes
+by consistent hashing (SGLang Model Gateway's header); without either, the request is a
+trajectory of its own, finalized as soon as its turn is recorded (its records wait at
+`/segments`), which is how slime's plain single-turn payload arrives
+(`slime/rollout/sglang_rollout.py` `generate`).
+
+`stream: true` answers in SGLang's server-sent events shape, once the turn is generated and
+recorded (a turn may be resumed across weight updates, and its per-token versions are
+checked and recorded as for any other turn): `data: {"text", "output_ids", "meta_info"}`
+with the whole output so far (SGLang's default, non-incremental streaming; what slime's
+`sglang_streaming_rollout.py` reads), then `data: [DONE]`.
+
+`return_routed_experts: true` asks the engines for the routed experts (SGLang needs
+`--enable-return-routed-experts`; an engine whose release lacks the field is not sent it) and
+answers them in SGLang's shape, `meta_info.routed_experts`: the base64 of int32
+`[prompt + output - 1, layers, top_k]`. They are the routes the session records too (the proxy
+records them for every turn with `--record-routed-experts`, and for a turn that asks): for a
+turn resumed across a weight update, each position keeps its first report, as in the
+segment. `return_indexer_topk` (which miles always sends, false unless it replays
+DeepSeek-V3.2's indexer) is passed through: sent to the engine, and the last piece's
+`meta_info.indexer_topk` answered as the engine sent it. A false flag is not sent on.
 """
 
 from __future__ import annotations
@@ -12,12 +36,14 @@ import time
 import uuid
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from dressage.asgi import Answer, HttpRequest
 from dressage.engine.protocol import SamplingParams
 from dressage.proxy.answers import json_response
-from dressage.proxy.endpoints.fields import check_budget, session_ids
+from dressage.proxy.endpoints.fields import check_budget, generate_session_ids
+from dressage.proxy.endpoints.sessions import finalize_session
 from dressage.proxy.errors import invalid
 from dressage.proxy.state import ProxyState
 from dressage.proxy.turns import run_turn
@@ -34,8 +60,13 @@ _GENERATE_FIELDS = frozenset(
         "log_metrics",
         "logprob_start_len",
         "return_text_in_logprobs",
+        "return_routed_experts",
+        "return_indexer_topk",
     }
 )
+PASSED_THROUGH = {"return_indexer_topk": "indexer_topk"}
+"""Request flags sent on to the engine as they are when true, and the `meta_info` field each
+brings back (`return_routed_experts` is the proxy's own: it records the routes)."""
 
 
 async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
@@ -51,13 +82,28 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise invalid("sampling_params must be an object", "sampling_params")
-    if body.get("stream"):
-        raise invalid("stream is not supported on /generate", "stream")
+    stream = _flag(body, "stream")
+    passed = [name for name in PASSED_THROUGH if _flag(body, name)]
+    routed_experts = _flag(body, "return_routed_experts")
     check_budget(params.get("max_new_tokens"), "sampling_params.max_new_tokens")
     check_sampling_params(params)
-    session_id, instance_id = session_ids(request, body)
+    session_id, instance_id, one_off = generate_session_ids(request, body)
     session = state.store.get_or_create(session_id, instance_id, state.clock())
-    plan, gen, segment_index = await run_turn(state, session, input_ids, params)
+    try:
+        plan, gen, segment_index = await run_turn(
+            state,
+            session,
+            input_ids,
+            params,
+            routed_experts=routed_experts,
+            extra_body=dict.fromkeys(passed, True) or None,
+        )
+    except BaseException:
+        if one_off:
+            state.store.delete(session_id)
+        raise
+    if one_off:
+        finalize_session(state, session, None)
     meta: dict[str, Any] = {
         "id": f"dressage-{uuid.uuid4().hex}",
         "finish_reason": gen.finish_reason,
@@ -70,23 +116,40 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
     }
     if body.get("return_logprob"):
         meta["output_token_logprobs"] = gen.raw_logprobs
-    return json_response(
-        {
-            "text": "".join(gen.texts),
-            "output_ids": gen.output_ids,
-            "meta_info": meta,
-            "dressage": {
-                "session_id": session.session_id,
-                "instance_id": session.instance_id,
-                "segment_index": segment_index,
-                "new_segment": plan.new_segment,
-                "versions": gen.versions,
-                "preempts": gen.preempts,
-                "engine": gen.engine_url,
-                "engine_latency": gen.engine_latency,
-            },
-        }
-    )
+    if routed_experts and gen.routed_experts is not None:
+        meta["routed_experts"] = gen.routed_experts.to_base64()
+    for name in passed:
+        field = PASSED_THROUGH[name]
+        if field in gen.meta_info:
+            meta[field] = gen.meta_info[field]
+    answer = {
+        "text": "".join(gen.texts),
+        "output_ids": gen.output_ids,
+        "meta_info": meta,
+        "dressage": {
+            "session_id": session.session_id,
+            "instance_id": session.instance_id,
+            "segment_index": segment_index,
+            "new_segment": plan.new_segment,
+            "versions": gen.versions,
+            "preempts": gen.preempts,
+            "engine": gen.engine_url,
+            "engine_latency": gen.engine_latency,
+        },
+    }
+    if not stream:
+        return json_response(answer)
+    payload = b"data: " + orjson.dumps(answer) + b"\n\ndata: [DONE]\n\n"
+    return Answer(payload, content_type="text/event-stream", stream=True)
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise invalid(f"{name} must be a boolean", name)
+    return value
 
 
 def _are_token_ids(values: list[Any]) -> bool:

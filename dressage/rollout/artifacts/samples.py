@@ -1,6 +1,7 @@
 """The training sample and its version metadata (`full_versions`, `version_spans`,
-`dressage_start_token_version`, `dressage_end_token_version`), where the reference design
-names them. They live in the data layer, `dressage.data.samples`, which every layer shares.
+`dressage_start_token_version`, `dressage_end_token_version`), where the design
+(`docs/staleness.md`) names them. They live in the data layer, `dressage.data.samples`, which
+every layer shares.
 """
 
 from dressage.data.samples import (

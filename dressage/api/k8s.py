@@ -1,0 +1,203 @@
+"""Kubernetes primitives of the job model: quantities, env vars, volumes, images, pod overrides.
+
+Each validates what a real API server would refuse (a bad quantity, an env var name Kubernetes
+rejects, a hostPath volume) when the manifest is read, so a refusal names the job's field
+instead of surfacing later as a child object the API server turns down.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
+from pydantic_core import PydanticCustomError
+
+from dressage.api.base import ApiModel
+from dressage.api.images import IMAGE_REFERENCE_PATTERN, image_reference_problem
+from dressage.api.reserved import OPERATOR_ENV
+
+ENV_VAR_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+"""What Kubernetes accepts as an environment variable name (`IsEnvVarName`)."""
+QUANTITY_PATTERN = r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$"
+"""A non-negative Kubernetes resource quantity: `8`, `1.5`, `500m`, `64Gi`, `1e3`."""
+
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+_ENV_VAR_NAME = re.compile(ENV_VAR_NAME_PATTERN)
+
+
+def _quantity(value: str) -> str:
+    if not _QUANTITY.match(value):
+        raise PydanticCustomError(
+            "quantity",
+            "{value!r} is not a Kubernetes quantity (a non-negative number with an optional "
+            "suffix: 8, 1.5, 500m, 64Gi, 1e3)",
+            {"value": value},
+        )
+    return value
+
+
+def _env_var_name(name: str) -> str:
+    if not _ENV_VAR_NAME.match(name):
+        raise PydanticCustomError(
+            "env_var_name",
+            "{name!r} is not a valid environment variable name: letters, digits, '_', '-' or "
+            "'.', not starting with a digit",
+            {"name": name},
+        )
+    if name in OPERATOR_ENV:
+        raise PydanticCustomError(
+            "env_var_reserved",
+            "{name} is set by the operator (rendezvous and wiring of the job's pods) and "
+            "cannot be overridden",
+            {"name": name},
+        )
+    return name
+
+
+Quantity = Annotated[
+    str,
+    AfterValidator(_quantity),
+    WithJsonSchema({"type": "string", "pattern": QUANTITY_PATTERN}),
+]
+EnvVarName = Annotated[
+    str,
+    AfterValidator(_env_var_name),
+    WithJsonSchema({"type": "string", "minLength": 1, "pattern": ENV_VAR_NAME_PATTERN}),
+]
+
+RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
+"""The only capability the Restricted Pod Security Standard lets a container add."""
+
+
+def _volume(volume: dict[str, Any]) -> dict[str, Any]:
+    if "hostPath" in volume:
+        raise PydanticCustomError(
+            "host_path_volume",
+            "volume '{name}' is a hostPath volume: a job's pods do not mount node directories "
+            "(the Baseline and Restricted Pod Security Standards forbid it); use the job's "
+            "storage, a persistentVolumeClaim or an emptyDir",
+            {"name": volume.get("name", "")},
+        )
+    return volume
+
+
+Volume = Annotated[dict[str, Any], AfterValidator(_volume)]
+
+
+def _image(reference: str) -> str:
+    problem = image_reference_problem(reference)
+    if problem is not None:
+        raise PydanticCustomError("image_reference", "{problem}", {"problem": problem})
+    return reference
+
+
+ImageRef = Annotated[
+    str,
+    AfterValidator(_image),
+    WithJsonSchema({"type": "string", "pattern": IMAGE_REFERENCE_PATTERN}),
+]
+"""A container image reference the kubelet can pull (`dressage.api.images`)."""
+
+
+class ObjectMeta(ApiModel):
+    """The subset of Kubernetes object metadata a job manifest carries."""
+
+    model_config = ApiModel.model_config | {"extra": "allow"}
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Job name; a DNS-1123 label because child objects are named after it."""
+    namespace: str | None = None
+    """Namespace of the job (cluster only)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels copied onto every child object."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations of the job object."""
+
+
+class SecretKeySelector(ApiModel):
+    """A key of a Secret in the job's namespace (Kubernetes' `secretKeyRef`)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The Secret's name."""
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    """The key within the Secret."""
+
+
+class ResourceRequirements(ApiModel):
+    """Kubernetes container resources (requests and limits)."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    """Resource requests, e.g. `{"cpu": "8", "memory": "64Gi"}`."""
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    """Resource limits, e.g. `{"nvidia.com/gpu": "8"}`."""
+
+
+class EnvVar(ApiModel):
+    """A plain environment variable."""
+
+    name: EnvVarName
+    """Variable name (letters, digits, `_`, `-`, `.`; not one the operator sets)."""
+    value: str = ""
+    """Variable value."""
+
+
+class PodSecuritySpec(ApiModel):
+    """How strictly one role's pods are locked down."""
+
+    profile: Literal["restricted", "baseline"] = "restricted"
+    """`restricted` (the default) meets the Restricted Pod Security Standard: the pods run as
+    `runAsUser` (never root), with no privilege escalation, every capability dropped, the
+    RuntimeDefault seccomp profile and no service-account token. `baseline` is the explicit
+    relaxation for GPU images that must run as their own user (often root, e.g. SGLang's
+    upstream images) or need capabilities: the image's user, the runtime's default
+    capabilities plus `addCapabilities`, privilege escalation allowed; seccomp RuntimeDefault
+    and no service-account token stay. Its pods need a namespace whose
+    `pod-security.kubernetes.io/enforce` level is `baseline` (`privileged` for a capability
+    outside Baseline's list, such as `IPC_LOCK` for RDMA)."""
+    run_as_user: int = Field(default=1000, ge=1)
+    """UID of the containers under `restricted` (the runtime images' user)."""
+    fs_group: int = Field(default=1000, ge=0)
+    """Group that the kubelet gives the job's storage to, so `runAsUser` can write it."""
+    add_capabilities: list[Annotated[str, Field(pattern=r"^[A-Z_]+$")]] = Field(
+        default_factory=list
+    )
+    """Linux capabilities added to the main container (`IPC_LOCK`, ...); under `restricted`
+    only `NET_BIND_SERVICE`."""
+
+    @model_validator(mode="after")
+    def _check_capabilities(self) -> PodSecuritySpec:
+        extra = sorted(set(self.add_capabilities) - RESTRICTED_CAPABILITIES)
+        if self.profile == "restricted" and extra:
+            raise ValueError(
+                f"addCapabilities {extra} are not allowed under the restricted profile "
+                "(only NET_BIND_SERVICE): set profile to 'baseline'"
+            )
+        return self
+
+
+class PodTemplateOverrides(ApiModel):
+    """Pod-level settings merged into the pods the operator creates for one role."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the pods must match."""
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """Kubernetes tolerations, passed through unchanged."""
+    affinity: dict[str, Any] | None = None
+    """Kubernetes affinity, passed through unchanged."""
+    priority_class_name: str | None = None
+    """Priority class of the pods."""
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    """Names of image pull secrets."""
+    env: list[EnvVar] = Field(default_factory=list)
+    """Extra environment variables for the main container."""
+    volumes: list[Volume] = Field(default_factory=list)
+    """Extra volumes, passed through unchanged; `hostPath` volumes are refused."""
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
+    """Extra volume mounts of the main container."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra pod labels."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra pod annotations."""
+    security: PodSecuritySpec = Field(default_factory=PodSecuritySpec)
+    """Pod security: the Restricted Pod Security Standard unless relaxed explicitly."""

@@ -1,0 +1,164 @@
+"""The SGLang engine pods: independent, addressed one by one, replaced one by one."""
+
+from __future__ import annotations
+
+from dressage.api.job import AsyncRLJob
+from dressage.data.versions import INITIAL_VERSION
+from dressage_operator import naming, sglang_release
+from dressage_operator.children.pods import (
+    Obj,
+    Owner,
+    container_env,
+    container_resources,
+    finish,
+    model_path,
+    object_meta,
+    pod_spec,
+    template_meta,
+    with_role_spec,
+)
+from dressage_operator.children.restart import engine_spec_hash
+from dressage_operator.children.weight_sync import NCCL_ENV, distributed_sync
+from dressage_operator.config import OperatorConfig
+
+ENGINE_HOME = "/home/dressage"
+"""The engines' `HOME`, an emptyDir: SGLang and its kernels cache there, and the SGLang image
+has no home directory for the non-root user the pods run as."""
+INITIAL_WEIGHT_VERSION = INITIAL_VERSION
+"""Weight version the engines report before the trainer publishes any: the trainer's own label
+of its initial weights (`dressage.data.versions`), so a fresh engine is never mistaken for a
+newer version than the trainer's."""
+BASE_WEIGHT_VERSION = "base"
+"""Weight version of an engine's staged base model when the trainer warm-starts from other
+weights: a label the trainer never issues, so the proxy holds such an engine out until the
+weight publisher gave it the trainer's current version."""
+
+
+def engine_base_version(job: AsyncRLJob) -> str:
+    """The label of the weights an engine pod starts on: the trainer's `v0` when those are the
+    trainer's initial weights (no warm start), else `base`."""
+    return INITIAL_WEIGHT_VERSION if job.spec.model.warm_start is None else BASE_WEIGHT_VERSION
+
+
+def engine_urls(job: AsyncRLJob, owner: Owner) -> list[str]:
+    """The URLs of the job's engine pods, `inference.replicas` of them by index."""
+    replicas = job.spec.inference.replicas
+    return [naming.engine_url(owner.name, owner.namespace, i) for i in range(replicas)]
+
+
+def engine_command(job: AsyncRLJob) -> list[str]:
+    """The SGLang server command line; weights are updated over HTTP by the trainer, each
+    update stamping a new version: `/update_weights_from_disk` from the job's storage, or
+    `/init_weights_update_group` once and then `/update_weights_from_distributed` per bucket
+    (the group's address comes with the request, so no flag changes)."""
+    spec = job.spec
+    cmd = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model_path(job),
+        "--tp-size",
+        str(spec.inference.tensor_parallel_size),
+        "--dtype",
+        spec.model.dtype,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(naming.ENGINE_PORT),
+        "--weight-version",
+        engine_base_version(job),
+        "--enable-metrics",
+    ]
+    if spec.model.tokenizer:
+        cmd += ["--tokenizer-path", spec.model.tokenizer]
+    if spec.rollout.seeded_sampling:
+        # The job model admits seededSampling only with a release that has the flag
+        # (spec.inference.sglangVersion >= 0.5.3); 0.5.2's parser refuses it.
+        cmd.append("--enable-deterministic-inference")
+    if spec.rollout.routing_replay != "off":
+        # The job model admits routing replay only with a release that has the flag (0.5.7).
+        cmd.append("--enable-return-routed-experts")
+    return cmd + list(spec.inference.extra_args)
+
+
+ENGINE_GENERATE_CHECK = sglang_release.ENGINE_GENERATE_CHECK
+ENGINE_STARTUP_PERIOD_SECONDS = 10
+ENGINE_STARTUP_FAILURES = 360
+"""With the period: an hour for the model to load (the HTTP port opens only once the
+scheduler has loaded it) before Kubernetes restarts the engine."""
+ENGINE_GENERATE_TIMEOUT_SECONDS = 30
+"""Above the generation check's own 20 s limit, so the probe sees its answer."""
+
+
+def engine_probes(sglang_version: str) -> Obj:
+    """The engine container's probes. The startup probe proves generation works (the model
+    loaded and a token came back); liveness and readiness then use a route of that release
+    that keeps answering while generation is paused and logs nothing
+    (`sglang_release.engine_live_check`), so a weight update never makes Kubernetes restart an
+    engine or mark it unready. The proxy does its own generation-aware health checks."""
+    path = sglang_release.engine_live_check(sglang_version)
+    live = {"httpGet": {"path": path, "port": "http"}, "timeoutSeconds": 5}
+    return {
+        "startupProbe": {
+            "httpGet": {"path": ENGINE_GENERATE_CHECK, "port": "http"},
+            "periodSeconds": ENGINE_STARTUP_PERIOD_SECONDS,
+            "timeoutSeconds": ENGINE_GENERATE_TIMEOUT_SECONDS,
+            "failureThreshold": ENGINE_STARTUP_FAILURES,
+        },
+        "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 6},
+        "readinessProbe": {**live, "periodSeconds": 10, "failureThreshold": 3},
+    }
+
+
+def build_engine_pod(
+    job: AsyncRLJob,
+    owner: Owner,
+    config: OperatorConfig,
+    index: int,
+    role_spec: str | None = None,
+) -> Obj:
+    """One SGLang engine; engines are independent and replaced one by one. `role_spec` is
+    the job's `engine_spec_hash`, when the caller has it already."""
+    inference = job.spec.inference
+    name = naming.engine_pod(owner.name, index)
+    container: Obj = {
+        "name": "sglang",
+        "image": inference.image or config.sglang_image,
+        "command": engine_command(job),
+        "env": container_env(
+            {
+                "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
+                "HOME": ENGINE_HOME,
+                **(NCCL_ENV if distributed_sync(job) and job.spec.trainer.gpus_per_node else {}),
+            },
+            inference.template,
+        ),
+        "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
+        "resources": container_resources(inference.resources, inference.tensor_parallel_size),
+        **engine_probes(inference.sglang_version),
+    }
+    meta = object_meta(job, owner, name, naming.ROLE_INFERENCE, **{naming.LABEL_INDEX: str(index)})
+    spec = pod_spec(job, owner, config, inference.template, container, "Always")
+    spec["volumes"].append({"name": "home", "emptyDir": {}})
+    container["volumeMounts"].append({"name": "home", "mountPath": ENGINE_HOME})
+    spec["hostname"] = name
+    spec["subdomain"] = naming.engine_service(owner.name)
+    pod = finish(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": template_meta(meta, inference.template),
+            "spec": spec,
+        }
+    )
+    return with_role_spec(pod, role_spec or engine_spec_hash(job))
+
+
+def build_engine_pods(job: AsyncRLJob, owner: Owner, config: OperatorConfig) -> list[Obj]:
+    """Every engine pod of the job, by index."""
+    role_spec = engine_spec_hash(job)
+    return [
+        build_engine_pod(job, owner, config, i, role_spec)
+        for i in range(job.spec.inference.replicas)
+    ]

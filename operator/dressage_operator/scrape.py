@@ -1,0 +1,20 @@
+"""The HTTP GET of a job's `/metrics` (I/O, at the handlers' level); the parsing is pure
+(`dressage_operator.staleness`)."""
+
+from __future__ import annotations
+
+import httpx
+
+from dressage_operator.staleness import ScrapeResult, parse_staleness
+
+
+async def scrape(
+    client: httpx.AsyncClient, url: str, limit_seconds: float, now: str
+) -> ScrapeResult:
+    """GET the job's metrics; never raises (a job without metrics yet is normal)."""
+    try:
+        response = await client.get(url, timeout=limit_seconds)
+        response.raise_for_status()
+        return ScrapeResult(url=url, staleness=parse_staleness(response.text, now))
+    except (httpx.HTTPError, ValueError) as exc:
+        return ScrapeResult(url=url, error=f"{type(exc).__name__}: {exc}"[:300])

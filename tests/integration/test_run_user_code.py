@@ -1,0 +1,196 @@
+"""`dressage run` with the job's own data and code, as a user runs it from the job's directory.
+
+Configuration errors (a dataset without a usable row, a Parquet file missing a column, an
+environment whose constructor raises, a reward that fails its dry call, a typo'd field) exit 2
+before any engine starts and leave no report. A reward that fails under `onRewardError: stop`
+stops the run at its first failure, naming the reward, the exception and the user's line, in
+the output and in `report.json`. A finished run rerun says there is nothing to do, and nothing
+about resuming.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dressage.trainer.testing import small_model
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+USER_CODE = """\
+import json, os
+
+
+def score(completion, row):
+    with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
+        f.write(json.dumps(completion) + "\\n")
+    return check(completion, row)
+
+
+def check(completion, row):
+    if completion != row["answer"]:
+        raise ValueError(f"not the answer: {completion!r}")
+    return 1.0
+
+
+def wrong_column(completion, row):
+    return float(completion == row["solution"])
+
+
+class Game:
+    name = "game"
+    max_turns = 2
+
+    def __init__(self, spec):
+        self.size = spec.params["size"]
+"""
+ROWS = [{"question": f"{a}+1=", "answer": str(a + 1)} for a in range(4)]
+
+
+def _job(job_dir: Path, name: str, task: dict[str, Any], **spec: Any) -> Path:
+    manifest = {
+        "apiVersion": "dressage.io/v1alpha1",
+        "kind": "AsyncRLJob",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"source": str(job_dir / "model"), "dtype": "float32"},
+            "task": task,
+            "rollout": {"mode": "sync", "groupSize": 2, "batchSize": 2, "maxNewTokens": 3},
+            "training": {"steps": 1, "learningRate": 1e-3},
+            "local": {"metricsPort": 0, "cacheDir": str(job_dir / "cache")},
+            **spec,
+        },
+    }
+    path = job_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return path
+
+
+def _dataset(path: str, **more: Any) -> dict[str, Any]:
+    return {
+        "name": "dataset",
+        "dataset": {"path": path, "promptColumn": "question", "answerColumn": "answer"},
+        **more,
+    }
+
+
+def _run(job_dir: Path, manifest: Path, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dressage", "run", manifest.name, "--workdir", "runs"],
+        cwd=job_dir,  # as a user runs it: their modules and files are found there
+        env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("job")
+    small_model(out / "model")
+    (out / "job_code.py").write_text(USER_CODE)
+    (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    (out / "empty.jsonl").write_text('{"question": ""}\n{"prompt": "1+1="}\n')
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([{"question": "1+1=", "ans": "2"}]), out / "t.parquet")
+    return out
+
+
+CONFIGURATION_ERRORS = {
+    "no-usable-row": (
+        _dataset("empty.jsonl"),
+        "empty.jsonl has no usable row (2 bad; first: ",
+    ),
+    "parquet-column": (
+        _dataset("t.parquet"),
+        "t.parquet has no column 'answer' (did you mean 'ans'?); columns: question, ans",
+    ),
+    "environment-init": (
+        {"name": "environment", "environment": "job_code:Game"},
+        "spec.task.environment: job_code:Game(spec) raised KeyError: 'size' (at job_code.py:25, "
+        "in __init__)",
+    ),
+    "reward-dry-call": (
+        _dataset("rows.jsonl", reward="job_code:wrong_column"),
+        "spec.task.reward job_code:wrong_column raised KeyError: 'solution' (at job_code.py:17, "
+        "in wrong_column), dry-called on ",
+    ),
+    "typo": (
+        {"name": "dataset", "dataset": {"path": "rows.jsonl", "promtColumn": "question"}},
+        "spec.task.dataset.promtColumn: unknown field; did you mean promptColumn?",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGURATION_ERRORS))
+def test_a_configuration_error_exits_2_before_any_engine_starts_and_leaves_no_report(
+    job_dir: Path, case: str
+) -> None:
+    task, says = CONFIGURATION_ERRORS[case]
+    done = _run(job_dir, _job(job_dir, f"bad-{case}", task))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "engines ready" not in done.stdout
+    assert not (job_dir / "runs" / f"bad-{case}").exists()
+
+
+def test_stop_on_a_reward_error_stops_at_the_first_failure_naming_the_users_line(
+    job_dir: Path,
+) -> None:
+    calls = job_dir / "calls.jsonl"
+    calls.unlink(missing_ok=True)
+    manifest = _job(
+        job_dir,
+        "stop",
+        _dataset("rows.jsonl", reward="job_code:score", onRewardError="stop"),
+        rollout={"mode": "fully_async", "groupSize": 2, "batchSize": 2, "concurrency": 2,
+                 "maxRetries": 3, "maxNewTokens": 3},
+    )  # fmt: skip
+    done = _run(job_dir, manifest)
+    assert done.returncode == 1, done.stdout + done.stderr
+    # The dry call passed (the answer is its own reward); rollout's first failure stopped it.
+    assert "checked before starting: " in done.stdout
+    assert "reward job_code:score gives 1 to the answer of " in done.stdout
+    stopped = [line for line in done.stderr.splitlines() if line.startswith("dressage run: ")]
+    assert len(stopped) == 1
+    assert stopped[0].startswith(
+        "dressage run: rollout stopped at the first failure (spec.task.onRewardError is stop): "
+        "spec.task.reward job_code:score raised ValueError: not the answer: "
+    )
+    assert stopped[0].endswith("(at job_code.py:12, in check)")
+    # One call for the dry run, then at most the trajectories that were already in flight:
+    # no retries of 4 attempts x 8 groups.
+    scored = calls.read_text().splitlines()
+    assert 2 <= len(scored) <= 1 + 2 * 2
+    report = json.loads((job_dir / "runs" / "stop" / "report.json").read_text())
+    (error,) = report["user_code_errors"]
+    assert error["field"] == "spec.task.reward"
+    assert error["reference"] == "job_code:score"
+    assert (error["type"], error["function"], error["line"]) == ("ValueError", "check", 12)
+    assert Path(error["file"]) == job_dir / "job_code.py"
+    assert error["code"] == 'raise ValueError(f"not the answer: {completion!r}")'
+    assert error["count"] >= 1
+
+
+def test_a_finished_run_rerun_has_nothing_to_do_and_does_not_resume(job_dir: Path) -> None:
+    manifest = _job(job_dir, "finished", {"name": "arithmetic", "params": {"maxOperand": 9}})
+    first = _run(job_dir, manifest)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (job_dir / "runs" / "finished" / "report.json").is_file()
+    again = _run(job_dir, manifest)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing to do: 1 of 1 steps done" in again.stdout
+    assert "resuming" not in again.stdout

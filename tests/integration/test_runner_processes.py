@@ -1,0 +1,107 @@
+"""Where a local run's child processes run: a child started with `cpus` runs (with every thread
+it starts) on those cores only, and `pin_this_process` pins the threads a process already runs
+as well as the ones it starts later. Each test starts a real process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from dressage.runner.processes import ChildProcess, available_cpus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+PRINT_AFFINITY = textwrap.dedent(
+    """
+    import os, threading
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(sorted(os.sched_getaffinity(0))))
+    t.start(); t.join()
+    print("main", sorted(os.sched_getaffinity(0)), "thread", seen[0], flush=True)
+    """
+)
+
+
+def _wait_exit(child: ChildProcess, timeout_s: float = 60.0) -> None:
+    assert child.process is not None
+    child.process.wait(timeout=timeout_s)
+    assert child.stop() == 0
+
+
+def test_a_child_started_with_cpus_runs_on_them_only(tmp_path: Path) -> None:
+    core = available_cpus()[-1]
+    child = ChildProcess(
+        "probe",
+        [sys.executable, "-c", PRINT_AFFINITY],
+        log_path=tmp_path / "probe.log",
+        cpus=[core],
+    )
+    child.start()
+    _wait_exit(child)
+    assert (tmp_path / "probe.log").read_text().strip() == f"main [{core}] thread [{core}]"
+
+
+def test_a_child_without_cpus_keeps_the_parents_cores(tmp_path: Path) -> None:
+    child = ChildProcess(
+        "probe", [sys.executable, "-c", PRINT_AFFINITY], log_path=tmp_path / "probe.log"
+    )
+    child.start()
+    _wait_exit(child)
+    cores = sorted(os.sched_getaffinity(0))
+    assert (tmp_path / "probe.log").read_text().strip() == f"main {cores} thread {cores}"
+
+
+def test_pin_this_process_pins_running_and_later_threads() -> None:
+    core = available_cpus()[-1]
+    script = textwrap.dedent(
+        f"""
+        import os, threading
+        from dressage.runner.processes import pin_this_process
+        release = threading.Event()
+        early = []
+        def wait_then_report():
+            release.wait()
+            early.append(sorted(os.sched_getaffinity(0)))
+        t = threading.Thread(target=wait_then_report); t.start()
+        pin_this_process([{core}])
+        release.set(); t.join()
+        late = []
+        u = threading.Thread(target=lambda: late.append(sorted(os.sched_getaffinity(0))))
+        u.start(); u.join()
+        print(sorted(os.sched_getaffinity(0)), early[0], late[0])
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.strip() == f"[{core}] [{core}] [{core}]", out.stderr
+
+
+def test_pin_this_process_refuses_cores_it_cannot_use() -> None:
+    script = textwrap.dedent(
+        """
+        from dressage.runner.processes import available_cpus, pin_this_process
+        try:
+            pin_this_process([max(available_cpus()) + 1])
+        except ValueError as exc:
+            print(exc)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=60,
+        check=True,
+    )
+    assert "are not available here" in out.stdout, out.stderr
