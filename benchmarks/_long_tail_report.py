@@ -96,6 +96,9 @@ def render_markdown(
     if compare is not None:
         lines += compare_lines(results, compare)
     lines += learning_lines(results)
+    cost = staleness_cost(results)
+    if cost:
+        lines += ["", cost]
     lines += ["", f"![long-tail benchmark]({plot})", "", END, ""]
     return "\n".join(lines)
 
@@ -202,6 +205,38 @@ def learning_lines(results: dict[str, Any]) -> list[str]:
             + f"| {_f(run['trained_mean_response_tokens'], 1)} |"
         )
     return lines
+
+
+def staleness_cost(results: dict[str, Any]) -> str:
+    """Where the staleness cost shows in learning, from the longer runs: the async run's
+    reward per trained step against sync's over the steps both reached (what learning from
+    older weights costs a step), and over the whole runs, the same wall clock (what the extra
+    steps buy), with the logprob difference the staleness leaves."""
+    learning: dict[str, dict[str, Any]] = results.get("learning") or {}
+    fast = next((key for key in learning if key != "sync"), None)
+    if "sync" not in learning or fast is None:
+        return ""
+    sync, other = learning["sync"], learning[fast]
+    steps = min(len(sync["reward_curve"]), len(other["reward_curve"]))
+    if steps == 0:
+        return ""
+
+    def mean(curve: list[Any]) -> float:
+        return sum(reward for _, reward in curve) / len(curve)
+
+    label = results["summary"].get(fast, {}).get("label", fast)
+    first, first_sync = mean(other["reward_curve"][:steps]), mean(sync["reward_curve"][:steps])
+    return (
+        f"Staleness cost in learning ({label} against sync, the longer runs): mean batch reward "
+        f"over the first {steps} steps of each, the same number of updates, "
+        f"{first:.3f} against {first_sync:.3f}; "
+        f"over the same wall clock, {len(other['reward_curve'])} steps against "
+        f"{len(sync['reward_curve'])}, {mean(other['reward_curve']):.3f} against "
+        f"{mean(sync['reward_curve']):.3f}. Train-rollout logprob difference "
+        f"{_f(other['logprob_abs_diff'], 4)} against {_f(sync['logprob_abs_diff'], 4)}: the "
+        "samples trained on tokens of older weights, which the per-step reward and this "
+        "difference show and the throughput columns do not."
+    )
 
 
 def _results_path(results: dict[str, Any]) -> str:
