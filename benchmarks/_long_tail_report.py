@@ -8,6 +8,8 @@ between them and nothing else.
 
 from __future__ import annotations
 
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -210,32 +212,42 @@ def learning_lines(results: dict[str, Any]) -> list[str]:
 def staleness_cost(results: dict[str, Any]) -> str:
     """Where the staleness cost shows in learning, from the longer runs: the async run's
     reward per trained step against sync's over the steps both reached (what learning from
-    older weights costs a step), and over the whole runs, the same wall clock (what the extra
-    steps buy), with the logprob difference the staleness leaves."""
+    older weights costs an update), judged against the batch-to-batch noise (two standard
+    errors of the difference of the means), over the same wall clock (what the extra steps
+    buy), and the logprob difference the staleness leaves."""
     learning: dict[str, dict[str, Any]] = results.get("learning") or {}
     fast = next((key for key in learning if key != "sync"), None)
     if "sync" not in learning or fast is None:
         return ""
-    sync, other = learning["sync"], learning[fast]
-    steps = min(len(sync["reward_curve"]), len(other["reward_curve"]))
-    if steps == 0:
+    sync = [reward for _, reward in learning["sync"]["reward_curve"]]
+    other = [reward for _, reward in learning[fast]["reward_curve"]]
+    steps = min(len(sync), len(other))
+    if steps < 2:
         return ""
-
-    def mean(curve: list[Any]) -> float:
-        return sum(reward for _, reward in curve) / len(curve)
-
+    a, b = other[:steps], sync[:steps]
+    gap = statistics.fmean(a) - statistics.fmean(b)
+    noise = 2 * math.sqrt((statistics.variance(a) + statistics.variance(b)) / steps)
+    if abs(gap) <= noise:
+        per_update = (
+            f"a difference of {gap:+.3f}, within the batch-to-batch noise (+-{noise:.3f}): no "
+            "cost per update shows at this length"
+        )
+    else:
+        per_update = (
+            f"a difference of {gap:+.3f}, beyond the batch-to-batch noise (+-{noise:.3f}): "
+            + ("each update learned less" if gap < 0 else "each update learned no less")
+        )
     label = results["summary"].get(fast, {}).get("label", fast)
-    first, first_sync = mean(other["reward_curve"][:steps]), mean(sync["reward_curve"][:steps])
     return (
         f"Staleness cost in learning ({label} against sync, the longer runs): mean batch reward "
         f"over the first {steps} steps of each, the same number of updates, "
-        f"{first:.3f} against {first_sync:.3f}; "
-        f"over the same wall clock, {len(other['reward_curve'])} steps against "
-        f"{len(sync['reward_curve'])}, {mean(other['reward_curve']):.3f} against "
-        f"{mean(sync['reward_curve']):.3f}. Train-rollout logprob difference "
-        f"{_f(other['logprob_abs_diff'], 4)} against {_f(sync['logprob_abs_diff'], 4)}: the "
-        "samples trained on tokens of older weights, which the per-step reward and this "
-        "difference show and the throughput columns do not."
+        f"{statistics.fmean(a):.3f} against {statistics.fmean(b):.3f}, {per_update}; over the "
+        f"same wall clock, {len(other)} steps against {len(sync)}, "
+        f"{statistics.fmean(other):.3f} against {statistics.fmean(sync):.3f}. Where it does "
+        "show is the train-rollout logprob difference, "
+        f"{_f(learning[fast]['logprob_abs_diff'], 4)} against "
+        f"{_f(learning['sync']['logprob_abs_diff'], 4)}: the async samples' tokens came from "
+        "older weights than the ones they trained, the gap the off-policy correction is for."
     )
 
 

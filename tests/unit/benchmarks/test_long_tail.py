@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -210,3 +211,51 @@ def test_another_keep_versions_run_is_tabulated_setting_by_setting() -> None:
     assert lines[5].startswith("| partial | 1.50x / 2.50x | ")
     assert len([x for x in lines if x.startswith("| ") and "---" not in x]) == 2  # head, p
     assert report.compare_lines(ours, _results({})) == []
+
+
+def test_the_readme_quotes_the_committed_results_json() -> None:
+    """The README's generated block is what `--render benchmarks/results/long_tail.json`
+    writes: an edit of either alone (a figure typed in by hand, a rerun not rendered) fails."""
+    results = json.loads(long_tail.RESULTS.read_text())
+    other = None
+    if results.get("compare_with"):
+        other = json.loads((ROOT / results["compare_with"]).read_text())
+    block = report.render_markdown(
+        results, "benchmarks/results/long_tail.png", compare=other
+    ).rstrip("\n")
+    readme = long_tail.README.read_text()
+    start, end = readme.index(report.BEGIN), readme.index(report.END) + len(report.END)
+    assert readme[start:end] == block
+    assert (ROOT / "benchmarks" / "results" / "long_tail.png").is_file()
+
+
+def test_the_staleness_cost_compares_equal_steps_and_equal_wall_clock() -> None:
+    results = _results({"sync": _entry("sync", 20.0, 1.0, 1, 1)})
+    results["summary"]["p1"] = _entry("partial, preempts 1", 40.0, 2.0, 2, 2)
+    results["learning_seconds"] = 8
+    results["learning"] = {
+        "sync": {
+            "steps": 2,
+            "reward_curve": [(5.0, 0.2), (10.0, 0.6)],
+            "logprob_abs_diff": 0.0,
+            "trained_mean_response_tokens": 16.0,
+        },
+        "p1": {
+            "steps": 4,
+            "reward_curve": [(2.0, 0.1), (4.0, 0.1), (6.0, 0.4), (8.0, 0.6)],
+            "logprob_abs_diff": 0.002,
+            "trained_mean_response_tokens": 15.0,
+        },
+    }
+    line = report.staleness_cost(results)
+    assert "(partial, preempts 1 against sync" in line
+    assert "over the first 2 steps of each, the same number of updates, 0.100 against 0.400" in line
+    # two standard errors: 2 * sqrt((0 + 0.08) / 2) = 0.4
+    assert "a difference of -0.300, within the batch-to-batch noise (+-0.400)" in line
+    assert "4 steps against 2, 0.300 against 0.400" in line
+    assert "difference, 0.0020 against 0.0000" in line
+    assert line in report.render_markdown(results, "plot.png")
+    results["learning"]["sync"]["reward_curve"] = [(5.0, 0.6), (10.0, 0.6)]
+    assert "beyond the batch-to-batch noise" in report.staleness_cost(results)
+    assert "each update learned less" in report.staleness_cost(results)
+    assert report.staleness_cost(_results({})) == ""
