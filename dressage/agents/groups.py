@@ -72,6 +72,8 @@ class TrajectorySession:
     group_id: str
     """The proxy instance id (the GRPO group)."""
     seed: int
+    member: int = 0
+    """The trajectory's place in its group (0 .. group_size - 1)."""
 
 
 P = TypeVar("P")
@@ -109,7 +111,7 @@ class GroupAgent(abc.ABC, Generic[P]):
 
         async def run(session_id: str, member: int) -> None:
             seed = sample_seed(self.seed, index, attempt, member)
-            session = TrajectorySession(session_id, group_id, seed)
+            session = TrajectorySession(session_id, group_id, seed, member)
             reward = await self.trajectory(index, prompt, session)
             await self.client.finalize(session_id, reward)
 

@@ -1,13 +1,15 @@
 """The single-turn agent: one answer per trajectory through the proxy's `/generate`.
 
 Each trajectory of a group generates one answer for the prompt, is scored by the task's reward
-and finalized with it; the group's samples are read back from the proxy (`collect_group`).
+and finalized with it; the group's samples are read back from the proxy (`collect_group`). A
+task that fixes response lengths (`dressage.tasks.base.FixedLengthTask`) gives each trajectory
+its exact length: that many tokens are generated, end-of-sequence ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dressage.agents.groups import GroupAgent, TrajectorySession
@@ -35,14 +37,21 @@ class SingleTurnRollout(GroupAgent[list[int]]):
     """
 
     source: PromptSource
+    lengths: Callable[[int, int], int] | None = None
+    """`lengths(index, member)`: the exact response length of each trajectory (None: the policy
+    stops at end-of-sequence or `sampling.max_new_tokens`)."""
 
     def prompt(self, index: int) -> list[int]:
         return self.source.prompt_ids(index)
 
     async def trajectory(self, index: int, prompt: list[int], session: TrajectorySession) -> float:
+        sampling = self.sampling
+        if self.lengths is not None:
+            length = self.lengths(index, session.member)
+            sampling = replace(sampling, max_new_tokens=length, ignore_eos=True)
         output = await self.client.generate(
             prompt,
-            self.sampling,
+            sampling,
             session_id=session.session_id,
             instance_id=session.group_id,
             seed=session.seed,

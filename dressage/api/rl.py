@@ -168,9 +168,10 @@ class DatasetSpec(ApiModel):
 
 ARITHMETIC_TASK = "arithmetic"
 HOUSEHOLD_TASK = "household"
+LONG_TAIL_TASK = "long_tail"
 DATASET_TASK = "dataset"
 ENVIRONMENT_TASK = "environment"
-TASK_NAMES = (ARITHMETIC_TASK, HOUSEHOLD_TASK, DATASET_TASK, ENVIRONMENT_TASK)
+TASK_NAMES = (ARITHMETIC_TASK, HOUSEHOLD_TASK, LONG_TAIL_TASK, DATASET_TASK, ENVIRONMENT_TASK)
 """Every `task.name` a job may give: the task registry (`dressage.tasks.registry`) holds
 exactly these, so a name outside them is refused when the manifest is read (and by the CRD at
 `kubectl apply`) instead of by the trainer once its pods run. A task of one's own is the
@@ -202,7 +203,8 @@ class TaskSpec(ApiModel):
 
     name: TaskName = ARITHMETIC_TASK
     """Task name from the task registry (`arithmetic`, single-turn; `household`, a multi-turn
-    environment with tools; `dataset`, prompts from `dataset` scored by `reward`;
+    environment with tools; `long_tail`, arithmetic with heavy-tailed response lengths;
+    `dataset`, prompts from `dataset` scored by `reward`;
     `environment`, the user environment class named by `environment`)."""
     agent: Literal["whitebox", "blackbox"] = "whitebox"
     """Whitebox agents run our environment loop; blackbox agents are external programs that

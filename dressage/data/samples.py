@@ -39,6 +39,10 @@ from dressage.data.versions import normalized_versions, version_span
 VERSION_SPAN_MEAN: Final = figure("version_span_mean").key
 VERSION_SPAN_MAX: Final = figure("version_span_max").key
 VERSION_SPAN_MIN: Final = figure("version_span_min").key
+VERSION_SPAN_SAMPLES: Final = "staleness/version_span_samples/"
+"""Prefix of the batch's span histogram: `staleness/version_span_samples/N` counts the samples
+whose output spans N versions (a step record's extras: one key per span the batch has, so not a
+declared figure)."""
 
 
 @dataclass(frozen=True)
@@ -213,3 +217,15 @@ def version_span_stats(samples: Iterable[Sample]) -> dict[str, float]:
         VERSION_SPAN_MAX: float(max(spans)),
         VERSION_SPAN_MIN: float(min(spans)),
     }
+
+
+def version_span_histogram(samples: Iterable[Sample]) -> dict[str, float]:
+    """The batch's samples by output version span, `staleness/version_span_samples/N` -> how
+    many span N real versions (samples without a real output version are not counted): the
+    distribution behind `version_span_stats`, and the share of multi-version samples."""
+    counts: dict[int, int] = {}
+    for sample in samples:
+        span = sample.output_version_span
+        if span > 0:
+            counts[span] = counts.get(span, 0) + 1
+    return {f"{VERSION_SPAN_SAMPLES}{span}": float(n) for span, n in sorted(counts.items())}

@@ -132,6 +132,40 @@ class SwapResult:
 
 
 @dataclasses.dataclass
+class SchedulerStats:
+    """Cumulative figures of the scheduler's steps, in the server info (`/get_server_info`;
+    `/server_info` from 0.5.23 on).
+
+    A step occupies the engine for `max(min step interval, its compute time)`: with pacing, the
+    interval is what a decode step costs on the accelerator the engine stands in for. Over a
+    window of wall time `W`, `active_seconds / W` is the share of time the engine was stepping
+    and `slot_seconds / (W * max_batch_size)` the share of its decode slots that produced a
+    token (how full its batches ran), the figure that shows an engine idling behind one long
+    generation.
+    """
+
+    steps: int = 0
+    """Steps that produced at least one token."""
+    tokens: int = 0
+    """Tokens produced (decoded, and the first token of each admitted prompt)."""
+    prefill_tokens: int = 0
+    """Tokens run through prefill: new prompts and caches recomputed on re-admission."""
+    active_seconds: float = 0.0
+    slot_seconds: float = 0.0
+    """Sum over steps of (requests that got a token) x (the step's occupancy)."""
+
+    def record_step(self, *, seconds: float, tokens: int) -> None:
+        if tokens:
+            self.steps += 1
+            self.tokens += tokens
+            self.active_seconds += seconds
+            self.slot_seconds += seconds * tokens
+
+    def snapshot(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
 class _Command:
     kind: str
     args: dict[str, Any]
@@ -172,6 +206,7 @@ class Scheduler:
         self._stopping = False
         self._arrivals = 0
         self._pacer = StepPacer(min_step_interval_s)
+        self.stats = SchedulerStats()
         self._clock = clock
         self._commands: queue.Queue[_Command] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
@@ -185,6 +220,10 @@ class Scheduler:
     @property
     def weight_version(self) -> str:
         return self._version
+
+    @property
+    def min_step_interval_s(self) -> float:
+        return self._pacer.interval_s
 
     @property
     def weights(self) -> ModelWeights | None:
@@ -255,9 +294,12 @@ class Scheduler:
                     # (abort, pause, swap) is applied now, then the loop looks again.
                     self._drain_commands(block=True, timeout_s=wait_s)
                     continue
-                self._pacer.started(self._clock())
+                started = self._clock()
+                self._pacer.started(started)
                 admitted = self._admit()
-                self._decode_step(exclude=admitted)
+                decoded = self._decode_step(exclude=admitted)
+                occupancy = max(self._pacer.interval_s, self._clock() - started)
+                self.stats.record_step(seconds=occupancy, tokens=len(admitted) + decoded)
         except Exception:
             log.exception("engine scheduler crashed")
             raise
@@ -386,12 +428,14 @@ class Scheduler:
             if request.output_ids:
                 # Re-admitted after a retract: recompute the cache, the next token is pending.
                 tokens = [*request.prompt_ids, *request.output_ids[:-1]]
+                self.stats.prefill_tokens += len(tokens)
                 routes = self._routes_for(request, len(tokens))
                 self._decoder.prefill(self._weights, self._cache, request.slot, tokens, routes)
                 request.routes = [] if routes is None else [routes]
                 request.cache_valid = True
                 self._running.append(request)
                 continue
+            self.stats.prefill_tokens += len(request.prompt_ids)
             routes = self._routes_for(request, len(request.prompt_ids))
             logits = self._decoder.prefill(
                 self._weights, self._cache, request.slot, request.prompt_ids, routes
@@ -404,10 +448,12 @@ class Scheduler:
             self._take_token(request, logits)
         return admitted
 
-    def _decode_step(self, exclude: set[str]) -> None:
+    def _decode_step(self, exclude: set[str]) -> int:
+        """One batched decode step over the running requests not in `exclude`; returns how
+        many got a token."""
         batch = [r for r in self._running if r.rid not in exclude]
         if not batch:
-            return
+            return 0
         assert self._weights is not None
         order = sorted(batch, key=lambda r: r.slot if r.slot is not None else -1)
         routing = any(r.return_routed_experts for r in order)
@@ -441,6 +487,7 @@ class Scheduler:
                 picked[row] = (int(token), float(logprob))
         for row, request in enumerate(order):
             self._take_token(request, logits[row], picked.get(row))
+        return len(order)
 
     def _take_token(
         self, request: Request, logits: torch.Tensor, picked: tuple[int, float] | None = None

@@ -10,6 +10,8 @@ job's retry policy (`spec.rollout.maxRetries`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dressage.agents.blackbox import BlackboxRollout
 from dressage.agents.single_turn import PromptSource, SingleTurnRollout
 from dressage.agents.whitebox import WhiteboxAgentRollout
@@ -20,7 +22,7 @@ from dressage.rollout.collector import AsyncRolloutCollector, Collector
 from dressage.rollout.retry import RetryPolicy
 from dressage.rollout.staleness import StalenessConfig
 from dressage.rollout.sync_rollout import SyncCollector
-from dressage.tasks.base import is_environment
+from dressage.tasks.base import FixedLengthTask, has_fixed_lengths, is_environment
 from dressage.tasks.codec import TaskPrompts
 
 
@@ -93,9 +95,17 @@ def group_rollout(
             seed=spec.training.seed,
             run_tag=run_tag,
         )
+    lengths = None
+    if isinstance(source, TaskPrompts) and has_fixed_lengths(source.task):
+        lengths = fixed_lengths(spec, source.task)
     if spec.task.agent == "blackbox":
         if not isinstance(source, TaskPrompts) or is_environment(source.task):
             raise ValueError("a blackbox agent needs a task prompt source")
+        if lengths is not None:
+            raise ValueError(
+                f"spec.task.agent: the {source.task.name} task fixes each response's length, "
+                "which only the whitebox agent applies; a blackbox program chooses its own"
+            )
         return BlackboxRollout(
             command=spec.task.agent_command or [],
             task=source.task,
@@ -111,4 +121,17 @@ def group_rollout(
         sampling=sampling_of(spec),
         seed=spec.training.seed,
         run_tag=run_tag,
+        lengths=lengths,
     )
+
+
+def fixed_lengths(spec: AsyncRLJobSpec, task: FixedLengthTask) -> Callable[[int, int], int]:
+    """The response length of each trajectory of a task that fixes them, refused when the
+    job's generation budget could cut one."""
+    if task.max_response_tokens > spec.rollout.max_new_tokens:
+        raise ValueError(
+            f"spec.rollout.maxNewTokens ({spec.rollout.max_new_tokens}) is below the longest "
+            f"response the {task.name} task asks for ({task.max_response_tokens}, its "
+            f"maxTokens): raise maxNewTokens to at least {task.max_response_tokens}"
+        )
+    return task.response_tokens

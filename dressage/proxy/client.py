@@ -9,13 +9,13 @@ prompt group; an error name that the proxy's staleness refusals answer
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from dressage.data.codec import record_to_sample
 from dressage.data.groups import GroupFailed
@@ -48,6 +48,9 @@ class SamplingSettings:
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    ignore_eos: bool = False
+    """Generate exactly `max_new_tokens` tokens, past end-of-sequence (SGLang's
+    `ignore_eos`): a task that fixes response lengths asks for it."""
 
 
 @dataclass(frozen=True)
@@ -92,27 +95,58 @@ def _label(value: Any) -> str | None:
 class ProxyRolloutClient:
     """The proxy endpoints a whitebox agent and the collector use.
 
-    Two HTTP clients: one for trajectories and one for the control plane (pause/continue). A
-    pause parks every in-flight generation at the proxy until continue; if continue had to queue
-    for a connection behind those parked requests, it would never be sent. The trajectory pool
-    keeps httpx's default size on purpose: httpcore scans every pooled connection each time a
-    request finishes, so a pool of hundreds of connections costs quadratic CPU on the event
-    loop; requests beyond the pool wait in the client instead.
+    Two HTTP sessions (aiohttp, created on first use in the running event loop): one for
+    trajectories and one for the control plane (pause/continue). A pause parks every in-flight
+    generation at the proxy until continue; continue must never wait behind them. Neither
+    session bounds its connections: every trajectory in flight holds one keep-alive connection
+    while its generation runs (seconds, for a long one), and a request that had to wait for a
+    connection would be a request the collector thinks is generating. aiohttp hands out
+    connections in constant time; httpx's pool, which this client used before, scans every
+    connection and every waiting request whenever a request starts or ends, so hundreds of
+    long generations in flight cost milliseconds of CPU per request (see the README's
+    long-tail benchmark).
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = 600.0, token: str | None = None):
         self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers
-        )
-        self._control = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers
-        )
+        self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
 
     async def aclose(self) -> None:
-        await self._client.aclose()
-        await self._control.aclose()
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
+
+    def _session(self, control: bool) -> aiohttp.ClientSession:
+        session = self._sessions.get(control)
+        if session is None or session.closed:
+            session = aiohttp.ClientSession(
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=10.0),
+                connector=aiohttp.TCPConnector(limit=0),
+            )
+            self._sessions[control] = session
+        return session
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        control: bool = False,
+    ) -> tuple[int, bytes]:
+        """`method path` on the proxy: the answer's status and body, or a `RolloutError`."""
+        try:
+            async with self._session(control).request(
+                method, self.base_url + path, json=body, params=params, headers=headers
+            ) as response:
+                return response.status, await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RolloutError(f"{method} {path}: {_failure(exc)}") from exc
 
     async def _post(
         self,
@@ -122,20 +156,24 @@ class ProxyRolloutClient:
         headers: Mapping[str, str] | None = None,
         control: bool = False,
     ) -> Any:
-        client = self._control if control else self._client
-        try:
-            response = await client.post(self.base_url + path, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise RolloutError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
-        return self._answer(f"POST {path}", response)
+        status, data = await self._request(
+            "POST", path, body=body, headers=headers, control=control
+        )
+        return self._answer(f"POST {path}", status, data)
+
+    async def _get(
+        self, path: str, *, params: Mapping[str, str] | None = None, control: bool = False
+    ) -> Any:
+        status, data = await self._request("GET", path, params=params, control=control)
+        return self._answer(f"GET {path}", status, data)
 
     @staticmethod
-    def _answer(what: str, response: httpx.Response) -> Any:
-        if response.status_code >= 400:
+    def _answer(what: str, status: int, data: bytes) -> Any:
+        if status >= 400:
             code: str | None = None
-            message = response.text[:300]
+            message = data[:300].decode(errors="replace")
             try:
-                error = response.json().get("error", {})
+                error = json.loads(data).get("error", {})
                 code = error.get("code") or error.get("type")
                 message = error.get("message", message)
                 if error.get("detail"):  # e.g. each engine's answer to a pause
@@ -143,11 +181,12 @@ class ProxyRolloutClient:
             except (ValueError, AttributeError):
                 pass
             raise RolloutError(
-                f"{what}: HTTP {response.status_code} {code or ''}: {message}",
-                status=response.status_code,
-                code=code,
+                f"{what}: HTTP {status} {code or ''}: {message}", status=status, code=code
             )
-        return response.json()
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise RolloutError(f"{what}: the proxy's answer is not JSON: {data[:200]!r}") from None
 
     async def generate(
         self,
@@ -164,6 +203,8 @@ class ProxyRolloutClient:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
+        if sampling.ignore_eos:
+            params["ignore_eos"] = True
         if seed is not None:
             params["sampling_seed"] = seed
         body = {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
@@ -178,13 +219,10 @@ class ProxyRolloutClient:
 
     async def refusal(self, session_id: str) -> str | None:
         """The stable error name the proxy stopped `session_id` with, if it did."""
-        try:
-            response = await self._client.get(f"{self.base_url}/sessions/{session_id}")
-        except httpx.HTTPError as exc:
-            raise RolloutError(f"GET /sessions: {type(exc).__name__}: {exc}") from exc
-        if response.status_code != 200:
+        status, data = await self._request("GET", f"/sessions/{session_id}")
+        if status != 200:
             return None
-        refusal = response.json().get("refusal")
+        refusal = json.loads(data).get("refusal")
         if not isinstance(refusal, dict):
             return None
         code = refusal.get("code") or refusal.get("type")
@@ -199,18 +237,14 @@ class ProxyRolloutClient:
 
     async def discard(self, session_id: str) -> None:
         """Forget a session (best effort: a failed trajectory's session may not exist)."""
-        with contextlib.suppress(httpx.HTTPError):
-            await self._client.delete(f"{self.base_url}/sessions/{session_id}")
+        try:
+            await self._request("DELETE", f"/sessions/{session_id}")
+        except RolloutError:
+            return
 
     async def segments(self, instance_id: str) -> list[Sample]:
         """Drain the finished segment records of `instance_id` as training samples."""
-        try:
-            response = await self._client.get(
-                self.base_url + "/segments", params={"instance_id": instance_id, "drain": "true"}
-            )
-        except httpx.HTTPError as exc:
-            raise RolloutError(f"GET /segments: {type(exc).__name__}: {exc}") from exc
-        data = self._answer("GET /segments", response)
+        data = await self._get("/segments", params={"instance_id": instance_id, "drain": "true"})
         return [record_to_sample(r) for r in data["segments"]]
 
     async def pause(self, mode: str = "in_place") -> None:
@@ -224,11 +258,7 @@ class ProxyRolloutClient:
 
     async def engines(self) -> EngineSet:
         """The engines behind the proxy and the weight version it routes to."""
-        try:
-            response = await self._control.get(self.base_url + "/dressage/engines")
-        except httpx.HTTPError as exc:
-            raise RolloutError(f"GET /dressage/engines: {type(exc).__name__}: {exc}") from exc
-        return EngineSet.from_json(self._answer("GET /dressage/engines", response))
+        return EngineSet.from_json(await self._get("/dressage/engines", control=True))
 
     async def set_weight_version(self, weight_version: str) -> EngineSet:
         """Tell the proxy the job's current weight version (it reads every engine's version
@@ -237,3 +267,15 @@ class ProxyRolloutClient:
             "/dressage/weight_version", {"weight_version": weight_version}, control=True
         )
         return EngineSet.from_json(data)
+
+
+def _failure(exc: BaseException) -> str:
+    """`Name: detail` of a failed request, stable enough to count failures by (no ports)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        errno = exc.os_error.errno
+        return f"ConnectError: {os.strerror(errno).lower() if errno else 'cannot connect'}"
+    if isinstance(exc, TimeoutError):
+        return "Timeout: "
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "ServerDisconnected: "
+    return f"{type(exc).__name__}: {str(exc)[:200]}"

@@ -2,7 +2,8 @@
 rule-based rewards.
 
 Modules: `base` (the `Task`, `Environment` and `Episode` interfaces), `registry` (`get_task`
-looks up the job's `spec.task.name`), `arithmetic` and `household` (the built-in ones),
+looks up the job's `spec.task.name`), `arithmetic`, `long_tail` (arithmetic with heavy-tailed
+response lengths) and `household` (the built-in ones),
 `dataset` (prompts from JSONL, Parquet or Hugging Face datasets), `rewards` (rewards as code,
 built-in exact match and math checking), `environment` (a user's environment class),
 `usercode` (import paths of user code), `faults` (what user code raised and where, once per

@@ -4,7 +4,8 @@ Two kinds of task, both deterministic and offline, both indexed: what prompt `i`
 function of the task's seed and `i`, so a collector's data position (an integer) is all a
 checkpoint needs to resume the data stream without repeating or skipping.
 
-- A single-turn `Task` is a prompt source plus a verifiable reward on one completion.
+- A single-turn `Task` is a prompt source plus a verifiable reward on one completion; a
+  `FixedLengthTask` also fixes each response's length.
 - A multi-turn `Environment` hands out stateful `Episode`s: the policy acts, the environment
   answers with an observation (a tool's output) until the episode is done, and the reward comes
   from the environment's rules.
@@ -55,6 +56,19 @@ class Task(Protocol):
         ...
 
 
+class FixedLengthTask(Task, Protocol):
+    """A single-turn task that fixes the length of every response (`dressage.tasks.long_tail`):
+    the rollout generates exactly `response_tokens(index, member)` tokens, end-of-sequence
+    ignored, whatever the policy would have stopped at."""
+
+    max_response_tokens: int
+    """The longest response `response_tokens` ever asks for."""
+
+    def response_tokens(self, index: int, member: int) -> int:
+        """The response length of group member `member` at prompt `index` (deterministic)."""
+        ...
+
+
 @dataclass(frozen=True)
 class Step:
     """What an environment answers to one action."""
@@ -102,6 +116,11 @@ async def score(task: Task, prompt: Prompt, completion: str) -> float:
     if areward is not None:
         return float(await areward(prompt, completion))
     return task.reward(prompt, completion)
+
+
+def has_fixed_lengths(task: Task | Environment) -> TypeIs[FixedLengthTask]:
+    """Whether `task` fixes each response's length (a `FixedLengthTask`)."""
+    return callable(getattr(task, "response_tokens", None))
 
 
 def is_environment(task: Task | Environment) -> TypeIs[Environment]:

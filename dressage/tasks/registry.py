@@ -12,10 +12,11 @@ from dressage.api.job import (
     DATASET_TASK,
     ENVIRONMENT_TASK,
     HOUSEHOLD_TASK,
+    LONG_TAIL_TASK,
     TaskSpec,
 )
 from dressage.api.loader import ConfigurationError
-from dressage.tasks import arithmetic, dataset, environment, household
+from dressage.tasks import arithmetic, dataset, environment, household, long_tail
 from dressage.tasks.base import Environment, Task, TaskFactory
 from dressage.tasks.rewards import BUILTIN_REWARDS
 from dressage.tasks.usercode import import_object, resolve_path
@@ -23,6 +24,7 @@ from dressage.tasks.usercode import import_object, resolve_path
 _REGISTRY: dict[str, TaskFactory] = {
     ARITHMETIC_TASK: arithmetic.from_spec,
     HOUSEHOLD_TASK: household.from_spec,
+    LONG_TAIL_TASK: long_tail.from_spec,
     DATASET_TASK: dataset.from_spec,
     ENVIRONMENT_TASK: environment.from_spec,
 }

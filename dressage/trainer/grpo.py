@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from dressage.api.figures import figure
 from dressage.data.groups import TrainBatch
-from dressage.data.samples import version_span_stats
+from dressage.data.samples import version_span_histogram, version_span_stats
 from dressage.trainer.batch import (
     BatchTensors,
     micro_batches,
@@ -351,6 +351,7 @@ class GRPOTrainer:
             if routed_pairs > 0:
                 metrics[ROUTING_AGREEMENT] = agree / routed_pairs
         metrics.update(version_span_stats(batch.samples))
+        metrics.update(version_span_histogram(batch.samples))
         return metrics
 
     def _forward_backward(self, part: list[Any], global_tokens: float) -> torch.Tensor:

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 POOL = 100
-"""httpx's default connection pool size, which the trajectory client keeps."""
+"""httpx's default connection pool size (the trajectory client's before it moved to aiohttp's
+unbounded connections): continue must get out with more generations parked than that."""
 PARKED = 130
 """More generations than that pool holds. With 10 ms per decode step and 100 tokens each, a
 wave of 32 batched generations lasts at least a second, so the pool is full (every connection

@@ -100,6 +100,9 @@ async def server_info(state: EngineState, request: HttpRequest) -> Answer:
             "peak_memory_bytes": peak_memory_bytes(config.device),
             "internal_states": [internal],
             "version": state.profile.release,
+            # Not in SGLang: the embedded engine's cumulative step figures.
+            "min_step_interval_s": state.scheduler.min_step_interval_s,
+            "scheduler_stats": state.scheduler.stats.snapshot(),
         }
     )
 

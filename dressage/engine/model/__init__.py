@@ -7,7 +7,7 @@ family, dense and MoE, served by an incremental decoder in float32.
   (`load_weights`) and swapping some of them (`replace_weights`).
 - `moe`: the top-k router and the experts.
 - `decoder`: the KV cache and the forward passes (`Decoder`), recording routed experts on
-  request.
+  request; a decode step attends in length buckets (`length_buckets`).
 
 A checkpoint the trainer writes with `save_pretrained` loads here unchanged; unit tests check
 the logits, and the experts each token is routed to, against `transformers`' own forward.
@@ -15,7 +15,15 @@ the logits, and the experts each token is routed to, against `transformers`' own
 
 from __future__ import annotations
 
-from dressage.engine.model.decoder import Decoder, KVCache, full_logits, new_routes
+from dressage.engine.model.decoder import (
+    MIN_BUCKET,
+    SPLIT_ABOVE,
+    Decoder,
+    KVCache,
+    full_logits,
+    length_buckets,
+    new_routes,
+)
 from dressage.engine.model.shape import SUPPORTED_ARCHITECTURES, ModelShape, MoeShape
 from dressage.engine.model.weights import (
     LayerWeights,
@@ -27,6 +35,8 @@ from dressage.engine.model.weights import (
 )
 
 __all__ = [
+    "MIN_BUCKET",
+    "SPLIT_ABOVE",
     "SUPPORTED_ARCHITECTURES",
     "Decoder",
     "KVCache",
@@ -36,6 +46,7 @@ __all__ = [
     "MoeShape",
     "full_logits",
     "layer_shapes",
+    "length_buckets",
     "load_weights",
     "new_routes",
     "parameter_shapes",

@@ -107,22 +107,35 @@ class Decoder:
         dev = self.device
         slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
         pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
-        length = max(positions) + 1
-        contiguous = slots == list(range(b))
         x = weights.embed[torch.tensor(tokens, dtype=torch.long, device=dev)].unsqueeze(1)
-        masked = torch.arange(length, device=dev).unsqueeze(0) > pos_t.unsqueeze(1)  # [B, L]
-        mask = masked.unsqueeze(1)  # [B, 1(query), L]
+        # Rows attend in buckets of similar length, each over its own longest context (as a
+        # paged-attention engine costs the sum of the lengths): one long generation in the
+        # batch would otherwise make every row gather and attend over its length.
+        buckets = []
+        for rows in length_buckets(positions):
+            length = max(positions[r] for r in rows) + 1
+            index = torch.tensor(rows, dtype=torch.long, device=dev)
+            masked = torch.arange(length, device=dev).unsqueeze(0) > pos_t[index].unsqueeze(1)
+            whole = len(rows) == b and slots == list(range(b))
+            buckets.append((index, slot_t[index], length, masked.unsqueeze(1), whole))
         for li, layer in enumerate(weights.layers):
             q, k, v = self._qkv(layer, x, pos_t.unsqueeze(1))  # [B, heads, 1, d]
             cache.k[li][slot_t, :, pos_t] = k[:, :, 0]
             cache.v[li][slot_t, :, pos_t] = v[:, :, 0]
-            if contiguous:
-                keys = cache.k[li, :b, :, :length]
-                values = cache.v[li, :b, :, :length]
-            else:
-                keys = cache.k[li, slot_t, :, :length]
-                values = cache.v[li, slot_t, :, :length]
-            x = x + self._attend(layer, q, keys, values, mask)
+            attended = torch.empty_like(x) if len(buckets) > 1 else None
+            for index, bucket_slots, length, mask, whole in buckets:
+                if whole:  # every row, slots 0..B-1: views, no gather
+                    keys = cache.k[li, :b, :, :length]
+                    values = cache.v[li, :b, :, :length]
+                else:
+                    keys = cache.k[li, bucket_slots, :, :length]
+                    values = cache.v[li, bucket_slots, :, :length]
+                if attended is None:
+                    x = x + self._attend(layer, q, keys, values, mask)
+                else:
+                    attended[index] = self._attend(layer, q[index], keys, values, mask)
+            if attended is not None:
+                x = x + attended
             x = x + self._mlp(li, layer, x, routes)
         return self._logits(weights, x)[:, 0].cpu()
 
@@ -202,3 +215,28 @@ def full_logits(
     decoder = Decoder(weights.shape, len(tokens), device)
     cache = KVCache(weights.shape, 1, len(tokens), device)
     return decoder.prefill(weights, cache, 0, tokens, routes)
+
+
+MIN_BUCKET = 32
+"""Contexts up to this long attend together in one bucket."""
+SPLIT_ABOVE = 4096
+"""A batch splits into buckets only when attending padded would cover more row-positions
+(rows x longest context) than this; below, each bucket's fixed cost outweighs what it saves
+(`benchmarks/decode_buckets.py`)."""
+
+
+def length_buckets(positions: list[int]) -> list[list[int]]:
+    """The rows of a decode batch grouped by context length (`position + 1`): each bucket
+    holds the rows whose length rounds up to the same power of two (at least `MIN_BUCKET`),
+    so attending over each bucket's longest context costs at most twice the lengths' sum plus
+    `MIN_BUCKET` per row. A small batch (`SPLIT_ABOVE`) stays whole. Rows keep their order
+    within a bucket; buckets are in length order."""
+    if len(positions) * (max(positions) + 1) <= SPLIT_ABOVE:
+        return [list(range(len(positions)))]
+    buckets: dict[int, list[int]] = {}
+    for row, position in enumerate(positions):
+        size = MIN_BUCKET
+        while size < position + 1:
+            size *= 2
+        buckets.setdefault(size, []).append(row)
+    return [buckets[size] for size in sorted(buckets)]

@@ -37,7 +37,7 @@ def test_an_unknown_task_is_refused_naming_the_field_and_the_known_tasks(
     ((field, message),) = info.value.errors
     assert field == "spec.task.name"
     assert message.startswith(f"unknown task {name!r}: {hint}")
-    assert "known tasks are arithmetic, household, dataset, environment" in message
+    assert "known tasks are arithmetic, household, long_tail, dataset, environment" in message
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)

@@ -6,11 +6,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dressage.engine.model import (
+    MIN_BUCKET,
+    SPLIT_ABOVE,
     Decoder,
     KVCache,
     full_logits,
+    length_buckets,
     load_weights,
     parameter_shapes,
     replace_weights,
@@ -111,3 +116,39 @@ def test_a_new_embedding_is_the_output_projection_of_tied_weights(checkpoint: Pa
     head = torch.randn_like(weights.embed)
     both = {"model.embed_tokens.weight": embed, "lm_head.weight": head}
     assert replace_weights(tied, both).lm_head is head
+
+
+def test_rows_of_very_different_lengths_decode_as_the_full_forward_does(
+    checkpoint: Path,
+) -> None:
+    """One long context in a batch of short ones: rows attend in length buckets
+    (`length_buckets`), each over its own longest context, and match the full forward."""
+    weights = load_weights(checkpoint)
+    sequence = (PROMPT * 20)[:150]
+    reference = full_logits(weights, sequence)
+    decoder = Decoder(weights.shape, 160)
+    cache = KVCache(weights.shape, 42, 160)
+    # slot -> prompt length: buckets of 32, 64 and 256 (41 rows x 150 positions: split).
+    starts = {0: 3, 2: 20, 4: 40, 1: 140, **{s: 5 + s for s in range(5, 42)}}
+    for slot, length in starts.items():
+        decoder.prefill(weights, cache, slot, sequence[:length])
+    slots = list(starts)
+    for step in range(3):
+        positions = [starts[s] + step for s in slots]
+        assert len(length_buckets(positions)) == 3
+        logits = decoder.decode(weights, cache, slots, [sequence[p] for p in positions], positions)
+        for row, position in enumerate(positions):
+            torch.testing.assert_close(logits[row], reference[position], atol=1e-4, rtol=0)
+
+
+@given(st.lists(st.integers(0, 2000), min_size=1, max_size=64))
+def test_length_buckets_cover_every_row_once_and_at_most_double_the_work(
+    positions: list[int],
+) -> None:
+    buckets = length_buckets(positions)
+    assert sorted(r for bucket in buckets for r in bucket) == list(range(len(positions)))
+    padded = sum(len(b) * (max(positions[r] for r in b) + 1) for b in buckets)
+    if len(positions) * (max(positions) + 1) > SPLIT_ABOVE:
+        assert padded <= 2 * sum(p + 1 for p in positions) + MIN_BUCKET * len(positions)
+    else:
+        assert len(buckets) == 1

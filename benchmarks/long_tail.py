@@ -1,0 +1,544 @@
+"""The long-tail regime: with heavy-tailed response lengths, trained-sample throughput of the best
+synchronous setup against fully async and partial async rollout, side by side, with the
+staleness each one costs.
+
+The job is `examples/local-long-tail.yaml`: the `long_tail` task (arithmetic whose response
+lengths are fixed per trajectory and heavy-tailed: a lognormal body with median 8 tokens and
+5 % of the responses at 20x the median, `dressage/tasks/long_tail.py`), 16 groups of 8 per
+step, in the placement that models separate accelerators: the embedded engine paced
+(`engineMinStepIntervalMs: 20`, so a decode step costs wall time, as on a GPU), the engine, the
+proxy and the rollout process on core 0, the trainer on core 1. Settings, one run after the
+other, interleaved over `--repeats` rounds:
+
+- `sync`: the best synchronous setup. Round 0 runs every placement a user could pick
+  (`--sync-placements`: `separate`, rollout in a process of its own; `inline`, in the trainer's
+  process; `unpinned`, no core pinning) and the later rounds repeat the fastest. Sync starts
+  the whole batch at once (`concurrency` 32 >= 16 groups), and the engine's 128 decode slots
+  hold all 128 samples, so no other knob makes a sync step shorter than its longest sample.
+- `async`, `async+adm`: `fully_async`, 32 groups in flight, batch-level control
+  `keepVersions: 3` (`--keep-versions`; as many versions as a partial trajectory may span, so
+  a group whose long member used them is not dropped for its short members), admission
+  control off / on. A publish aborts in-flight generations and they start again under the new
+  weights.
+- `partialK`, `partialK+adm` for K in 0, 1, 2: `partial_async` with
+  `maxPartialRolloutPreempts: K`: generations interrupted by a publish resume from their
+  partial output, and a trajectory may span at most K + 1 versions.
+
+Each run trains past its warm-up (step 1 for sync, which includes the first forward passes;
+steps 1-3 for async, whose first steps train groups generated before the first publish and
+drop their leftovers when the staleness window first moves) for `--seconds` of step wall time,
+then it is stopped as with Ctrl-C, so every setting gets the same wall clock. Figures per run,
+over its steps after the warm-up: trained samples per second of step wall time; the engine's
+busy fraction (share of its 128 decode slots that produced a token, the tail's idle time made
+visible) and active fraction (share of time it stepped at all), read from the engine's own
+counters; median and p99 step time; the trained samples' version-span distribution and share
+of multi-version samples; `train_rollout_logprob_abs_diff`; groups dropped and trajectories
+refused; the trained samples' mean response length against the distribution's (the groups
+dropped for staleness are the ones with a long member); the engine tokens generated and the
+CPU each process spent per trained sample, and the seconds per step its threads waited for a
+core (what other work on the machine took); reward against wall clock. Per setting the
+medians over repeats (drops and refusals per run, spans summed). About 30 s per run and 29
+runs with the defaults. Ten seconds of steps are too few for the reward to tell settings
+apart: `--learning-seconds S` then runs the best sync setup and the fastest async setting
+once more, S seconds each, for reward curves long enough to compare.
+
+    python benchmarks/long_tail.py [--quick] [--repeats 3] [--seconds 10] [--settings ...]
+        [--keep-versions 3] [--compare PATH] [--learning-seconds S] [--out PATH] [--update-readme]
+    python benchmarks/long_tail.py --render PATH [--compare PATH] [--update-readme]
+
+Writes the results JSON, a plot next to it and a Markdown block; `--update-readme` puts that
+block into the README's "Async speedup" section, so README and JSON quote the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _long_tail_report import plot_results, render_markdown, update_readme
+from _runs import (
+    ROOT,
+    RunWatch,
+    base_job,
+    engine_utilisation,
+    fmt,
+    load_average,
+    median,
+    merged,
+    percentile,
+    run_job,
+    step_seconds,
+)
+
+from dressage.api.job import TaskSpec
+from dressage.data.samples import VERSION_SPAN_SAMPLES
+from dressage.tasks.long_tail import from_spec as long_tail_task
+
+JOB = ROOT / "examples" / "local-long-tail.yaml"
+RESULTS = ROOT / "benchmarks" / "results" / "long_tail.json"
+QUICK_RESULTS = ROOT / "benchmarks" / "results" / "long_tail_quick.json"
+README = ROOT / "README.md"
+TARGET_SPEEDUP = 2.5
+KEEP_VERSIONS = 3
+CONCURRENCY = 32
+ASYNC_WARMUP_STEPS = 3
+SYNC_PLACEMENTS = ("separate", "inline", "unpinned")
+LOGPROB_DIFF = "train_rollout_logprob_abs_diff"
+EXIT_INTERRUPTED = 130
+"""`dressage run`'s exit status when stopped by SIGINT (`dressage.runner.cli`)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One column of the comparison."""
+
+    key: str
+    label: str
+    mode: str
+    admission: bool | None = None
+    preempts: int | None = None
+
+    @property
+    def warmup_steps(self) -> int:
+        """Steps left out of rates and times: the first for sync (it includes warm-up); the
+        first three for async, whose first steps train groups generated before the first
+        publish and drop their leftovers when the staleness window first moves."""
+        return 1 if self.mode == "sync" else ASYNC_WARMUP_STEPS
+
+    @property
+    def version_limit(self) -> int:
+        """The most versions one trajectory may span under this setting."""
+        return 1 if self.preempts is None else self.preempts + 1
+
+
+SETTINGS = (
+    Setting("sync", "sync (best placement)", "sync"),
+    Setting("async", "fully async", "fully_async", admission=False),
+    Setting("async+adm", "fully async + admission", "fully_async", admission=True),
+    *(
+        Setting(
+            f"partial{k}{'+adm' if adm else ''}",
+            f"partial, preempts {k}{' + admission' if adm else ''}",
+            "partial_async",
+            admission=adm,
+            preempts=k,
+        )
+        for k in (0, 1, 2)
+        for adm in (False, True)
+    ),
+)
+BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def job_for(
+    setting: Setting,
+    placement: str,
+    repeat: int,
+    *,
+    max_steps: int,
+    keep_versions: int = KEEP_VERSIONS,
+) -> dict[str, Any]:
+    """The benchmark job of `setting` in `placement` (`separate`, `inline` or `unpinned`)."""
+    name = f"lt-{setting.key.replace('+', '-')}-{placement}-{repeat}"
+    partial = setting.mode == "partial_async"
+    spec: dict[str, Any] = {
+        "rollout": {
+            "mode": setting.mode,
+            "concurrency": CONCURRENCY,
+            "separateProcess": placement != "inline",
+        },
+        "proxy": {"partialRollout": partial},
+        "staleness": {
+            "keepVersions": keep_versions,
+            "admission": bool(setting.admission),
+            "maxPartialRolloutPreempts": setting.preempts if partial else None,
+        },
+        "training": {"steps": max_steps},
+    }
+    if placement == "unpinned":
+        spec["local"] = {"engineCpus": None, "trainerCpus": None, "rolloutCpus": None}
+    elif placement == "inline":
+        spec["local"] = {"rolloutCpus": None}
+    return merged(base_job(JOB), {"metadata": {"name": name}, "spec": spec})
+
+
+def span_histogram(history: list[dict[str, Any]]) -> dict[int, int]:
+    """Trained samples by output version span, summed over `history`'s steps."""
+    counts: dict[int, int] = {}
+    for record in history:
+        for key, value in record.items():
+            if key.startswith(VERSION_SPAN_SAMPLES):
+                span = int(key.removeprefix(VERSION_SPAN_SAMPLES))
+                counts[span] = counts.get(span, 0) + int(value)
+    return dict(sorted(counts.items()))
+
+
+def reward_curve(history: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(seconds since training began, batch reward) at the end of every step."""
+    curve: list[tuple[float, float]] = []
+    elapsed = 0.0
+    for record in history:
+        elapsed += step_seconds(record)
+        curve.append((round(elapsed, 3), float(record.get("reward", 0.0))))
+    return curve
+
+
+def run_figures(
+    history: list[dict[str, Any]], engine: dict[str, float | None], *, warmup: int = 1
+) -> dict[str, Any]:
+    """One run's figures over its steps after the first `warmup` (the steady state), with its
+    engine's utilisation over the same window; the reward curve covers every step."""
+    steady = history[warmup:]
+    times = [step_seconds(h) for h in steady]
+    samples = sum(float(h.get("samples", 0.0)) for h in steady)
+    seconds = sum(times)
+    spans = span_histogram(steady)
+    counted = sum(spans.values())
+    steady_tokens = sum(float(h.get("trained_tokens", 0.0)) for h in steady)
+    drops: dict[str, int] = {}
+    for h in steady:
+        for reason, count in h.get("dropped_groups", {}).items():
+            drops[reason] = drops.get(reason, 0) + int(count)
+    diffs = [float(h[LOGPROB_DIFF]) for h in steady if LOGPROB_DIFF in h]
+    curve = reward_curve(history)
+    late = [r for t, r in curve if t >= curve[-1][0] / 2] if curve else []
+    engine_tokens = engine.get("engine_tokens")
+    prefill = engine.get("engine_prefill_tokens")
+    # CPU per trained sample by process, and the seconds per step each process waited for a
+    # core (other work on the machine taking it).
+    cpu = {
+        key.replace("cpu_s_", "cpu_ms_per_sample_"): 1000 * value / samples
+        for key, value in engine.items()
+        if key.startswith("cpu_s_") and not key.endswith("_wait") and value is not None and samples
+    }
+    cpu.update(
+        {
+            key.replace("cpu_s_", "wait_s_per_step_").removesuffix("_wait"): value / len(steady)
+            for key, value in engine.items()
+            if key.startswith("cpu_s_") and key.endswith("_wait") and value is not None and steady
+        }
+    )
+    return {
+        **cpu,
+        "steps": len(history),
+        "steps_measured": len(steady),
+        "samples_per_s": samples / seconds if seconds > 0 else None,
+        "step_seconds": times,
+        "median_step_s": median(times),
+        "p99_step_s": percentile(times, 99),
+        "median_rollout_wait_s": median([float(h["rollout_seconds"]) for h in steady]),
+        "median_train_s": median([float(h["train_seconds"]) for h in steady]),
+        **engine,
+        "engine_tokens_per_trained_token": (
+            engine_tokens / steady_tokens if engine_tokens is not None and steady_tokens else None
+        ),
+        "prefill_tokens_per_trained_sample": (
+            prefill / samples if prefill is not None and samples else None
+        ),
+        "version_spans": {str(k): v for k, v in spans.items()},
+        "multi_version_share": (
+            sum(v for k, v in spans.items() if k > 1) / counted if counted else None
+        ),
+        "max_version_span": max(spans) if spans else None,
+        "logprob_abs_diff": sum(diffs) / len(diffs) if diffs else None,
+        "dropped_groups": drops,
+        "dropped_total": sum(drops.values()),
+        "staleness_failures": sum(int(h.get("staleness_failures", 0)) for h in steady),
+        "failed_groups": sum(int(h.get("failed_groups", 0)) for h in steady),
+        "admissions_held": sum(int(h.get("admissions_held", 0)) for h in steady),
+        "trained_mean_response_tokens": steady_tokens / samples if samples else None,
+        "reward_curve": curve,
+        "reward_late": sum(late) / len(late) if late else None,
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A setting's figures over its repeats: medians of the per-run figures, the p99 over all
+    measured steps, span counts, drops and refusals summed."""
+
+    def med(key: str) -> float | None:
+        return median([r[key] for r in runs if r.get(key) is not None])
+
+    spans: dict[str, int] = {}
+    for r in runs:
+        for k, v in r["version_spans"].items():
+            spans[k] = spans.get(k, 0) + v
+    all_steps = [t for r in runs for t in r["step_seconds"]]
+    counted = sum(spans.values())
+    drops: dict[str, int] = {}
+    for r in runs:
+        for reason, count in r["dropped_groups"].items():
+            drops[reason] = drops.get(reason, 0) + count
+    return {
+        "repeats": len(runs),
+        "samples_per_s": med("samples_per_s"),
+        "samples_per_s_runs": [r["samples_per_s"] for r in runs],
+        "engine_busy_fraction": med("engine_busy_fraction"),
+        "engine_active_fraction": med("engine_active_fraction"),
+        "engine_tokens_per_trained_token": med("engine_tokens_per_trained_token"),
+        "prefill_tokens_per_trained_sample": med("prefill_tokens_per_trained_sample"),
+        **{
+            key: med(key)
+            for key in sorted(
+                {k for r in runs for k in r if k.startswith(("cpu_ms_per_sample_", "wait_s_"))}
+            )
+        },
+        "median_step_s": med("median_step_s"),
+        "p99_step_s": percentile(all_steps, 99),
+        "steps_measured": sum(r["steps_measured"] for r in runs),
+        "version_spans": dict(sorted(spans.items(), key=lambda kv: int(kv[0]))),
+        "multi_version_share": (
+            sum(v for k, v in spans.items() if int(k) > 1) / counted if counted else None
+        ),
+        "max_version_span": max((int(k) for k in spans), default=None),
+        "logprob_abs_diff": med("logprob_abs_diff"),
+        "dropped_groups": drops,
+        "dropped_per_run": med("dropped_total"),
+        "staleness_failures": sum(r["staleness_failures"] for r in runs),
+        "admissions_held": sum(r["admissions_held"] for r in runs),
+        "trained_mean_response_tokens": med("trained_mean_response_tokens"),
+        "reward_late": med("reward_late"),
+    }
+
+
+def stated_mean_length() -> float:
+    """E[L] of the job's length distribution, from its exact CDF."""
+    task = long_tail_task(TaskSpec.model_validate(base_job(JOB)["spec"]["task"]))
+    lengths = task.lengths
+    return sum(1.0 - lengths.lengths_cdf(k) for k in range(lengths.max_tokens))
+
+
+def run_setting(
+    setting: Setting,
+    placement: str,
+    repeat: int,
+    tmp: Path,
+    args: argparse.Namespace,
+    *,
+    seconds: float | None = None,
+) -> dict[str, Any] | None:
+    budget = args.seconds if seconds is None else seconds
+    max_steps = args.max_steps if seconds is None else 10_000
+    spec = job_for(
+        setting, placement, repeat, max_steps=max_steps, keep_versions=args.keep_versions
+    )
+    name = spec["metadata"]["name"]
+    warmup = setting.warmup_steps
+    watch = RunWatch(tmp / name, budget_s=budget, max_steps=max_steps, warmup_steps=warmup)
+    load_before = load_average()
+    try:
+        result = run_job(spec, tmp, steps=max_steps, timeout_s=budget + 600, on_start=watch.start)
+    finally:
+        watch.close()
+    finished = result.returncode == 0 or (watch.stopped and result.returncode == EXIT_INTERRUPTED)
+    if not finished or len(result.history) <= warmup:
+        print(f"{setting.key} ({placement}) run {repeat} failed (exit {result.returncode}):")
+        print(result.output_tail)
+        return None
+    figures = run_figures(
+        result.history, engine_utilisation(watch.engine, after_step=warmup), warmup=warmup
+    )
+    figures.update(
+        placement=placement,
+        wall_seconds=round(result.wall_seconds, 1),
+        load_before=load_before,
+        load_after=load_average(),
+        history=result.history,
+    )
+    print(
+        f"  {setting.key:<13} {placement:<9} run {repeat}: {figures['steps']:>3} steps, "
+        f"{fmt(figures['samples_per_s'], 1)} samples/s, "
+        f"step {fmt(figures['median_step_s'], 2)} s (p99 {fmt(figures['p99_step_s'], 2)}), "
+        f"engine busy {fmt(figures['engine_busy_fraction'], 2)}, "
+        f"multi-version {fmt(figures['multi_version_share'], 3)}, cpu ms/sample "
+        + "/".join(
+            f"{role} {fmt(figures.get('cpu_ms_per_sample_' + role), 1)}"
+            for role in ("engine", "proxy", "rollout", "trainer")
+        )
+        + ", core wait s/step "
+        + "/".join(
+            f"{fmt(figures.get('wait_s_per_step_' + role), 2)}"
+            for role in ("engine", "proxy", "rollout", "trainer")
+        )
+        + f", drops {figures['dropped_total']}, load {load_before}->{figures['load_after']}"
+    )
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke test: 1 repeat, 5 s runs")
+    parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3; quick 1)")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="step wall time per run (default 10; quick 5)"
+    )
+    parser.add_argument("--max-steps", type=int, default=200, help="step cap per run")
+    parser.add_argument(
+        "--keep-versions",
+        type=int,
+        default=KEEP_VERSIONS,
+        help=f"staleness.keepVersions of the async settings (default {KEEP_VERSIONS})",
+    )
+    parser.add_argument(
+        "--settings", default=",".join(s.key for s in SETTINGS), help="comma-separated keys"
+    )
+    parser.add_argument(
+        "--sync-placements",
+        default=None,
+        help=f"placements sync searches in round 0 (default {','.join(SYNC_PLACEMENTS)}; "
+        "quick: separate)",
+    )
+    parser.add_argument(
+        "--learning-seconds",
+        type=float,
+        default=0.0,
+        help="then run sync and the fastest async setting once each this long (reward curves)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="results JSON")
+    parser.add_argument("--render", type=Path, default=None, help="only render this JSON")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        help="results JSON of another keepVersions to tabulate beside these (a path in the repo)",
+    )
+    parser.add_argument(
+        "--update-readme", action="store_true", help="write the block into README.md"
+    )
+    args = parser.parse_args()
+    if args.render is not None:
+        results = json.loads(args.render.read_text())
+        if args.compare is not None:
+            results["compare_with"] = _repo_path(args.compare)
+            args.render.write_text(json.dumps(results, indent=2) + "\n")
+        return publish(results, args.render, update=args.update_readme)
+
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.seconds = args.seconds or (5.0 if args.quick else 10.0)
+    default_placements = "separate" if args.quick else ",".join(SYNC_PLACEMENTS)
+    placements_arg = args.sync_placements or default_placements
+    placements = [p for p in placements_arg.split(",") if p]
+    keys = [k for k in args.settings.split(",") if k]
+    if not keys or any(k not in BY_KEY for k in keys):
+        parser.error(f"--settings: a comma-separated subset of {', '.join(BY_KEY)}")
+    if any(p not in SYNC_PLACEMENTS for p in placements) or not placements:
+        parser.error(f"--sync-placements: a comma-separated subset of {', '.join(SYNC_PLACEMENTS)}")
+    if len(os.sched_getaffinity(0)) < 2:
+        parser.error("the job pins engine and trainer to cores 0 and 1: needs 2 cores")
+    out = args.out or (QUICK_RESULTS if args.quick else RESULTS)
+
+    started = time.monotonic()
+    print(
+        f"long tail: {', '.join(keys)}; {args.repeats} round(s) of {args.seconds:.0f} s per run; "
+        f"{os.cpu_count()} CPU cores, load {load_average()}"
+    )
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
+    search: dict[str, dict[str, Any]] = {}
+    best_sync = placements[0]
+    with tempfile.TemporaryDirectory(prefix="dressage-long-tail-") as tmp:
+        for repeat in range(args.repeats):
+            for key in keys:
+                setting = BY_KEY[key]
+                candidates = ["separate"]
+                if setting.mode == "sync":
+                    candidates = placements if repeat == 0 else [best_sync]
+                for placement in candidates:
+                    figures = run_setting(setting, placement, repeat, Path(tmp), args)
+                    if figures is None:
+                        return 1
+                    if setting.mode == "sync" and repeat == 0:
+                        search[placement] = figures
+                    else:
+                        runs[key].append(figures)
+                if setting.mode == "sync" and repeat == 0:
+                    best_sync = max(search, key=lambda p: search[p]["samples_per_s"] or 0.0)
+                    runs[key].append(search[best_sync])
+                    print(f"  sync: best placement {best_sync}")
+        summary = {key: summarize(rs) for key, rs in runs.items()}
+        learning: dict[str, dict[str, Any]] = {}
+        if args.learning_seconds > 0 and "sync" in summary and len(summary) > 1:
+            fastest = max(
+                (k for k in summary if k != "sync"),
+                key=lambda k: summary[k]["samples_per_s"] or 0.0,
+            )
+            print(f"learning: sync and {fastest}, {args.learning_seconds:.0f} s each")
+            for key, placement in (("sync", best_sync), (fastest, "separate")):
+                figures = run_setting(
+                    BY_KEY[key], placement, 99, Path(tmp), args, seconds=args.learning_seconds
+                )
+                if figures is None:
+                    return 1
+                learning[key] = figures
+    elapsed = time.monotonic() - started
+
+    sync_rate = summary.get("sync", {}).get("samples_per_s")
+    for key, entry in summary.items():
+        rate = entry["samples_per_s"]
+        entry["over_best_sync"] = rate / sync_rate if rate and sync_rate else None
+        entry["version_limit"] = BY_KEY[key].version_limit
+        entry["label"] = BY_KEY[key].label
+    loads = [r[k] for rs in runs.values() for r in rs for k in ("load_before", "load_after")]
+    results = {
+        "benchmark": "long_tail",
+        "job": "examples/local-long-tail.yaml",
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "seconds_per_run": args.seconds,
+        "keep_versions": args.keep_versions,
+        "concurrency": CONCURRENCY,
+        "target_speedup": TARGET_SPEEDUP,
+        "stated_mean_response_tokens": round(stated_mean_length(), 2),
+        "machine": {"cpus": os.cpu_count()},
+        "load_average": {"min": min(loads), "median": median(loads), "max": max(loads)},
+        "elapsed_s": round(elapsed, 1),
+        "best_sync_placement": best_sync if "sync" in runs else None,
+        "sync_search": {
+            p: {"samples_per_s": f["samples_per_s"], "median_step_s": f["median_step_s"]}
+            for p, f in search.items()
+        },
+        "summary": summary,
+        "runs": runs,
+        "learning_seconds": args.learning_seconds,
+        "learning": learning,
+        "compare_with": _repo_path(args.compare) if args.compare is not None else None,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out} ({elapsed / 60:.1f} min)")
+    return publish(results, out, update=args.update_readme)
+
+
+def publish(results: dict[str, Any], path: Path, *, update: bool) -> int:
+    """Print the table, write the plot and the Markdown block next to `path`, and put the
+    block into the README when asked."""
+    plot = path.with_suffix(".png")
+    plot_results(results, plot)
+    other = None
+    if results.get("compare_with"):
+        other = json.loads((ROOT / results["compare_with"]).read_text())
+    block = render_markdown(results, _repo_path(plot), compare=other)
+    path.with_suffix(".md").write_text(block)
+    print(block)
+    if update:
+        update_readme(README, block)
+        print(f"updated {README}")
+    return 0
+
+
+def _repo_path(path: Path) -> str:
+    """`path` relative to the repository when it is inside it (what the README may cite)."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
