@@ -129,15 +129,6 @@ INFERENCE_RULES: list[Schema] = [
         "reason": "FieldValueInvalid",
     },
     {
-        "rule": "!has(self.autoscaling) || self.weightSync != 'distributed'",
-        "message": (
-            "inference.autoscaling needs inference.weightSync 'disk': with 'distributed' the "
-            "weight-update group is formed once with the engines of the trainer's start"
-        ),
-        "fieldPath": ".autoscaling",
-        "reason": "FieldValueForbidden",
-    },
-    {
         # A transition rule (it reads oldSelf): checked on updates only, so a new job may
         # start outside the bounds (the operator brings it in); `kubectl scale`, which writes
         # this field through the scale subresource, is refused outside them.

@@ -147,16 +147,6 @@ class InferenceSpec(ApiModel):
     """Largest bucket of one `/update_weights_from_distributed` request, in MiB (a single
     larger tensor goes alone): bounds the staging memory of the trainer and of each engine."""
 
-    @model_validator(mode="after")
-    def _check_autoscaling(self) -> InferenceSpec:
-        if self.autoscaling is not None and self.weight_sync == "distributed":
-            raise ValueError(
-                "inference.autoscaling needs inference.weightSync 'disk': with 'distributed' "
-                "the weight-update group is formed once with the engines of the trainer's "
-                "start, and an engine added or removed later is not in it"
-            )
-        return self
-
 
 class ProxySpec(ApiModel):
     """The rollout proxy between agents and engines."""

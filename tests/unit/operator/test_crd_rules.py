@@ -83,11 +83,10 @@ def test_autoscaling_bounds_must_be_ordered() -> None:
     assert not _cel(rule, {**AUTOSCALED, "autoscaling": {"minReplicas": 5, "maxReplicas": 4}})
 
 
-def test_autoscaling_needs_disk_weight_sync() -> None:
-    rule = _rule("inference", ".autoscaling")
-    assert _cel(rule, AUTOSCALED)
-    assert _cel(rule, {"replicas": 1, "weightSync": "distributed"})
-    assert not _cel(rule, {**AUTOSCALED, "weightSync": "distributed"})
+def test_no_rule_ties_autoscaling_to_a_weight_sync() -> None:
+    validations = _spec_schema()["properties"]["inference"]["x-kubernetes-validations"]
+    rules = [r["rule"] for r in validations]
+    assert not [r for r in rules if "autoscaling" in r and "weightSync" in r]
 
 
 def test_with_autoscaling_a_new_engine_count_outside_the_bounds_is_refused() -> None:
