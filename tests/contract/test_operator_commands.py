@@ -108,10 +108,10 @@ def test_the_parser_refuses_what_sglang_does_not_know() -> None:
 
 
 def test_the_weight_update_group_the_operator_wires_fits_sglangs_ranks() -> None:
-    """Each engine joins with `InitWeightsUpdateGroupReqInput` at its rank offset; SGLang
-    (v0.5.2 and v0.5.23 `ModelRunner.init_weights_update_group`) puts TP rank `t` of an
-    engine at `rank_offset + t`, so every engine rank must get its own rank in
-    [1, world_size) and rank 0 stays the trainer's."""
+    """Each engine joins its own group with `InitWeightsUpdateGroupReqInput`; SGLang (v0.5.2
+    and v0.5.23 `ModelRunner.init_weights_update_group`) puts TP rank `t` of an engine at
+    `rank_offset + t`, so the engine's ranks must fill [1, world_size) and rank 0 stays the
+    trainer's, in every engine's group alike."""
     from sglang.srt.managers.io_struct import InitWeightsUpdateGroupReqInput
 
     job = AsyncRLJob.model_validate(
@@ -126,18 +126,15 @@ def test_the_weight_update_group_the_operator_wires_fits_sglangs_ranks() -> None
     owner = children.Owner(name="job-a", namespace="ns", uid="uid-1")
     rendezvous = children.weight_sync_rendezvous(job, owner)
     tp = job.spec.inference.tensor_parallel_size
-    ranks = []
-    for offset in rendezvous.rank_offsets:
-        req = InitWeightsUpdateGroupReqInput(
-            master_address=rendezvous.master_address,
-            master_port=rendezvous.master_port,
-            rank_offset=offset,
-            world_size=rendezvous.world_size,
-            group_name=rendezvous.group_name,
-            backend=rendezvous.backend,
-        )
-        ranks += [req.rank_offset + t for t in range(tp)]
-    assert sorted(ranks) == list(range(1, rendezvous.world_size))
+    req = InitWeightsUpdateGroupReqInput(
+        master_address=rendezvous.master_address,
+        master_port=rendezvous.master_port,
+        rank_offset=rendezvous.rank_offset,
+        world_size=rendezvous.world_size,
+        group_name="weights-engine-0",
+        backend=rendezvous.backend,
+    )
+    assert [req.rank_offset + t for t in range(tp)] == list(range(1, req.world_size))
     assert req.backend == "nccl"
 
 

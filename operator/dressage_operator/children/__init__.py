@@ -16,8 +16,8 @@ Roles and how they are wired:
   weight-update group's rendezvous on `spec.inference.weightSyncPort` (declared on the trainer
   pods and their Service as `weight-sync`) at its stable name
   `<job>-trainer-0.<job>-trainer.<ns>.svc`; the trainer gets that address and port
-  (`weight_sync_env`) and has each engine join at its rank offset, in engine order, over a
-  group of 1 + replicas x tensorParallelSize ranks (`weight_sync_rendezvous`), NCCL between GPU
+  (`weight_sync_env`) and forms one group per engine, trainer rank 0 and the engine's
+  tensorParallelSize ranks, when the engine joins (`weight_sync_rendezvous`), NCCL between GPU
   pods with the NCCL environment of `NCCL_ENV`.
 - config: a ConfigMap `<job>-config` with the job manifest (`job.yaml`) the runtime loads with
   `dressage.api.load_job`, and the engine URLs (`engines`) the proxy follows while the job runs:
@@ -90,7 +90,7 @@ from dressage_operator.children.trainer import (
     trainer_env,
 )
 from dressage_operator.children.weight_sync import (
-    DEFAULT_WEIGHTS_GROUP,
+    ENGINE_RANK_OFFSET,
     NCCL_ENV,
     WEIGHT_SYNC_ADDRESS_ENV,
     WEIGHT_SYNC_PORT_ENV,
@@ -102,10 +102,10 @@ from dressage_operator.children.weight_sync import (
 
 __all__ = [
     "BASE_WEIGHT_VERSION",
-    "DEFAULT_WEIGHTS_GROUP",
     "ENGINE_GENERATE_CHECK",
     "ENGINE_GENERATE_TIMEOUT_SECONDS",
     "ENGINE_HOME",
+    "ENGINE_RANK_OFFSET",
     "ENGINE_STARTUP_FAILURES",
     "ENGINE_STARTUP_PERIOD_SECONDS",
     "GPU_RESOURCE",

@@ -1,4 +1,9 @@
-"""The weight-sync wiring: the weight-update group between trainer rank 0 and the engines."""
+"""The weight-sync wiring: where trainer rank 0 meets the engines' weight-update groups.
+
+Each engine has a group of its own with trainer rank 0 (`dressage.orchestrator.fleet_sync`),
+formed when it joins and dropped when it leaves, so engines come and go between publishes
+without a trainer restart. The operator wires only the meeting point (rank 0's address and
+port) and the backend; the trainer names the groups."""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ from dressage_operator.children.pods import Owner
 WEIGHT_SYNC_ADDRESS_ENV = "DRESSAGE_WEIGHT_SYNC_ADDRESS"
 WEIGHT_SYNC_PORT_ENV = "DRESSAGE_WEIGHT_SYNC_PORT"
 """The weight-update group's rendezvous, as `dressage train` reads it."""
-DEFAULT_WEIGHTS_GROUP = "weight_update_group"
-"""SGLang's default group name, which the trainer uses (`dressage.engine.protocol`)."""
+ENGINE_RANK_OFFSET = 1
+"""An engine's first rank in its group: trainer rank 0, then the engine's tensor-parallel
+ranks (as `dressage.orchestrator.weight_membership` forms them)."""
 NCCL_ENV: dict[str, str] = {
     "NCCL_CUMEM_ENABLE": "0",
     "NCCL_DEBUG": "WARN",
@@ -29,28 +35,26 @@ def distributed_sync(job: AsyncRLJob) -> bool:
 
 @dataclass(frozen=True)
 class WeightSyncRendezvous:
-    """The weight-update group of a job: trainer rank 0 and every engine's ranks."""
+    """Where a job's engines meet trainer rank 0, and the shape of each engine's group."""
 
     master_address: str
     master_port: int
     world_size: int
-    rank_offsets: tuple[int, ...]
-    """Engine `i` joins at `rank_offsets[i]` (its tensor-parallel ranks follow)."""
-    group_name: str
+    """Of each engine's group: trainer rank 0 and the engine's tensor-parallel ranks."""
+    rank_offset: int
+    """Every engine's first rank in its own group."""
     backend: str
 
 
 def weight_sync_rendezvous(job: AsyncRLJob, owner: Owner) -> WeightSyncRendezvous:
-    """Where and how the trainer and the engines meet; the trainer computes the same ranks
-    from the engine URLs it is given (`dressage.orchestrator.weight_sync`)."""
+    """Where and how the trainer and the engines meet; the trainer forms each engine's group
+    of the same shape when the engine joins (`dressage.orchestrator.fleet_sync`)."""
     inference = job.spec.inference
-    tp = inference.tensor_parallel_size
     return WeightSyncRendezvous(
         master_address=naming.trainer_host(owner.name, owner.namespace, 0),
         master_port=inference.weight_sync_port,
-        world_size=1 + inference.replicas * tp,
-        rank_offsets=tuple(1 + i * tp for i in range(inference.replicas)),
-        group_name=DEFAULT_WEIGHTS_GROUP,
+        world_size=ENGINE_RANK_OFFSET + inference.tensor_parallel_size,
+        rank_offset=ENGINE_RANK_OFFSET,
         backend="nccl" if job.spec.trainer.gpus_per_node > 0 else "gloo",
     )
 

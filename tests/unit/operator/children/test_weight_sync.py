@@ -12,17 +12,18 @@ from .support import CONFIG, OWNER, distributed_job, env_of, hub_job, train_args
 def test_distributed_sync_wires_the_weight_update_group_between_trainer_rank_0_and_engines() -> (
     None
 ):
-    """Trainer rank 0's stable name and a declared port; 1 + 3 engines x 2 TP ranks; the
-    trainer's own wiring and sender arrive at the same group from the environment given."""
+    """Trainer rank 0's stable name and a declared port; each engine's own group of rank 0
+    and its 2 TP ranks; the trainer's own wiring and sender arrive at the same groups from
+    the environment given."""
+    from dressage.orchestrator.fleet_sync import FleetWeightSender
     from dressage.orchestrator.pipeline import weight_sync_wiring
-    from dressage.orchestrator.weight_sync import DistributedWeightSender
+    from dressage.orchestrator.weight_membership import ENGINE_RANK_OFFSET
 
     job = distributed_job()
     rendezvous = children.weight_sync_rendezvous(job, OWNER)
     assert rendezvous.master_address == "job-a-trainer-0.job-a-trainer.ns.svc"
-    assert (rendezvous.master_port, rendezvous.world_size) == (29700, 7)
-    assert rendezvous.rank_offsets == (1, 3, 5)
-    assert (rendezvous.group_name, rendezvous.backend) == ("weight_update_group", "nccl")
+    assert (rendezvous.master_port, rendezvous.world_size) == (29700, 3)
+    assert (rendezvous.rank_offset, rendezvous.backend) == (1, "nccl")
 
     trainer = children.build_trainer_pods(job, OWNER, CONFIG, gang=0)[0]
     (container,) = trainer["spec"]["containers"]
@@ -48,15 +49,14 @@ def test_distributed_sync_wires_the_weight_update_group_between_trainer_rank_0_a
         rendezvous.master_port,
     )
     assert sync.backend == rendezvous.backend
-    sender = DistributedWeightSender(
-        wiring.engine_urls,
+    sender = FleetWeightSender(
         master_address=sync.master_address,
         master_port=sync.master_port,
         backend=sync.backend,
         ranks_per_engine=sync.ranks_per_engine,
     )
     assert sender.world_size == rendezvous.world_size
-    assert tuple(sender.rank_offsets) == rendezvous.rank_offsets
+    assert rendezvous.rank_offset == ENGINE_RANK_OFFSET
 
 
 def test_disk_sync_declares_no_weight_sync_port_or_environment() -> None:
