@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from dressage.agents.groups import GroupAgent, TrajectorySession
 from dressage.proxy.client import RolloutError
-from dressage.tasks.base import Prompt, Task, score
+from dressage.tasks.base import Prompt, Scored, Task, scored
 from dressage.tasks.faults import AGENT_FIELD, USER_CODE_FAULTS, UserCodeFailed, fault_from_stderr
 
 AGENT_ERROR = "agent_failed"
@@ -58,10 +58,10 @@ class BlackboxRollout(GroupAgent[Prompt]):
     def prompt(self, index: int) -> Prompt:
         return self.task.prompt(index)
 
-    async def trajectory(self, index: int, prompt: Prompt, session: TrajectorySession) -> float:
+    async def trajectory(self, index: int, prompt: Prompt, session: TrajectorySession) -> Scored:
         await self.client.create_session(session.session_id, session.group_id)
         output = await self._run_agent(session.session_id, prompt)
-        return await score(self.task, prompt, output)
+        return await scored(self.task, prompt, output)
 
     async def _run_agent(self, session_id: str, prompt: Prompt) -> str:
         question = prompt.text

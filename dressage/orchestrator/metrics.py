@@ -2,14 +2,17 @@
 
 One series per declared step figure (`dressage.api.figures.StepFigures`), under its derived
 name (`staleness/version_span_mean` as `dressage_staleness_version_span_mean`, a counter with
-`_total`, a by-reason counter labelled `reason`), plus the training step and the weight
-version. Each run has its own registry (no process-wide globals), so tests can run several in
+`_total`, a by-reason counter labelled `reason`, a labelled gauge by its label, such as
+`dressage_reward_part{part="correct"}`), plus the training step, the weight version and the
+dataset's skipped rows by reason (`dressage_dataset_bad_rows`, set once when the task is
+built). Each run has its own registry (no process-wide globals), so tests can run several in
 one process.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -27,7 +30,7 @@ class RunMetrics:
         self.job = job
         self.figures = figures_of(declaration)
         self._gauges = {
-            f.name: Gauge(f.metric, f.help, registry=self.registry)
+            f.name: Gauge(f.metric, f.help, [f.label] if f.label else [], registry=self.registry)
             for f in self.figures
             if f.kind is FigureKind.GAUGE
         }
@@ -42,6 +45,12 @@ class RunMetrics:
             names.WEIGHT_VERSION_INFO,
             "1 for the label of the latest published weight version",
             ["version"],
+            registry=self.registry,
+        )
+        self.dataset_bad_rows = Gauge(
+            names.DATASET_BAD_ROWS,
+            "Rows of the job's dataset skipped as unusable, by reason (rows)",
+            ["reason"],
             registry=self.registry,
         )
         self._server: Any = None
@@ -60,10 +69,19 @@ class RunMetrics:
         self.version_info.clear()
         self.version_info.labels(version=label).set(1)
 
+    def set_dataset_bad_rows(self, counts: Mapping[str, int]) -> None:
+        """The dataset's skipped rows by reason (the task is built once per run)."""
+        self.dataset_bad_rows.clear()
+        for reason, count in counts.items():
+            self.dataset_bad_rows.labels(reason=reason).set(count)
+
     def observe(self, record: StepRecord, version_ordinal: int) -> None:
         for figure in self.figures:
             value = getattr(record.figures, figure.name)
-            if figure.kind is FigureKind.GAUGE:
+            if figure.kind is FigureKind.GAUGE and figure.label is not None:
+                for label, number in (value or {}).items():
+                    self._gauges[figure.name].labels(label).set(number)
+            elif figure.kind is FigureKind.GAUGE:
                 if value is not None:
                     self._gauges[figure.name].set(value)
             elif figure.kind is FigureKind.COUNTER:

@@ -28,7 +28,6 @@ Starting engines and proxies is the entry points' business: local child processe
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -45,7 +44,7 @@ from dressage.proxy.client import ProxyRolloutClient
 from dressage.rollout.collector import Collector
 from dressage.tasks import Environment, Task, get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
-from dressage.tasks.rewards import reward_report
+from dressage.tasks.dataset import bad_row_counts
 from dressage.trainer.session import TrainerSession
 
 
@@ -139,16 +138,10 @@ async def run_pipeline(
 
     if task is None:
         task = get_task(spec.task)
-
-    # Where the step's reward report comes from: this process's task, or the rollout process.
-    rewards_of: Callable[[], tuple[dict[str, float], dict[str, int]]]
-    rewards_of = functools.partial(reward_report, task)
+    if metrics is not None:
+        metrics.set_dataset_bad_rows(bad_row_counts(task))
 
     def record_step(record: StepRecord) -> None:
-        # A user's reward function reports its named parts and its failures once per step.
-        parts, failures = rewards_of()
-        record.extras.update(parts)
-        record.figures.failure_reasons.update(failures)
         if metrics is not None:
             metrics.observe(record, session.state.version_index)
         sink(record)
@@ -171,7 +164,6 @@ async def run_pipeline(
             )
             collector = remote
             log(f"rollout in process {remote.pid}")
-            rewards_of = remote.drain_reward_report
         else:
             collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
         collector.load_state_dict(session.state.collector)

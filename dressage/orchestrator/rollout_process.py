@@ -12,8 +12,9 @@ parent needs without asking again:
 
 - `("load", state)`: the data position from the checkpoint (before the first batch);
 - `("published", version)`: a new weight version is live on the engines;
-- `("next_batch",)`: answered by `("batch", batch, position, stats, reward_parts,
-  reward_failures, faults)` or `("error", exception, faults)`, `faults` being the child's
+- `("next_batch",)`: answered by `("batch", batch, position, stats, faults)` or
+  `("error", exception, faults)` (the batch's samples carry their reward parts and failures,
+  `dressage.rollout.stats`), `faults` being the child's
   user-code faults so far (`dressage.tasks.faults`), which the parent takes into its own
   registry for the run's report;
 - `("close",)`: the child closes its collector and answers `("closed", stats, faults)`.
@@ -69,9 +70,6 @@ class RolloutProcessCollector:
 
     def __init__(self, recipe: RolloutRecipe) -> None:
         self.stats = CollectorStats()
-        self.reward_parts: dict[str, float] = {}
-        """`reward/<part>` means the child's reward function reported with the last batch."""
-        self.reward_failures: dict[str, int] = {}
         self._position: dict[str, Any] = {}
         self._replies: asyncio.Queue[tuple[Any, ...] | None] | None = None
         self._closed = False
@@ -111,19 +109,11 @@ class RolloutProcessCollector:
             raise reply[1]
         if reply[0] != "batch":
             raise RolloutProcessFailed(f"rollout process answered {reply[0]!r} to next_batch")
-        _, batch, position, stats, parts, failures, faults = reply
+        _, batch, position, stats, faults = reply
         USER_CODE_FAULTS.absorb(faults)
         self._position, self.stats = position, stats
-        self.reward_parts, self.reward_failures = parts, failures
         assert isinstance(batch, TrainBatch)
         return batch
-
-    def drain_reward_report(self) -> tuple[dict[str, float], dict[str, int]]:
-        """What the child's reward function reported with the last batch (once): `reward/<part>`
-        means and failure counts by reason, as `dressage.tasks.rewards.reward_report`."""
-        parts, failures = self.reward_parts, self.reward_failures
-        self.reward_parts, self.reward_failures = {}, {}
-        return parts, failures
 
     async def aclose(self) -> None:
         """Close the child's collector (its shutdown drops are counted) and end the child."""
@@ -214,7 +204,6 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
     from dressage.proxy.client import ProxyRolloutClient
     from dressage.tasks import get_task
     from dressage.tasks.codec import PromptCodec, TaskPrompts
-    from dressage.tasks.rewards import reward_report
 
     job = AsyncRLJob.model_validate(dict(recipe.job))
     task = get_task(job.spec.task)
@@ -239,9 +228,7 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
                 # Served in the background so that a publish arriving meanwhile reaches the
                 # collector at once.
                 batch_task = asyncio.create_task(collector.next_batch())
-                batch_task.add_done_callback(
-                    lambda t: _reply_batch(conn, t, collector, task, reward_report)
-                )
+                batch_task.add_done_callback(lambda t: _reply_batch(conn, t, collector))
     finally:
         if batch_task is not None and not batch_task.done():
             batch_task.cancel()
@@ -271,24 +258,19 @@ def _read_commands(
             return
 
 
-def _reply_batch(
-    conn: Connection, task: asyncio.Task[TrainBatch], collector: Any, source: Any, report: Any
-) -> None:
+def _reply_batch(conn: Connection, task: asyncio.Task[TrainBatch], collector: Any) -> None:
     if task.cancelled():
         return
     error = task.exception()
     if error is not None:
         conn.send(("error", _picklable(error), USER_CODE_FAULTS.entries()))
         return
-    parts, failures = report(source)
     conn.send(
         (
             "batch",
             task.result(),
             collector.state_dict(),
             collector.stats.snapshot(),
-            parts,
-            failures,
             USER_CODE_FAULTS.entries(),
         )
     )

@@ -313,10 +313,11 @@ class FaultTally:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def summary(self, limit: int = 3) -> str:
-        """The most frequent faults, `<fault> xN; ...`, for a one-line message."""
+    def summary(self, limit: int = 3, unit: str = "calls") -> str:
+        """The most frequent faults, `<fault> (N <unit>); ...`, for a one-line message: `unit`
+        says what a count counts (failed `calls` of the code, failed group `attempts`)."""
         ranked = sorted(self._entries.values(), key=lambda c: -c.count)
-        text = "; ".join(f"{c.fault} x{c.count}" for c in ranked[:limit])
+        text = "; ".join(f"{c.fault} ({c.count} {unit})" for c in ranked[:limit])
         if len(ranked) > limit:
             text += f"; and {len(ranked) - limit} more"
         return text

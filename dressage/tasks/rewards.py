@@ -22,8 +22,11 @@ call raises `RewardError`, which stops the run at once, and every later call rai
 `dry_run` calls the function once outside all that (nothing counted), so a job can check its
 reward on a dataset row before anything starts.
 
-`RewardStats` also keeps the mean of every named part; `drain()` hands the counts since the
-last call to whoever reports per step.
+`ascored` gives each sample's reward as a `Scored` (`dressage.tasks.base`): its value, its
+named parts and its failure reason. They travel with the sample (`dressage.agents.groups`), so a
+step reports the parts and the reward failures of the batch it trained (`dressage.rollout.
+stats`), not of every call made meanwhile. `RewardStats` counts every call since the task was
+built (calls, failures by reason, part means), for checks and tests.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 
 from dressage.api.job import TaskSpec
 from dressage.api.loader import ConfigurationError
+from dressage.tasks.base import Scored
 from dressage.tasks.faults import (
     REWARD_FIELD,
     USER_CODE_FAULTS,
@@ -93,16 +97,6 @@ class RewardStats:
                 "failures": dict(self.failures),
                 "parts": {n: self.part_sums[n] / self.part_counts[n] for n in self.part_sums},
             }
-
-    def drain(self) -> dict[str, Any]:
-        """`snapshot()`, then start counting from zero."""
-        out = self.snapshot()
-        with self._lock:
-            self.samples = 0
-            self.failures.clear()
-            self.part_sums.clear()
-            self.part_counts.clear()
-        return out
 
 
 class _Failure(Exception):
@@ -223,7 +217,7 @@ class RewardFunction:
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Rewards of `completions` (blocking; the timeout bounds the wait)."""
         self._check_stopped()
-        return self._record(self._outcomes(completions, rows))
+        return [s.value for s in self._record(self._outcomes(completions, rows))]
 
     def dry_run(self, completion: str, row: Row, *, where: str = "") -> float:
         """The reward of one sample, computed as rollout would but counted nowhere (no
@@ -238,6 +232,10 @@ class RewardFunction:
 
     async def ascore(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Rewards of `completions` without blocking the event loop."""
+        return [s.value for s in await self.ascored(completions, rows)]
+
+    async def ascored(self, completions: Sequence[str], rows: Sequence[Row]) -> list[Scored]:
+        """`ascore` with each sample's named parts and failure reason."""
         self._check_stopped()
         count = len(completions)
         try:
@@ -269,16 +267,16 @@ class RewardFunction:
             return [exc] * count
         return self._values(raw, count)
 
-    def _record(self, outcomes: Sequence[_Outcome]) -> list[float]:
+    def _record(self, outcomes: Sequence[_Outcome]) -> list[Scored]:
         """Count every outcome; a failure scores 0, or stops the run under `stop`."""
-        out: list[float] = []
+        out: list[Scored] = []
         for outcome in outcomes:
             if isinstance(outcome, _Failure):
-                out.append(self._fail(outcome.fault))
+                out.append(Scored(self._fail(outcome.fault), failure=outcome.fault.reason))
                 continue
             value, parts = outcome
             self.stats.record(parts, None)
-            out.append(value)
+            out.append(Scored(value, parts))
         return out
 
     def _invoke(self, completions: list[str], rows: list[Row]) -> Any:
@@ -390,15 +388,3 @@ async def _settle(result: Any) -> Any:
     if inspect.isawaitable(result):
         return await result
     return result
-
-
-def reward_report(task: object) -> tuple[dict[str, float], dict[str, int]]:
-    """What a task's reward function recorded since the last report, for one training step:
-    `reward/<part>` means of named parts, and failure counts by reason. Empty for tasks
-    without a reward function (the built-in ones)."""
-    stats = getattr(task, "reward_stats", None)
-    if not isinstance(stats, RewardStats):
-        return {}, {}
-    drained = stats.drain()
-    parts = {f"reward/{name}": float(v) for name, v in drained["parts"].items()}
-    return parts, dict(drained["failures"])

@@ -247,8 +247,9 @@ def test_a_tally_summarizes_the_most_frequent_faults() -> None:
     for line in (1, 2, 2, 3, 4, 4, 4):
         tally.add(_fault(line))
     assert tally.summary(limit=2) == (
-        "spec.task.reward m:f raised ValueError: boom (at /jobs/m.py:4, in f) x3; "
-        "spec.task.reward m:f raised ValueError: boom (at /jobs/m.py:2, in f) x2; and 2 more"
+        "spec.task.reward m:f raised ValueError: boom (at /jobs/m.py:4, in f) (3 calls); "
+        "spec.task.reward m:f raised ValueError: boom (at /jobs/m.py:2, in f) (2 calls); "
+        "and 2 more"
     )
 
 
