@@ -13,7 +13,18 @@ from pydantic import ValidationError
 
 from dressage.api.job import TaskSpec
 from dressage.tasks import get_task
-from dressage.tasks.dataset import BadRow, DatasetError, DatasetTask
+from dressage.tasks.dataset import (
+    BAD_ANSWER,
+    BAD_PROMPT,
+    LOGGED_BAD_ROWS,
+    MISSING_COLUMN,
+    NOT_AN_OBJECT,
+    NOT_JSON,
+    BadRow,
+    DatasetError,
+    DatasetTask,
+    bad_row_counts,
+)
 
 ROWS = [{"question": f"{i}+1=", "answer": str(i + 1), "level": i % 3} for i in range(5)]
 
@@ -106,6 +117,31 @@ def test_bad_rows_are_reported_skipped_and_counted(
     logged = "\n".join(r.getMessage() for r in caplog.records)
     for bad in task.bad_rows:
         assert str(bad) in logged
+    assert task.bad_row_counts() == {
+        BAD_PROMPT: 1,
+        MISSING_COLUMN: 1,
+        BAD_ANSWER: 1,
+        NOT_AN_OBJECT: 1,
+        NOT_JSON: 1,
+    }
+    assert bad_row_counts(task) == task.bad_row_counts()
+    assert bad_row_counts(get_task(TaskSpec())) == {}  # a built-in task has no dataset
+
+
+def test_past_the_logged_bad_rows_a_line_says_the_rest_are_only_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows: list[Any] = [ROWS[0], *([{"answer": "2"}] * 30), *(["{not json"] * 5)]
+    path = _jsonl(tmp_path / "many.jsonl", rows)
+    with caplog.at_level(logging.WARNING, logger="dressage.tasks.dataset"):
+        task = _task(_qa(path))
+    messages = [r.getMessage() for r in caplog.records]
+    one_by_one = [m for m in messages if m.startswith(f"skipping {path} line")]
+    assert len(one_by_one) == LOGGED_BAD_ROWS
+    (rest,) = [m for m in messages if m.startswith("skipping 15 more")]
+    assert f"only the first {LOGGED_BAD_ROWS} are logged" in rest
+    assert rest.endswith("missing_column 10, not_json 5")
+    assert task.bad_row_counts() == {MISSING_COLUMN: 30, NOT_JSON: 5}
 
 
 def test_bad_rows_of_a_table_are_numbered_from_one(tmp_path: Path) -> None:
@@ -123,7 +159,7 @@ def test_bad_rows_of_a_table_are_numbered_from_one(tmp_path: Path) -> None:
 def test_a_reward_column_missing_from_a_row_is_a_bad_row(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "d.jsonl", [ROWS[0], {"question": "x", "answer": "1"}])
     task = _task(_qa(path, rewardColumns=["level"]))
-    assert task.bad_rows == [BadRow(str(path), 2, "level", "missing", "line")]
+    assert task.bad_rows == [BadRow(str(path), 2, "level", MISSING_COLUMN, "missing", "line")]
     assert dict(task.prompt(0).row) == {"level": 0, "answer": "1"}
 
 
