@@ -6,9 +6,15 @@ the session's current weights and version (with `weightSync: distributed` they j
 trainer's weight-update group over gloo on loopback), the proxy in front of them, the `/metrics`
 endpoint, then the job's pipeline (`dressage.orchestrator.pipeline`, the same as every trainer
 rank's on a cluster). The trainer runs in this process (world size 1). On the way out,
-whatever the reason, children are stopped and the run report is written, with every distinct
-error the job's own code raised (`user_code_errors`), unless the run ended on a configuration
-error.
+whatever the reason, children are stopped, a summary of the run's failures by reason is
+printed (with what was counted but not logged), and the run report is written, with every
+distinct error the job's own code raised (`user_code_errors`) and the dataset's skipped rows by
+reason (`dataset`), unless the run ended on a configuration error.
+
+A run that trained samples of which not one got a real reward (every reward call failed, so
+every sample was trained with 0 under `onRewardError: zero`) learned nothing: `run` raises
+`NoRealReward` after its last step, and `dressage run` exits 1 with the failure summary, so a
+script or CI job does not take it for a good run.
 """
 
 from __future__ import annotations
@@ -32,8 +38,17 @@ from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
 from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import ChildProcess, pin_this_process, python_module
-from dressage.runner.report import REPORT, History, write_report
+from dressage.runner.report import (
+    REPORT,
+    History,
+    no_real_reward,
+    run_summary,
+    summarize,
+    write_report,
+)
+from dressage.tasks import get_task
 from dressage.tasks.base import Environment, Task
+from dressage.tasks.dataset import LOGGED_BAD_ROWS, DatasetTask, bad_row_counts
 from dressage.tasks.faults import USER_CODE_FAULTS, merge_reports
 from dressage.trainer import grpo
 from dressage.trainer.checkpoint import RunDir
@@ -42,6 +57,10 @@ from dressage.trainer.session import TrainerSession
 ENGINE_READY = "engine ready on "
 PROXY_READY = "proxy ready on "
 STARTUP_DEADLINE_S = 300.0
+
+
+class NoRealReward(RuntimeError):
+    """The run trained samples, and every one of them without a real reward."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,8 @@ class LocalRun:
                 f"{session.state.step} (weight version {session.state.version})"
             )
 
+        if self.task is None:  # built once, here, for the report and the pipeline
+            self.task = await asyncio.to_thread(get_task, spec.task)
         engine_urls = await self._start_engines(session, cache_dir)
         proxy_url = await self._start_proxy(engine_urls, model_dir)
         port = self.options.metrics_port
@@ -137,15 +158,34 @@ class LocalRun:
             rollout_cpus=rollout_process_cpus(spec),
             task=self.task,
         )
+        if no_real_reward(summarize(self.history.read())):
+            raise NoRealReward(
+                "no sample of the run got a real reward: every reward call failed, so every "
+                "sample was trained with reward 0 (see the run summary and user_code_errors "
+                "in the report)"
+            )
 
     def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
         self.rewards.append(record.figures.reward or 0.0)
         self.out(progress_line(record, self.options.steps, self.rewards))
-        failures = record.figures.failure_reasons
-        if failures:
-            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(failures.items()))
-            self.out(f"  rollout failures at step {record.step}: {reasons}")
+        figures = record.figures
+        if figures.failed_attempts:
+            reasons = ", ".join(f"{k} {v}" for k, v in sorted(figures.failed_attempts.items()))
+            groups = int(figures.total("failed_groups"))
+            self.out(
+                f"  step {record.step}: failed attempts (each retry counts one): {reasons}; "
+                f"in {groups} prompt group{'s' if groups != 1 else ''}"
+            )
+        if figures.reward_failed_samples:
+            failed = int(figures.total("reward_failed_samples"))
+            reasons = ", ".join(
+                f"{k} {v}" for k, v in sorted(figures.reward_failed_samples.items())
+            )
+            self.out(
+                f"  step {record.step}: {failed} of {figures.samples} samples trained with "
+                f"reward 0, their reward call failed: {reasons}"
+            )
 
     async def _start_engines(self, session: TrainerSession, cache_dir: Path) -> list[str]:
         spec = self.spec
@@ -206,13 +246,30 @@ class LocalRun:
             peak = torch.cuda.max_memory_allocated(torch.device(self.options.device))
             self.out(f"trainer peak GPU memory: {peak / 2**30:.2f} GiB")
         faults = USER_CODE_FAULTS.entries()
+        calls = sum(f.count for f in faults)
         if faults:
-            calls = sum(f.count for f in faults)
             errors = f"{len(faults)} distinct error{'s' if len(faults) != 1 else ''}"
             self.out(
                 f"user code: {errors} in {calls} failed call{'s' if calls != 1 else ''}, each "
                 "error logged once above; see user_code_errors in the report"
             )
+        bad_rows = bad_row_counts(self.task)
+        not_logged = {
+            "user_code_failures": calls - len(faults),
+            "bad_rows": max(0, sum(bad_rows.values()) - LOGGED_BAD_ROWS),
+        }
+        suppressed = {
+            "repeated user-code failures (each distinct error was logged once)": not_logged[
+                "user_code_failures"
+            ],
+            f"bad dataset rows (only the first {LOGGED_BAD_ROWS} were logged)": not_logged[
+                "bad_rows"
+            ],
+        }
+        if self.history.path.is_file():
+            summary = summarize(self.history.read())
+            for line in run_summary(summary, bad_rows=bad_rows, suppressed=suppressed):
+                self.out(line)
         if report and self.history.path.is_file():
             earlier = _earlier_user_code_errors(self.root / REPORT)
             path = write_report(
@@ -226,9 +283,26 @@ class LocalRun:
                     "batchSize": self.spec.rollout.batch_size,
                     "learningRate": self.spec.training.learning_rate,
                 },
-                {"user_code_errors": merge_reports(earlier, [f.to_dict() for f in faults])},
+                {
+                    "user_code_errors": merge_reports(earlier, [f.to_dict() for f in faults]),
+                    "dataset": _dataset_report(self.task, bad_rows),
+                    "not_logged": not_logged,
+                },
             )
             self.out(f"report: {path} (plots in {self.root})")
+
+
+def _dataset_report(task: object, bad_rows: dict[str, int]) -> dict[str, Any] | None:
+    """The dataset part of `report.json`: its source, usable rows and skipped rows by reason
+    (None for a task without a dataset)."""
+    if not isinstance(task, DatasetTask):
+        return None
+    return {
+        "source": task.source,
+        "usable_rows": len(task),
+        "bad_rows": sum(bad_rows.values()),
+        "bad_rows_by_reason": bad_rows,
+    }
 
 
 def rollout_process_cpus(spec: AsyncRLJobSpec) -> list[int] | None:
