@@ -370,6 +370,18 @@ class StepFigures:
                 values[f.name] = now - then
         return dataclasses.replace(self, **values)
 
+    def plus(self: F, other: StepFigures) -> F:
+        """This record with `other`'s counted figures added (per reason for a by-reason
+        one); gauges are this record's own."""
+        values: dict[str, Any] = {}
+        for f in figures_of(type(self)):
+            now, more = getattr(self, f.name), getattr(other, f.name)
+            if f.kind is FigureKind.BY_REASON:
+                values[f.name] = Counter(now) + Counter(more)
+            elif f.kind is FigureKind.COUNTER:
+                values[f.name] = now + more
+        return dataclasses.replace(self, **values)
+
     def copy(self: F) -> F:
         """An independent copy (the counts per reason are copied too)."""
         counts: dict[str, Any] = {

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from dressage.api.figures import figures_of
+from dressage.api.figures import StepFigures, figures_of
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
@@ -44,6 +44,7 @@ from dressage.runner.report import (
     no_real_reward,
     run_summary,
     summarize,
+    with_unrecorded,
     write_report,
 )
 from dressage.tasks import get_task
@@ -96,6 +97,8 @@ class LocalRun:
         self.metrics = RunMetrics(job.metadata.name)
         self.history = History(self.root)
         self.rewards: list[float] = []
+        self.unrecorded: StepFigures | None = None
+        """What the collector counted beyond the steps' records, once it closed."""
 
     async def run(self) -> None:
         spec = self.spec
@@ -157,6 +160,7 @@ class LocalRun:
             log=self.out,
             rollout_cpus=rollout_process_cpus(spec),
             task=self.task,
+            unrecorded=self._set_unrecorded,
         )
         if no_real_reward(summarize(self.history.read())):
             raise NoRealReward(
@@ -164,6 +168,9 @@ class LocalRun:
                 "sample was trained with reward 0 (see the run summary and user_code_errors "
                 "in the report)"
             )
+
+    def _set_unrecorded(self, figures: StepFigures) -> None:
+        self.unrecorded = figures
 
     def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
@@ -267,7 +274,7 @@ class LocalRun:
             ],
         }
         if self.history.path.is_file():
-            summary = summarize(self.history.read())
+            summary = with_unrecorded(summarize(self.history.read()), self.unrecorded)
             for line in run_summary(summary, bad_rows=bad_rows, suppressed=suppressed):
                 self.out(line)
         if report and self.history.path.is_file():

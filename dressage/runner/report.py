@@ -17,12 +17,13 @@ dataset's skipped rows, and how many of each warning stream were counted but not
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from dressage.api.figures import StepFigures, figure, totals
+from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, totals
 
 _FAILED_ATTEMPTS = figure("failed_attempts").key
 _FAILED_GROUPS = figure("failed_groups").key
@@ -117,6 +118,20 @@ def summarize(
 def _by_reason(counts: Mapping[str, Any]) -> str:
     ranked = sorted(counts.items(), key=lambda kv: (-int(kv[1]), kv[0]))
     return ", ".join(f"{reason} {int(n)}" for reason, n in ranked)
+
+
+def with_unrecorded(summary: Mapping[str, Any], unrecorded: StepFigures | None) -> dict[str, Any]:
+    """`summary` with the by-reason counts the collector made beyond the steps' records (the
+    failed attempts and drops of groups never trained) added in."""
+    out = dict(summary)
+    if unrecorded is None:
+        return out
+    for f in figures_of(type(unrecorded)):
+        if f.kind is FigureKind.BY_REASON:
+            counts = Counter({k: int(v) for k, v in dict(out.get(f.key, {})).items()})
+            counts.update(getattr(unrecorded, f.name))
+            out[f.key] = dict(counts)
+    return out
 
 
 def no_real_reward(summary: Mapping[str, Any]) -> bool:

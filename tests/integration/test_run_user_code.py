@@ -62,6 +62,27 @@ def parts(completion, row):
     return {"correct": float(completion == row["answer"]), "short": 1.0 - len(completion) / 10}
 
 
+class _Episode:
+    prompt = "Say a number."
+
+    def step(self, action):
+        return int(action)
+
+    def expert_action(self):
+        return "1"
+
+
+class Broken:
+    name = "broken"
+    max_turns = 1
+
+    def __init__(self, spec):
+        pass
+
+    def episode(self, index):
+        return _Episode()
+
+
 class Game:
     name = "game"
     max_turns = 2
@@ -277,3 +298,26 @@ def test_named_reward_parts_are_reported_over_each_trained_batch(job_dir: Path) 
         "bad_rows": 0,
         "bad_rows_by_reason": {},
     }
+
+
+def test_a_run_the_breaker_stops_before_its_first_step_still_sums_up_its_failures(
+    job_dir: Path,
+) -> None:
+    manifest = _job(
+        job_dir,
+        "breaker",
+        {"name": "environment", "environment": "job_code:Broken"},
+        rollout={"mode": "sync", "groupSize": 2, "batchSize": 2, "maxRetries": 1,
+                 "maxNewTokens": 3},
+    )  # fmt: skip
+    done = _run(job_dir, manifest)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "failed attempts since a group last completed" in done.stderr
+    out = done.stdout.splitlines()
+    assert "run summary (0 steps, 0 samples trained):" in out
+    (attempts,) = [x for x in out if x.startswith("  failed prompt-group attempts")]
+    assert "(environment_raised " in attempts
+    (groups,) = [x for x in out if x.startswith("  prompt groups with a failed attempt: ")]
+    assert "(environment_raised " in groups
+    (dropped,) = [x for x in out if x.startswith("  prompt groups dropped: ")]
+    assert "retries_exhausted" in dropped

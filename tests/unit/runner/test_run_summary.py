@@ -7,7 +7,7 @@ from collections import Counter
 
 from dressage.api.figures import StepFigures
 from dressage.orchestrator.loop import StepRecord
-from dressage.runner.report import no_real_reward, run_summary, summarize
+from dressage.runner.report import no_real_reward, run_summary, summarize, with_unrecorded
 
 
 def _steps(*figures: StepFigures) -> list[dict[str, object]]:
@@ -63,3 +63,25 @@ def test_a_run_whose_every_reward_call_failed_got_no_real_reward() -> None:
     )
     assert not no_real_reward(summarize(one_real))
     assert not no_real_reward(summarize([]))  # nothing trained: nothing to judge
+
+
+def test_failures_counted_after_the_last_step_reach_the_summary() -> None:
+    # The breaker stopped the run before its first step: the collector's counts are all
+    # there is, and the summary says them.
+    unrecorded = StepFigures(
+        failed_attempts=Counter({"environment_raised": 125}),
+        failed_groups=Counter({"environment_raised": 32}),
+        dropped_groups=Counter({"retries_exhausted": 16, "rollout_broken": 16}),
+        samples=-4,  # a trainer figure: not the collector's, left out
+    )
+    summary = with_unrecorded(summarize([]), unrecorded)
+    assert run_summary(summary) == [
+        "run summary (0 steps, 0 samples trained):",
+        "  failed prompt-group attempts (each retry counts one): 125 (environment_raised 125)",
+        "  prompt groups with a failed attempt: 32 (environment_raised 32)",
+        "  prompt groups dropped: 32 (retries_exhausted 16, rollout_broken 16)",
+    ]
+    steps = _steps(StepFigures(samples=8, failed_attempts=Counter({"engine_error": 2})))
+    added = with_unrecorded(summarize(steps), StepFigures(failed_attempts=Counter({"x": 1})))
+    assert added["failed_attempts"] == {"engine_error": 2, "x": 1}
+    assert added["samples"] == 8
