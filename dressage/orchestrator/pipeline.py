@@ -47,7 +47,7 @@ from dressage.proxy.client import ProxyRolloutClient
 from dressage.rollout.collector import Collector
 from dressage.tasks import Environment, Task, get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
-from dressage.tasks.dataset import bad_row_counts
+from dressage.tasks.dataset import DatasetTask, bad_row_counts
 from dressage.trainer.session import TrainerSession
 
 
@@ -176,6 +176,7 @@ async def run_pipeline(
                     proxy_url=endpoints.proxy_url,
                     proxy_token=endpoints.proxy_token,
                     cpus=rollout_cpus,
+                    task=task if isinstance(task, DatasetTask) else None,
                 )
             )
             collector = remote

@@ -59,6 +59,10 @@ class RolloutRecipe:
     proxy_token: str | None = None
     cpus: Sequence[int] | None = None
     """Cores the child is pinned to (None: not pinned)."""
+    task: Any = None
+    """The job's task as the parent built it, when it reads a dataset (`DatasetTask`, pickled
+    with its rows and its reward function), so the dataset is read and its bad rows logged
+    once per run; None: the child builds the task from the job."""
 
 
 class RolloutProcessFailed(RuntimeError):
@@ -206,7 +210,7 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
     from dressage.tasks.codec import PromptCodec, TaskPrompts
 
     job = AsyncRLJob.model_validate(dict(recipe.job))
-    task = get_task(job.spec.task)
+    task = recipe.task if recipe.task is not None else get_task(job.spec.task)
     proxy = ProxyRolloutClient(recipe.proxy_url, token=recipe.proxy_token)
     source = TaskPrompts(task, PromptCodec.from_pretrained(Path(recipe.model_dir)))
     collector = make_collector(job.spec, source=source, proxy=proxy, run_tag=job.metadata.name)

@@ -244,7 +244,8 @@ class AsyncRolloutCollector(PromptPosition):
             log.warning(
                 "admission control let a group start beyond the staleness window because the "
                 "trainer is waiting with too few groups ahead: %d batches were taken but only "
-                "%d new weight versions published (expected one publish per step)",
+                "%d new weight versions published (expected one publish per step); said once, "
+                "later such starts are not logged",
                 self._batches_taken,
                 len(self._published),
             )

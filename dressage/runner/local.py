@@ -114,7 +114,11 @@ class LocalRun:
         grpo.quiet_transformers()
         cache_dir = Path(spec.local.cache_dir) if spec.local.cache_dir else default_cache_dir()
 
-        model_dir = await asyncio.to_thread(initial_model_dir, spec, cache_dir, log=self.out)
+        if self.task is None:  # built once, here, for the warm start, the pipeline and the report
+            self.task = await asyncio.to_thread(get_task, spec.task)
+        model_dir = await asyncio.to_thread(
+            initial_model_dir, spec, cache_dir, log=self.out, task=self.task
+        )
         session = await asyncio.to_thread(
             TrainerSession.open,
             spec,
@@ -133,8 +137,6 @@ class LocalRun:
                 f"{session.state.step} (weight version {session.state.version})"
             )
 
-        if self.task is None:  # built once, here, for the report and the pipeline
-            self.task = await asyncio.to_thread(get_task, spec.task)
         engine_urls = await self._start_engines(session, cache_dir)
         proxy_url = await self._start_proxy(engine_urls, model_dir)
         port = self.options.metrics_port

@@ -18,6 +18,7 @@ exactly, cycling over the dataset epoch after epoch.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import logging
@@ -224,6 +225,7 @@ class DatasetTask:
 
     def __init__(self, spec: DatasetSpec, reward: RewardFunction, *, seed: int = 0) -> None:
         self.spec = spec
+        self.seed = seed
         self.reward_function = reward
         rows = _load(spec)
         self.source = rows.source
@@ -252,6 +254,18 @@ class DatasetTask:
                 f"spec.task.dataset: {self.source} has no usable row "
                 f"({len(self.bad_rows)} bad{first})"
             )
+
+    def with_seed(self, seed: int) -> DatasetTask:
+        """This task with the prompt order of `seed` (the warm start draws its demonstrations
+        from another order than its evaluation): the rows are not read or checked again, so
+        bad rows are not logged twice. Without `shuffle` the order is the same."""
+        if seed == self.seed or not self.spec.shuffle:
+            return self
+        other = copy.copy(self)
+        other.seed = seed
+        other.positions = sorted(self.positions)
+        random.Random(f"dataset:{seed}").shuffle(other.positions)
+        return other
 
     def _log_bad_rows(self) -> None:
         for bad in self.bad_rows[:LOGGED_BAD_ROWS]:

@@ -109,36 +109,42 @@ _Outcome = tuple[float, dict[str, float] | None] | _Failure
 """One sample's reward and named parts, or why it has none."""
 
 
-def exact_match(answer_column: str) -> Callable[[str, Row], float]:
+@dataclass(frozen=True)
+class exact_match:
     """1 when the completion, stripped and with runs of whitespace collapsed, equals the row's
-    answer the same way; else 0."""
+    answer the same way; else 0. (A class rather than a closure, so a task holding it can be
+    handed to the rollout process.)"""
 
-    def reward(completion: str, row: Row) -> float:
-        return 1.0 if _norm(completion) == _norm(str(row[answer_column])) else 0.0
+    answer_column: str
 
-    return reward
+    def __call__(self, completion: str, row: Row) -> float:
+        return 1.0 if _norm(completion) == _norm(str(row[self.answer_column])) else 0.0
 
 
-def math_answer(answer_column: str) -> Callable[[str, Row], float]:
+@dataclass(frozen=True)
+class math_answer:
     """1 when `math-verify` finds the completion's answer mathematically equal to the row's
     (numbers, fractions, LaTeX, `\\boxed{}`); else 0."""
-    from math_verify import parse, verify
 
-    for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).addFilter(_no_timeout_notice)
+    answer_column: str
 
-    def reward(completion: str, row: Row) -> float:
+    def __post_init__(self) -> None:
+        import math_verify  # noqa: F401 - fails here, when the task is built, if missing
+
+    def __call__(self, completion: str, row: Row) -> float:
+        from math_verify import parse, verify
+
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logging.getLogger(name).addFilter(_no_timeout_notice)  # once: filters are a set
         # math-verify's own timeouts use SIGALRM, which only the main thread may set; the
         # caller's timeout bounds the call instead.
         main = threading.current_thread() is threading.main_thread()
         limit = 5 if main else 0
-        gold = parse(str(row[answer_column]), parsing_timeout=limit)
+        gold = parse(str(row[self.answer_column]), parsing_timeout=limit)
         if not gold:
-            raise ValueError(f"math: cannot parse the answer {row[answer_column]!r}")
+            raise ValueError(f"math: cannot parse the answer {row[self.answer_column]!r}")
         predicted = parse(completion, parsing_timeout=limit)
         return 1.0 if verify(gold, predicted, timeout_seconds=limit or None) else 0.0
-
-    return reward
 
 
 def _no_timeout_notice(record: logging.LogRecord) -> bool:
@@ -211,6 +217,21 @@ class RewardFunction:
             timeout_s=spec.reward_timeout_seconds,
             on_error=spec.on_reward_error,
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for the rollout process (`spec.rollout.separateProcess`): the function and
+        its settings; statistics and the stop start afresh there, and faults go to that
+        process's registry, which reports them back."""
+        state = dict(self.__dict__)
+        for name in ("stats", "faults", "stopped"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.stats = RewardStats()
+        self.faults = USER_CODE_FAULTS
+        self.stopped = None
 
     # Scoring -------------------------------------------------------------------------------
 

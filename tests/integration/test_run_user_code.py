@@ -321,3 +321,32 @@ def test_a_run_the_breaker_stops_before_its_first_step_still_sums_up_its_failure
     assert "(environment_raised " in groups
     (dropped,) = [x for x in out if x.startswith("  prompt groups dropped: ")]
     assert "retries_exhausted" in dropped
+
+
+def test_the_dataset_is_read_once_by_the_warm_start_and_the_rollout_process(
+    job_dir: Path,
+) -> None:
+    # The pre-flight checks read the dataset; the warm start and the rollout process of its
+    # own (`separateProcess`) get that task, so each bad row is logged once.
+    manifest = _job(
+        job_dir,
+        "read-once",
+        {
+            "name": "dataset",
+            "dataset": {"path": "some_bad.jsonl", "promptColumn": "question",
+                        "answerColumn": "answer", "shuffle": True},
+        },
+        model={
+            "source": str(job_dir / "model"),
+            "dtype": "float32",
+            "warmStart": {"targetReward": 1.0, "maxSteps": 2, "batchSize": 4, "evalPrompts": 4},
+        },
+        rollout={"mode": "fully_async", "groupSize": 2, "batchSize": 2, "maxNewTokens": 3,
+                 "separateProcess": True},
+    )  # fmt: skip
+    done = _run(job_dir, manifest)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rollout in process " in done.stdout
+    assert "warm start (trained)" in done.stdout
+    skipped = [x for x in done.stderr.splitlines() if "skipping " in x]
+    assert len(skipped) == 3, done.stderr  # its three bad rows, each once

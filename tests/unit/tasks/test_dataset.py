@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
+import random
 from pathlib import Path
 from typing import Any
 
@@ -296,3 +298,37 @@ def test_shuffle_is_one_fixed_order_per_seed(tmp_path: Path) -> None:
     assert order != [r["question"] for r in rows]
     assert [again.prompt(i).text for i in range(40)] == order + order
     assert [other.prompt(i).text for i in range(20)] != order
+
+
+def test_a_built_task_travels_to_another_process_without_reading_its_file_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The rollout process (`spec.rollout.separateProcess`) gets the parent's task pickled.
+    path = _jsonl(tmp_path / "d.jsonl", [*ROWS, {"answer": "1"}])
+    task = _task(_qa(path))
+    path.unlink()  # nothing may read it again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dressage.tasks.dataset"):
+        again = pickle.loads(pickle.dumps(task))
+    assert not caplog.records  # its bad row is not logged a second time
+    assert [again.prompt(i).text for i in range(5)] == [task.prompt(i).text for i in range(5)]
+    assert again.bad_row_counts() == {MISSING_COLUMN: 1}
+    assert again.reward(again.prompt(1), "2") == 1.0
+    assert again.reward_stats.snapshot()["samples"] == 1  # its own statistics
+
+
+def test_another_order_of_a_built_task_reuses_its_rows(tmp_path: Path) -> None:
+    # The warm start draws its demonstrations from another order than it evaluates on.
+    rows = [{"question": f"{i}+1=", "answer": str(i + 1)} for i in range(20)]
+    path = _jsonl(tmp_path / "d.jsonl", rows)
+    plain = _task(_qa(path))
+    shuffled = _task(_qa(path, shuffle=True), seed=3)
+    path.unlink()
+    assert plain.with_seed(1003) is plain  # without shuffle the order is the file's
+    other = shuffled.with_seed(1003)
+    assert other.seed == 1003
+    assert sorted(other.positions) == sorted(shuffled.positions)
+    assert other.positions != shuffled.positions
+    rebuilt_order = list(range(20))
+    random.Random("dataset:1003").shuffle(rebuilt_order)
+    assert other.positions == rebuilt_order  # as a task built with that seed orders them
