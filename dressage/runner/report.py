@@ -8,7 +8,8 @@ every step) and PNG plots. The summary totals every counted figure of the step d
 (`dressage.api.figures`) under its record key.
 
 `run_summary` is what `dressage run` prints at the end: the failures of the whole run by reason
-(failed attempts, failed groups, dropped groups, samples trained without a real reward), the
+(failed attempts, failed groups, groups dropped other than at shutdown, samples trained
+without a real reward), the
 dataset's skipped rows, and how many of each warning stream were counted but not logged.
 `no_real_reward` says whether the run trained samples and not one of them got a real reward
 (every reward call failed), which `dressage run` treats as a failed run.
@@ -24,6 +25,7 @@ from statistics import fmean
 from typing import Any
 
 from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, totals
+from dressage.rollout.collector import SHUTDOWN
 
 _FAILED_ATTEMPTS = figure("failed_attempts").key
 _FAILED_GROUPS = figure("failed_groups").key
@@ -166,6 +168,7 @@ def run_summary(
         (_DROPPED_GROUPS, "prompt groups dropped"),
     ):
         counts = dict(summary.get(key, {}))
+        counts.pop(SHUTDOWN, None)  # in flight when the run ended: not a failure
         if any(int(n) for n in counts.values()):
             total = sum(int(n) for n in counts.values())
             lines.append(f"{what}: {total} ({_by_reason(counts)})")
