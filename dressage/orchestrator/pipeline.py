@@ -48,6 +48,7 @@ from dressage.rollout.collector import Collector
 from dressage.tasks import Environment, Task, get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.tasks.dataset import DatasetTask, bad_row_counts
+from dressage.tasks.faults import UserCodeFaults
 from dressage.trainer.session import TrainerSession
 
 
@@ -111,6 +112,7 @@ async def run_pipeline(
     rollout_cpus: Sequence[int] | None = None,
     task: Task | Environment | None = None,
     unrecorded: Callable[[StepFigures], None] = lambda figures: None,
+    faults: UserCodeFaults | None = None,
 ) -> None:
     """Train `session` until step `steps`; rank 0 needs `endpoints`.
 
@@ -119,7 +121,9 @@ async def run_pipeline(
     which a warm start changes). `rollout_cpus`: the cores of the rollout process when
     `spec.rollout.separateProcess` is on. `task`: the job's task when the caller built it
     already (its pre-flight checks did), else it is built here. `unrecorded`: called at close
-    with the rollout figures the collector counted beyond the steps' records."""
+    with the rollout figures the collector counted beyond the steps' records. `faults`: the
+    run's registry of user-code faults (the caller reads it for the report), handed to the
+    reward function, the agents and the rollout process; None: one of the pipeline's own."""
     spec = job.spec
     distributed = spec.inference.weight_sync == "distributed"
     if not session.env.is_main:
@@ -143,6 +147,7 @@ async def run_pipeline(
 
     if task is None:
         task = get_task(spec.task)
+    faults = UserCodeFaults() if faults is None else faults
     if metrics is not None:
         metrics.set_dataset_bad_rows(bad_row_counts(task))
 
@@ -177,12 +182,15 @@ async def run_pipeline(
                     proxy_token=endpoints.proxy_token,
                     cpus=rollout_cpus,
                     task=task if isinstance(task, DatasetTask) else None,
-                )
+                ),
+                faults=faults,
             )
             collector = remote
             log(f"rollout in process {remote.pid}")
         else:
-            collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
+            collector = make_collector(
+                spec, source=source, proxy=proxy, run_tag=job.metadata.name, faults=faults
+            )
         assert collector is not None
         collector.load_state_dict(session.state.collector)
         publisher: WeightPublisher

@@ -42,7 +42,7 @@ from typing import Any
 
 from dressage.data.groups import TrainBatch
 from dressage.rollout.stats import CollectorStats
-from dressage.tasks.faults import USER_CODE_FAULTS
+from dressage.tasks.faults import UserCodeFaults
 
 CLOSE_TIMEOUT_S = 30.0
 
@@ -72,8 +72,10 @@ class RolloutProcessFailed(RuntimeError):
 class RolloutProcessCollector:
     """The `Collector` protocol, served by the job's collector in a child process."""
 
-    def __init__(self, recipe: RolloutRecipe) -> None:
+    def __init__(self, recipe: RolloutRecipe, faults: UserCodeFaults | None = None) -> None:
+        """`faults`: the run's registry, which takes in the child's user-code faults."""
         self.stats = CollectorStats()
+        self.faults = UserCodeFaults() if faults is None else faults
         self._position: dict[str, Any] = {}
         self._replies: asyncio.Queue[tuple[Any, ...] | None] | None = None
         self._closed = False
@@ -109,12 +111,12 @@ class RolloutProcessCollector:
         self._send(("next_batch",))
         reply = await self._receive()
         if reply[0] == "error":
-            USER_CODE_FAULTS.absorb(reply[2])
+            self.faults.absorb(reply[2])
             raise reply[1]
         if reply[0] != "batch":
             raise RolloutProcessFailed(f"rollout process answered {reply[0]!r} to next_batch")
         _, batch, position, stats, faults = reply
-        USER_CODE_FAULTS.absorb(faults)
+        self.faults.absorb(faults)
         self._position, self.stats = position, stats
         assert isinstance(batch, TrainBatch)
         return batch
@@ -142,7 +144,7 @@ class RolloutProcessCollector:
             reply = await self._receive()
             if reply[0] == "closed":
                 self.stats = reply[1]
-                USER_CODE_FAULTS.absorb(reply[2])
+                self.faults.absorb(reply[2])
                 return
 
     # --- the pipe --------------------------------------------------------------------------
@@ -213,7 +215,10 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
     task = recipe.task if recipe.task is not None else get_task(job.spec.task)
     proxy = ProxyRolloutClient(recipe.proxy_url, token=recipe.proxy_token)
     source = TaskPrompts(task, PromptCodec.from_pretrained(Path(recipe.model_dir)))
-    collector = make_collector(job.spec, source=source, proxy=proxy, run_tag=job.metadata.name)
+    faults = UserCodeFaults()  # this process's; its entries go to the parent's registry
+    collector = make_collector(
+        job.spec, source=source, proxy=proxy, run_tag=job.metadata.name, faults=faults
+    )
     commands: asyncio.Queue[tuple[Any, ...] | None] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     reader = loop.run_in_executor(None, _read_commands, conn, loop, commands)
@@ -232,7 +237,7 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
                 # Served in the background so that a publish arriving meanwhile reaches the
                 # collector at once.
                 batch_task = asyncio.create_task(collector.next_batch())
-                batch_task.add_done_callback(lambda t: _reply_batch(conn, t, collector))
+                batch_task.add_done_callback(lambda t: _reply_batch(conn, t, collector, faults))
     finally:
         if batch_task is not None and not batch_task.done():
             batch_task.cancel()
@@ -241,7 +246,7 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
         await collector.aclose()
         await proxy.aclose()
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("closed", collector.stats.snapshot(), USER_CODE_FAULTS.entries()))
+            conn.send(("closed", collector.stats.snapshot(), faults.entries()))
         conn.close()
         with contextlib.suppress(BaseException):
             await reader
@@ -262,12 +267,14 @@ def _read_commands(
             return
 
 
-def _reply_batch(conn: Connection, task: asyncio.Task[TrainBatch], collector: Any) -> None:
+def _reply_batch(
+    conn: Connection, task: asyncio.Task[TrainBatch], collector: Any, faults: UserCodeFaults
+) -> None:
     if task.cancelled():
         return
     error = task.exception()
     if error is not None:
-        conn.send(("error", _picklable(error), USER_CODE_FAULTS.entries()))
+        conn.send(("error", _picklable(error), faults.entries()))
         return
     conn.send(
         (
@@ -275,7 +282,7 @@ def _reply_batch(conn: Connection, task: asyncio.Task[TrainBatch], collector: An
             task.result(),
             collector.state_dict(),
             collector.stats.snapshot(),
-            USER_CODE_FAULTS.entries(),
+            faults.entries(),
         )
     )
 

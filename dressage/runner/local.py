@@ -50,7 +50,7 @@ from dressage.runner.report import (
 from dressage.tasks import get_task
 from dressage.tasks.base import Environment, Task
 from dressage.tasks.dataset import LOGGED_BAD_ROWS, DatasetTask, bad_row_counts
-from dressage.tasks.faults import USER_CODE_FAULTS, merge_reports
+from dressage.tasks.faults import UserCodeFaults, merge_reports
 from dressage.trainer import grpo
 from dressage.trainer.checkpoint import RunDir
 from dressage.trainer.session import TrainerSession
@@ -97,6 +97,8 @@ class LocalRun:
         self.metrics = RunMetrics(job.metadata.name)
         self.history = History(self.root)
         self.rewards: list[float] = []
+        self.faults = UserCodeFaults()
+        """The run's user-code faults: recorded during rollout, listed in the report."""
         self.unrecorded: StepFigures | None = None
         """What the collector counted beyond the steps' records, once it closed."""
 
@@ -163,6 +165,7 @@ class LocalRun:
             rollout_cpus=rollout_process_cpus(spec),
             task=self.task,
             unrecorded=self._set_unrecorded,
+            faults=self.faults,
         )
         if no_real_reward(summarize(self.history.read())):
             raise NoRealReward(
@@ -254,7 +257,7 @@ class LocalRun:
         if self.options.device.startswith("cuda") and torch.cuda.is_available():
             peak = torch.cuda.max_memory_allocated(torch.device(self.options.device))
             self.out(f"trainer peak GPU memory: {peak / 2**30:.2f} GiB")
-        faults = USER_CODE_FAULTS.entries()
+        faults = self.faults.entries()
         calls = sum(f.count for f in faults)
         if faults:
             errors = f"{len(faults)} distinct error{'s' if len(faults) != 1 else ''}"

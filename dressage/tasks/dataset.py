@@ -31,6 +31,7 @@ from typing import Any, Final
 from dressage.api.job import DatasetSpec, TaskSpec
 from dressage.api.loader import ConfigurationError
 from dressage.tasks.base import Prompt, Scored
+from dressage.tasks.faults import UserCodeFaults
 from dressage.tasks.rewards import RewardFunction, RewardStats
 from dressage.tasks.usercode import resolve_path
 
@@ -413,6 +414,13 @@ def _by_reason(rows: Sequence[BadRow]) -> dict[str, int]:
     for bad in rows:
         counts[bad.kind] = counts.get(bad.kind, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def use_faults(task: object, faults: UserCodeFaults) -> None:
+    """Have a dataset task's reward function record its failures in `faults`, the run's
+    registry (other tasks run no user code that records faults)."""
+    if isinstance(task, DatasetTask):
+        task.reward_function.faults = faults
 
 
 def bad_row_counts(task: object) -> dict[str, int]:

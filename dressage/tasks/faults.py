@@ -8,7 +8,9 @@ standard library or an installed package), so a `KeyError` raised by a helper of
 points at that helper's line. A blackbox program's fault is read from the Python traceback on
 its standard error.
 
-Faults are collected in a `UserCodeFaults` registry, one per process (`USER_CODE_FAULTS`): the
+Faults are collected in a `UserCodeFaults` registry, one per run: the entry point creates it
+and the pipeline hands it to what records faults (the reward function, the agents, the rollout
+process, which keeps one of its own and sends its entries back) and to the report. The
 first occurrence of each distinct error (same code, exception type and raising line) is logged
 with its frame, later ones are only counted, and the registry's entries are what `report.json`
 lists under `user_code_errors`. A failure that fails its prompt group is raised as
@@ -360,10 +362,6 @@ class UserCodeFaults:
     def report(self) -> list[dict[str, Any]]:
         """The entries as `report.json` lists them (`user_code_errors`)."""
         return [entry.to_dict() for entry in self.entries()]
-
-
-USER_CODE_FAULTS = UserCodeFaults()
-"""This process's faults: recorded where user code is called, read by whoever reports them."""
 
 
 def describe(fault: UserCodeFault, *, then: str | None = None) -> str:

@@ -47,7 +47,6 @@ from dressage.api.loader import ConfigurationError
 from dressage.tasks.base import Scored
 from dressage.tasks.faults import (
     REWARD_FIELD,
-    USER_CODE_FAULTS,
     UserCodeFailed,
     UserCodeFault,
     UserCodeFaults,
@@ -176,7 +175,8 @@ class RewardFunction:
         on_error: str = "zero",
         faults: UserCodeFaults | None = None,
     ) -> None:
-        """`faults`: where failures are recorded (default: this process's registry)."""
+        """`faults`: where failures are recorded (default: a registry of its own); a run sets
+        its registry (`faults`) before rollout starts."""
         if on_error not in ("zero", "stop"):
             raise ValueError(f"spec.task.onRewardError must be zero or stop, got {on_error!r}")
         self.fn = fn
@@ -186,7 +186,7 @@ class RewardFunction:
         self.timeout_s = timeout_s
         self.on_error = on_error
         self.stats = RewardStats()
-        self.faults = USER_CODE_FAULTS if faults is None else faults
+        self.faults = UserCodeFaults() if faults is None else faults
         self.stopped: RewardError | None = None
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             type(fn).__call__
@@ -220,8 +220,8 @@ class RewardFunction:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled for the rollout process (`spec.rollout.separateProcess`): the function and
-        its settings; statistics and the stop start afresh there, and faults go to that
-        process's registry, which reports them back."""
+        its settings; statistics, the stop and the fault registry start afresh there (that
+        process hands the function its own registry and reports its entries back)."""
         state = dict(self.__dict__)
         for name in ("stats", "faults", "stopped"):
             state.pop(name)
@@ -230,7 +230,7 @@ class RewardFunction:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.stats = RewardStats()
-        self.faults = USER_CODE_FAULTS
+        self.faults = UserCodeFaults()
         self.stopped = None
 
     # Scoring -------------------------------------------------------------------------------

@@ -47,6 +47,14 @@ def wrong_column(completion, row):
     return float(completion == row["solution"])
 
 
+class Game:
+    name = "game"
+    max_turns = 2
+
+    def __init__(self, spec):
+        self.size = spec.params["size"]
+
+
 CALLS = []
 
 
@@ -81,14 +89,6 @@ class Broken:
 
     def episode(self, index):
         return _Episode()
-
-
-class Game:
-    name = "game"
-    max_turns = 2
-
-    def __init__(self, spec):
-        self.size = spec.params["size"]
 """
 ROWS = [{"question": f"{a}+1=", "answer": str(a + 1)} for a in range(4)]
 

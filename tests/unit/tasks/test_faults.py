@@ -20,7 +20,6 @@ import dressage
 from dressage.tasks.faults import (
     AGENT_FIELD,
     REWARD_FIELD,
-    USER_CODE_FAULTS,
     FaultTally,
     UserCodeFailed,
     UserCodeFault,
@@ -263,7 +262,3 @@ def test_failures_keep_their_fault_across_processes() -> None:
             failed.stop,
             "reward_raised",
         )
-
-
-def test_the_process_registry_is_a_registry() -> None:
-    assert isinstance(USER_CODE_FAULTS, UserCodeFaults)
