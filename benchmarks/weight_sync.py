@@ -1,23 +1,31 @@
-"""Weight publish latency: a checkpoint on disk against a broadcast over a process group.
+"""Weight publish latency: a checkpoint on disk against a broadcast over a process group, and
+on the broadcast path one broadcast per tensor against one flattened broadcast per bucket.
 
 For each model size (random-initialised Llama shapes of about 10M, 100M and 300M parameters,
 from a `transformers.LlamaConfig`, weights in bfloat16 as a trainer would serve them), one
-embedded engine process on loopback gets the same new weights published both ways, in turn:
+embedded engine process on loopback, playing SGLang 0.5.23 (the newest tested release, which has
+weight-update sessions and flattened buckets), gets the same new weights published three ways
+in each round, in turn:
 
-- disk: pause (`in_place`) -> `POST /update_weights_from_disk` -> continue, after writing the
-  checkpoint (`model.safetensors`, then fsync: shared storage must hold it before engines read
-  it); reported as the write, the fsync, the pause-to-continue time, and their sum.
-- distributed: pause -> `DistributedWeightSender.send` (gloo, 64 MiB buckets, one
-  `/update_weights_from_distributed` per bucket) -> continue; the group is formed once per
-  engine beforehand (reported separately: it is paid once per run, not per publish).
+- disk: pause (`in_place`) -> `POST /update_weights_from_disk` (then `/flush_cache`) ->
+  continue, after writing the checkpoint (`model.safetensors`, then fsync: shared storage must
+  hold it before engines read it); reported as the write, the fsync, the pause-to-continue
+  time, and their sum.
+- distributed, per tensor: pause -> `DistributedWeightSender.send(flattened=False)` (gloo,
+  64 MiB buckets, inside `/begin_weight_update` ... `/end_weight_update`, one
+  `/update_weights_from_distributed` per bucket beside one broadcast per tensor) -> continue.
+- distributed, flattened: the same with `load_format: flattened_bucket`, one uint8 broadcast
+  per bucket (`dressage.engine.flat_bucket`, SGLang's `FlattenedTensorBucket` layout).
 
-Each publish is checked: the engine reports the new version, and after the distributed
-publish its greedy logprobs on a prompt equal those after the disk publish of the same weights.
-The checkpoint is re-read from the page cache (the file was just written), the most favourable
-case for disk; shared network storage is slower. Prints a table and writes
-`benchmarks/results/weight_sync.json`.
+The group is formed once per engine beforehand (reported separately: it is paid once per run,
+not per publish). Each publish is checked: the engine reports the new version, and after each
+distributed publish its greedy logprobs on a prompt equal those after the disk publish of the
+same weights. The checkpoint is re-read from the page cache (the file was just written), the
+most favourable case for disk; shared network storage is slower. Figures are medians over the
+rounds. Prints a table and writes `benchmarks/results/weight_sync.json`
+(`weight_sync_quick.json` with `--quick`: the 10M model, 2 rounds, a smoke test).
 
-    python benchmarks/weight_sync.py [--sizes 10M,100M,300M] [--repeats 2]
+    python benchmarks/weight_sync.py [--sizes 10M,100M,300M] [--repeats 3] [--quick]
 """
 
 from __future__ import annotations
@@ -75,6 +83,8 @@ SIZES: dict[str, dict[str, Any]] = {
     },
 }
 BUCKET_BYTES = 64 * 1024 * 1024
+RELEASE = "0.5.23"
+"""The release the engine plays: the first tested one with flattened buckets."""
 PROMPT = [5, 11, 17, 23, 2, 6]
 
 
@@ -134,8 +144,9 @@ async def measure(
     write_s: list[float] = []
     fsync_s: list[float] = []
     disk_s: list[float] = []
-    dist_s: list[float] = []
-    buckets = 0
+    per_tensor_s: list[float] = []
+    flat_s: list[float] = []
+    buckets = tensors = 0
     async with EngineClient(base_url) as client:
         sender = DistributedWeightSender(
             [client], master_address="127.0.0.1", backend="gloo", bucket_bytes=BUCKET_BYTES
@@ -156,38 +167,47 @@ async def measure(
             assert await client.get_weight_version() == f"disk-{r}"
             after_disk = await logprobs(client)
 
-            # Other weights in between, so the broadcast has to change something.
-            other = weights[(r + 1) % len(weights)]
-            await sender.send(iter(other.items()), f"other-{r}")
-            assert await logprobs(client) != after_disk
+            for flattened, times in ((False, per_tensor_s), (True, flat_s)):
+                # Other weights in between, so the broadcast has to change something.
+                other = weights[(r + 1) % len(weights)]
+                await sender.send(iter(other.items()), f"other-{r}-{flattened}")
+                assert await logprobs(client) != after_disk
 
-            start = time.perf_counter()
-            await client.pause_generation("in_place")
-            report = await sender.send(iter(state.items()), f"dist-{r}")
-            await client.continue_generation()
-            dist_s.append(time.perf_counter() - start)
-            buckets = report.buckets
-            assert await client.get_weight_version() == f"dist-{r}"
-            assert await logprobs(client) == after_disk, "distributed publish differs from disk"
+                label = f"dist-{r}-{'flat' if flattened else 'tensor'}"
+                start = time.perf_counter()
+                await client.pause_generation("in_place")
+                report = await sender.send(iter(state.items()), label, flattened=flattened)
+                await client.continue_generation()
+                times.append(time.perf_counter() - start)
+                assert report.flattened is flattened
+                buckets, tensors = report.buckets, report.tensors
+                assert await client.get_weight_version() == label
+                assert await logprobs(client) == after_disk, "distributed publish differs"
         await sender.destroy_group()
         await sender.aclose()
-    write, sync, disk, dist = (statistics.median(v) for v in (write_s, fsync_s, disk_s, dist_s))
+    write, sync, disk, per_tensor, flat = (
+        statistics.median(v) for v in (write_s, fsync_s, disk_s, per_tensor_s, flat_s)
+    )
     total = write + sync + disk
     return {
         "group_init_s": round(init_s, 3),
         "buckets": buckets,
+        "tensors": tensors,
         "disk_write_s": round(write, 3),
         "disk_fsync_s": round(sync, 3),
         "disk_pause_to_continue_s": round(disk, 3),
         "disk_total_s": round(total, 3),
-        "distributed_pause_to_continue_s": round(dist, 3),
-        "speedup_vs_disk_total": round(total / dist, 2),
-        "speedup_vs_disk_pause_to_continue": round(disk / dist, 2),
+        "distributed_per_tensor_s": round(per_tensor, 3),
+        "distributed_flattened_s": round(flat, 3),
+        "flattened_speedup_vs_per_tensor": round(per_tensor / flat, 2),
+        "speedup_vs_disk_total": round(total / flat, 2),
+        "speedup_vs_disk_pause_to_continue": round(disk / flat, 2),
         "runs": {
             "disk_write_s": write_s,
             "disk_fsync_s": fsync_s,
             "disk_pause_to_continue_s": disk_s,
-            "distributed_pause_to_continue_s": dist_s,
+            "distributed_per_tensor_s": per_tensor_s,
+            "distributed_flattened_s": flat_s,
         },
     }
 
@@ -195,11 +215,16 @@ async def measure(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(SIZES))
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (medians over them)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the engine")
-    default_out = ROOT / "benchmarks" / "results" / "weight_sync.json"
-    parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--quick", action="store_true", help="smoke test: the 10M model, 2 rounds")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.repeats = "10M", 2
+    if args.out is None:
+        name = "weight_sync_quick.json" if args.quick else "weight_sync.json"
+        args.out = ROOT / "benchmarks" / "results" / name
     torch.set_num_threads(args.threads)
 
     rows = []
@@ -215,6 +240,7 @@ def main() -> int:
                 model=str(checkpoint),
                 max_batch_size=1,
                 threads=args.threads,
+                sglang_release=RELEASE,
                 extra_args=["--context-length", "64"],
                 startup_timeout_s=600,
             ) as engine:
@@ -222,12 +248,14 @@ def main() -> int:
             rows.append({"size": size, "parameters": params, **figures})
             del weights
             print(
-                f"{size:>5} {params / 1e6:7.1f}M params: disk write {figures['disk_write_s']:.2f}s"
+                f"{size:>5} {params / 1e6:7.1f}M params, {figures['tensors']} tensors in "
+                f"{figures['buckets']} buckets: disk write {figures['disk_write_s']:.2f}s"
                 f" + fsync {figures['disk_fsync_s']:.2f}s"
-                f" + pause-to-continue {figures['disk_pause_to_continue_s']:.2f}s, distributed "
-                f"{figures['distributed_pause_to_continue_s']:.2f}s "
-                f"({figures['speedup_vs_disk_total']:.1f}x vs disk total, "
-                f"{figures['speedup_vs_disk_pause_to_continue']:.1f}x vs disk pause-to-continue)",
+                f" + pause-to-continue {figures['disk_pause_to_continue_s']:.2f}s; distributed "
+                f"per tensor {figures['distributed_per_tensor_s']:.2f}s, flattened "
+                f"{figures['distributed_flattened_s']:.2f}s "
+                f"({figures['flattened_speedup_vs_per_tensor']:.2f}x; "
+                f"{figures['speedup_vs_disk_total']:.1f}x vs disk total)",
                 flush=True,
             )
     finally:
@@ -238,7 +266,9 @@ def main() -> int:
         "setup": {
             "engine": "embedded CPU engine, one process on loopback, float32 serving weights",
             "weights": "random Llama (transformers LlamaConfig), bfloat16 on the wire and on disk",
-            "distributed": f"gloo broadcast, {BUCKET_BYTES >> 20} MiB buckets",
+            "distributed": f"gloo broadcast, {BUCKET_BYTES >> 20} MiB buckets, per tensor "
+            "and flattened (one uint8 broadcast per bucket)",
+            "sglang_release": RELEASE,
             "disk": "safetensors written, fsynced, then re-read by the engine (page cache warm)",
             "repeats": args.repeats,
             "engine_threads": args.threads,

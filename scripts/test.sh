@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: set up, lint, type-check, test.
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
+# pytest runs the suite once without the contract tier, then the contract tier once per SGLang
+# release of the matrix (dressage.api.sglang.SGLANG_TESTED_RELEASES), each in a subprocess
+# with that release's environment (scripts/sglang-compat.sh). Every run goes ahead even when
+# an earlier one failed; the script fails when any of them did.
+# Extra arguments are pytest options for every run (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,5 +18,18 @@ echo "== mypy"
 mypy
 echo "== import contract (pyproject.toml [tool.importlinter])"
 lint-imports --no-cache
-echo "== pytest"
-python -m pytest "$@"
+
+failed=()
+echo "== pytest (all but the contract tier)"
+python -m pytest --ignore=tests/contract "$@" || failed+=("the suite")
+read -r -a releases <<< "$(python -c \
+  'from dressage.api.sglang import SGLANG_TESTED_RELEASES as r; print(*r)')"
+for release in "${releases[@]}"; do
+  bash scripts/sglang-compat.sh "$release" -- -q "$@" || failed+=("the contract tier on SGLang $release")
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  printf '== FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "== passed: the suite, and the contract tier on SGLang ${releases[*]}"

@@ -21,8 +21,11 @@ class ProxyJobSettings(TypedDict):
     max_partial_rollout_preempts: int | None
     max_concurrency: int
     model: str
-    reasoning_parser: str
-    tool_call_parser: str
+    reasoning_parser: NotRequired[str]
+    tool_call_parser: NotRequired[str]
+    """Each parser is present only when the job names one (not `auto`, the proxy's default):
+    a job that leaves both to the chat template keeps the settings, and so the proxy's restart
+    hash, it had before the fields existed."""
     record_routed_experts: NotRequired[bool]
     """Present, and true, only when `rollout.routingReplay` is not `off`: a job without routing
     replay keeps the settings (and the proxy's restart hash) it had before the field existed."""
@@ -41,9 +44,11 @@ def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
         "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
         "max_concurrency": spec.proxy.max_concurrency,
         "model": spec.model.tokenizer or spec.model.source,
-        "reasoning_parser": spec.rollout.reasoning_parser,
-        "tool_call_parser": spec.rollout.tool_call_parser,
     }
+    if spec.rollout.reasoning_parser != "auto":
+        settings["reasoning_parser"] = spec.rollout.reasoning_parser
+    if spec.rollout.tool_call_parser != "auto":
+        settings["tool_call_parser"] = spec.rollout.tool_call_parser
     if spec.rollout.routing_replay != "off":
         settings["record_routed_experts"] = True
     return settings

@@ -116,10 +116,11 @@ class InferenceSpec(ApiModel):
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
     """Pod overrides for the engine pods."""
     sglang_version: SGLangVersion = SGLANG_PINNED_VERSION
-    """The SGLang release the engine image runs (default: the release of the operator's SGLang
-    image). The operator builds the engine command line for it and passes only flags that
-    release has; set it when `image` names another SGLang release. Supported: 0.5.2 up to,
-    not including, 0.6.0."""
+    """The SGLang release the engine image runs (default: the newest tested release, the one
+    the operator's SGLang image runs). The operator builds the engine command line and probes
+    for it and passes only flags that release has; set it when `image` names another SGLang
+    release. Tested: 0.5.2 to 0.5.23. An older release is refused; a newer one is accepted
+    as untested (condition SGLangReleaseUntested and a Warning Event)."""
     weight_update_timeout_seconds: float = Field(default=900.0, gt=0)
     """How long one engine may take to load a published checkpoint
     (`/update_weights_from_disk`): every tensor-parallel rank reads it from storage while

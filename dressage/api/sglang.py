@@ -1,11 +1,15 @@
 """The SGLang releases a job may name (`spec.inference.sglangVersion`), torch- and I/O-free.
 
-`SGLANG_PINNED_VERSION` is the release the engine image runs (`images/sglang/Dockerfile`);
-`SGLANG_MIN_VERSION` the oldest release Dressage talks to; `SGLANG_NEXT_UNSUPPORTED` the first
-release beyond the supported range (the next minor series, whose server flags and request
-fields Dressage has not been checked against). The job model and the operator read these
-here, below every other layer; `dressage.engine.sglang_support` re-exports them with the
-per-feature table.
+The supported range is the tested range. `SGLANG_TESTED_RELEASES` is the release matrix: the
+contract tier (`tests/contract/`) runs once against each of them (`scripts/test.sh`), and
+moving the matrix is `bash scripts/sglang-compat.sh VERSION` plus the fixes it shows. A job
+may name any release from the oldest tested to the newest tested; an older one is refused, and
+a newer one is accepted as untested: the operator marks the job `SGLangReleaseUntested` and
+posts a Warning Event, `dressage run` prints one warning. The newest tested release is the
+default and the release of the engine image (`images/sglang/Dockerfile`).
+
+The job model and the operator read these here, below every other layer;
+`dressage.engine.sglang_support` re-exports them with the per-feature table.
 """
 
 from __future__ import annotations
@@ -13,21 +17,31 @@ from __future__ import annotations
 import re
 
 SGLANG_TESTED_RELEASES: tuple[str, ...] = ("0.5.2", "0.5.23")
-"""The releases the contract tier (`tests/contract/`) runs against, oldest first: the oldest
-release Dressage supports and the newest on the package index when the matrix last moved."""
+"""The releases the contract tier runs against, oldest first: the oldest release Dressage
+supports and the newest on the package index when the matrix last moved. Each has its
+environment list in `tests/contract/releases/<release>.txt`."""
 SGLANG_OLDEST_TESTED = SGLANG_TESTED_RELEASES[0]
 SGLANG_NEWEST_TESTED = SGLANG_TESTED_RELEASES[-1]
+SGLANG_TESTED_RANGE = f"{SGLANG_OLDEST_TESTED} to {SGLANG_NEWEST_TESTED}"
+"""The tested range in words (`0.5.2 to 0.5.23`), as messages name it."""
 
-SGLANG_PINNED_VERSION = "0.5.2"
-"""The release in the engine image and in the contract tests' environment."""
-SGLANG_MIN_VERSION = "0.5.2"
-"""The oldest release the client supports."""
-SGLANG_NEXT_UNSUPPORTED = "0.6.0"
-"""The first release past the supported range (`SGLANG_MIN_VERSION` <= v < this)."""
+SGLANG_DEFAULT_VERSION = SGLANG_NEWEST_TESTED
+"""`spec.inference.sglangVersion`'s default: the release of the engine image and of the
+chart's default engine image tag."""
+SGLANG_PINNED_VERSION = SGLANG_DEFAULT_VERSION
+"""The release in the engine image (the same as `SGLANG_DEFAULT_VERSION`)."""
+SGLANG_MIN_VERSION = SGLANG_OLDEST_TESTED
+"""The oldest release Dressage supports."""
+
 DETERMINISTIC_INFERENCE_SINCE = "0.5.3"
 """The first release whose server has `--enable-deterministic-inference`, the mode in which
 its sampler draws from `sampling_params.sampling_seed` (`server_args.py`, `layers/sampler.py`);
 0.5.2's parser refuses the flag."""
+MODEL_INFO_ROUTE_SINCE = "0.5.6"
+"""The first release that serves `GET /model_info`; from the same release on,
+`GET /get_model_info`, `/get_server_info` and `/get_weight_version` are deprecated aliases
+that log a warning on every call (`entrypoints/http_server.py`, read in the 0.5.5 and 0.5.6
+wheels; `/get_weight_version` is gone by 0.5.23)."""
 
 ROUTED_EXPERTS_SINCE = "0.5.7"
 """The first release whose `/generate` takes `return_routed_experts` and answers
@@ -46,19 +60,19 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
+def at_least(version: str, since: str) -> bool:
+    """Whether release `version` is `since` or later."""
+    return parse_version(version) >= parse_version(since)
+
+
 def check_release_in_range(version: str) -> None:
-    """ValueError when `version` is not a release in the supported range (what a job may
-    name; the engine client itself refuses only releases older than the minimum)."""
-    parsed = parse_version(version)
-    if parsed < parse_version(SGLANG_MIN_VERSION):
+    """ValueError when `version` is not a release a job may name: not a version, or older than
+    the oldest tested release. Releases newer than the newest tested are accepted
+    (`is_untested_newer` says so)."""
+    if parse_version(version) < parse_version(SGLANG_OLDEST_TESTED):
         raise ValueError(
-            f"SGLang {version} is older than {SGLANG_MIN_VERSION}, the oldest release "
-            "Dressage supports"
-        )
-    if parsed >= parse_version(SGLANG_NEXT_UNSUPPORTED):
-        raise ValueError(
-            f"SGLang {version} is past the supported range ({SGLANG_MIN_VERSION} up to, not "
-            f"including, {SGLANG_NEXT_UNSUPPORTED})"
+            f"SGLang {version} is older than the tested releases ({SGLANG_TESTED_RANGE}); "
+            f"name {SGLANG_OLDEST_TESTED} or later"
         )
 
 
@@ -67,6 +81,24 @@ def has_routed_experts(version: str) -> bool:
     return parse_version(version) >= parse_version(ROUTED_EXPERTS_SINCE)
 
 
+def is_untested_newer(version: str) -> bool:
+    """Whether `version` is newer than the newest tested release (accepted, untested)."""
+    return parse_version(version) > parse_version(SGLANG_NEWEST_TESTED)
+
+
+def untested_release_message(version: str) -> str | None:
+    """The warning for a job naming `version`, or None when the release is in the tested
+    range."""
+    if not is_untested_newer(version):
+        return None
+    return (
+        f"SGLang {version} is newer than the tested releases ({SGLANG_TESTED_RANGE}): the engine "
+        "command line, probes and request shapes are those of "
+        f"{SGLANG_NEWEST_TESTED}; check the release with `bash scripts/sglang-compat.sh "
+        f"{version}` before relying on it"
+    )
+
+
 def has_deterministic_inference(version: str) -> bool:
     """Whether SGLang release `version` has `--enable-deterministic-inference`."""
-    return parse_version(version) >= parse_version(DETERMINISTIC_INFERENCE_SINCE)
+    return at_least(version, DETERMINISTIC_INFERENCE_SINCE)

@@ -47,6 +47,9 @@ class ConditionType(StrEnum):
     """False while the API server refuses a child (pod, Service, ...); the message says which
     and quotes the server."""
     SUSPENDED = "Suspended"
+    SGLANG_RELEASE_UNTESTED = "SGLangReleaseUntested"
+    """True when `spec.inference.sglangVersion` is newer than the newest tested SGLang release;
+    the message names the tested range."""
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 

@@ -9,6 +9,10 @@ loaded; `/health` answers 503 in between. With `--start-unloaded` the engine wai
 the default is `cpu`. Sampling runs on the CPU either way, so a seeded request draws the same
 tokens from the same logits on both.
 
+`--sglang-release R` picks the SGLang release whose HTTP API the engine serves (its routes,
+weight-update protocol, validation answers and answer shapes, `dressage.engine.releases`); the
+default is the newest tested release, as a cluster installing SGLang today runs.
+
 `--min-step-interval-ms N` emulates a slower accelerator: two decode steps never start less
 than N ms apart, so each request gains at most one token per N ms. It bounds generation speed
 from above regardless of machine load, which makes tests and demos that act on a generation
@@ -26,6 +30,8 @@ import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
+
+from dressage.engine.releases import DEFAULT_RELEASE, PROFILES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--device",
         default="cpu",
         help="torch device of the weights and forward passes: cpu (default), cuda or cuda:N",
+    )
+    serve.add_argument(
+        "--sglang-release",
+        default=DEFAULT_RELEASE,
+        choices=sorted(PROFILES),
+        help="the SGLang release whose HTTP API to serve: its routes, weight-update protocol, "
+        f"validation and answer shapes (default {DEFAULT_RELEASE}, the newest tested)",
     )
     serve.add_argument("--log-level", default="warning")
 
@@ -114,6 +127,7 @@ def serve(args: argparse.Namespace) -> int:
                 min_step_interval_ms=args.min_step_interval_ms,
                 max_queued_requests=args.max_queued_requests,
                 device=args.device,
+                sglang_release=args.sglang_release,
             )
         )
     except (ValueError, OSError) as exc:

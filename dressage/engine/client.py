@@ -24,12 +24,23 @@ error, and a POST is never retried.
 
 SGLang releases. Features that arrived after `sglang_support.SGLANG_MIN_VERSION` are sent only
 to an engine whose release has them: the release comes from `sglang_version=` or, the first
-time a call needs it, from `GET /get_server_info` (`version`). A call that needs a missing
-feature raises `EngineVersionError` before sending anything, and `require(...)` checks a job's
-needs once at startup. Fields whose value is the default of every release are left out, so the
-same call works on old and new releases: `update_weights_from_disk` sends `flush_cache` only
-when it is False (every release flushes by default; before 0.5.6 always), and `pause_generation`
-sends `{}` for `abort` (the only behaviour before 0.5.6, the default since).
+time a call needs it, from the server-info route (`version`). A call that needs a missing
+feature raises `EngineVersionError` before sending anything (a `sampling_params` key the
+release lacks names the key), and `require(...)` checks a job's needs once at startup. Fields
+whose value is the default of every release are left out, so the same call works on old and
+new releases: `pause_generation` sends `{}` for `abort` (the only behaviour before 0.5.6, the
+default since). Routes that moved (the weight version, model and server info) are found by
+asking, newest name first, and remembered (`sglang_support.WEIGHT_VERSION_ROUTES`, ...), so no
+deprecated alias is called.
+
+Weight updates and the cache flush. From 0.5.6 a weight update may run while requests are
+held by an `in_place` pause, and 0.5.23 then refuses its cache flush (HTTP 400, the version
+label kept although the weights changed). So on those releases `update_weights_from_disk`
+loads with `flush_cache: false` (the label moves with the weights) and then flushes the cache
+separately (`flush_cache`), which succeeds once nothing runs and is only logged when held
+requests keep it from running; before 0.5.6 every update waits for in-flight requests, and
+its own flush cannot fail. Distributed updates open a weight-update session where the release
+has them (`begin_weight_update` ... `end_weight_update`), found by asking.
 
 An injected `httpx.AsyncClient` (the proxy shares one across engines) is used as is and never
 closed by this class; otherwise the client owns one and `aclose()` closes it.
@@ -39,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
@@ -55,6 +67,7 @@ from dressage.engine.errors import (
 from dressage.engine.protocol import (
     DEFAULT_WEIGHTS_GROUP,
     AbortRequest,
+    BeginWeightUpdateRequest,
     DestroyWeightsUpdateGroupRequest,
     GenerateRequest,
     GenerateResponse,
@@ -69,15 +82,22 @@ from dressage.engine.protocol import (
 )
 from dressage.engine.sglang_support import (
     DESTROY_WEIGHTS_UPDATE_GROUP,
+    FLATTENED_BUCKET,
+    LATER_SAMPLING_PARAM_KEYS,
+    MODEL_INFO_ROUTES,
     PAUSE_MODES,
     ROUTED_EXPERTS,
     ROUTED_EXPERTS_START_LEN,
-    SAMPLING_SEED,
+    SERVER_INFO_ROUTES,
     UPDATE_FLUSH_CACHE,
+    WEIGHT_VERSION_ROUTES,
     Feature,
     check_supported_release,
     missing,
+    supports,
 )
+
+log = logging.getLogger("dressage.engine")
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 DEFAULT_GENERATE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
@@ -117,6 +137,12 @@ class EngineClient:
             else httpx.Timeout(generate_timeout)
         )
         self._retries = max(0, retries)
+        self._routes: dict[tuple[str, ...], str] = {}
+        """Which of each group of moved routes this engine answers (found by asking)."""
+        self._absent: set[str] = set()
+        """Routes the engine answered 404 (its release has none of that name)."""
+        self._sessions: bool | None = None
+        """Whether the engine has weight-update sessions (None: not asked yet)."""
         self._owns_client = client is None
         self._client = (
             client
@@ -151,9 +177,14 @@ class EngineClient:
         return GenerateResponse.model_validate(self._json(response))
 
     async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[GenerateResponse]:
-        """`POST /generate` with `stream: true`: cumulative snapshots, the last one finished."""
+        """`POST /generate` with `stream: true`: cumulative snapshots, the last one finished.
+
+        Releases differ in what a chunk's `output_ids` holds (0.5.2: the tokens since the last
+        chunk; 0.5.23: all so far, like `text`, the logprobs and `completion_tokens` in both);
+        a chunk with fewer ids than its `completion_tokens` is taken as new ones and added."""
         body = await self._generate_body(req) | {"stream": True}
         url = self.base_url + "/generate"
+        output_ids: list[int] = []
         try:
             async with self._client.stream(
                 "POST", url, json=body, timeout=self._generate_timeout
@@ -170,19 +201,28 @@ class EngineClient:
                     data = json.loads(payload)
                     if isinstance(data, dict) and "error" in data:
                         raise EngineRequestError(error_message(payload), url=url)
-                    yield GenerateResponse.model_validate(data)
+                    chunk = GenerateResponse.model_validate(data)
+                    if len(chunk.output_ids) < chunk.meta_info.completion_tokens:
+                        output_ids += chunk.output_ids
+                        chunk.output_ids = list(output_ids)
+                    else:
+                        output_ids = list(chunk.output_ids)
+                    yield chunk
         except httpx.TransportError as exc:
             raise EngineUnavailable(f"{type(exc).__name__}: {exc}", url=url) from exc
 
     async def _generate_body(self, req: GenerateRequest) -> dict[str, Any]:
+        """The request's body for this engine's release. (A `null` that means the default is
+        never in it: `SamplingParams` reads such a null as the default, leaving it unset.)"""
         body = req.to_json()
-        params = body["sampling_params"]
-        if "sampling_seed" in params:
-            if params["sampling_seed"] is None:
-                # No seed is the default everywhere; 0.5.3 to 0.5.9 refuse an explicit null.
-                del params["sampling_seed"]
+        params: dict[str, Any] = body["sampling_params"]
+        for key in [k for k in params if k in LATER_SAMPLING_PARAM_KEYS]:
+            if params[key] is None:
+                # No value is the default everywhere (0.5.3 to 0.5.9 refuse an explicit null
+                # seed).
+                del params[key]
             else:
-                await self._require_for("sampling_params.sampling_seed", SAMPLING_SEED)
+                await self._require_for(f"sampling_params.{key}", LATER_SAMPLING_PARAM_KEYS[key])
         if body.get("return_routed_experts"):
             # An older release would ignore the field and answer without the routing.
             await self._require_for("return_routed_experts", ROUTED_EXPERTS)
@@ -201,9 +241,10 @@ class EngineClient:
         flush_cache: bool = True,
         timeout_s: float | None = None,
     ) -> UpdateWeightsResult:
-        """Load new weights from `model_path` and label them `weight_version`.
+        """Load new weights from `model_path`, label them `weight_version`, then flush the
+        cache (`flush_cache`; see the module docstring for the order).
 
-        `timeout_s` bounds the whole update (default: the client's control timeout); a large
+        `timeout_s` bounds the load (default: the client's control timeout); a large
         checkpoint read by every tensor-parallel rank can take minutes. Raises
         `EngineRequestError` when the engine reports `success: false`, and
         `EngineVersionError` for `flush_cache=False` on a release without it.
@@ -213,9 +254,13 @@ class EngineClient:
             weight_version=weight_version,
             abort_all_requests=abort_all_requests,
         )
+        separate_flush = False
         if not flush_cache:
             await self._require_for("flush_cache=False", UPDATE_FLUSH_CACHE)
             req.flush_cache = False
+        elif supports(await self.sglang_version(), UPDATE_FLUSH_CACHE):
+            req.flush_cache = False
+            separate_flush = True
         response = await self._send(
             "POST",
             "/update_weights_from_disk",
@@ -225,7 +270,27 @@ class EngineClient:
         result = UpdateWeightsResult.model_validate(self._json(response))
         if not result.success:
             raise EngineRequestError(result.message, url=self.base_url, status_code=200)
+        if separate_flush:
+            await self.flush_cache()
         return result
+
+    async def flush_cache(self, *, timeout_s: float | None = None) -> bool:
+        """`/flush_cache`: drop the prefix cache. False (and a log line) when requests still
+        run or wait (e.g. held by an `in_place` pause: they go on from the cache they have).
+        `timeout_s` (0.5.23's `?timeout=`) lets the engine wait that long for them."""
+        path = "/flush_cache"
+        if timeout_s is not None:
+            path += f"?timeout={timeout_s:g}"
+        try:
+            await self._send("POST", path, json_body={})
+        except EngineRequestError as exc:
+            log.info(
+                "engine %s kept its prefix cache (requests still run): %s",
+                self.base_url,
+                exc.message.strip(),
+            )
+            return False
+        return True
 
     async def init_weights_update_group(
         self,
@@ -264,14 +329,20 @@ class EngineClient:
         group_name: str = DEFAULT_WEIGHTS_GROUP,
         flush_cache: bool = True,
         abort_all_requests: bool = False,
+        flattened: bool = False,
         timeout_s: float | None = None,
     ) -> WeightsGroupResult:
         """Receive one bucket of tensors broadcast by rank 0 of `group_name` and load them.
 
         The engine answers once the bucket's broadcasts arrived and were loaded, so the sender
-        broadcasts while this request is outstanding. `weight_version` relabels the weights
-        after the load. `EngineRequestError` (naming the parameter) when the engine refuses.
+        broadcasts while this request is outstanding: one broadcast per tensor, or with
+        `flattened` one uint8 broadcast of the whole bucket (`load_format: flattened_bucket`,
+        `dressage.engine.flat_bucket`; `EngineVersionError` on a release without it).
+        `weight_version` relabels the weights after the load. `EngineRequestError` (naming the
+        parameter) when the engine refuses.
         """
+        if flattened:
+            await self._require_for("load_format flattened_bucket", FLATTENED_BUCKET)
         req = UpdateWeightsFromDistributedRequest(
             names=names,
             dtypes=dtypes,
@@ -280,10 +351,46 @@ class EngineClient:
             flush_cache=flush_cache,
             abort_all_requests=abort_all_requests,
             weight_version=weight_version,
+            load_format="flattened_bucket" if flattened else None,
         )
         return await self._group_call(
             "/update_weights_from_distributed", req.model_dump(exclude_defaults=True), timeout_s
         )
+
+    async def supports_flattened_buckets(self) -> bool:
+        """Whether the engine's release takes `load_format: flattened_bucket`."""
+        return supports(await self.sglang_version(), FLATTENED_BUCKET)
+
+    async def begin_weight_update(self, *, timeout_s: float | None = None) -> bool:
+        """Open a weight-update session (0.5.23 refuses a distributed update outside one);
+        False, and nothing to end, on a release without sessions (HTTP 404, remembered).
+
+        A session left open by a sender that died mid-publish is closed first (logged): the
+        release refuses a second `begin` until `end`."""
+        if self._sessions is False:
+            return False
+        body = BeginWeightUpdateRequest().model_dump(exclude_defaults=True)
+        try:
+            await self._group_call("/begin_weight_update", body, timeout_s)
+        except EngineRequestError as exc:
+            if exc.status_code == 404:
+                self._sessions = False
+                return False
+            if "already open" not in exc.message:
+                raise
+            log.warning(
+                "engine %s had a weight-update session open (a sender stopped inside one): "
+                "closing it first",
+                self.base_url,
+            )
+            await self.end_weight_update(timeout_s=timeout_s)
+            await self._group_call("/begin_weight_update", body, timeout_s)
+        self._sessions = True
+        return True
+
+    async def end_weight_update(self, *, timeout_s: float | None = None) -> None:
+        """Close the weight-update session `begin_weight_update` opened."""
+        await self._group_call("/end_weight_update", {}, timeout_s)
 
     async def destroy_weights_update_group(
         self, group_name: str = DEFAULT_WEIGHTS_GROUP, *, timeout_s: float | None = None
@@ -308,23 +415,44 @@ class EngineClient:
         return result
 
     async def get_weight_version(self) -> str | None:
-        data = self._json(await self._send("GET", "/get_weight_version"))
+        """The weight version the engine serves (0.5.23 `/model_info`, 0.5.2
+        `/get_weight_version`: no scheduler round trip, so also while paused)."""
+        data = self._json(await self._get_moved(WEIGHT_VERSION_ROUTES))
         version = data.get("weight_version") if isinstance(data, dict) else None
         return None if version is None else str(version)
 
     async def get_model_info(self) -> ModelInfo:
-        return ModelInfo.model_validate(self._json(await self._send("GET", "/get_model_info")))
+        return ModelInfo.model_validate(self._json(await self._get_moved(MODEL_INFO_ROUTES)))
+
+    async def _get_moved(self, routes: tuple[str, ...]) -> httpx.Response:
+        """GET the first of `routes` (newest first) the engine serves: the one that answered
+        before, else each in turn while they answer 404."""
+        known = self._routes.get(routes)
+        if known is not None:
+            return await self._send("GET", known)
+        candidates = [path for path in routes if path not in self._absent] or [routes[-1]]
+        for i, path in enumerate(candidates):
+            try:
+                response = await self._send("GET", path)
+            except EngineRequestError as exc:
+                if exc.status_code == 404 and i + 1 < len(candidates):
+                    self._absent.add(path)
+                    continue
+                raise
+            self._routes[routes] = path
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # --- SGLang release
 
     async def sglang_version(self) -> str:
-        """The engine's SGLang release (given at construction, else `/get_server_info`)."""
+        """The engine's SGLang release (given at construction, else its server-info route)."""
         if self._sglang_version is None:
-            data = self._json(await self._send("GET", "/get_server_info"))
+            data = self._json(await self._get_moved(SERVER_INFO_ROUTES))
             version = data.get("version") if isinstance(data, dict) else None
             if not isinstance(version, str):
                 raise EngineVersionError(
-                    "/get_server_info reports no SGLang release (`version`)", url=self.base_url
+                    "the server info reports no SGLang release (`version`)", url=self.base_url
                 )
             try:
                 check_supported_release(version)

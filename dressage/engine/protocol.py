@@ -3,41 +3,48 @@
 Matched against SGLang's `python/sglang/srt/managers/io_struct.py`,
 `python/sglang/srt/entrypoints/http_server.py`, `python/sglang/srt/sampling/sampling_params.py`
 and `python/sglang/srt/utils/weight_versions.py` (the `GenerateReqInput` /
-`UpdateWeightFromDiskReqInput` / `PauseGenerationReqInput` / `AbortReq` dataclasses and
+`UpdateWeightFromDiskReqInput` / `PauseGenerationReqInput` / `AbortReq` request classes and
 `meta_info` as built by the TokenizerManager). The models describe the newest API Dressage uses
-(every feature of `sglang_support.FEATURES`, all present from SGLang 0.5.19); which release has
+(every feature of `sglang_support.FEATURES`, all present in SGLang 0.5.23); which release has
 which field is in `sglang_support`, and `EngineClient` sends a field only to a release that has
-it. The contract tests (`tests/contract/`) check the bodies against the pinned release's own
+it. The contract tier (`tests/contract/`) checks the bodies against each tested release's own
 classes. Field names and defaults are SGLang's; a field SGLang has but Dressage does not use is
 left out of the request models, and unknown fields in requests are refused (the embedded engine
-answers 400 naming the field; SGLang's FastAPI layer drops unknown top-level fields silently,
-and answers 500 for an unknown `sampling_params` key) rather than silently ignored. Response
-models allow extra fields, so newer SGLang servers still parse.
+answers 400 naming the field; SGLang's FastAPI layer drops unknown top-level fields silently)
+rather than silently ignored. Response models allow extra fields, so newer SGLang servers still
+parse.
 
-Endpoints (all JSON):
+Endpoints (all JSON; where a route moved between releases, both names, newest first):
 
 - `POST /generate` `GenerateRequest` -> `GenerateResponse`; with `stream: true` a server-sent
-  event stream of `data: {GenerateResponse}` lines (each a cumulative snapshot: text, all
-  output_ids and logprobs so far) ended by `data: [DONE]`.
+  event stream of `data: {GenerateResponse}` lines ended by `data: [DONE]` (text, logprobs and
+  `completion_tokens` cumulative; `output_ids` all so far on 0.5.23, only the new ones on
+  0.5.2, which `EngineClient.generate_stream` accumulates).
 - `POST /update_weights_from_disk` `UpdateWeightsFromDiskRequest` -> `UpdateWeightsResult`
-  (HTTP 400 with `success: false` when the load fails).
+  (HTTP 400 with `success: false` when the load, or on 0.5.23 its cache flush, fails).
 - `POST /init_weights_update_group` `InitWeightsUpdateGroupRequest`,
+  `POST /begin_weight_update` `BeginWeightUpdateRequest` (0.5.23),
   `POST /update_weights_from_distributed` `UpdateWeightsFromDistributedRequest`,
-  `POST /destroy_weights_update_group` `DestroyWeightsUpdateGroupRequest` -> `WeightsGroupResult`
-  `{"success", "message"}` (HTTP 400 with `success: false` on failure): weights broadcast by
-  the trainer (rank 0 of a `torch.distributed` group) instead of read from disk.
+  `POST /end_weight_update` `EndWeightUpdateRequest` (0.5.23),
+  `POST /destroy_weights_update_group` `DestroyWeightsUpdateGroupRequest` (0.5.3) ->
+  `WeightsGroupResult` `{"success", "message"}` (HTTP 400 with `success: false` on failure):
+  weights broadcast by the trainer (rank 0 of a `torch.distributed` group) instead of read
+  from disk.
+- `GET|POST /flush_cache` -> 200 once flushed, 400 while requests run (plain text).
 - `POST /pause_generation` `PauseGenerationRequest`, `POST /continue_generation` ->
   `{"message": ..., "status": "ok"}`.
 - `POST /abort_request` `AbortRequest` -> empty 200.
-- `GET /get_weight_version` -> `{"weight_version": ...}`; `GET /get_model_info` -> `ModelInfo`;
-  `GET /get_server_info` -> the server's settings with `version`, its SGLang release.
+- `GET /model_info` (0.5.23) or `GET /get_weight_version` (0.5.2) -> `{"weight_version": ...}`
+  (among other keys); `GET /model_info` or `GET /get_model_info` -> `ModelInfo`;
+  `GET /server_info` or `GET /get_server_info` -> the server's settings with `version`, its
+  SGLang release (0.5.23 keeps the `get_` names as aliases that log a warning per call).
 - `GET /health`, `GET /health_generate` -> 200 when ready, 503 otherwise (empty bodies).
 - Errors: HTTP 400 with `{"error": {"message": "..."}}` (SGLang's `_create_error_response`);
-  the message names the offending field. A `sampling_params` key SGLang's `SamplingParams`
-  does not take, or a value of the wrong type, is a `TypeError` there and answers HTTP 500
-  (the embedded engine does the same, naming the field). Some SGLang validation errors use
+  0.5.23's `/generate` schema gate answers 400 `{"error": "<text>"}`; on 0.5.2 a
+  `sampling_params` key its `SamplingParams` does not take, or a value of the wrong type, is a
+  `TypeError` and answers HTTP 500 `Internal Server Error` (plain text). Some SGLang errors use
   the flat OpenAI shape `{"object": "error", "message": ..., "code": 400}`; `error_message`
-  reads both.
+  reads them all.
 
 Finish reasons are SGLang's `to_json()` shapes: `{"type": "stop", "matched": <token id or
 string>}`, `{"type": "length", "length": n}`, `{"type": "abort", "message": ...}`.
@@ -54,10 +61,11 @@ Weight versions. `meta_info.weight_version` is the version label of the weights 
 the response (SGLang: the server's version when the response was built).
 `meta_info.weight_versions` is a list of spans `{"version": v, "start": s, "end": e}` over output
 token indices `[s, e)`, in order, covering every output token: the tokens of one response that
-came from different weight versions (a weight update landed mid-generation). SGLang emits the
-same field with the same shape from 0.5.19 (`add_weight_versions_to_meta_info`); older releases
-send only `weight_version`, so `GenerateResponse.token_versions()` falls back to that label for
-every token.
+came from different weight versions (a weight update landed mid-generation, which an
+`in_place` pause allows). SGLang emits the field from 0.5.19 (`add_weight_versions_to_meta_info`,
+which also sets `weight_version` to the last span's); older releases send only
+`weight_version`, so `GenerateResponse.token_versions()` falls back to that label for every
+token.
 
 No torch here: the proxy imports this module and its image has no torch.
 """
@@ -91,10 +99,17 @@ class ResponseModel(BaseModel):
 class SamplingParams(RequestModel):
     """SGLang's `sampling_params` (names, defaults and ranges as in its `SamplingParams.verify`).
 
+    The keys are the newest tested release's (0.5.23's API schema); which release takes which
+    key is `sglang_support.sampling_param_keys`, and the client and the proxy send an engine
+    only the keys its release takes. `null` means the default, as 0.5.23's schema decoder
+    reads it (`max_new_tokens: null` is no limit, as in every release); for an engine of an
+    older release, whose `SamplingParams` compares the value and fails, such nulls are left out
+    of the request (`sglang_support.NULL_REFUSING_KEYS`).
+
     The embedded engine implements max_new_tokens, min_new_tokens, temperature, top_p, top_k,
-    min_p, stop, stop_token_ids, ignore_eos, skip_special_tokens, no_stop_trim and sampling_seed;
-    it accepts the penalties, `n`, `logit_bias` and the grammar fields only at their neutral
-    values and answers 400 otherwise.
+    min_p, stop, stop_regex, stop_token_ids, ignore_eos, skip_special_tokens, no_stop_trim and
+    sampling_seed; it accepts the penalties, `n`, `logit_bias`, the grammar fields,
+    `beam_width` and `watermark` only at their neutral values and answers 400 otherwise.
 
     Types are strict (an int is a valid float, nothing else converts): SGLang takes these
     values as they come and fails on a string where it compares a number, so a body the
@@ -115,6 +130,9 @@ class SamplingParams(RequestModel):
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     stop: str | list[str] | None = None
     """Stop strings; the matched string is trimmed from `text` unless `no_stop_trim`."""
+    stop_regex: str | list[str] | None = None
+    """Stop when the output text matches one of these regular expressions (0.5.23); the
+    matched text is trimmed from `text` unless `no_stop_trim`."""
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
@@ -133,6 +151,15 @@ class SamplingParams(RequestModel):
     structural_tag: str | None = None
     custom_params: dict[str, Any] | None = None
     stream_interval: int | None = Field(default=None, ge=1)
+    beam_width: int | None = Field(default=None, ge=1)
+    watermark: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(v is None for v in data.values()):
+            return {k: v for k, v in data.items() if v is not None or k not in _NULL_DEFAULTS}
+        return data
 
     @field_validator("top_k")
     @classmethod
@@ -154,6 +181,32 @@ class SamplingParams(RequestModel):
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def stop_regexes(self) -> list[str]:
+        if self.stop_regex is None:
+            return []
+        return [self.stop_regex] if isinstance(self.stop_regex, str) else list(self.stop_regex)
+
+
+_NULL_DEFAULTS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+        "n",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+    }
+)
+"""Keys whose `null` 0.5.23's schema decoder reads as the default (`api_types.
+decode_SamplingParams`: `1.0 if x is None else ...`); every other key's default is null."""
 
 
 class GenerateRequest(RequestModel):
@@ -362,6 +415,10 @@ class UpdateWeightsFromDistributedRequest(RequestModel):
     abort_all_requests: bool = False
     weight_version: str | None = None
     """The new version label, set once this bucket is loaded (send it with the last one)."""
+    load_format: Literal["flattened_bucket"] | None = None
+    """`flattened_bucket` (0.5.23): the bucket arrives as one uint8 broadcast, the tensors'
+    bytes back to back in `names` order (`dressage.engine.flat_bucket`); None: one broadcast
+    per tensor."""
 
     @model_validator(mode="after")
     def _same_lengths(self) -> UpdateWeightsFromDistributedRequest:
@@ -376,6 +433,16 @@ class DestroyWeightsUpdateGroupRequest(RequestModel):
     """SGLang's `DestroyWeightsUpdateGroupReqInput` (0.5.3 and later)."""
 
     group_name: str = Field(default=DEFAULT_WEIGHTS_GROUP, min_length=1)
+
+
+class BeginWeightUpdateRequest(RequestModel):
+    """0.5.23's `BeginWeightUpdateReqInput`: open a weight-update session."""
+
+    selector: Literal["target", "draft", "all"] = "all"
+
+
+class EndWeightUpdateRequest(RequestModel):
+    """0.5.23's `EndWeightUpdateReqInput`: close the session (no fields)."""
 
 
 class WeightsGroupResult(ResponseModel):
@@ -417,7 +484,10 @@ class ModelInfo(ResponseModel):
 
 
 def error_message(body: bytes | str) -> str:
-    """The error text of an SGLang error body (nested `error.message` or flat `message`)."""
+    """The error text of an SGLang error body, in any of its shapes: `{"error": "..."}`
+    (0.5.23's `/generate` schema gate), `{"error": {"message": ...}}`
+    (`_create_error_response`), the flat OpenAI `{"object": "error", "message": ...}`, FastAPI's
+    `{"detail": ...}`, or plain text (`Internal Server Error`)."""
     try:
         data = json.loads(body)
     except (ValueError, TypeError):
@@ -425,10 +495,14 @@ def error_message(body: bytes | str) -> str:
         return text.strip() or "(empty body)"
     if isinstance(data, dict):
         error = data.get("error")
+        if isinstance(error, str):
+            return error
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return str(error["message"])
         if isinstance(data.get("message"), str):
             return str(data["message"])
         if isinstance(data.get("detail"), str):
             return str(data["detail"])
+    if isinstance(data, str):
+        return data
     return json.dumps(data)

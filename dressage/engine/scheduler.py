@@ -25,9 +25,14 @@ so no request gains more than one token per interval: it emulates a slower accel
 bounds generation speed from above, whatever the machine. Commands are still applied while a
 step waits for its turn, so an abort, pause or weight swap never waits out the interval.
 
-Unlike SGLang, whose weight update waits for in-flight requests unless generation is paused,
-a swap here lands at the next token boundary even while requests run; callers that want the
-same behaviour on both pause first (`in_place`) and continue after the update.
+A swap lands at the next token boundary even while requests run. SGLang's updates wait for
+in-flight generations unless generation is paused (its model-update lock); the HTTP layer
+(`dressage.engine.endpoints.weights`) adds that wait, so what reaches the scheduler is what
+SGLang's scheduler would see.
+
+Aborted requests record why (`abort_cause`) and whether they had been admitted (`admitted`,
+i.e. their prefill ran): SGLang answers an abort of a queued request differently from one of a
+running request, and the HTTP layer shapes the answer as the served release does.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
+import re
 import threading
 import time
 from collections import deque
@@ -85,6 +91,10 @@ class Request:
     routes: list[torch.Tensor] = dataclasses.field(default_factory=list)
     """With `return_routed_experts`: the routed experts of the forwarded tokens, in chunks
     `[tokens, layers, top_k]` that cover prompt + output[:-1] in order."""
+    admitted: bool = False
+    """Whether the request was ever admitted (its prefill ran)."""
+    abort_cause: str | None = None
+    """Why it was aborted: `request`, `pause`, `update` or `shutdown` (None: not aborted)."""
 
     @property
     def length(self) -> int:
@@ -111,6 +121,14 @@ class StepPacer:
 
     def started(self, now: float) -> None:
         self._last_start = now
+
+
+@dataclasses.dataclass(frozen=True)
+class SwapResult:
+    aborted: int
+    """Requests aborted by `abort_all`."""
+    flushed: bool
+    """Whether the cache flush after the swap found the engine idle (True without a flush)."""
 
 
 @dataclasses.dataclass
@@ -190,11 +208,23 @@ class Scheduler:
         return self._put("resume")
 
     def swap_weights(
-        self, weights: ModelWeights, version: str | None, *, abort_all: bool
-    ) -> Future[int]:
+        self, weights: ModelWeights, version: str | None, *, abort_all: bool, flush: bool = False
+    ) -> Future[SwapResult]:
         """Install `weights` at the next token boundary (paused or not; the pause state is
-        unchanged); resolves to the number of requests aborted (with `abort_all`)."""
-        return self._put("swap", weights=weights, version=version, abort_all=abort_all)
+        unchanged); resolves to what happened (`SwapResult`). With `flush`, the result says
+        whether a cache flush right after the swap would have found the engine idle."""
+        return self._put("swap", weights=weights, version=version, abort_all=abort_all, flush=flush)
+
+    def flush(self) -> Future[bool]:
+        """Whether the cache can be flushed now: nothing running and, unless paused, nothing
+        waiting (SGLang's `flush_cache` and its `is_fully_idle(ignore_waiting=paused)`; this
+        engine keeps no prefix cache, so idleness is all a flush checks)."""
+        return self._put("flush")
+
+    def internal_state(self) -> Future[dict[str, Any]]:
+        """A snapshot taken on the scheduler thread (what SGLang's `get_internal_state` asks
+        its scheduler for): running, waiting, paused, version."""
+        return self._put("state")
 
     def has_rid(self, rid: str) -> Future[bool]:
         return self._put("has_rid", rid=rid)
@@ -234,6 +264,7 @@ class Scheduler:
         finally:
             self.alive = False
             for request in [*self._running, *self._waiting]:
+                request.abort_cause = "shutdown"
                 self._finish(request, {"type": "abort", "message": "engine shutting down"})
             self._running.clear()
             self._waiting.clear()
@@ -284,11 +315,11 @@ class Scheduler:
             self._waiting.append(request)
             return None
         if command.kind == "abort":
-            return self._abort(args["rid"], args["abort_all"], "Aborted by request.")
+            return self._abort(args["rid"], args["abort_all"], "Aborted by request.", "request")
         if command.kind == "pause":
             mode = args["mode"]
             if mode == "abort":
-                self._abort(None, True, "Aborted by pause_generation.")
+                self._abort(None, True, "Aborted by pause_generation.", "pause")
             elif mode == "retract":
                 for request in reversed(self._running):
                     self._release_slot(request)
@@ -303,12 +334,21 @@ class Scheduler:
         if command.kind == "swap":
             aborted = 0
             if args["abort_all"]:
-                aborted = self._abort(None, True, "Aborted for a weight update.")
+                aborted = self._abort(None, True, "Aborted for a weight update.", "update")
             self._weights = args["weights"]
             if args["version"] is not None:
                 self._version = args["version"]
             self.loaded = True
-            return aborted
+            return SwapResult(aborted, self._idle() if args["flush"] else True)
+        if command.kind == "flush":
+            return self._idle()
+        if command.kind == "state":
+            return {
+                "running": len(self._running),
+                "waiting": len(self._waiting),
+                "paused": self._paused,
+                "weight_version": self._version,
+            }
         if command.kind == "has_rid":
             rid = args["rid"]
             return any(r.rid == rid for r in [*self._running, *self._waiting])
@@ -317,7 +357,10 @@ class Scheduler:
             return None
         raise ValueError(f"unknown engine command {command.kind!r}")
 
-    def _abort(self, rid: str | None, abort_all: bool, message: str) -> int:
+    def _idle(self) -> bool:
+        return not self._running and (self._paused or not self._waiting)
+
+    def _abort(self, rid: str | None, abort_all: bool, message: str, cause: str) -> int:
         everyone = [*self._running, *self._waiting]
         targets = [r for r in everyone if abort_all or (rid is not None and r.rid == rid)]
         for request in targets:
@@ -325,6 +368,7 @@ class Scheduler:
                 self._running.remove(request)
             else:
                 self._waiting.remove(request)
+            request.abort_cause = cause
             self._finish(request, {"type": "abort", "message": message})
         return len(targets)
 
@@ -338,6 +382,7 @@ class Scheduler:
                 continue
             assert self._weights is not None
             request.slot = self._free_slots.pop(0)
+            request.admitted = True
             if request.output_ids:
                 # Re-admitted after a retract: recompute the cache, the next token is pending.
                 tokens = [*request.prompt_ids, *request.output_ids[:-1]]
@@ -442,8 +487,10 @@ class Scheduler:
         if token in stop_ids:
             return {"type": "stop", "matched": token}
         stops = params.stop_strings()
-        if stops:
+        regexes = params.stop_regexes()
+        if stops or regexes:
             text = self._decode(request.output_ids, params)
+        if stops:
             tail_len = max(len(s) for s in stops) + 8
             start = max(0, len(text) - tail_len)
             for stop in stops:
@@ -451,6 +498,13 @@ class Scheduler:
                 if at >= 0:
                     request.text_end = None if params.no_stop_trim else at
                     return {"type": "stop", "matched": stop}
+        for pattern in regexes:
+            # The whole text, not a tail: the regex may need context before the new token.
+            found = re.search(pattern, text)
+            if found is not None:
+                request.text_end = None if params.no_stop_trim else found.start()
+                # SGLang reports the pattern (0.5.23 `FINISHED_MATCHED_REGEX(stop_regex_str)`).
+                return {"type": "stop", "matched": pattern}
         if request.length >= self.context_length:
             return {"type": "length", "length": n}
         return None

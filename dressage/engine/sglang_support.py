@@ -1,22 +1,27 @@
 """Which SGLang releases Dressage supports, and which release each API feature needs.
 
 `SGLANG_PINNED_VERSION` (defined in `dressage.api.sglang`, which the job model and the
-operator read) is the release the engine image runs (`images/sglang/Dockerfile`,
-`lmsysorg/sglang:v0.5.2-cu126`) and the one the contract tests (`tests/contract/`) import.
-`SGLANG_MIN_VERSION` is the oldest release the client talks to at all: every endpoint Dressage
-calls exists there with a body Dressage can send (`/generate`, `/update_weights_from_disk` with
-`weight_version`, `/get_weight_version`, `/pause_generation`, `/continue_generation`,
-`/abort_request`, `/get_server_info` with `version`).
+operator read) is the release the engine image runs; `SGLANG_MIN_VERSION` is the oldest release
+the client talks to at all.
 
-`FEATURES` lists what arrived later, each with the first release that has it and the upstream
-file that shows it (read in the release wheels on PyPI, whose `sglang/srt/` tree is the tag's
-`python/sglang/srt/`). The client (`EngineClient`) reads the engine's release from
-`GET /get_server_info` (`version`) and sends only what that release accepts; `require` turns a
-job that needs a feature the engine lacks into one error at startup, naming the feature and the
-release it needs, instead of a silent difference at run time (SGLang ignores unknown top-level
-request fields, and before the pause modes every `/pause_generation` aborts all requests).
+`FEATURES` lists what not every supported release has, each with the first release known to
+have it and the upstream file that shows it (read in the release wheels on PyPI, whose
+`sglang/srt/` tree is the tag's `python/sglang/srt/`). Where only the releases of the tested
+matrix were read, `since` is the first tested release that has the feature: it may have arrived
+earlier, and a release in between is then treated as lacking it (the safe side: it is sent the
+older request). The client (`EngineClient`) reads the engine's release from its server-info
+route (`version`) and sends only what that release accepts; `require` turns a job that needs a
+feature the engine lacks into one error at startup, naming the feature and the release it
+needs, instead of a silent difference at run time (SGLang ignores unknown top-level request
+fields, and before the pause modes every `/pause_generation` aborts all requests).
 
-The embedded engine implements every feature here and reports `EMBEDDED_ENGINE_SGLANG_VERSION`.
+Routes that moved between releases are found by asking: the client and the proxy try the
+newest name first and fall back to the older one on HTTP 404 (`WEIGHT_VERSION_ROUTES`,
+`MODEL_INFO_ROUTES`, `SERVER_INFO_ROUTES`), remembering per engine which one answered, so no
+release is asked for a deprecated alias (0.5.23 logs a warning on every `/get_model_info` and
+`/get_server_info`) and none needs its number known first.
+
+How the embedded engine plays each tested release is in `dressage.engine.releases`.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ class Feature:
 
     name: str
     since: str
-    """The first release that has it."""
+    """The first release known to have it (see the module docstring)."""
     what: str
     upstream: str
     """The file (under `python/sglang/srt/`) of release `since` that shows it."""
@@ -92,6 +97,46 @@ ROUTED_EXPERTS_START_LEN = Feature(
     "managers/io_struct.py (GenerateReqInput.routed_experts_start_len)",
 )
 
+WEIGHT_UPDATE_SESSIONS = Feature(
+    "weight_update_sessions",
+    "0.5.23",
+    "/begin_weight_update and /end_weight_update around /update_weights_from_distributed "
+    "(0.5.23 refuses a distributed update outside a session)",
+    "managers/scheduler_components/weight_updater.py (SchedulerWeightUpdaterManager."
+    "begin_weight_update, update_weights_from_distributed), entrypoints/http_server.py",
+)
+FLATTENED_BUCKET = Feature(
+    "flattened_bucket",
+    "0.5.23",
+    "/update_weights_from_distributed load_format: flattened_bucket (one uint8 broadcast "
+    "per bucket instead of one per tensor)",
+    "model_executor/model_runner_components/weight_updater.py "
+    "(_receive_bucketed_weights_from_distributed), weight_sync/tensor_bucket.py "
+    "(FlattenedTensorBucket.empty), managers/io_struct.py "
+    "(UpdateWeightsFromDistributedReqInput.load_format)",
+)
+STOP_REGEX = Feature(
+    "stop_regex",
+    "0.5.23",
+    "sampling_params.stop_regex (stop when the output matches a regular expression)",
+    "sampling/sampling_params.py (SamplingParams.stop_regex), api/v1/api_types.py",
+)
+NULL_SAMPLING_DEFAULTS = Feature(
+    "null_sampling_defaults",
+    "0.5.23",
+    "sampling_params: null is the default (the /generate schema gate decodes it so); before, "
+    "SamplingParams compares the value and a null temperature, top_p, top_k, min_p, penalty "
+    "or min_new_tokens raises TypeError (HTTP 500)",
+    "entrypoints/api_contract.py, api/v1/api_types.py (decode_SamplingParams), "
+    "sampling/sampling_params.py (SamplingParams.__post_init__)",
+)
+SAMPLING_KEYS_0_5_23 = Feature(
+    "sampling_keys_0_5_23",
+    "0.5.23",
+    "sampling_params.beam_width and watermark",
+    "api/v1/api_types.py (_FIELDS_SamplingParams)",
+)
+
 FEATURES: dict[str, Feature] = {
     f.name: f
     for f in (
@@ -102,12 +147,87 @@ FEATURES: dict[str, Feature] = {
         WEIGHT_VERSION_SPANS,
         ROUTED_EXPERTS,
         ROUTED_EXPERTS_START_LEN,
+        WEIGHT_UPDATE_SESSIONS,
+        FLATTENED_BUCKET,
+        STOP_REGEX,
+        NULL_SAMPLING_DEFAULTS,
+        SAMPLING_KEYS_0_5_23,
     )
 }
 """Every versioned feature by name."""
 
-EMBEDDED_ENGINE_SGLANG_VERSION = "0.5.19"
-"""The SGLang release whose API the embedded engine serves (the first with every feature)."""
+BASE_SAMPLING_PARAM_KEYS: frozenset[str] = frozenset(
+    {
+        "max_new_tokens",
+        "stop",
+        "stop_token_ids",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+        "n",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "custom_params",
+        "stream_interval",
+        "logit_bias",
+    }
+)
+"""The `sampling_params` keys of every supported release (0.5.2's `SamplingParams`)."""
+LATER_SAMPLING_PARAM_KEYS: dict[str, Feature] = {
+    "sampling_seed": SAMPLING_SEED,
+    "stop_regex": STOP_REGEX,
+    "beam_width": SAMPLING_KEYS_0_5_23,
+    "watermark": SAMPLING_KEYS_0_5_23,
+}
+"""The keys that arrived later, with the feature that brings each. (0.5.23's schema also
+admits `choice`, which its `SamplingParams` does not take: HTTP 500; Dressage never sends
+it.)"""
+NULL_REFUSING_KEYS: frozenset[str] = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+    }
+)
+"""The keys whose `null` 0.5.2's `SamplingParams` cannot take (it compares them: TypeError,
+HTTP 500). A release without `NULL_SAMPLING_DEFAULTS` is sent such a key's null as no key at
+all, which means the default there too."""
+
+WEIGHT_VERSION_ROUTES = ("/model_info", "/get_weight_version")
+"""Where an engine reports its weight version, newest first: 0.5.23 `/model_info` (0.5.2 has
+no such route), 0.5.2 `/get_weight_version` (gone in 0.5.23). Both are answered by the HTTP
+process from the tokenizer manager's fields, with no scheduler round trip, so they keep
+answering while generation is paused."""
+MODEL_INFO_ROUTES = ("/model_info", "/get_model_info")
+"""The model info, newest first (0.5.23 keeps `/get_model_info` as a deprecated alias that
+logs a warning per call)."""
+SERVER_INFO_ROUTES = ("/server_info", "/get_server_info")
+"""The server's settings with `version` (its release), newest first (0.5.23 keeps
+`/get_server_info` as a deprecated alias). Both ask the scheduler for its internal state, so
+they are read once per engine, never as a probe."""
+
+
+def sampling_param_keys(version: str) -> frozenset[str]:
+    """The `sampling_params` keys SGLang release `version` takes."""
+    return BASE_SAMPLING_PARAM_KEYS | {
+        key for key, feature in LATER_SAMPLING_PARAM_KEYS.items() if supports(version, feature)
+    }
 
 
 def supports(version: str, feature: Feature | str) -> bool:

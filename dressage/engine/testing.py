@@ -20,6 +20,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
+
+from dressage.engine.sglang_support import WEIGHT_VERSION_ROUTES
 from dressage.testing import run_until_ready
 
 
@@ -45,9 +48,11 @@ def engine_command(
     threads: int = 1,
     start_unloaded: bool = False,
     min_step_interval_ms: float = 0.0,
+    sglang_release: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The argv of `dressage engine serve` on a free loopback port."""
+    """The argv of `dressage engine serve` on a free loopback port (`sglang_release`: the
+    release to play; None: the engine's default, the newest tested)."""
     cmd = [sys.executable, "-m", "dressage", "engine", "serve", "--host", "127.0.0.1"]
     cmd += ["--port", "0", "--model", model, "--seed", str(seed)]
     cmd += ["--weight-version", weight_version, "--max-batch-size", str(max_batch_size)]
@@ -58,6 +63,8 @@ def engine_command(
         cmd.append("--start-unloaded")
     if min_step_interval_ms:
         cmd += ["--min-step-interval-ms", str(min_step_interval_ms)]
+    if sglang_release is not None:
+        cmd += ["--sglang-release", sglang_release]
     return cmd + list(extra_args)
 
 
@@ -72,6 +79,7 @@ def start_engine(
     threads: int = 1,
     start_unloaded: bool = False,
     min_step_interval_ms: float = 0.0,
+    sglang_release: str | None = None,
     extra_args: Sequence[str] = (),
     startup_timeout_s: float = 120.0,
 ) -> Iterator[EngineProcess]:
@@ -90,6 +98,7 @@ def start_engine(
         threads=threads,
         start_unloaded=start_unloaded,
         min_step_interval_ms=min_step_interval_ms,
+        sglang_release=sglang_release,
         extra_args=extra_args,
     )
     marker = "engine listening on " if start_unloaded else "engine ready on "
@@ -98,3 +107,16 @@ def start_engine(
         "engine", cmd, marker, env=env, startup_timeout_s=startup_timeout_s
     ) as ready:
         yield EngineProcess(base_url=ready.url, process=ready.process, output=ready.output)
+
+
+def weight_version_of(base_url: str, timeout_s: float = 10.0) -> str | None:
+    """The weight version an engine reports, read where its release reports it (0.5.23
+    `/model_info`, 0.5.2 `/get_weight_version`); a blocking call for tests and benchmarks."""
+    for path in WEIGHT_VERSION_ROUTES:
+        response = httpx.get(base_url.rstrip("/") + path, timeout=timeout_s)
+        if response.status_code == 404:
+            continue
+        response.raise_for_status()
+        version = response.json().get("weight_version")
+        return None if version is None else str(version)
+    raise ValueError(f"{base_url} reports no weight version on {list(WEIGHT_VERSION_ROUTES)}")

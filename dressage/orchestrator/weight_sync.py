@@ -3,12 +3,25 @@
 
 The trainer is rank 0 of a weight-update group (`dressage.engine.weight_group`); each engine
 joins it through SGLang's `/init_weights_update_group` at its own rank offset (an SGLang engine
-with tensor parallelism N takes N ranks). A publish is then a sequence of buckets: for each, one
-`POST /update_weights_from_distributed {names, dtypes, shapes}` per engine, outstanding while
-rank 0 broadcasts the bucket's tensors in the same order; the engine answers once it has
-received and loaded them. The last bucket carries the weight version, so an engine's label
-changes only when all its weights are new. Generation must be paused around a publish (an
-engine loads each bucket as it arrives, as SGLang does): the caller pauses, sends, continues.
+with tensor parallelism N takes N ranks). A publish is then:
+
+1. `/begin_weight_update` on every engine whose release has weight-update sessions (0.5.23
+   refuses a distributed update outside one; an older release answers 404 and needs none);
+2. a sequence of buckets: for each, one `POST /update_weights_from_distributed {names, dtypes,
+   shapes}` per engine, outstanding while rank 0 broadcasts the bucket. Where every engine's
+   release takes `load_format: flattened_bucket` (0.5.23), the bucket goes as one uint8
+   broadcast of its tensors' bytes back to back (`dressage.engine.flat_bucket`, SGLang's
+   `FlattenedTensorBucket` layout; a tensor that would start at an offset its dtype cannot be
+   read from starts the next bucket instead), else as one broadcast per tensor in the same
+   order. The engine answers once it has received and loaded them. The last bucket carries the
+   weight version, so an engine's label changes only when all its weights are new;
+3. `/end_weight_update` on the engines that opened a session (also after a failed bucket);
+4. one cache flush per engine (`/flush_cache`): no bucket flushes by itself, since 0.5.23
+   refuses an update's flush while requests run (an `in_place` pause holds them) and then
+   keeps the old version label.
+
+Generation must be paused around a publish (an engine loads each bucket as it arrives, as
+SGLang does): the caller pauses, sends, continues.
 
 Memory: the `(name, tensor)` iterator is consumed lazily; at most one bucket (up to
 `bucket_bytes`, or a single larger tensor) plus the next tensor are held at once, never a full
@@ -30,6 +43,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
+from dressage.engine import flat_bucket
 from dressage.engine.client import EngineClient
 from dressage.engine.errors import EngineError
 from dressage.engine.weight_group import (
@@ -60,20 +74,25 @@ class SendReport:
     tensors: int
     bytes: int
     seconds: float
+    flattened: bool = False
+    """Whether the buckets went as one flattened broadcast each."""
 
 
 def buckets(
-    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, *, aligned: bool = False
 ) -> Iterator[tuple[list[tuple[str, torch.Tensor]], bool]]:
     """Group `named_tensors` into runs of at most `bucket_bytes` (a larger tensor alone), each
-    with whether it is the last; consumes the iterator lazily, one tensor ahead."""
+    with whether it is the last; consumes the iterator lazily, one tensor ahead. `aligned`:
+    also start a new run where a tensor would begin at a byte offset its dtype cannot be read
+    from in a flattened bucket."""
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes: must be > 0, got {bucket_bytes}")
     current: list[tuple[str, torch.Tensor]] = []
     size = 0
     for name, tensor in named_tensors:
         nbytes = tensor.numel() * tensor.element_size()
-        if current and size + nbytes > bucket_bytes:
+        misaligned = aligned and not flat_bucket.aligned(size, tensor.dtype)
+        if current and (size + nbytes > bucket_bytes or misaligned):
             yield current, False
             current, size = [], 0
         current.append((name, tensor))
@@ -204,32 +223,81 @@ class DistributedWeightSender:
         *,
         flush_cache: bool = True,
         abort_all_requests: bool = False,
+        flattened: bool | None = None,
     ) -> SendReport:
         """Broadcast every `(name, tensor)` (Hugging Face names, the serving dtype) to every
-        engine in buckets, labelling the result `version` with the last bucket."""
+        engine in buckets, labelling the result `version` with the last bucket, inside a
+        weight-update session where the release has them, then flush each engine's cache
+        (`flush_cache`). `flattened`: one broadcast per bucket (None: when every engine's
+        release takes it)."""
         if not self.ready:
             raise WeightSyncError("the weight-update group is not formed: call init_group first")
         assert self._group is not None
+        if flattened is None:
+            flattened = all(
+                await asyncio.gather(*(e.supports_flattened_buckets() for e in self.engines))
+            )
         start = time.perf_counter()
         count = total = sent = 0
-        for bucket, last in buckets(named_tensors, self.bucket_bytes):
-            tensors = [self._staged(name, tensor) for name, tensor in bucket]
-            names = [name for name, _ in bucket]
-            del bucket
-            await self._send_bucket(
-                names,
-                tensors,
-                version if last else None,
-                flush_cache=flush_cache,
-                abort_all_requests=abort_all_requests,
-            )
-            count += 1
-            sent += len(tensors)
-            total += sum(t.numel() * t.element_size() for t in tensors)
-            del tensors
+        opened = await self._begin()
+        try:
+            for bucket, last in buckets(named_tensors, self.bucket_bytes, aligned=flattened):
+                tensors = [self._staged(name, tensor) for name, tensor in bucket]
+                names = [name for name, _ in bucket]
+                del bucket
+                await self._send_bucket(
+                    names,
+                    tensors,
+                    version if last else None,
+                    abort_all_requests=abort_all_requests,
+                    flattened=flattened,
+                )
+                count += 1
+                sent += len(tensors)
+                total += sum(t.numel() * t.element_size() for t in tensors)
+                del tensors
+        finally:
+            await self._end(opened)
         if count == 0:
             raise WeightSyncError("named_tensors: nothing to send")
-        return SendReport(count, sent, total, time.perf_counter() - start)
+        if flush_cache:
+            await asyncio.gather(*(e.flush_cache() for e in self.engines))
+        return SendReport(count, sent, total, time.perf_counter() - start, flattened)
+
+    async def _begin(self) -> list[EngineClient]:
+        """Open a weight-update session on every engine whose release has them; the engines
+        that opened one. On a failure the sessions opened are closed again."""
+        results = await asyncio.gather(
+            *(e.begin_weight_update(timeout_s=self.timeout_s) for e in self.engines),
+            return_exceptions=True,
+        )
+        opened = [e for e, r in zip(self.engines, results, strict=True) if r is True]
+        failures = [
+            f"{engine.base_url}: {result}"
+            for engine, result in zip(self.engines, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+        if failures:
+            await self._end(opened)
+            raise WeightSyncError(
+                "opening the weight-update sessions failed: " + "; ".join(failures)
+            )
+        return opened
+
+    async def _end(self, opened: list[EngineClient]) -> None:
+        results = await asyncio.gather(
+            *(e.end_weight_update(timeout_s=self.timeout_s) for e in opened),
+            return_exceptions=True,
+        )
+        failures = [
+            f"{engine.base_url}: {result}"
+            for engine, result in zip(opened, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+        if failures:
+            raise WeightSyncError(
+                "closing the weight-update sessions failed: " + "; ".join(failures)
+            )
 
     def _staged(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         if dtype_name(tensor.dtype) not in DTYPES:
@@ -245,26 +313,43 @@ class DistributedWeightSender:
         tensors: list[torch.Tensor],
         version: str | None,
         *,
-        flush_cache: bool,
         abort_all_requests: bool,
+        flattened: bool,
     ) -> None:
         assert self._group is not None
         dtypes = [dtype_name(t.dtype) for t in tensors]
         shapes = [list(t.shape) for t in tensors]
         requests = [
-            engine.update_weights_from_distributed(
-                names,
-                dtypes,
-                shapes,
-                weight_version=version,
-                group_name=self.group_name,
-                flush_cache=flush_cache,
-                abort_all_requests=abort_all_requests,
-                timeout_s=self.timeout_s,
+            asyncio.ensure_future(
+                engine.update_weights_from_distributed(
+                    names,
+                    dtypes,
+                    shapes,
+                    weight_version=version,
+                    group_name=self.group_name,
+                    flush_cache=False,
+                    abort_all_requests=abort_all_requests,
+                    flattened=flattened,
+                    timeout_s=self.timeout_s,
+                )
             )
             for engine in self.engines
         ]
-        broadcast = in_daemon_thread(self._group.broadcast, tensors)
+        payload = tensors
+        if flattened:
+            # Off the event loop, while the requests reach the engines and they set up the
+            # receive: the copy into one buffer is the flattened path's own cost.
+            try:
+                payload = [await asyncio.to_thread(flat_bucket.flatten, tensors)]
+            except Exception as exc:
+                # The engines wait for a broadcast that will not come: leave the group.
+                for request in requests:
+                    request.cancel()
+                self._group.close()
+                raise WeightSyncError(
+                    f"flattening a bucket ({names[0]} ...) failed: {exc} (the group is closed)"
+                ) from exc
+        broadcast = in_daemon_thread(self._group.broadcast, payload)
         results = await asyncio.gather(broadcast, *requests, return_exceptions=True)
         failures = [
             f"{engine.base_url}: {result}"

@@ -10,17 +10,26 @@ import logging
 import orjson
 
 from dressage.data.versions import normalize_version
-from dressage.engine.sglang_support import parse_version
+from dressage.engine.sglang_support import SERVER_INFO_ROUTES, WEIGHT_VERSION_ROUTES, parse_version
 from dressage.proxy.config import read_engine_urls
+from dressage.proxy.routing import EngineState
 from dressage.proxy.state import ProxyState
-from dressage.proxy.upstream import EngineConnections, UpstreamError
+from dressage.proxy.upstream import EngineConnections, Reply, UpstreamError
 
 log = logging.getLogger("dressage.proxy")
 
 _VERSION_TIMEOUT_S = 5.0
-"""Bound on one `/get_weight_version` read. SGLang answers it from the HTTP process's own
-fields (v0.5.2 `http_server.get_weight_version`), with no round trip to the scheduler, so it
-answers at once even while the engine is paused or loading weights."""
+"""Bound on one weight-version read. SGLang answers it from the HTTP process's own fields
+(0.5.23 `http_server.model_info`, 0.5.2 `get_weight_version`), with no round trip to the
+scheduler, so it answers at once even while the engine is paused or loading weights."""
+PROBE_TIMEOUT_FLOOR_S = 1.0
+"""Shortest wait for a health probe's answer (twice the health interval, at most 5 s, at
+least this): a loaded machine can take a few hundred ms to answer, and a probe that gives up
+sooner marks a healthy engine down."""
+_INFO_TIMEOUT_S = 10.0
+"""Bound on one server-info read (the release): it asks the engine's scheduler for its
+internal state, so it is read once per engine (when its release is not known), never as a
+probe."""
 
 
 async def health_loop(state: ProxyState, connections: EngineConnections) -> None:
@@ -28,10 +37,10 @@ async def health_loop(state: ProxyState, connections: EngineConnections) -> None
     engine (`check_engine`); an engine is routed to only while it passes.
 
     No engine is judged while generation is paused for a weight update, nor by a probe that a
-    pause overlapped: SGLang's `/health` generates a token, so it blocks while the engine is
-    paused (`tokenizer_manager.generate_request` waits on `is_pause_cond`, v0.5.2) and would
-    time out, marking every engine down exactly when the generations parked at the gate are
-    about to resume.
+    pause overlapped: SGLang 0.5.2's `/health` generates a token, so it blocks while the engine
+    is paused (`tokenizer_manager.generate_request` waits on `is_pause_cond`) and would time
+    out, marking every engine down exactly when the generations parked at the gate are about
+    to resume. (0.5.23's `/health` answers at once, paused or not.)
     """
     interval = state.config.health_interval_s
     while True:
@@ -74,7 +83,7 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
     its weight version. A result a pause overlapped is dropped (see `health_loop`)."""
     gate = state.gate
     epoch = gate.epoch
-    timeout_s = min(5.0, state.config.health_interval_s * 2)
+    timeout_s = max(PROBE_TIMEOUT_FLOOR_S, min(5.0, state.config.health_interval_s * 2))
     try:
         reply = await connections.request("GET", url, "/health", timeout_s=timeout_s)
         ok = reply.status == 200
@@ -90,7 +99,7 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
         if engine.release is None:
             engine.release = await _release(connections, url)
         reads = state.pool.version_reads
-        version = await read_weight_version(connections, url)
+        version = await read_weight_version(connections, url, engine)
         if gate.paused or gate.epoch != epoch:
             return
         if state.pool.version_reads == reads:  # else a newer read has already been applied
@@ -101,16 +110,39 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
     state.metrics.engine_healthy.labels(url).set(1 if ok else 0)
 
 
-async def read_weight_version(connections: EngineConnections, url: str) -> str | None:
-    """The weight version an engine reports (`GET /get_weight_version`), None when it does not
-    answer one."""
+async def get_moved(
+    connections: EngineConnections,
+    url: str,
+    routes: tuple[str, ...],
+    known: str | None,
+    timeout_s: float,
+) -> tuple[str, Reply]:
+    """GET the route of `routes` (a route that moved between releases, newest name first) the
+    engine serves: `known` when it answered before, else each in turn while they answer 404.
+    Returns the path asked last and its reply; `UpstreamError` when the engine did not reply."""
+    candidates = (known,) if known is not None else routes
+    for path in candidates:
+        reply = await connections.request("GET", url, path, timeout_s=timeout_s)
+        if reply.status != 404 or path == candidates[-1]:
+            return path, reply
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def read_weight_version(
+    connections: EngineConnections, url: str, engine: EngineState | None = None
+) -> str | None:
+    """The weight version an engine reports (`sglang_support.WEIGHT_VERSION_ROUTES`), None
+    when it does not answer one. The route that answered is remembered on `engine`."""
+    known = engine.version_route if engine is not None else None
     try:
-        reply = await connections.request(
-            "GET", url, "/get_weight_version", timeout_s=_VERSION_TIMEOUT_S
+        path, reply = await get_moved(
+            connections, url, WEIGHT_VERSION_ROUTES, known, _VERSION_TIMEOUT_S
         )
         data = orjson.loads(reply.body) if reply.status == 200 else None
     except (UpstreamError, ValueError):
         return None
+    if engine is not None and reply.status == 200:
+        engine.version_route = path
     return normalize_version(data.get("weight_version")) if isinstance(data, dict) else None
 
 
@@ -118,7 +150,9 @@ async def refresh_weight_versions(state: ProxyState, connections: EngineConnecti
     """Read every engine's weight version now (after a publish, or when the publisher states
     the current version), so routing follows at once rather than at the next health check."""
     urls = state.pool.urls
-    versions = await asyncio.gather(*(read_weight_version(connections, url) for url in urls))
+    versions = await asyncio.gather(
+        *(read_weight_version(connections, url, state.pool.get(url)) for url in urls)
+    )
     state.pool.version_reads += 1
     for url, version in zip(urls, versions, strict=True):
         engine = state.pool.get(url)
@@ -127,9 +161,9 @@ async def refresh_weight_versions(state: ProxyState, connections: EngineConnecti
 
 
 async def _release(connections: EngineConnections, url: str) -> str | None:
-    """The SGLang release an engine reports in `/get_server_info` (`version`), if it does."""
+    """The SGLang release an engine reports in its server info (`version`), if it does."""
     try:
-        reply = await connections.request("GET", url, "/get_server_info", timeout_s=10.0)
+        _, reply = await get_moved(connections, url, SERVER_INFO_ROUTES, None, _INFO_TIMEOUT_S)
         info = orjson.loads(reply.body) if reply.status == 200 else None
     except (UpstreamError, ValueError):
         return None

@@ -43,6 +43,7 @@ on the hot path, and its CPU per request is most of what the proxy adds to a gen
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,7 +58,16 @@ from dressage.data.spans import (
     spans_from_sglang,
     spans_to_sglang,
 )
-from dressage.engine.sglang_support import ROUTED_EXPERTS, SAMPLING_SEED
+from dressage.engine.protocol import error_message
+from dressage.engine.sglang_support import (
+    LATER_SAMPLING_PARAM_KEYS,
+    NULL_REFUSING_KEYS,
+    NULL_SAMPLING_DEFAULTS,
+    ROUTED_EXPERTS,
+    SAMPLING_SEED,
+    SGLANG_MIN_VERSION,
+    supports,
+)
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.routing import EnginePool
@@ -370,14 +380,10 @@ class Generator:
     ) -> tuple[str, Any]:
         """POST /generate to the session's engine, moving to another one when it is down.
 
-        An engine whose SGLang release has no `sampling_seed` (before 0.5.3) gets the body
-        without it: such a release refuses the keyword (TypeError, HTTP 500), and a seed only
-        ever changes sampling on servers started with `--enable-deterministic-inference`.
+        Each engine gets the body its SGLang release takes (`body_for_release`); an engine
+        whose release is not known yet is taken as the oldest supported one.
         """
-        content = dumps(body)
-        seedless: bytes | None = None
-        seeded = "sampling_seed" in body["sampling_params"]
-        routed = bool(body.get("return_routed_experts"))
+        payloads: dict[str, bytes] = {}
         tried: set[str] = set()
         failures: dict[str, str] = {}
         busy: dict[str, str] = {}
@@ -417,19 +423,11 @@ class Generator:
                     f"take it over: {'; '.join(f'{u}: {e}' for u, e in failures.items())}",
                     detail={"engines": failures, "received_tokens": received},
                 ) from exc
+            release = engine.release or SGLANG_MIN_VERSION
+            payload = payloads.get(release)
+            if payload is None:
+                payload = payloads[release] = dumps(body_for_release(body, release))
             session.engine_url = engine.url
-            payload = content
-            if seeded and not engine.supports(SAMPLING_SEED):
-                if seedless is None:
-                    params = dict(body["sampling_params"])
-                    del params["sampling_seed"]
-                    seedless = dumps({**body, "sampling_params": params})
-                payload = seedless
-            if routed and not engine.supports(ROUTED_EXPERTS):
-                # An older release ignores the field (the embedded engine refuses it): the
-                # turn is recorded without routes, and the trainer routes it itself.
-                rest = {k: v for k, v in loads(payload).items() if k != "return_routed_experts"}
-                payload = dumps(rest)
             engine.inflight += 1
             try:
                 reply = await self.connections.request(
@@ -470,7 +468,10 @@ class Generator:
                 self.on_busy(engine.url)
                 continue
             if 400 <= status < 500:
-                raise invalid(f"engine {engine.url} refused the request: {_message(raw)}")
+                message = _message(raw)
+                raise invalid(
+                    f"engine {engine.url} refused the request: {message}", refused_field(message)
+                )
             if status >= 400:
                 raise ProxyError(
                     502,
@@ -492,16 +493,60 @@ class Generator:
 
 
 def _message(raw: bytes) -> str:
-    """The error text of an engine's error body (SGLang's nested or flat shapes)."""
-    try:
-        data = loads(raw)
-    except ValueError:
-        return raw[:500].decode(errors="replace") or "(empty body)"
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-        for key in ("message", "detail"):
-            if isinstance(data.get(key), str):
-                return str(data[key])
-    return raw[:500].decode(errors="replace")
+    """The error text of an engine's error body, in any of SGLang's shapes."""
+    return error_message(raw[:2000])
+
+
+_UNKNOWN_FIELD = re.compile(r"^unknown field `(\w+)`")
+_FIELD_PREFIX = re.compile(r"^((?:sampling_params\.)?\w+(?:\[\d+\])?):")
+
+
+def refused_field(message: str) -> str | None:
+    """The request field an engine's refusal names, when it names one: 0.5.23's schema gate
+    (`unknown field `stop_regex`, ...`: a `sampling_params` key, the only map it refuses
+    unknown keys of) or the embedded engine's `field: problem`."""
+    unknown = _UNKNOWN_FIELD.match(message)
+    if unknown is not None:
+        return f"sampling_params.{unknown.group(1)}"
+    prefix = _FIELD_PREFIX.match(message)
+    return prefix.group(1) if prefix is not None else None
+
+
+def body_for_release(body: dict[str, Any], release: str) -> dict[str, Any]:
+    """`body` as SGLang release `release` takes it (pure).
+
+    - `sampling_seed` is left out for a release without it (before 0.5.3: a TypeError, HTTP
+      500, there): a seed only ever changes sampling on servers started with
+      `--enable-deterministic-inference`, which such a release does not have;
+    - any other `sampling_params` key the release lacks (`stop_regex` before 0.5.23, ...) is
+      refused with 400 naming it: the agent asked for a behaviour this engine cannot give;
+    - a `null` that means the default is left out for a release that cannot take it (before
+      0.5.23 a null temperature, top_p, top_k, ... is a TypeError), so it means the default
+      there too; a later key's `null` is its default everywhere and left out likewise;
+    - `return_routed_experts` is left out for a release without it (before 0.5.7; such a release
+      ignores the field, the embedded engine playing it refuses it): the turn is recorded
+      without routes, and the trainer routes those tokens with its own router.
+    """
+    if body.get("return_routed_experts") and not supports(release, ROUTED_EXPERTS):
+        body = {k: v for k, v in body.items() if k != "return_routed_experts"}
+    params: dict[str, Any] = body["sampling_params"]
+    drop = []
+    for key, value in params.items():
+        feature = LATER_SAMPLING_PARAM_KEYS.get(key)
+        if feature is not None and (value is None or not supports(release, feature)):
+            if value is not None and feature is not SAMPLING_SEED:
+                raise invalid(
+                    f"sampling_params.{key}: the engine runs SGLang {release}, which has no "
+                    f"{key} ({feature.what}; SGLang >= {feature.since})",
+                    f"sampling_params.{key}",
+                )
+            drop.append(key)
+        elif (
+            value is None
+            and key in NULL_REFUSING_KEYS
+            and not supports(release, NULL_SAMPLING_DEFAULTS)
+        ):
+            drop.append(key)
+    if not drop:
+        return body
+    return {**body, "sampling_params": {k: v for k, v in params.items() if k not in drop}}

@@ -36,11 +36,14 @@ class EngineState:
     """Consecutive failed health checks or requests."""
     last_error: str | None = None
     release: str | None = None
-    """The SGLang release the engine reports (`/get_server_info` `version`); None until known,
+    """The SGLang release the engine reports (its server info's `version`); None until known,
     and again after the engine was down (a replaced engine may run another image)."""
     weight_version: str | None = None
-    """The weight version the engine last reported (`/get_weight_version`); None until read,
-    and again after the engine was down (a replaced engine starts on its base weights)."""
+    """The weight version the engine last reported; None until read, and again after the
+    engine was down (a replaced engine starts on its base weights)."""
+    version_route: str | None = None
+    """The route that answered its weight version (`/model_info` or `/get_weight_version`,
+    by release); None until one did, and again after the engine was down."""
 
     def supports(self, feature: Feature) -> bool:
         """Whether the engine's release has `feature`; an unknown release is taken as the
@@ -137,6 +140,7 @@ class EnginePool:
         engine.last_error = reason
         engine.release = None
         engine.weight_version = None
+        engine.version_route = None
 
     def mark_up(self, url: str) -> None:
         engine = self._by_url.get(url)

@@ -79,11 +79,12 @@ and does not count; its entry says so).
 
 `POST /continue_generation` may carry `{"weight_version": V}`: the version the engines now
 serve. From then on, and after `POST /dressage/weight_version {"weight_version": V}`, only
-engines that report V on `/get_weight_version` are routed to; an engine that joined the job or
-missed an update is held out until the weight publisher brought it to V. `GET
-/dressage/engines`: the current version and each engine (`url`, `healthy`, `routable`,
-`weight_version`, `inflight`, `last_error`, `sglang_version`). With `--engine-urls-file` the
-engine set follows that file while the proxy runs (see `dressage.proxy.config`).
+engines that report V (on `/model_info` or `/get_weight_version`, by release) are routed to;
+an engine that joined the job or missed an update is held out until the weight publisher
+brought it to V. `GET /dressage/engines`: the current version and each engine (`url`,
+`healthy`, `routable`, `weight_version`, `inflight`, `last_error`, `sglang_version`). With
+`--engine-urls-file` the engine set follows that file while the proxy runs (see
+`dressage.proxy.config`).
 
 `GET /workers`, `POST /workers {"url"}`, `DELETE /workers/{id}` and `POST /abort_request`
 (SGLang Model Gateway's, for slime and miles pointed at the proxy as their router): the

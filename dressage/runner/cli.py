@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dressage.api.loader import ConfigurationError, load_job
+from dressage.api.sglang import untested_release_message
 
 if TYPE_CHECKING:
     from dressage.runner.local import LocalRun
@@ -59,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         job = load_job(args.manifest)
+        untested = untested_release_message(job.spec.inference.sglang_version)
+        if untested is not None:
+            # Once per run, not per engine: the embedded engine is not SGLang, but the
+            # manifest is meant for a cluster whose engines run this release.
+            print(f"warning: spec.inference.sglangVersion: {untested}", file=sys.stderr)
         from dressage.runner.preflight import check_local_run
         from dressage.tasks.usercode import add_job_dir
 

@@ -2,14 +2,16 @@
 
 In order: the initial model (built and warm-started when the job asks, cached), the trainer
 session (resumed from `<workdir>/<job>/` when a checkpoint exists), engine processes serving
-the session's current weights and version (with `weightSync: distributed` they join the
-trainer's weight-update group over gloo on loopback), the proxy in front of them, the `/metrics`
-endpoint, then the job's pipeline (`dressage.orchestrator.pipeline`, the same as every trainer
-rank's on a cluster). The trainer runs in this process (world size 1). On the way out,
-whatever the reason, children are stopped, a summary of the run's failures by reason is
-printed (with what was counted but not logged), and the run report is written, with every
-distinct error the job's own code raised (`user_code_errors`) and the dataset's skipped rows by
-reason (`dataset`), unless the run ended on a configuration error.
+the session's current weights and version and playing the job's SGLang release
+(`spec.inference.sglangVersion`, or the tested release that stands in for it; with
+`weightSync: distributed` they join the trainer's weight-update group over gloo on loopback),
+the proxy in front of them, the `/metrics` endpoint, then the job's pipeline
+(`dressage.orchestrator.pipeline`, the same as every trainer rank's on a cluster). The trainer
+runs in this process (world size 1). On the way out, whatever the reason, children are
+stopped, a summary of the run's failures by reason is printed (with what was counted but not
+logged), and the run report is written, with every distinct error the job's own code raised
+(`user_code_errors`) and the dataset's skipped rows by reason (`dataset`), unless the run
+ended on a configuration error.
 
 A run that trained samples of which not one got a real reward (every reward call failed, so
 every sample was trained with 0 under `onRewardError: zero`) learned nothing: `run` raises
@@ -31,6 +33,7 @@ import torch
 
 from dressage.api.figures import StepFigures, figures_of
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
+from dressage.engine.releases import stand_in_release
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
@@ -212,6 +215,7 @@ class LocalRun:
                 "--cache-dir", str(cache_dir),
                 "--device", self.options.device,
                 "--min-step-interval-ms", str(spec.local.engine_min_step_interval_ms),
+                "--sglang-release", stand_in_release(spec.inference.sglang_version),
             )  # fmt: skip
             child = ChildProcess(
                 f"engine-{i}",
@@ -221,6 +225,8 @@ class LocalRun:
             )
             self.children.append(child)
             child.start()
+        release = stand_in_release(spec.inference.sglang_version)
+        self.out(f"engines serve SGLang {release}'s HTTP API")
         engines = [c for c in self.children if c.name.startswith("engine-")]
         urls = await asyncio.gather(
             *(c.wait_for(ENGINE_READY, STARTUP_DEADLINE_S) for c in engines)

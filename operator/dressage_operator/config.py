@@ -10,10 +10,13 @@ import os
 from dataclasses import dataclass, field
 
 from dressage.api.images import image_reference_problem
+from dressage.api.sglang import SGLANG_DEFAULT_VERSION
 from dressage_operator.limits import DEFAULT_LIMITS, LIMITS_ENV, parse_limits
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/dressage/dressage-runtime:0.1.0"
-DEFAULT_SGLANG_IMAGE = "ghcr.io/dressage/dressage-sglang:0.1.0"
+DEFAULT_SGLANG_IMAGE = f"ghcr.io/dressage/dressage-sglang:0.1.0-sglang{SGLANG_DEFAULT_VERSION}"
+"""The engine image's tag names the SGLang release it runs: the default of
+`spec.inference.sglangVersion` (the chart's `jobImages.sglang.tag`)."""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 
 from dressage.api.job import AsyncRLJob
 from dressage.api.status import AsyncRLJobStatus, ConditionType, JobPhase, RoleStatus
-from dressage_operator import children, naming
+from dressage_operator import children, naming, sglang_release
 from dressage_operator.children import Obj, Owner
 from dressage_operator.conditions import Conditions, parse_timestamp, timestamp
 from dressage_operator.config import OperatorConfig
@@ -162,6 +162,12 @@ class _Decider:
     # --- the decision --------------------------------------------------------------------
     def run(self) -> Plan:
         self.conds.set(ConditionType.SPEC_VALID, True, "Valid", "")
+        release = sglang_release.check(
+            self.spec.inference.sglang_version, self.conds.get(sglang_release.CONDITION)
+        )
+        self.conds.set(sglang_release.CONDITION, release.untested, release.reason, release.message)
+        if release.warn:
+            self.event("Warning", release.reason, release.message)
         self.apply_scrape()
         failed = self.conds.get(ConditionType.FAILED)
         refused = (REASON_INVALID_SPEC, REASON_LIMIT_EXCEEDED)

@@ -242,7 +242,10 @@ def test_default_deployment_runs_one_non_root_operator_watching_all_namespaces()
     assert (probe["path"], probe["port"]) == ("/healthz", "healthz")
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["DRESSAGE_OPERATOR_RUNTIME_IMAGE"] == "ghcr.io/dressage/dressage-runtime:0.1.0"
-    assert env["DRESSAGE_OPERATOR_SGLANG_IMAGE"] == "ghcr.io/dressage/dressage-sglang:0.1.0"
+    assert (
+        env["DRESSAGE_OPERATOR_SGLANG_IMAGE"]
+        == "ghcr.io/dressage/dressage-sglang:0.1.0-sglang0.5.23"
+    )
     assert env["DRESSAGE_OPERATOR_NETWORK_POLICIES"] == "false"
 
 

@@ -1,5 +1,6 @@
-"""The Dockerfiles in images/: hadolint-clean, pinned bases, OCI labels, non-root operator
-without torch. (No Docker engine here: the images are linted and inspected, not built.)"""
+"""The Dockerfiles in images/: hadolint-clean, pinned bases that run what the tests run (the
+default SGLang release, the tests' torch), OCI labels, non-root operator without torch. (No
+Docker engine here: the images are linted and inspected, not built.)"""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
+from dressage_operator.config import DEFAULT_SGLANG_IMAGE
 
-from tests.chart.tools import ROOT, require_tool, run_tool
+from dressage.api.sglang import SGLANG_DEFAULT_VERSION
+from tests.chart.tools import CHART, ROOT, require_tool, run_tool
 
 IMAGES = ROOT / "images"
 DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
@@ -71,6 +75,27 @@ def test_runtime_image_uses_cuda_torch_and_installs_the_train_extra() -> None:
     assert re.search(r"^USER 1000:1000$", text, re.MULTILINE)
 
 
-def test_sglang_image_extends_the_pinned_upstream_image() -> None:
+def test_sglang_image_extends_the_upstream_image_of_the_default_release() -> None:
+    """The engine image runs the SGLang release `spec.inference.sglangVersion` defaults to
+    (the newest tested one)."""
     (base,) = set(_base_images((IMAGES / "sglang" / "Dockerfile").read_text()))
-    assert base.startswith("lmsysorg/sglang:v")
+    assert base.startswith(f"lmsysorg/sglang:v{SGLANG_DEFAULT_VERSION}-")
+
+
+def test_the_default_engine_image_tag_names_the_default_sglang_release() -> None:
+    """The chart's default engine image, and the operator's own default without the chart,
+    are tagged `<appVersion>-sglang<release>` for the release a job defaults to: moving the
+    default (`dressage.api.sglang`) without them fails here."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    sglang = values["jobImages"]["sglang"]
+    assert sglang["tag"] == f"{app_version}-sglang{SGLANG_DEFAULT_VERSION}"
+    assert f"{sglang['repository']}:{sglang['tag']}" == DEFAULT_SGLANG_IMAGE
+
+
+def test_the_runtime_image_runs_the_torch_release_the_tests_run() -> None:
+    """The tests run the CPU build of the torch that `scripts/setup.sh` pins; the trainer
+    image's base is that release's CUDA build."""
+    (pin,) = re.findall(r'"torch==([\d.]+)"', (ROOT / "scripts" / "setup.sh").read_text())
+    (base,) = set(_base_images((IMAGES / "runtime" / "Dockerfile").read_text()))
+    assert base.startswith(f"pytorch/pytorch:{pin}-cuda"), (base, pin)

@@ -6,22 +6,35 @@ The tier runs in an environment where exactly one SGLang release is importable; 
 `sglang_release` fixture names it, so one test body can state what each release does.
 
 Newer releases' `managers/io_struct.py` imports a multimodal config that imports
-`torchvision.transforms` (e.g. 0.5.23 `configs/deepseek_ocr.py`, `multimodal/internvl_utils.py`).
-No request class uses it, and the PyPI torchvision wheel needs `libtorch_cuda`, so it does not
-load beside the CPU torch the tests run. Where torchvision is not installed, a stand-in module
-takes its place for the tier: it provides `InterpolationMode` (read at import time) and fails
-loudly if anything is called. transformers is told first that torchvision is absent (its
+`torchvision.transforms` (e.g. 0.5.23 `configs/deepseek_ocr.py`, `multimodal/internvl_utils.py`;
+0.5.20's `utils/common.py` also imports `torchvision.io`). No request class uses it, and the
+PyPI torchvision wheel needs `libtorch_cuda`, so it does not load beside the CPU torch the tests
+run. Where torchvision is not installed, a stand-in answers the import of `torchvision` and of
+every module under it: it provides `InterpolationMode` (read at import time) and fails loudly if
+anything is called. transformers is told first that torchvision is absent (its
 `is_torchvision_available` is cached), so transformers' own image code never sees the stand-in.
+The stand-in is active only in the tier: a session that collects tests from outside
+`tests/contract/` beside it is refused (`scripts/test.sh` runs the tier in a process of its
+own per release).
+
+`scripts/sglang-compat.sh` (and through it `scripts/test.sh`) sets `DRESSAGE_SGLANG_RELEASE`
+to the release it means to test: the tier then refuses to start unless exactly that release
+is the one importable, so an environment that failed to load never passes as skipped tests.
 """
 
 from __future__ import annotations
 
 import enum
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 import warnings
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,52 +58,122 @@ class _InterpolationMode(enum.Enum):
     LANCZOS = "lanczos"
 
 
-def _stand_in(name: str) -> types.ModuleType:
-    module = types.ModuleType(name, "Stand-in for torchvision in the contract tier: nothing works.")
+class _StandIn(types.ModuleType):
+    """A stand-in for torchvision or one of its modules. It provides `InterpolationMode`
+    (read at import time); a capitalized attribute is a class that cannot be instantiated,
+    any other a stand-in module of its own (so `torchvision.transforms.v2.functional` and
+    `from torchvision.io import decode_jpeg` import); calling any of them raises."""
 
-    def missing(attr: str) -> Any:
+    InterpolationMode = _InterpolationMode
+
+    def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
+        where = f"{self.__name__}.{attr}"
+        if attr[:1].isupper():
 
-        def unavailable(*args: object, **kwargs: object) -> None:
-            raise RuntimeError(f"{name}.{attr} is a contract-tier stand-in (no torchvision)")
+            def refuse(*args: object, **kwargs: object) -> None:
+                raise RuntimeError(f"{where} is a contract-tier stand-in (no torchvision)")
 
-        return unavailable
+            value: Any = type(attr, (), {"__init__": refuse, "__module__": self.__name__})
+        else:
+            value = importlib.import_module(where)
+        setattr(self, attr, value)
+        return value
 
-    module.__getattr__ = missing  # type: ignore[method-assign]
-    module.InterpolationMode = _InterpolationMode  # type: ignore[attr-defined]
-    return module
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"{self.__name__} is a contract-tier stand-in (no torchvision)")
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers every import of `torchvision` and `torchvision.*` with a `_StandIn`."""
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torchvision" and not fullname.startswith("torchvision."):
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return _StandIn(spec.name, "Stand-in for torchvision in the contract tier: nothing works.")
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
 
 
 def install_torchvision_stand_in() -> None:
-    """Put the stand-in in `sys.modules` unless a real torchvision is importable."""
+    """Answer imports of torchvision with the stand-in, unless a real one is importable."""
     if importlib.util.find_spec("torchvision") is not None:
         return
     from transformers.utils import import_utils
 
     import_utils.is_torchvision_available()  # cached: transformers keeps believing it absent
-    root, transforms, functional = (
-        _stand_in(n)
-        for n in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional")
-    )
-    root.transforms = transforms  # type: ignore[attr-defined]
-    transforms.functional = functional  # type: ignore[attr-defined]
-    sys.modules.update(
-        {m.__name__: m for m in (root, transforms, functional)},
-    )
+    sys.meta_path.append(_StandInFinder())
 
 
-if importlib.util.find_spec("sglang") is not None:
+RELEASE_ENV = "DRESSAGE_SGLANG_RELEASE"
+"""Set by `scripts/sglang-compat.sh`: the release this run of the tier must import."""
+TIER = Path(__file__).resolve().parent
+_stand_in_installed = False
+
+
+def _check_expected_release() -> None:
+    expected = os.environ.get(RELEASE_ENV)
+    if not expected:
+        return
+    where = os.environ.get("PYTHONPATH", "")
+    if importlib.util.find_spec("sglang") is None:
+        raise pytest.UsageError(
+            f"{RELEASE_ENV}={expected}, but SGLang is not importable (PYTHONPATH={where!r}): "
+            f"make its environment with `bash scripts/sglang-env.sh {expected}`"
+        )
+    installed = metadata.version("sglang")
+    if installed != expected:
+        raise pytest.UsageError(
+            f"{RELEASE_ENV}={expected}, but the importable SGLang is {installed} "
+            f"(PYTHONPATH={where!r})"
+        )
+
+
+def _import_sglang() -> None:
+    global _stand_in_installed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        _stand_in_installed = importlib.util.find_spec("torchvision") is None
         install_torchvision_stand_in()
         for name in SGLANG_MODULES:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                release = metadata.version("sglang")
+                raise pytest.UsageError(
+                    f"SGLang {release}: importing {name} needs {exc.name!r}, which its "
+                    f"environment lacks: add the package, pinned, to "
+                    f"tests/contract/releases/{release}.txt (or try it with "
+                    f"`bash scripts/sglang-compat.sh {release} --with PKG==VERSION`)"
+                ) from exc
+
+
+_check_expected_release()
+if importlib.util.find_spec("sglang") is not None:
+    _import_sglang()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the torchvision stand-in inside the tier: no other test may run beside it."""
+    if not _stand_in_installed:
+        return
+    outside = sorted({str(i.path) for i in items if TIER not in i.path.parents})
+    if outside:
+        raise pytest.UsageError(
+            "the contract tier's torchvision stand-in is installed, so no test outside "
+            f"tests/contract may run in this session ({outside[0]}, ...): run the tier on its "
+            "own (`bash scripts/sglang-compat.sh VERSION`)"
+        )
 
 
 @pytest.fixture(scope="session")
 def sglang_release() -> str:
     """The SGLang release this run of the tier imports (e.g. `0.5.23`)."""
-    from importlib import metadata
-
     return metadata.version("sglang")

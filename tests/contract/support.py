@@ -19,6 +19,7 @@ Shapes (read in SGLang v0.5.2, `python/sglang/srt/`):
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 import threading
@@ -33,13 +34,14 @@ from typing import Any
 import pytest
 
 sglang = pytest.importorskip(
-    "sglang", reason="SGLang's pure-Python parts are not installed: run scripts/setup.sh"
+    "sglang", reason="SGLang is not importable: the tier runs per release, sglang-compat.sh"
 )
 
 from dressage.engine.sglang_support import SGLANG_PINNED_VERSION  # noqa: E402
 
 SGLANG_VERSION = metadata.version("sglang")
-"""The installed release; `test_installed_release_is_the_pin` keeps it the pinned one."""
+"""The release this run of the tier imports: one of the matrix
+(`dressage.api.sglang.SGLANG_TESTED_RELEASES`), or one being tried (`scripts/sglang-compat.sh`)."""
 
 
 def http_server_source() -> str:
@@ -65,6 +67,53 @@ def sglang_routes() -> set[tuple[str, str]]:
         else:
             routes.add((kind.upper(), path))
     return routes
+
+
+def route_handler(method: str, path: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """The function of SGLang's `http_server.py` that serves `method path` (decorated with
+    `@app.get(path)`, `@app.post(path)` or `@app.api_route(path, methods=[...])`)."""
+    for node in ast.walk(ast.parse(http_server_source())):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for deco in node.decorator_list:
+            if not (
+                isinstance(deco, ast.Call)
+                and isinstance(deco.func, ast.Attribute)
+                and isinstance(deco.func.value, ast.Name)
+                and deco.func.value.id == "app"
+                and deco.args
+                and isinstance(deco.args[0], ast.Constant)
+                and deco.args[0].value == path
+            ):
+                continue
+            kind = deco.func.attr
+            if kind == "api_route":
+                methods = next((k.value for k in deco.keywords if k.arg == "methods"), None)
+                elts = getattr(methods, "elts", [])
+                names = {str(e.value).upper() for e in elts if isinstance(e, ast.Constant)}
+                if method.upper() in names:
+                    return node
+            elif kind.upper() == method.upper():
+                return node
+    raise LookupError(f"SGLang {SGLANG_VERSION} serves no {method} {path}")
+
+
+def handler_logs(handler: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The `logger.<level>(...)` calls in a route handler's body."""
+    return [
+        ast.unparse(call.func)
+        for call in ast.walk(handler)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "logger"
+    ]
+
+
+def handler_awaits(handler: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """What a route handler awaits (a round trip to the scheduler is awaited; a handler that
+    awaits nothing answers from the HTTP process alone)."""
+    return [ast.unparse(node.value) for node in ast.walk(handler) if isinstance(node, ast.Await)]
 
 
 def finish_stop(matched: int | str = 2) -> dict[str, Any]:
@@ -155,12 +204,32 @@ class FakeSGLang:
     answers: list[tuple[int, Any]] = field(default_factory=list)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    routes: set[tuple[str, str]] = field(default_factory=lambda: sglang_routes())
+    """What the fake serves: the installed release's routes (anything else is 404)."""
+    session: bool = False
+    """A weight-update session is open (releases with `/begin_weight_update`)."""
 
     def posted(self, path: str) -> list[Any]:
         with self.lock:
             return [r.body for r in self.requests if r.method == "POST" and r.path == path]
 
     def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        if (method, path) not in self.routes:
+            return 404, {"detail": "Not Found"}
+        sessions = ("POST", "/begin_weight_update") in self.routes
+        if path in ("/begin_weight_update", "/end_weight_update"):
+            opening = path == "/begin_weight_update"
+            if self.session is opening:
+                return 400, {"success": False, "message": "session already open or not open"}
+            self.session = opening
+            return 200, {"success": True, "message": "Success"}
+        if path == "/update_weights_from_distributed" and sessions and not self.session:
+            # 0.5.23 `SchedulerWeightUpdaterManager.update_weights_from_distributed`.
+            return 400, {
+                "success": False,
+                "message": "update_weights_from_distributed must run between "
+                "begin_weight_update() and end_weight_update()",
+            }
         if path == "/generate":
             with self.lock:
                 scripted = self.answers.pop(0) if self.answers else None
@@ -195,6 +264,15 @@ class FakeSGLang:
             "/get_server_info": (
                 200,
                 {"model_path": "m", "weight_version": "default", "version": self.version},
+            ),
+            "/server_info": (200, {"model_path": "m", "version": self.version}),
+            "/init_weights_update_group": (200, {"success": True, "message": "Succeeded."}),
+            "/update_weights_from_distributed": (200, {"success": True, "message": "Succeeded."}),
+            "/destroy_weights_update_group": (200, {"success": True, "message": "Succeeded."}),
+            "/flush_cache": (200, b"Cache flushed."),
+            "/model_info": (
+                200,
+                {"model_path": "m", "is_generation": True, "weight_version": "default"},
             ),
             "/get_model_info": (
                 200,
@@ -266,18 +344,48 @@ def fake_sglang(version: str = SGLANG_VERSION) -> Iterator[FakeSGLang]:
         thread.join()
 
 
+class ServerTokenizer:
+    """What `SamplingParams.normalize(tokenizer)` uses of the server's tokenizer (`encode`).
+
+    The engines Dressage starts load their tokenizer (no `--skip-tokenizer-init`), so
+    `normalize` gets one; with None it takes the server for a `--skip-tokenizer-init` one,
+    which 0.5.23 refuses stop strings for ("stop=[...] is unavailable when
+    skip_tokenizer_init=True")."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(text.encode())
+
+
 def check_generate_body(body: dict[str, Any]) -> None:
-    """SGLang accepts `body` on `/generate`: `GenerateReqInput(**body)` normalizes, and its
-    `sampling_params` build a `SamplingParams` that normalizes and verifies (the steps of
-    `TokenizerManager._create_tokenized_object`, v0.5.2)."""
+    """SGLang accepts `body` on `/generate`: where the release has one, its API schema gate
+    passes it (0.5.23 `api_contract.generate_contract_error`); `GenerateReqInput(**body)`
+    normalizes, and its `sampling_params` build a `SamplingParams` that normalizes (with the
+    server's tokenizer) and verifies (the steps of `TokenizerManager._create_tokenized_object`,
+    0.5.2 and 0.5.23). Raises what the release raises: `TypeError` (HTTP 500 on 0.5.2) or
+    `ValueError` (HTTP 400)."""
     from sglang.srt.managers.io_struct import GenerateReqInput
     from sglang.srt.sampling.sampling_params import SamplingParams
 
+    gate = schema_gate()
+    if gate is not None:
+        error = gate(body)
+        if error is not None:
+            raise ValueError(error)
     req = GenerateReqInput(**body)
     req.normalize_batch_and_arguments()
     params = SamplingParams(**(body.get("sampling_params") or {}))
-    params.normalize(None)
+    params.normalize(ServerTokenizer())
     params.verify(vocab_size=1 << 16)
+
+
+def schema_gate() -> Any:
+    """The release's `/generate` schema gate (`generate_contract_error(body) -> str | None`,
+    0.5.23), None for a release without one."""
+    try:
+        from sglang.srt.entrypoints.api_contract import generate_contract_error
+    except ImportError:
+        return None
+    return generate_contract_error
 
 
 __all__ = ["SGLANG_PINNED_VERSION", "SGLANG_VERSION"]

@@ -1,28 +1,44 @@
-"""Every SGLang command line the operator builds parses with SGLang's own CLI parser.
+"""Every engine command line and probe the operator builds fits the SGLang release it is built
+for, checked with that release's own code (the release this run of the tier imports).
 
 `operator/dressage_operator/children/engine.py` `engine_command` builds the engine pod's
-`python -m sglang.launch_server ...`; the arguments after the module name must parse with the
-parser `ServerArgs.add_cli_args` builds (`python/sglang/srt/server_args.py`, v0.5.2; the
-flags used: `--model-path`, `--tp-size` (dest `tensor_parallel_size`), `--dtype`, `--host`,
-`--port`, `--weight-version`, `--enable-metrics`, `--tokenizer-path`, plus a job's
-`inference.extraArgs`).
+`python -m sglang.launch_server ...` for `spec.inference.sglangVersion`; the arguments after
+the module name must parse with the parser `ServerArgs.add_cli_args` builds
+(`python/sglang/srt/server_args.py`). The flags used: `--model-path`, `--tp-size`, `--dtype`,
+`--host`, `--port`, `--weight-version`, `--enable-metrics`, `--tokenizer-path`,
+`--enable-deterministic-inference` (0.5.3 and later), plus a job's `inference.extraArgs`.
+Releases name the parsed fields differently: `--tp-size` is stored as `tensor_parallel_size`
+in 0.5.2 and as `tp_size` in 0.5.23, so the tests ask the parser for each flag's field.
 `ServerArgs.from_cli_args` is not called: it runs device checks that need an accelerator.
+
+The probes (`dressage_operator.sglang_release`): liveness and readiness use a route the
+release serves whose handler in `entrypoints/http_server.py` logs nothing and awaits nothing
+(no round trip to the scheduler, so it answers while generation is paused); the startup
+probe's route generates.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 from pathlib import Path
 
 import pytest
 from dressage_operator import children
+from dressage_operator import sglang_release as releases
 
-from dressage.api import load_job
-from dressage.api.sglang import parse_version
-from tests.contract.support import SGLANG_VERSION
+from dressage.api import AsyncRLJob, JobValidationError, load_job, validate_job
+from dressage.api.sglang import MODEL_INFO_ROUTE_SINCE, at_least, has_deterministic_inference
 
 pytest.importorskip(
-    "sglang", reason="SGLang's pure-Python parts are not installed: run scripts/setup.sh"
+    "sglang", reason="SGLang is not importable: the tier runs per release, sglang-compat.sh"
+)
+
+from tests.contract.support import (
+    handler_awaits,
+    handler_logs,
+    route_handler,
+    sglang_routes,
 )
 
 pytestmark = pytest.mark.contract
@@ -47,22 +63,38 @@ def _sglang_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _field(parser: argparse.ArgumentParser, flag: str) -> str:
+    """The attribute the parser stores `flag` in."""
+    (dest,) = {a.dest for a in parser._actions if flag in a.option_strings}
+    return dest
+
+
+def _for_release(job: AsyncRLJob, release: str, **rollout: object) -> AsyncRLJob:
+    """`job` as a manifest naming SGLang `release` (what a user running it writes)."""
+    wire = job.to_wire()
+    spec = dict(wire["spec"])  # type: ignore[call-overload]
+    spec["inference"] = {**spec.get("inference", {}), "sglangVersion": release}
+    spec["rollout"] = {**spec.get("rollout", {}), **rollout}
+    return validate_job({**wire, "spec": spec})
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_engine_command_parses_with_sglangs_parser(example: Path) -> None:
-    job = load_job(example)
-    if parse_version(job.spec.inference.sglang_version) > parse_version(SGLANG_VERSION):
-        pytest.skip(
-            f"{example.name} names SGLang {job.spec.inference.sglang_version}, newer than the "
-            f"installed {SGLANG_VERSION}: its flags need that release's parser"
-        )
+def test_engine_command_parses_with_the_releases_parser(example: Path, sglang_release: str) -> None:
+    try:
+        job = _for_release(load_job(example), sglang_release)
+    except JobValidationError as exc:
+        pytest.skip(f"{example.name} needs a newer SGLang release than {sglang_release}: {exc}")
     cmd = children.engine_command(job)
     assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
-    args = _sglang_parser().parse_args(cmd[3:])
-    assert args.model_path == job.spec.model.staged_path(job.spec.storage.mount_path)
-    assert args.tensor_parallel_size == job.spec.inference.tensor_parallel_size
-    assert args.weight_version == children.engine_base_version(job)
-    assert args.enable_metrics is True
-    assert args.port == int(cmd[cmd.index("--port") + 1])
+    parser = _sglang_parser()
+    args = vars(parser.parse_args(cmd[3:]))
+    assert args[_field(parser, "--model-path")] == job.spec.model.staged_path(
+        job.spec.storage.mount_path
+    )
+    assert args[_field(parser, "--tp-size")] == job.spec.inference.tensor_parallel_size
+    assert args[_field(parser, "--weight-version")] == children.engine_base_version(job)
+    assert args[_field(parser, "--enable-metrics")] is True
+    assert args[_field(parser, "--port")] == int(cmd[cmd.index("--port") + 1])
 
 
 def test_the_parser_refuses_what_sglang_does_not_know() -> None:
@@ -72,12 +104,10 @@ def test_the_parser_refuses_what_sglang_does_not_know() -> None:
 
 def test_the_weight_update_group_the_operator_wires_fits_sglangs_ranks() -> None:
     """Each engine joins with `InitWeightsUpdateGroupReqInput` at its rank offset; SGLang
-    v0.5.2 (`ModelRunner.init_weights_update_group`) puts TP rank `t` of an engine at
-    `rank_offset + t`, so every engine rank must get its own rank in [1, world_size) and rank
-    0 stays the trainer's."""
+    (v0.5.2 and v0.5.23 `ModelRunner.init_weights_update_group`) puts TP rank `t` of an
+    engine at `rank_offset + t`, so every engine rank must get its own rank in
+    [1, world_size) and rank 0 stays the trainer's."""
     from sglang.srt.managers.io_struct import InitWeightsUpdateGroupReqInput
-
-    from dressage.api import AsyncRLJob
 
     job = AsyncRLJob.model_validate(
         {
@@ -106,18 +136,59 @@ def test_the_weight_update_group_the_operator_wires_fits_sglangs_ranks() -> None
     assert req.backend == "nccl"
 
 
-def test_sglang_0_5_2_has_no_deterministic_inference_flag() -> None:
-    """Why the operator gates `--enable-deterministic-inference` on
-    `spec.inference.sglangVersion` (>= 0.5.3): the pinned release's parser refuses it, so a
-    seeded job on a 0.5.2 image would crash-loop its engines."""
-    from dressage.api.sglang import (
-        DETERMINISTIC_INFERENCE_SINCE,
-        SGLANG_PINNED_VERSION,
-        parse_version,
-    )
-
+def test_deterministic_inference_is_asked_for_exactly_where_the_release_has_it(
+    sglang_release: str,
+) -> None:
+    """Why the job model gates `rollout.seededSampling` on `inference.sglangVersion`
+    (>= 0.5.3): a release without `--enable-deterministic-inference` refuses the flag, so a
+    seeded job on it would crash-loop its engines. Where the release has it, the seeded job's
+    command carries it and parses."""
     job = load_job(EXAMPLES[0])
-    base = children.engine_command(job)[3:]
-    assert parse_version(SGLANG_PINNED_VERSION) < parse_version(DETERMINISTIC_INFERENCE_SINCE)
-    with pytest.raises(_Refused, match="--enable-deterministic-inference"):
-        _sglang_parser().parse_args([*base, "--enable-deterministic-inference"])
+    parser = _sglang_parser()
+    if has_deterministic_inference(sglang_release):
+        seeded = children.engine_command(_for_release(job, sglang_release, seededSampling=True))
+        assert seeded.count("--enable-deterministic-inference") == 1
+        args = vars(parser.parse_args(seeded[3:]))
+        assert args[_field(parser, "--enable-deterministic-inference")] is True
+    else:
+        with pytest.raises(JobValidationError, match=r"rollout\.seededSampling"):
+            _for_release(job, sglang_release, seededSampling=True)
+        base = children.engine_command(_for_release(job, sglang_release))[3:]
+        with pytest.raises(_Refused, match="--enable-deterministic-inference"):
+            parser.parse_args([*base, "--enable-deterministic-inference"])
+
+
+def test_the_probe_routes_are_routes_the_release_serves(sglang_release: str) -> None:
+    routes = sglang_routes()
+    assert ("GET", releases.engine_live_check(sglang_release)) in routes
+    assert ("GET", releases.ENGINE_GENERATE_CHECK) in routes
+
+
+def test_the_live_probe_logs_nothing_and_never_waits_on_the_scheduler(sglang_release: str) -> None:
+    """Liveness and readiness run every 10 s, through weight updates: their handler must
+    answer from the HTTP process (nothing awaited) and write nothing to the log."""
+    handler = route_handler("GET", releases.engine_live_check(sglang_release))
+    assert handler_logs(handler) == []
+    assert handler_awaits(handler) == []
+
+
+def test_the_release_serves_model_info_exactly_from_the_release_the_operator_assumes(
+    sglang_release: str,
+) -> None:
+    """`MODEL_INFO_ROUTE_SINCE` (0.5.6): from there on `/model_info` exists and
+    `/get_model_info` logs a deprecation warning on every call; before it `/get_model_info`
+    is quiet. Pinned here for each release of the matrix."""
+    has_model_info = ("GET", "/model_info") in sglang_routes()
+    assert has_model_info is at_least(sglang_release, MODEL_INFO_ROUTE_SINCE)
+    old_logs = handler_logs(route_handler("GET", "/get_model_info"))
+    assert bool(old_logs) is has_model_info
+
+
+def test_the_startup_probe_generates_a_token() -> None:
+    """The startup probe proves the model loaded and answers: its handler builds a
+    `GenerateReqInput` and hands it to the tokenizer manager's `generate_request`."""
+    handler = route_handler("GET", releases.ENGINE_GENERATE_CHECK)
+    names = {n.id for n in ast.walk(handler) if isinstance(n, ast.Name)}
+    calls = {ast.unparse(n.func) for n in ast.walk(handler) if isinstance(n, ast.Call)}
+    assert "GenerateReqInput" in names
+    assert any(c.endswith("tokenizer_manager.generate_request") for c in calls)

@@ -11,17 +11,26 @@ Responses (shapes from `managers/tokenizer_manager.py` and `managers/schedule_ba
 `FINISH_*.to_json()`, v0.5.2): normal stop `{"type": "stop", "matched": id_or_str}`, length
 `{"type": "length", "length": n}`, abort of a running request with its partial `output_ids`,
 abort of a queued request (`"Abort before prefill"`, no `output_ids`), `output_token_logprobs`
-as `[logprob, token_id, text_or_null]`, and the HTTP 503 of a full queue.
+as `[logprob, token_id, text_or_null]`, and the HTTP 503 of a full queue. And 0.5.23's: the
+queued abort with `output_ids`, the version and its span and no `prompt_tokens` ("Abort in
+waiting queue"), per-token `weight_versions`, the schema gate's 400 `{"error": "<text>"}`, the
+version in `/model_info` (no `/get_weight_version`), `stop_regex` and nulls as defaults.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from dressage.engine.protocol import GenerateResponse
-from dressage.engine.sglang_support import PAUSE_MODES, SAMPLING_SEED, supports
+from dressage.engine.sglang_support import (
+    LATER_SAMPLING_PARAM_KEYS,
+    PAUSE_MODES,
+    SAMPLING_SEED,
+    supports,
+)
 from tests.contract.proxy_harness import engine_release_known, running_proxy
 from tests.contract.support import (
     ABORT_BEFORE_PREFILL,
@@ -33,6 +42,9 @@ from tests.contract.support import (
     finish_length,
     finish_stop,
     generate_answer,
+    http_server_source,
+    schema_gate,
+    sglang_routes,
 )
 
 pytestmark = pytest.mark.contract
@@ -219,3 +231,161 @@ async def test_junk_sampling_params_are_the_agents_error_not_the_engines() -> No
             )
     assert answer.status_code == 400, answer.text
     assert "stop" in answer.json()["error"]["message"]
+
+
+async def test_the_proxy_reads_the_engines_version_where_its_release_reports_it() -> None:
+    """0.5.23 has no `/get_weight_version` (the version is in `/model_info`): once the
+    publisher names the current version, the proxy still finds the engine serving it and
+    routes to it, asking no deprecated alias."""
+    with fake_sglang() as fake:
+        async with running_proxy(fake.url, health_interval_s=0.05) as proxy:
+            await engine_release_known(proxy)
+            stated = await proxy.post("/continue_generation", json={"weight_version": "default"})
+            answer = await proxy.post(
+                "/generate", json=_generate({"max_new_tokens": 4}), headers={"X-Session-Id": "s"}
+            )
+            engines = (await proxy.get("/dressage/engines")).json()["engines"]
+        asked = {r.path for r in fake.requests if r.method == "GET"}
+    assert stated.status_code == 200, stated.text
+    assert answer.status_code == 200, answer.text
+    assert engines[0]["weight_version"] == "default"
+    routes = sglang_routes()
+    assert not {p for p in asked if ("GET", p) in routes} & deprecated_paths()
+
+
+def deprecated_paths() -> set[str]:
+    """Routes whose handler logs a deprecation warning per call in the release's source."""
+    return set(re.findall(r"Endpoint '(/[\w/]+)' is deprecated", http_server_source()))
+
+
+QUEUED_ABORT_0_5_23 = {
+    "text": "",
+    "output_ids": [],
+    "meta_info": {
+        "id": "0123456789abcdef",
+        "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
+        "weight_version": "v3",
+        "e2e_latency": 0.01,
+        "weight_versions": [{"version": "v3", "start": 0, "end": 0}],
+        "input_token_logprobs": [],
+        "output_token_logprobs": [],
+        "output_token_logprobs_length": 0,
+        "completion_tokens": 0,
+    },
+}
+"""0.5.23 `tokenizer_manager._handle_abort_req` for a request aborted in the waiting queue:
+`output_ids`, the version and its empty span, the latency, no `prompt_tokens`."""
+
+
+def running_abort_0_5_23(output_ids: list[int], spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """0.5.23's answer for a running request aborted mid-generation: the tokens so far, every
+    `meta_info` key of `_handle_batch_output`, `FINISH_ABORT().to_json()`, per-token spans."""
+    return {
+        "text": "t5t6t7",
+        "output_ids": output_ids,
+        "meta_info": {
+            "id": "0123456789abcdef",
+            "finish_reason": finish_abort_running("Aborted"),
+            "prompt_tokens": 3,
+            "weight_version": spans[-1]["version"],
+            "num_retractions": 0,
+            "output_token_logprobs": [[-0.5, t, None] for t in output_ids],
+            "reasoning_tokens": 0,
+            "completion_tokens": len(output_ids),
+            "cached_tokens": 0,
+            "weight_versions": spans,
+            "e2e_latency": 0.01,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "aborted",
+    [
+        ABORT_BEFORE_PREFILL,
+        QUEUED_ABORT_0_5_23,
+        running_abort_0_5_23([5, 6, 7], [{"version": "v3", "start": 0, "end": 3}]),
+    ],
+    ids=["queued-0.5.2", "queued-0.5.23", "running-0.5.23"],
+)
+async def test_every_abort_shape_is_an_abort_with_its_tokens(aborted: dict[str, Any]) -> None:
+    GenerateResponse.model_validate(aborted)
+    with fake_sglang() as fake:
+        fake.answers.append((200, aborted))
+        async with running_proxy(fake.url) as proxy:
+            answer = await proxy.post(
+                "/generate", json=_generate({"max_new_tokens": 4}), headers={"X-Session-Id": "s"}
+            )
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert data["meta_info"]["finish_reason"]["type"] == "abort"
+    assert data["output_ids"] == aborted.get("output_ids", [])
+    assert len(data["dressage"]["versions"]) == len(data["output_ids"])
+
+
+async def test_per_token_versions_come_from_the_engine_when_it_sends_them() -> None:
+    """A response whose tokens came from two weight versions (0.5.23 `weight_versions`, the
+    update landed mid-generation) keeps both; the proxy infers nothing."""
+    spans = [{"version": "v3", "start": 0, "end": 2}, {"version": "v4", "start": 2, "end": 3}]
+    engine_answer = running_abort_0_5_23([5, 6, 7], spans)
+    engine_answer["meta_info"]["finish_reason"] = finish_length(3)
+    with fake_sglang() as fake:
+        fake.answers.append((200, engine_answer))
+        async with running_proxy(fake.url, partial_rollout=True) as proxy:
+            answer = await proxy.post(
+                "/generate", json=_generate({"max_new_tokens": 3}), headers={"X-Session-Id": "s"}
+            )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["dressage"]["versions"] == ["v3", "v3", "v4"]
+    assert answer.json()["meta_info"]["weight_versions"] == spans
+
+
+async def test_a_schema_refusal_reaches_the_agent_as_invalid_request_naming_the_field() -> None:
+    """0.5.23 refuses a body its schema does not admit with 400 `{"error": "<text>"}`: the
+    agent gets `invalid_request` with that text as the message (not the JSON) and the field."""
+    gate = schema_gate()
+    body = _generate({"max_new_tokens": 4, "temperature": 0.5})
+    refusal = {"error": "unknown field `temperatur`, expected one of `max_new_tokens`"}
+    if gate is not None:
+        refusal = {"error": gate(_generate({"max_new_tokens": 4, "temperatur": 0.5}))}
+    with fake_sglang() as fake:
+        fake.answers.append((400, refusal))
+        async with running_proxy(fake.url) as proxy:
+            answer = await proxy.post("/generate", json=body, headers={"X-Session-Id": "s"})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "invalid_request"
+    assert error["message"].endswith(refusal["error"])
+    assert error["param"] == "sampling_params.temperatur"
+
+
+@pytest.mark.parametrize(
+    ("params", "key"),
+    [
+        ({"max_new_tokens": 4, "stop_regex": "[0-9]{3}"}, "stop_regex"),
+        ({"max_new_tokens": 4, "top_k": None, "temperature": None}, None),
+    ],
+    ids=["stop_regex", "nulls"],
+)
+async def test_newer_keys_and_nulls_reach_the_release_as_it_takes_them(
+    params: dict[str, Any], key: str | None
+) -> None:
+    """A key the engine's release has is forwarded (and fits its classes); one it lacks is
+    refused naming it; a null that means the default is left out for a release that cannot
+    take it (0.5.2 compares it: TypeError, HTTP 500)."""
+    with fake_sglang() as fake:
+        async with running_proxy(fake.url, health_interval_s=0.05) as proxy:
+            await engine_release_known(proxy)
+            answer = await proxy.post(
+                "/generate", json=_generate(params), headers={"X-Session-Id": "s"}
+            )
+        bodies = fake.posted("/generate")
+    takes = key is None or supports(SGLANG_VERSION, LATER_SAMPLING_PARAM_KEYS[key])
+    if not takes:
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == f"sampling_params.{key}"
+        assert bodies == []
+        return
+    assert answer.status_code == 200, answer.text
+    (body,) = bodies
+    check_generate_body(body)

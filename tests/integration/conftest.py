@@ -1,4 +1,5 @@
-"""Fixtures shared by the integration tests: the tiny model, built once per test module."""
+"""Fixtures shared by the integration tests: the tiny model, built once per test module, and
+the SGLang releases the embedded engine plays."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dressage.api.sglang import SGLANG_TESTED_RELEASES
 from dressage.engine.model import ModelWeights, load_weights
+from dressage.engine.releases import PROFILES, ReleaseProfile
 from dressage.model import BUILTIN_TINY, resolve_model_source
 
 
@@ -22,3 +25,17 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def weights(cache_dir: Path) -> ModelWeights:
     """The tiny model's weights, for reference decoding in this process."""
     return load_weights(resolve_model_source(BUILTIN_TINY, cache_dir))
+
+
+@pytest.fixture(params=SGLANG_TESTED_RELEASES, ids=lambda release: f"sglang-{release}")
+def engine_release(request: pytest.FixtureRequest) -> str:
+    """Each SGLang release the embedded engine plays, in turn: a test that takes this fixture
+    (or an engine started with it) runs once per release of the tested matrix."""
+    release: str = request.param
+    return release
+
+
+@pytest.fixture
+def engine_profile(engine_release: str) -> ReleaseProfile:
+    """The profile of `engine_release`."""
+    return PROFILES[engine_release]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from dressage.engine import EngineClient
 from dressage.model.tiny import resolve_model_source
 
 
@@ -33,9 +34,9 @@ async def update_weights(engine_url: str, checkpoint: Path, version: str) -> Non
 
 
 async def engine_version(engine_url: str) -> str:
-    async with httpx.AsyncClient(timeout=10) as client:
-        response = await client.get(engine_url + "/get_weight_version")
-        return str(response.json()["weight_version"])
+    """The weight version the engine reports, wherever its release reports it."""
+    async with EngineClient(engine_url) as client:
+        return str(await client.get_weight_version())
 
 
 async def wait_for(

@@ -12,6 +12,7 @@ import torch
 
 from dressage.engine import EngineClient
 from dressage.engine.model import load_weights
+from dressage.engine.releases import ReleaseProfile
 from dressage.engine.testing import start_engine
 from dressage.model import BUILTIN_TINY, resolve_model_source
 from tests.integration.engine_support import greedy, greedy_reference, prompt_for, stream_until
@@ -38,17 +39,25 @@ async def test_pacing_bounds_the_token_rate_and_keeps_the_tokens(cache_dir: Path
         assert out.output_ids == greedy_reference(weights, prompt, n)
 
 
-async def test_commands_do_not_wait_for_the_next_paced_step(cache_dir: Path) -> None:
+async def test_commands_do_not_wait_for_the_next_paced_step(
+    cache_dir: Path, engine_profile: ReleaseProfile
+) -> None:
     # One step a minute: the first token comes at once (prefill), the next not for 60 s. A
-    # weight update and an abort must land meanwhile, well within the 20 s allowed each.
-    with start_engine(cache_dir=cache_dir, min_step_interval_ms=60_000) as engine:
+    # pause, a weight update (paused: it need not wait for the running generation) and an
+    # abort must land meanwhile, well within the 20 s allowed each.
+    with start_engine(
+        cache_dir=cache_dir, min_step_interval_ms=60_000, sglang_release=engine_profile.release
+    ) as engine:
         async with EngineClient(engine.base_url) as client:
             task, reached = await stream_until(client, greedy(prompt_for(1), 50, rid="slow"), 1)
             await asyncio.wait_for(reached.wait(), 20)
+            mode = "in_place" if engine_profile.pause_modes else "abort"
+            await asyncio.wait_for(client.pause_generation(mode), 20)
             checkpoint = str(resolve_model_source(BUILTIN_TINY, cache_dir))
             await asyncio.wait_for(client.update_weights_from_disk(checkpoint, "v1"), 20)
             assert await client.get_weight_version() == "v1"
             await asyncio.wait_for(client.abort_request(rid="slow"), 20)
             out = await asyncio.wait_for(task, 20)
+            await client.continue_generation()
     assert out.aborted
     assert out.token_versions() == ["v0"]

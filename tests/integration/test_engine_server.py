@@ -19,6 +19,7 @@ import torch
 
 from dressage.engine import EngineClient, EngineRequestError, GenerateRequest, SamplingParams
 from dressage.engine.model import ModelWeights, full_logits
+from dressage.engine.protocol import error_message
 from dressage.engine.sampling import SamplingSpec, filtered_logprobs
 from dressage.engine.testing import EngineProcess, start_engine
 from tests.integration.engine_support import (
@@ -150,10 +151,11 @@ async def test_abort_mid_generation_returns_the_partial_tokens(
         ("/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": -1}}, "max_new"),
         ("/generate", {"input_ids": [1], "sampling_params": {"n": 2}}, "sampling_params.n"),
         ("/generate", {"input_ids": [1, 99999]}, "input_ids[1]"),
-        ("/generate", {"input_ids": "1 2"}, "input_ids"),
+        # 0.5.23's schema gate says what the value should have been (`for TokenIdsOrList`).
+        ("/generate", {"input_ids": "1 2"}, "TokenIdsOrList"),
         ("/generate", {"input_ids": [[1], [2]]}, "input_ids"),
-        ("/generate", {"input_ids": [1], "stream": "maybe"}, "stream"),
-        ("/generate", {"input_ids": [1], "rid": 5}, "rid"),
+        ("/generate", {"input_ids": [1], "stream": "maybe"}, 'string "maybe"'),
+        ("/generate", {"input_ids": [1], "rid": 5}, "StringOrList"),
         ("/generate", {"input_ids": [1] * 5000}, "context length"),
         ("/generate", [1, 2], "JSON object"),
         ("/generate", "{not json", "not valid JSON"),
@@ -170,31 +172,44 @@ async def test_bad_requests_get_sglang_style_400_naming_the_field(
     async with httpx.AsyncClient() as http:
         response = await http.post(engine.base_url + path, content=content)
         assert response.status_code == 400
-        data = response.json()
-        message = data["error"]["message"] if "error" in data else data["message"]
-        assert field in message
+        assert field in error_message(response.content)
         assert (await http.get(engine.base_url + "/health")).status_code == 200
 
 
 @pytest.mark.parametrize(
-    ("params", "field"),
+    ("params", "refused"),
     [
-        ({"bogus": 1}, "sampling_params.bogus"),
-        ({"temperature": "0.5"}, "sampling_params.temperature"),
+        ({"bogus": 1}, {"0.5.2": "Internal Server Error", "0.5.23": "unknown field `bogus`"}),
+        (
+            {"temperature": "0.5"},
+            {"0.5.2": "Internal Server Error", "0.5.23": 'string "0.5", expected f64'},
+        ),
+        ({"sampling_seed": 3}, {"0.5.2": "Internal Server Error", "0.5.23": None}),
+        ({"top_k": None}, {"0.5.2": "Internal Server Error", "0.5.23": None}),
     ],
+    ids=["unknown-key", "wrong-type", "later-key", "null"],
 )
-async def test_sampling_params_sglang_cannot_take_get_500_naming_the_field(
-    engine: EngineProcess, params: dict[str, object], field: str
+async def test_sampling_params_the_release_cannot_take_get_its_status(
+    cache_dir: Path, engine_release: str, params: dict[str, object], refused: dict[str, str]
 ) -> None:
-    """SGLang raises TypeError for these (unknown keyword, str compared with a float), which its
-    /generate handler does not turn into a 400: the embedded engine answers the same status."""
-    async with httpx.AsyncClient() as http:
-        response = await http.post(
-            engine.base_url + "/generate", json={"input_ids": [1], "sampling_params": params}
-        )
-        assert response.status_code == 500
-        assert field in response.json()["error"]["message"]
-        assert (await http.get(engine.base_url + "/health")).status_code == 200
+    """0.5.2 raises TypeError for these (an unknown keyword, a str or None compared with a
+    number), which its /generate handler does not turn into a 400: HTTP 500, plain text.
+    0.5.23's schema gate refuses the unknown key and the wrong type with 400 in its own words,
+    and takes `sampling_seed` and a null `top_k` (the default)."""
+    expected = refused[engine_release]
+    body = {"input_ids": [1], "sampling_params": {**params, "max_new_tokens": 2}}
+    with start_engine(cache_dir=cache_dir, sglang_release=engine_release) as engine:
+        async with httpx.AsyncClient(base_url=engine.base_url, timeout=60) as http:
+            response = await http.post("/generate", json=body)
+            healthy = (await http.get("/health_generate")).status_code
+    if expected is None:
+        assert response.status_code == 200, response.text
+    elif expected == "Internal Server Error":
+        assert (response.status_code, response.text) == (500, expected)
+    else:
+        assert response.status_code == 400
+        assert expected in response.json()["error"]
+    assert healthy == 200
 
 
 async def test_unknown_paths_and_methods_get_404_and_405_naming_them(

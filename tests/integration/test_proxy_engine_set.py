@@ -17,11 +17,12 @@ import httpx
 
 from dressage.proxy.testing import start_proxy
 from tests.integration.proxy_support import wait_for
-from tests.scripted_http import scripted_server
+from tests.scripted_http import Status, scripted_server
 
 
 class VersionedEngine:
-    """Answers health, `/get_weight_version` and one-token `/generate` under `version`."""
+    """An SGLang 0.5.2 engine: answers health, `/get_weight_version` and one-token
+    `/generate` under `version` (0.5.2 has no `/model_info`: 404)."""
 
     def __init__(self, version: str) -> None:
         self.version = version
@@ -39,6 +40,8 @@ class VersionedEngine:
             self.commands.append(path)
         if path == "/get_weight_version":
             return {"weight_version": self.version}
+        if path in ("/model_info", "/server_info"):
+            return Status(404, {"detail": "Not Found"})
         if path == "/generate":
             self.generations += 1
             return {

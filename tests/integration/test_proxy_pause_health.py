@@ -67,8 +67,8 @@ async def test_a_pause_longer_than_the_health_timeout_keeps_engines_routable() -
                         headers={"X-Session-Id": "s1"},
                     )
                 )
-                # The pause lasts ten health intervals, five times the probe's timeout.
-                await asyncio.sleep(0.5)
+                # The pause lasts fifty health intervals, twice the probe's timeout (1 s).
+                await asyncio.sleep(2.5)
                 resumed = await client.post("/continue_generation", json={})
                 assert resumed.status_code == 200, resumed.text
                 answer = await parked

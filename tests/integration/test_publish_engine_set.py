@@ -3,7 +3,9 @@ an engine restarted on its base weights and an engine that missed a publish are 
 current version before the proxy routes to them.
 
 Real processes on loopback: a `dressage proxy`, embedded engines (or scripted ones where an
-engine must refuse an update), and the publisher in this process.
+engine must refuse an update), and the publisher in this process; publishing and catching up
+run against every SGLang release the engines play (each reports its version on another
+route).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from dressage.api.sglang import SGLANG_NEWEST_TESTED
 from dressage.engine.errors import EngineError
 from dressage.engine.testing import EngineProcess, start_engine
 from dressage.orchestrator.publish import WeightPublisher
@@ -45,19 +48,21 @@ async def engines_of(proxy_url: str) -> dict[str, dict[str, Any]]:
         return {e["url"]: e for e in response.json()["engines"]}
 
 
-def engine(cache_dir: Path, *extra: str) -> Iterator[EngineProcess]:
-    return start_engine(cache_dir=cache_dir, weight_version="v0", extra_args=extra)
+def engine(cache_dir: Path, release: str, *extra: str) -> Iterator[EngineProcess]:
+    return start_engine(
+        cache_dir=cache_dir, weight_version="v0", sglang_release=release, extra_args=extra
+    )
 
 
 async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
-    tmp_path: Path, cache_dir: Path
+    tmp_path: Path, cache_dir: Path, engine_release: str
 ) -> None:
     checkpoint = tiny_checkpoint(cache_dir)
     listing = tmp_path / "engines"
     with ExitStack() as stack:
         replaced = ExitStack()
         stack.enter_context(replaced)
-        first = replaced.enter_context(engine(cache_dir))
+        first = replaced.enter_context(engine(cache_dir, engine_release))
         write_engines(listing, [first.base_url])
         proxy = stack.enter_context(
             start_proxy(
@@ -77,7 +82,7 @@ async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
             assert await engine_version(first.base_url) == "v1"
 
             # A scale-up: the new engine starts on the base weights as v0.
-            second = stack.enter_context(engine(cache_dir))
+            second = stack.enter_context(engine(cache_dir, engine_release))
             assert await engine_version(second.base_url) == "v0"
             write_engines(listing, [first.base_url, second.base_url])
             await wait_for(lambda: caught_up(second.base_url), timeout_s=60, what="scale-up")
@@ -86,7 +91,7 @@ async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
             # The first engine's process is replaced on the same address, at base weights.
             port = first.port
             replaced.close()
-            first = stack.enter_context(engine(cache_dir, "--port", str(port)))
+            first = stack.enter_context(engine(cache_dir, engine_release, "--port", str(port)))
             await wait_for(lambda: caught_up(first.base_url), timeout_s=60, what="restart")
             assert await engine_version(first.base_url) == "v1"
         finally:
@@ -95,18 +100,26 @@ async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
 
 
 class ScriptedEngine:
-    """Reports its weight version and takes (or, with `fail`, refuses) weight updates."""
+    """Reports its weight version and takes (or, with `fail`, refuses) weight updates, where
+    SGLang `release` has them: 0.5.2 `/get_weight_version` and `/get_server_info`, 0.5.23
+    `/model_info` and `/server_info` (the other names answer 404 there)."""
 
-    def __init__(self) -> None:
+    def __init__(self, release: str = SGLANG_NEWEST_TESTED) -> None:
         self.version = "v0"
         self.fail = False
         self.refuse_pause = False
+        self.release = release
 
     async def answer(self, path: str, body: bytes) -> object:
+        old = self.release == "0.5.2"
         if path == "/pause_generation" and self.refuse_pause:
             return Status(500, {"error": "cannot pause"})
-        if path == "/get_weight_version":
-            return {"weight_version": self.version}
+        if path in (("/model_info", "/server_info") if old else ("/get_weight_version",)):
+            return Status(404, {"detail": "Not Found"})
+        if path in ("/get_weight_version", "/model_info"):
+            return {"weight_version": self.version, "model_path": "m"}
+        if path in ("/get_server_info", "/server_info"):
+            return {"version": self.release}
         if path == "/update_weights_from_disk":
             if self.fail:
                 return {"success": False, "message": "cannot read the checkpoint"}
@@ -115,8 +128,10 @@ class ScriptedEngine:
         return {}
 
 
-async def test_an_engine_that_misses_a_publish_is_held_out_and_caught_up(tmp_path: Path) -> None:
-    a, b = ScriptedEngine(), ScriptedEngine()
+async def test_an_engine_that_misses_a_publish_is_held_out_and_caught_up(
+    tmp_path: Path, engine_release: str
+) -> None:
+    a, b = ScriptedEngine(engine_release), ScriptedEngine(engine_release)
     async with scripted_server(a.answer) as url_a, scripted_server(b.answer) as url_b:
         with start_proxy([url_a, url_b], "--health-interval-s", HEALTH_INTERVAL) as proxy:
             client = ProxyRolloutClient(proxy.base_url)

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from dressage import metrics as names
+from dressage.engine.testing import weight_version_of
 from dressage.trainer.testing import small_model
 
 pytestmark = pytest.mark.integration
@@ -146,7 +147,7 @@ def test_tiny_job_runs_end_to_end_serving_metrics_and_advancing_versions(
             if figures.get(names.TRAIN_STEP, 0) >= 1:
                 break
             time.sleep(0.1)
-        version = httpx.get(engine + "/get_weight_version", timeout=5).json()["weight_version"]
+        version = weight_version_of(engine)
         assert runner.wait() == 0, runner.output[-4000:]
     finally:
         runner.kill()

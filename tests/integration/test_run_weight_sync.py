@@ -1,5 +1,7 @@
 """`dressage run` with `spec.inference.weightSync: distributed`: the embedded engines join the
-trainer's weight-update group over gloo and every step's weights are broadcast to them.
+trainer's weight-update group over gloo and every step's weights are broadcast to them, for
+every SGLang release the job may name (the engines play it: 0.5.2 takes one broadcast per
+tensor, 0.5.23 flattened buckets inside weight-update sessions).
 
 The trainer's logprob of every rollout token is compared with the engine's
 (`train_rollout_logprob_abs_diff`): in a sync run the engines must serve exactly the weights
@@ -23,7 +25,7 @@ MATCH = 1e-4
 """Largest train/rollout logprob difference of engines serving the trainer's weights."""
 
 
-def _manifest(tmp: Path) -> Path:
+def _manifest(tmp: Path, release: str) -> Path:
     job = {
         "apiVersion": "dressage.io/v1alpha1",
         "kind": "AsyncRLJob",
@@ -36,7 +38,7 @@ def _manifest(tmp: Path) -> Path:
                 "warmStart": {"targetReward": 0.2, "learningRate": 0.003},
             },
             "task": {"name": "arithmetic", "params": {"maxOperand": 9}},
-            "inference": {"replicas": 2, "weightSync": "distributed"},
+            "inference": {"replicas": 2, "weightSync": "distributed", "sglangVersion": release},
             "proxy": {"recordTokenVersions": True},
             "rollout": {"mode": "sync", "groupSize": 4, "batchSize": 4, "maxNewTokens": 3},
             "training": {"steps": 4, "learningRate": 1e-2, "checkpointEvery": 2},
@@ -54,15 +56,16 @@ def _history(workdir: Path) -> list[dict[str, float]]:
 
 
 def test_a_distributed_sync_run_trains_and_resumes_with_engines_on_the_trainers_weights(
-    tmp_path: Path,
+    tmp_path: Path, engine_release: str
 ) -> None:
-    manifest, workdir = _manifest(tmp_path), tmp_path / "runs"
+    manifest, workdir = _manifest(tmp_path, engine_release), tmp_path / "runs"
     first = Runner(manifest, workdir, "--steps", "3")
     try:
         assert first.wait() == 0, first.output[-4000:]
     finally:
         first.kill()
     assert "weight-update group formed with 2 engines (3 ranks, gloo)" in first.output
+    assert f"engines serve SGLang {engine_release}'s HTTP API" in first.output
     # Weights go over the group; only the checkpoint of step 2 wrote them to disk.
     assert sorted(p.name for p in (workdir / JOB / "weights").iterdir()) == ["v2"]
 

@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
-from dressage.engine.testing import start_engine
+from dressage.engine.testing import start_engine, weight_version_of
 from dressage.proxy.testing import start_proxy
 from dressage.trainer.testing import small_model
 
@@ -65,14 +64,14 @@ def test_torchrun_gang_trains_publishes_and_resumes(tmp_path: Path) -> None:
         out = _torchrun(job, workdir, engine.base_url, px.base_url, steps=2)
         assert "rank 0/2: step 0, version v0" in out
         assert "step 2 version v2" in out
-        version = httpx.get(engine.base_url + "/get_weight_version", timeout=5).json()
+        version = {"weight_version": weight_version_of(engine.base_url)}
         assert version["weight_version"] == "v2"
 
         out = _torchrun(job, workdir, engine.base_url, px.base_url, steps=3)
         assert "rank 0/2: step 2, version v2" in out
         assert "step 3 version v3" in out
         assert "step 2 version" not in out
-        version = httpx.get(engine.base_url + "/get_weight_version", timeout=5).json()
+        version = {"weight_version": weight_version_of(engine.base_url)}
         assert version["weight_version"] == "v3"
 
     state = json.loads((workdir / "checkpoints" / "step-000003" / "state.json").read_text())

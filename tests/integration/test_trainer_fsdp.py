@@ -16,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
@@ -132,7 +131,7 @@ def test_a_gang_publishes_its_sharded_weights_to_a_real_engine(model: Path, tmp_
     the engine then serves exactly the gang's trained weights under the new version."""
     from transformers import LlamaForCausalLM
 
-    from dressage.engine.testing import start_engine
+    from dressage.engine.testing import start_engine, weight_version_of
     from tests.integration.test_weight_sync import engine_logprobs, model_logprobs
 
     with start_engine(model=str(model), weight_version="v0") as engine:
@@ -142,7 +141,7 @@ def test_a_gang_publishes_its_sharded_weights_to_a_real_engine(model: Path, tmp_
             *("--steps", "2", "--engine-url", engine.base_url),
             worker="dressage.orchestrator.testing",
         )
-        version = httpx.get(f"{engine.base_url}/get_weight_version", timeout=10).json()
+        version = {"weight_version": weight_version_of(engine.base_url)}
         output, served = asyncio.run(engine_logprobs(engine.base_url))
 
     assert version["weight_version"] == "v-gang"

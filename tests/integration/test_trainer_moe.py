@@ -13,7 +13,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
@@ -69,7 +68,7 @@ def test_two_fsdp_ranks_replaying_routes_match_one_process(moe: Path, tmp_path: 
 def test_a_gang_publishes_its_trained_experts_to_a_real_engine(moe: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from dressage.engine.testing import start_engine
+    from dressage.engine.testing import start_engine, weight_version_of
     from tests.integration.test_weight_sync import engine_logprobs, model_logprobs
 
     with start_engine(model=str(moe), weight_version="v0") as engine:
@@ -79,9 +78,9 @@ def test_a_gang_publishes_its_trained_experts_to_a_real_engine(moe: Path, tmp_pa
             *("--steps", "2", "--engine-url", engine.base_url, "--routing-replay", "replay"),
             worker="dressage.orchestrator.testing",
         )
-        version = httpx.get(f"{engine.base_url}/get_weight_version", timeout=10).json()
+        version = weight_version_of(engine.base_url)
         output, served = asyncio.run(engine_logprobs(engine.base_url))
-    assert version["weight_version"] == "v-gang"
+    assert version == "v-gang"
     trained = AutoModelForCausalLM.from_pretrained(moe).eval()
     trained.load_state_dict(torch.load(out / "rank0.pt"))
     torch.testing.assert_close(served, model_logprobs(trained, output), atol=1e-5, rtol=0)

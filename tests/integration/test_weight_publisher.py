@@ -15,10 +15,12 @@ from dressage.engine.errors import EngineError
 from dressage.orchestrator.publish import WeightPublisher
 from tests.scripted_http import scripted_server
 
+INFO = ("/server_info", "/model_info")
+
 
 class SlowEngine:
-    """Answers pause/continue at once, reports its weight version, and holds
-    `/update_weights_from_disk` until released."""
+    """An SGLang 0.5.23 engine: answers pause/continue at once, reports its release and weight
+    version, and holds `/update_weights_from_disk` until released."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
@@ -31,9 +33,16 @@ class SlowEngine:
             await self.release.wait()
             self.version = json.loads(body)["weight_version"]
             return {"success": True, "message": "updated", "num_paused_requests": 0}
-        if path == "/get_weight_version":
-            return {"weight_version": self.version}
+        if path == "/model_info":
+            return {"model_path": "m", "weight_version": self.version}
+        if path == "/server_info":
+            return {"version": "0.5.23"}
         return {"message": "ok", "status": "ok"}
+
+    @property
+    def commands(self) -> list[str]:
+        """The calls other than the release and version reads."""
+        return [p for p in self.paths if p not in INFO]
 
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[str]:
@@ -55,7 +64,7 @@ async def test_an_update_past_its_time_bound_fails_and_generation_still_continue
                 await publisher.publish(tmp_path, "v1")
         finally:
             await publisher.aclose()
-    assert engine.paths == [
+    assert engine.commands == [
         "/pause_generation",
         "/update_weights_from_disk",
         "/continue_generation",
@@ -71,7 +80,13 @@ async def test_an_update_within_its_time_bound_publishes(tmp_path: Path) -> None
             await publisher.publish(tmp_path, "v1")
         finally:
             await publisher.aclose()
-    assert engine.paths[-1] == "/continue_generation"
+    # The cache is flushed once the new weights carry their label, before generation goes on.
+    assert engine.commands == [
+        "/pause_generation",
+        "/update_weights_from_disk",
+        "/flush_cache",
+        "/continue_generation",
+    ]
 
 
 class _Session:

@@ -1,5 +1,7 @@
 """Distributed weight sync over gloo: the trainer's `DistributedWeightSender` (rank 0) and a
-real embedded-engine process (rank 1), on loopback."""
+real embedded-engine process (rank 1), on loopback, for every SGLang release the engine plays:
+0.5.2 (one broadcast per tensor, no sessions) and 0.5.23 (inside `/begin_weight_update` ...
+`/end_weight_update`, flattened buckets)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from dressage.engine import EngineClient, EngineRequestError, GenerateRequest, SamplingParams
+from dressage.engine.releases import ReleaseProfile
 from dressage.engine.testing import EngineProcess, start_engine
 from dressage.orchestrator.weight_sync import DistributedWeightSender, WeightSyncError
 from dressage.trainer.testing import small_model
@@ -26,9 +29,11 @@ TIMEOUT_S = 60.0
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[EngineProcess]:
+def engine(tmp_path: Path, engine_release: str) -> Iterator[EngineProcess]:
     served = small_model(tmp_path / "served", seed=0)
-    with start_engine(model=str(served), weight_version="v0") as process:
+    with start_engine(
+        model=str(served), weight_version="v0", sglang_release=engine_release
+    ) as process:
         yield process
 
 
@@ -77,7 +82,10 @@ def model_logprobs(model: LlamaForCausalLM, output: list[int]) -> list[float]:
 
 
 async def test_a_publish_gives_the_engine_the_trainers_weights_and_version(
-    engine: EngineProcess, sender: DistributedWeightSender, trainer_model: LlamaForCausalLM
+    engine: EngineProcess,
+    engine_profile: ReleaseProfile,
+    sender: DistributedWeightSender,
+    trainer_model: LlamaForCausalLM,
 ) -> None:
     before_ids, before = await engine_logprobs(engine.base_url)
     assert before != pytest.approx(model_logprobs(trainer_model, before_ids), abs=1e-3)
@@ -87,6 +95,7 @@ async def test_a_publish_gives_the_engine_the_trainers_weights_and_version(
 
     assert report.tensors == len(state)
     assert report.buckets > 1  # 16 KiB buckets: the model is several
+    assert report.flattened is engine_profile.flattened_bucket
     output, logprobs = await engine_logprobs(engine.base_url)
     assert logprobs == pytest.approx(model_logprobs(trainer_model, output), abs=1e-4)
     async with EngineClient(engine.base_url) as client:
@@ -119,8 +128,13 @@ async def test_bad_buckets_are_refused_naming_the_parameter_and_change_nothing(
     assert logprobs == pytest.approx(model_logprobs(trainer_model, output), abs=1e-4)
 
 
-async def test_requests_without_a_group_or_for_nccl_are_refused(engine: EngineProcess) -> None:
+async def test_requests_without_a_group_or_for_nccl_are_refused(
+    engine: EngineProcess, engine_profile: ReleaseProfile
+) -> None:
     async with httpx.AsyncClient(base_url=engine.base_url, timeout=30) as client:
+        if engine_profile.weight_update_sessions:
+            # The release checks the session first.
+            assert (await client.post("/begin_weight_update", json={})).status_code == 200
         no_group = await client.post(
             "/update_weights_from_distributed",
             json={"names": ["model.norm.weight"], "dtypes": ["float32"], "shapes": [[32]]},
@@ -148,18 +162,50 @@ async def test_requests_without_a_group_or_for_nccl_are_refused(engine: EnginePr
 
 
 async def test_after_destroy_the_engine_has_left_the_group(
-    engine: EngineProcess, sender: DistributedWeightSender, trainer_model: LlamaForCausalLM
+    engine: EngineProcess,
+    engine_profile: ReleaseProfile,
+    sender: DistributedWeightSender,
+    trainer_model: LlamaForCausalLM,
 ) -> None:
+    if ("POST", "/destroy_weights_update_group") not in engine_profile.routes:
+        pytest.skip(f"SGLang {engine_profile.release} has no /destroy_weights_update_group")
     await sender.destroy_group()
     assert not sender.ready
     with pytest.raises(WeightSyncError, match="call init_group first"):
         await sender.send(iter(trainer_model.state_dict().items()), "v1")
     async with EngineClient(engine.base_url) as client:
+        await client.begin_weight_update()
         with pytest.raises(EngineRequestError, match="no weight-update group"):
             await client.update_weights_from_distributed(["model.norm.weight"], ["float32"], [[32]])
+        await client.end_weight_update()
     # A new group forms on the same engine and publishes.
     await sender.init_group()
     await sender.send(iter(trainer_model.state_dict().items()), "v2")
+    async with EngineClient(engine.base_url) as client:
+        assert await client.get_weight_version() == "v2"
+
+
+async def test_per_tensor_and_flattened_buckets_load_the_same_weights(
+    engine: EngineProcess,
+    engine_profile: ReleaseProfile,
+    sender: DistributedWeightSender,
+    trainer_model: LlamaForCausalLM,
+) -> None:
+    """On a release with flattened buckets both forms load the trainer's weights; a session
+    a dead sender left open is closed before the next publish opens its own."""
+    if not engine_profile.flattened_bucket:
+        pytest.skip(f"SGLang {engine_profile.release} has no flattened buckets")
+    state = trainer_model.state_dict()
+    async with httpx.AsyncClient(base_url=engine.base_url, timeout=30) as http:
+        opened = await http.post("/begin_weight_update", json={})
+        assert opened.json()["success"] is True  # left open, as by a sender that died
+    per_tensor = await sender.send(iter(state.items()), "v1", flattened=False)
+    output, logprobs = await engine_logprobs(engine.base_url)
+    assert logprobs == pytest.approx(model_logprobs(trainer_model, output), abs=1e-4)
+    flat = await sender.send(iter(state.items()), "v2", flattened=True)
+    assert await engine_logprobs(engine.base_url) == (output, logprobs)
+    assert (per_tensor.flattened, flat.flattened) == (False, True)
+    assert per_tensor.bytes == flat.bytes
     async with EngineClient(engine.base_url) as client:
         assert await client.get_weight_version() == "v2"
 

@@ -32,7 +32,9 @@ What it does, as a kubelet and cluster DNS would:
   (the processes stopped and continued, as on a stalled node);
 - images: `python` and `torchrun` run in this interpreter; a container whose command is
   `python -m sglang.launch_server` runs the embedded engine instead (`sglang_as_embedded`
-  maps the flags it needs and refuses every other one).
+  maps the flags it needs and refuses every other one), playing the SGLang release of the
+  pod's job (`spec.inference.sglangVersion`, or the tested release that stands in for it), so
+  the operator's engines answer as that release's would.
 
 Not emulated: resource limits, security contexts (checked against the schemas and the Pod
 Security Standard elsewhere), node placement, image pulls, more than one Deployment replica.
@@ -52,8 +54,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from dressage_operator.naming import LABEL_JOB
 from dressage_operator.testing import EmulatedCluster
 
+from dressage.api.job import InferenceSpec
+from dressage.engine.releases import stand_in_release
 from dressage.testing import PROJECT_ROOT, free_port
 
 from .kubelet_probes import ProbeResult, run_probe
@@ -72,8 +77,9 @@ from .kubelet_wiring import (
 Obj = dict[str, Any]
 
 
-def sglang_as_embedded(argv: list[str]) -> list[str]:
-    """`python -m sglang.launch_server ARGS` as `dressage engine serve` arguments.
+def sglang_as_embedded(argv: list[str], release: str | None = None) -> list[str]:
+    """`python -m sglang.launch_server ARGS` as `dressage engine serve` arguments, playing
+    SGLang `release` (None: the embedded engine's default).
 
     Mapped: `--model-path` (to `--model`), `--host`, `--port`, `--weight-version`,
     `--max-queued-requests`. Accepted
@@ -105,6 +111,8 @@ def sglang_as_embedded(argv: list[str]) -> list[str]:
             i += 1
         else:
             raise AssertionError(f"the test kubelet has no embedded-engine mapping for {flag}")
+    if release is not None:
+        out += ["--sglang-release", stand_in_release(release)]
     return out
 
 
@@ -409,6 +417,14 @@ class Kubelet:
         """DNS name -> {port -> loopback port}, from the pods and Services now in the API."""
         return dns_table(self.cluster, self._desired(), self.port)
 
+    def _job_release(self, pod: _Pod) -> str:
+        """The SGLang release of the job that owns `pod` (its `dressage.io/job` label)."""
+        job = pod.manifest["metadata"].get("labels", {}).get(LABEL_JOB)
+        body = self.cluster.get(self.cluster.job_path(job)) if job else None
+        assert body is not None, f"{pod.name}: no job {job!r} for an engine pod"
+        release = (body.get("spec", {}).get("inference") or {}).get("sglangVersion")
+        return str(release or InferenceSpec.model_fields["sglang_version"].default)
+
     def _argv(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> tuple[list[str], Obj]:
         env = resolve_env(self.cluster, pod.manifest, pod.name, pod.uid, container)
         own = {p["containerPort"] for p in container.get("ports") or []}
@@ -432,7 +448,7 @@ class Kubelet:
                 arg = "127.0.0.1"
             out.append(arg)
         if out[:3] == ["python", "-m", "sglang.launch_server"]:
-            out = [sys.executable, *sglang_as_embedded(out[3:])]
+            out = [sys.executable, *sglang_as_embedded(out[3:], self._job_release(pod))]
         elif out and out[0] == "python":
             out = [sys.executable, *out[1:]]
         elif out and out[0] == "torchrun":

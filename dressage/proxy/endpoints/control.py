@@ -9,9 +9,10 @@ pause modes (before 0.5.6) get the body they act on, `{}`: every pause aborts th
 The current weight version. The weight publisher states the job's current version, on
 `/continue_generation` `{"weight_version": V}` after a publish and on
 `POST /dressage/weight_version` `{"weight_version": V}` otherwise (at the trainer's start,
-after bringing a lagging engine up to date). The proxy then reads every engine's
-`/get_weight_version` before answering (and before the gate opens), and routes only to
-engines serving V (`dressage.proxy.routing`). `GET /dressage/engines` answers
+after bringing a lagging engine up to date). The proxy then reads every engine's weight
+version before answering (and before the gate opens), where its release reports it
+(`/model_info` on 0.5.23, `/get_weight_version` on 0.5.2: `dressage.proxy.background`), and
+routes only to engines serving V (`dressage.proxy.routing`). `GET /dressage/engines` answers
 `{"weight_version": V | null, "engines": [{"url", "healthy", "routable", "weight_version",
 "inflight", "last_error", "sglang_version"}, ...]}`; the publisher reads the engine set there.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dressage.api.job import AsyncRLJob
 from dressage.data.versions import INITIAL_VERSION
-from dressage_operator import naming
+from dressage_operator import naming, sglang_release
 from dressage_operator.children.pods import (
     Obj,
     Owner,
@@ -82,17 +82,7 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     return cmd + list(spec.inference.extra_args)
 
 
-ENGINE_GENERATE_CHECK = "/health_generate"
-"""SGLang v0.5.2: `/health` and `/health_generate` are one handler. It answers 503 while the
-server starts, then submits a 1-token generation and polls every second, for up to
-`SGLANG_HEALTH_CHECK_TIMEOUT` (default 20 s), answering 200 once the scheduler responds, so
-even a healthy server takes about 1 s. While generation is paused for a weight update
-(`/pause_generation`) that generation waits: the check blocks, then answers 503."""
-ENGINE_LIVE_CHECK = "/get_model_info"
-"""SGLang v0.5.2: answered by the HTTP process from the tokenizer manager's fields (model
-path, weight version), with no generation and no round trip to the scheduler, so it keeps
-answering during a pause and a weight update. (`/get_server_info` asks the scheduler for its
-internal state, which a weight update can hold up; `/ping` is the SageMaker route.)"""
+ENGINE_GENERATE_CHECK = sglang_release.ENGINE_GENERATE_CHECK
 ENGINE_STARTUP_PERIOD_SECONDS = 10
 ENGINE_STARTUP_FAILURES = 360
 """With the period: an hour for the model to load (the HTTP port opens only once the
@@ -101,12 +91,14 @@ ENGINE_GENERATE_TIMEOUT_SECONDS = 30
 """Above the generation check's own 20 s limit, so the probe sees its answer."""
 
 
-def engine_probes() -> Obj:
+def engine_probes(sglang_version: str) -> Obj:
     """The engine container's probes. The startup probe proves generation works (the model
-    loaded and a token came back); liveness and readiness then use an endpoint that keeps
-    answering while generation is paused, so a weight update never makes Kubernetes restart an
+    loaded and a token came back); liveness and readiness then use a route of that release
+    that keeps answering while generation is paused and logs nothing
+    (`sglang_release.engine_live_check`), so a weight update never makes Kubernetes restart an
     engine or mark it unready. The proxy does its own generation-aware health checks."""
-    live = {"httpGet": {"path": ENGINE_LIVE_CHECK, "port": "http"}, "timeoutSeconds": 5}
+    path = sglang_release.engine_live_check(sglang_version)
+    live = {"httpGet": {"path": path, "port": "http"}, "timeoutSeconds": 5}
     return {
         "startupProbe": {
             "httpGet": {"path": ENGINE_GENERATE_CHECK, "port": "http"},
@@ -144,7 +136,7 @@ def build_engine_pod(
         ),
         "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
         "resources": container_resources(inference.resources, inference.tensor_parallel_size),
-        **engine_probes(),
+        **engine_probes(inference.sglang_version),
     }
     meta = object_meta(job, owner, name, naming.ROLE_INFERENCE, **{naming.LABEL_INDEX: str(index)})
     spec = pod_spec(job, owner, config, inference.template, container, "Always")

@@ -65,3 +65,12 @@ def test_the_chat_model_is_the_tokenizer_when_one_is_set() -> None:
     assert proxy_settings(_job())["model"] == "builtin:tiny"
     job = _job(model={"source": "/models/a", "tokenizer": "/models/tok"})
     assert proxy_settings(job)["model"] == "/models/tok"
+
+
+def test_a_parser_left_to_the_chat_template_is_not_a_setting() -> None:
+    """The proxy's default is `auto`: a job that names no parser hashes as it did before the
+    parser fields existed, so upgrading the operator restarts no proxy for them."""
+    assert {"reasoning_parser", "tool_call_parser"}.isdisjoint(proxy_settings(_job()))
+    named = proxy_settings(_job(rollout={"reasoningParser": "qwen3"}))
+    assert named["reasoning_parser"] == "qwen3"
+    assert "tool_call_parser" not in named

@@ -7,6 +7,8 @@ tests/integration/test_engine_server.py.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -72,3 +74,52 @@ async def test_failed_weight_update_raises_with_the_server_message() -> None:
         client = EngineClient("http://engine", client=shared)
         with pytest.raises(EngineRequestError, match="model_path"):
             await client.update_weights_from_disk("/x", "v1")
+
+
+async def test_a_moved_route_is_asked_by_its_newest_name_first_and_remembered() -> None:
+    """An SGLang 0.5.2 engine has no `/model_info` (0.5.23's) or `/server_info`: the client
+    falls back to `/get_weight_version` and `/get_server_info` after one 404 each, and asks
+    the names that answered from then on."""
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if request.url.path in ("/model_info", "/server_info"):
+            return httpx.Response(404, json={"detail": "Not Found"})
+        if request.url.path == "/get_server_info":
+            return httpx.Response(200, json={"version": "0.5.2"})
+        return httpx.Response(200, json={"weight_version": "v7", "model_path": "m"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as shared:
+        client = EngineClient("http://engine", client=shared)
+        assert await client.get_weight_version() == "v7"
+        assert await client.get_weight_version() == "v7"
+        assert (await client.get_model_info()).model_path == "m"
+        assert await client.sglang_version() == "0.5.2"
+    assert calls == [
+        "/model_info",
+        "/get_weight_version",
+        "/get_weight_version",
+        "/get_model_info",
+        "/server_info",
+        "/get_server_info",
+    ]
+
+
+async def test_stream_chunks_with_only_the_new_tokens_are_accumulated() -> None:
+    """0.5.2 streams each chunk's new `output_ids` (with cumulative `completion_tokens`);
+    the client yields cumulative snapshots either way."""
+
+    def chunk(ids: list[int], total: int, final: bool) -> str:
+        finish = {"type": "length", "length": total} if final else None
+        meta = {"id": "r", "finish_reason": finish, "completion_tokens": total}
+        return "data: " + json.dumps({"text": "", "output_ids": ids, "meta_info": meta}) + "\n\n"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = chunk([4], 1, False) + chunk([5, 6], 3, False) + chunk([7], 4, True)
+        return httpx.Response(200, content=(body + "data: [DONE]\n\n").encode())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as shared:
+        client = EngineClient("http://engine", client=shared)
+        seen = [s.output_ids async for s in client.generate_stream(GenerateRequest(input_ids=[1]))]
+    assert seen == [[4], [4, 5, 6], [4, 5, 6, 7]]

@@ -124,3 +124,24 @@ def test_error_message_reads_nested_and_flat_sglang_errors() -> None:
     assert error_message(b'{"error": {"message": "top_p bad"}}') == "top_p bad"
     assert error_message(b'{"object": "error", "message": "flat", "code": 400}') == "flat"
     assert error_message(b"plain text") == "plain text"
+
+
+def test_error_message_reads_the_schema_gates_string_error() -> None:
+    """0.5.23's `/generate` schema gate answers 400 `{"error": "<text>"}`: the text, not the
+    JSON, is the message."""
+    body = b'{"error": "unknown field `temperatur`, expected one of `max_new_tokens`"}'
+    assert error_message(body) == "unknown field `temperatur`, expected one of `max_new_tokens`"
+    assert error_message(b'"just a string"') == "just a string"
+
+
+def test_a_null_sampling_value_is_its_default_except_the_token_budget() -> None:
+    """As 0.5.23's schema decoder reads them: null temperature, top_k, ... are the defaults;
+    `max_new_tokens: null` is no limit (in every release)."""
+    params = SamplingParams.model_validate(
+        {"top_k": None, "temperature": None, "ignore_eos": None, "max_new_tokens": None}
+    )
+    assert (params.top_k, params.temperature, params.ignore_eos) == (-1, 1.0, False)
+    assert params.max_new_tokens is None
+    assert params.model_dump(exclude_unset=True) == {"max_new_tokens": None}
+    with pytest.raises(ValidationError, match="choice"):
+        SamplingParams.model_validate({"choice": ["a"]})  # no release's SamplingParams takes it

@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
+from dressage.api.sglang import SGLANG_NEWEST_TESTED, SGLANG_OLDEST_TESTED
 from dressage.engine.server import EngineConfig, EngineServer
-from dressage.engine.sglang_support import ROUTED_EXPERTS
+from dressage.engine.sglang_support import ROUTED_EXPERTS, supports
 from dressage.model import build_tiny_model, build_tiny_moe_model
 
 
@@ -21,11 +22,10 @@ async def _post(server: EngineServer, body: dict[str, Any]) -> httpx.Response:
         return await client.post("/generate", json=body)
 
 
-def _server(path: Path, release: str | None = None) -> EngineServer:
-    server = EngineServer(EngineConfig(model_source=str(path), model_path=path))
-    if release is not None:
-        server.sglang_release = release
-    return server
+def _server(path: Path, release: str = SGLANG_NEWEST_TESTED) -> EngineServer:
+    return EngineServer(
+        EngineConfig(model_source=str(path), model_path=path, sglang_release=release)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,22 +37,21 @@ BODY = {"input_ids": [5, 6, 7], "return_routed_experts": True}
 
 
 async def test_a_release_without_the_field_refuses_it_as_unknown(moe: Path) -> None:
-    older = _server(moe, release="0.5.6")
-    assert ROUTED_EXPERTS.since == "0.5.7"
-    answer = await _post(older, BODY)
-    assert answer.status_code == 400
-    assert (
-        answer.json()["error"]["message"] == "return_routed_experts: Extra inputs are not permitted"
-    )
-    # A release that has it validates the request and goes on (503: no weights loaded here).
-    first = _server(moe, release="0.5.7")
-    assert (await _post(first, BODY)).status_code == 503
-    # The start offset is a later field than the flag.
-    answer = await _post(first, {**BODY, "routed_experts_start_len": 0})
-    assert answer.json()["error"]["message"].startswith("routed_experts_start_len: Extra inputs")
-    assert (
-        await _post(_server(moe, release="0.5.19"), {**BODY, "routed_experts_start_len": 0})
-    ).status_code == 503
+    """0.5.2 has neither field (both arrive later: `return_routed_experts` in 0.5.7, the start
+    offset in 0.5.19); 0.5.23 has both."""
+    assert not supports(SGLANG_OLDEST_TESTED, ROUTED_EXPERTS)
+    older = _server(moe, release=SGLANG_OLDEST_TESTED)
+    for field, body in (
+        ("return_routed_experts", BODY),
+        ("routed_experts_start_len", {"input_ids": [5, 6, 7], "routed_experts_start_len": 0}),
+    ):
+        answer = await _post(older, body)
+        assert answer.status_code == 400
+        assert answer.json()["error"]["message"] == f"{field}: Extra inputs are not permitted"
+    # A release that has them validates the request and goes on (503: no weights loaded here).
+    newest = _server(moe)
+    assert (await _post(newest, BODY)).status_code == 503
+    assert (await _post(newest, {**BODY, "routed_experts_start_len": 0})).status_code == 503
 
 
 async def test_a_dense_model_has_no_experts_to_return(tmp_path: Path) -> None:

@@ -111,3 +111,44 @@ def test_turn_spans_are_the_runs_of_its_token_versions(pieces: list[list[Any]]) 
         gen.add(parse_piece(_answer(start, "z", spans or None), "http://e"))
     assert gen.version_spans() == _runs_of(gen.versions)
     assert len(gen.versions) == len(gen.output_ids)
+
+
+def _body(**params: Any) -> dict[str, Any]:
+    return {"input_ids": [1], "sampling_params": params, "return_logprob": True}
+
+
+def test_a_body_is_sent_to_each_release_as_it_takes_it() -> None:
+    from dressage.proxy.generation import body_for_release
+
+    both = _body(max_new_tokens=4, top_k=None, temperature=0.5, sampling_seed=3)
+    assert body_for_release(both, "0.5.23") is both
+    assert body_for_release(both, "0.5.2")["sampling_params"] == {
+        "max_new_tokens": 4,
+        "temperature": 0.5,
+    }  # no seed before 0.5.3; a null top_k is the default, left out where it is a TypeError
+    assert body_for_release(_body(max_new_tokens=None), "0.5.2")["sampling_params"] == {
+        "max_new_tokens": None
+    }
+    with pytest.raises(ProxyError) as refused:
+        body_for_release(_body(stop_regex="[0-9]"), "0.5.2")
+    assert refused.value.status == 400
+    assert refused.value.param == "sampling_params.stop_regex"
+    assert "SGLang 0.5.2" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (
+            "unknown field `temperatur`, expected one of `max_new_tokens`",
+            "sampling_params.temperatur",
+        ),
+        ("sampling_params.top_p: Input should be less than or equal to 1", "sampling_params.top_p"),
+        ("input_ids[3]: token id 99999 is outside [0, 96)", "input_ids[3]"),
+        ('invalid type: string "0.5", expected f64', None),
+    ],
+)
+def test_the_field_an_engine_refusal_names_is_found(message: str, field: str | None) -> None:
+    from dressage.proxy.generation import refused_field
+
+    assert refused_field(message) == field
