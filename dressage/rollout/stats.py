@@ -4,9 +4,9 @@ Every prompt group a collector starts ends in exactly one place: trained, or dro
 reason (a staleness verdict, exhausted retries, shutdown). Failed attempts are counted by
 reason too (each retry one), the groups they belong to once per reason, and the attempts a
 staleness control refused (the proxy's refusals whose type is a staleness refusal) separately.
-The counts are the rollout figures of the step declaration (`dressage.api.figures.
-StepFigures`): `totals` holds them since the collector started, and a batch carries what was
-counted since the previous one.
+The counts are the rollout figures of the step declaration
+(`dressage.api.figures.StepFigures`): `totals` holds them since the collector started, and a
+batch carries what was counted since the previous one.
 
 What the reward said of the batch is taken from the batch itself, from each sample's metadata
 (`dressage.tasks.base.Scored.metadata`): the mean of each named reward part over the samples

@@ -23,10 +23,10 @@ call raises `RewardError`, which stops the run at once, and every later call rai
 reward on a dataset row before anything starts.
 
 `ascored` gives each sample's reward as a `Scored` (`dressage.tasks.base`): its value, its
-named parts and its failure reason. They travel with the sample (`dressage.agents.groups`), so a
-step reports the parts and the reward failures of the batch it trained (`dressage.rollout.
-stats`), not of every call made meanwhile. `RewardStats` counts every call since the task was
-built (calls, failures by reason, part means), for checks and tests.
+named parts and its failure reason. They travel with the sample (`dressage.agents.groups`), so
+a step reports the parts and the reward failures of the batch it trained
+(`dressage.rollout.stats`), not of every call made meanwhile. `RewardStats` counts every call
+since the task was built (calls, failures by reason, part means), for checks and tests.
 """
 
 from __future__ import annotations
