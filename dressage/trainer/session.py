@@ -44,11 +44,10 @@ from dressage.trainer.distributed import DistEnv, barrier, broadcast_object
 from dressage.trainer.grpo import (
     GRPOTrainer,
     TrainerConfig,
-    load_local_shards,
     load_policy,
-    local_shards,
     write_pretrained,
 )
+from dressage.trainer.shards import load_local_shards, local_shards
 
 TOKENIZER_FILES = (
     "tokenizer.json",

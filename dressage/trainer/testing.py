@@ -316,8 +316,8 @@ def _resume_with_stale_optimizer(model: Path, out: Path, env: Any, lr: float) ->
     import torch
 
     from dressage.trainer.checkpoint import RunDir
-    from dressage.trainer.grpo import local_shards
     from dressage.trainer.session import TrainerSession
+    from dressage.trainer.shards import local_shards
 
     spec = job_spec(learning_rate=lr, optimizer_checkpoint_every=2)
 
