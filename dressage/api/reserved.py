@@ -45,6 +45,10 @@ OPERATOR_ENGINE_FLAGS = {
     "--enable-metrics": "metrics are always on",
     "--enable-deterministic-inference": "set spec.rollout.seededSampling",
     "--enable-return-routed-experts": "set spec.rollout.routingReplay",
+    "--uvicorn-access-log-exclude-prefixes": (
+        "the operator keeps the probes', the proxy's and Prometheus' requests out of the "
+        "access log, from SGLang 0.5.8"
+    ),
 }
 """SGLang flags the operator puts on the engine command line, with what to do instead."""
 

@@ -48,6 +48,12 @@ ROUTED_EXPERTS_SINCE = "0.5.7"
 `meta_info.routed_experts` (`managers/io_struct.py`, `layers/moe/routed_experts_capturer.py`),
 on a server started with `--enable-return-routed-experts`; 0.5.6 has neither."""
 
+ACCESS_LOG_EXCLUDE_SINCE = "0.5.8"
+"""The first release whose server has `--uvicorn-access-log-exclude-prefixes` (`server_args.py`
+in the 0.5.8 wheel, absent from 0.5.7's; `arg_groups/fields/observability.py` by 0.5.23): the
+uvicorn access log leaves out every request whose path starts with one of the prefixes
+(`utils/common.py` `UvicornAccessLogFilter`, `path.startswith(prefix)`)."""
+
 _RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 
 
@@ -97,6 +103,11 @@ def untested_release_message(version: str) -> str | None:
         f"{SGLANG_NEWEST_TESTED}; check the release with `bash scripts/sglang-compat.sh "
         f"{version}` before relying on it"
     )
+
+
+def has_access_log_exclusion(version: str) -> bool:
+    """Whether SGLang release `version` has `--uvicorn-access-log-exclude-prefixes`."""
+    return at_least(version, ACCESS_LOG_EXCLUDE_SINCE)
 
 
 def has_deterministic_inference(version: str) -> bool:

@@ -4,6 +4,9 @@
   from the tokenizer manager's own fields, with no round trip to the scheduler (so it keeps
   answering while generation is paused for a weight update) and without logging anything per
   call (a probe every 10 s must not fill the engine's log).
+- Which routine requests stay out of the engine's access log (`quiet_access_log_args`): the
+  probes, the proxy's health and version checks and Prometheus' scrape, where the release can
+  leave them out.
 - Whether the release is untested (`check`): a job may name a release newer than the newest
   tested one (`dressage.api.sglang`); the job then carries the condition
   `SGLangReleaseUntested=True` naming the tested range, and one Warning Event is posted when
@@ -18,6 +21,7 @@ from dressage.api.sglang import (
     MODEL_INFO_ROUTE_SINCE,
     SGLANG_TESTED_RANGE,
     at_least,
+    has_access_log_exclusion,
     untested_release_message,
 )
 from dressage.api.status import Condition, ConditionType
@@ -87,6 +91,23 @@ def engine_live_check(version: str) -> str:
     if at_least(version, MODEL_INFO_ROUTE_SINCE):
         return LIVE_CHECK
     return LIVE_CHECK_BEFORE_MODEL_INFO
+
+
+QUIET_ACCESS_LOG_PREFIXES = ("/health", LIVE_CHECK, "/metrics")
+"""Paths polled on a schedule, not by users: the startup probe and the proxy's health check
+(`/health`, `/health_generate`: one prefix), the liveness and readiness probes and the version
+reads (`/model_info`), and Prometheus' scrape (`/metrics`). Each is a line in uvicorn's access
+log per call at SGLang's default `--log-level info` unless excluded."""
+
+
+def quiet_access_log_args(version: str) -> list[str]:
+    """The engine flags that keep the routine polls out of the access log, on a release that
+    has `--uvicorn-access-log-exclude-prefixes` (0.5.8 and later); none before. The job model
+    reserves the flag (`dressage.api.reserved.OPERATOR_ENGINE_FLAGS`): a job's `extraArgs`
+    cannot replace the list."""
+    if not has_access_log_exclusion(version):
+        return []
+    return ["--uvicorn-access-log-exclude-prefixes", *QUIET_ACCESS_LOG_PREFIXES]
 
 
 @dataclass(frozen=True)

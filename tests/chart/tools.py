@@ -46,8 +46,9 @@ def require_tool(name: str) -> str:
     return path
 
 
-def run_tool(args: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run a tool and capture its output (never raises on a non-zero exit)."""
+def run_tool(args: Sequence[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run a tool and capture its output (never raises on a non-zero exit). The timeout only
+    catches a hung tool: on a loaded two-core machine a `helm template` can take a minute."""
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
 
 

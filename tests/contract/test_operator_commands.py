@@ -28,7 +28,12 @@ from dressage_operator import children
 from dressage_operator import sglang_release as releases
 
 from dressage.api import AsyncRLJob, JobValidationError, load_job, validate_job
-from dressage.api.sglang import MODEL_INFO_ROUTE_SINCE, at_least, has_deterministic_inference
+from dressage.api.sglang import (
+    MODEL_INFO_ROUTE_SINCE,
+    at_least,
+    has_access_log_exclusion,
+    has_deterministic_inference,
+)
 
 pytest.importorskip(
     "sglang", reason="SGLang is not importable: the tier runs per release, sglang-compat.sh"
@@ -156,6 +161,41 @@ def test_deterministic_inference_is_asked_for_exactly_where_the_release_has_it(
         base = children.engine_command(_for_release(job, sglang_release))[3:]
         with pytest.raises(_Refused, match="--enable-deterministic-inference"):
             parser.parse_args([*base, "--enable-deterministic-inference"])
+
+
+def test_the_routine_polls_stay_out_of_the_access_log_where_the_release_can_leave_them_out(
+    sglang_release: str,
+) -> None:
+    """From 0.5.8 the engine command carries `--uvicorn-access-log-exclude-prefixes`; the
+    release's own `UvicornAccessLogFilter` (`utils/common.py`), given what its parser makes of
+    the command, drops the probes', the proxy's and Prometheus' requests and keeps a user's.
+    A release without the flag gets none (its parser would refuse it)."""
+    job = _for_release(load_job(EXAMPLES[0]), sglang_release)
+    cmd = children.engine_command(job)
+    parser = _sglang_parser()
+    if not has_access_log_exclusion(sglang_release):
+        assert "--uvicorn-access-log-exclude-prefixes" not in cmd
+        with pytest.raises(_Refused, match="--uvicorn-access-log-exclude-prefixes"):
+            parser.parse_args([*cmd[3:], "--uvicorn-access-log-exclude-prefixes", "/health"])
+        return
+    import logging
+
+    from sglang.srt.utils.common import UvicornAccessLogFilter
+
+    args = vars(parser.parse_args(cmd[3:]))
+    prefixes = args[_field(parser, "--uvicorn-access-log-exclude-prefixes")]
+    keeps = UvicornAccessLogFilter(prefixes).filter
+
+    def record(line: str) -> logging.LogRecord:
+        entry = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 0, "", None, None)
+        entry.request_line = line
+        return entry
+
+    polled = [releases.engine_live_check(sglang_release), releases.ENGINE_GENERATE_CHECK]
+    polled += ["/health", "/metrics", "/model_info?x=1"]
+    assert not any(keeps(record(f"GET {path} HTTP/1.1")) for path in polled)
+    assert keeps(record("POST /generate HTTP/1.1"))
+    assert keeps(record("POST /update_weights_from_disk HTTP/1.1"))
 
 
 def test_the_probe_routes_are_routes_the_release_serves(sglang_release: str) -> None:

@@ -85,7 +85,8 @@ def sglang_as_embedded(argv: list[str], release: str | None = None) -> list[str]
     `--max-queued-requests`. Accepted
     and dropped: `--tp-size 1` (one process), `--dtype` (the embedded engine computes in
     float32), `--enable-metrics` (it serves no `/metrics`), `--enable-deterministic-inference`
-    (it always draws from each request's seed). Anything else is refused, so a flag the
+    (it always draws from each request's seed), `--uvicorn-access-log-exclude-prefixes` and its
+    paths (it writes no access log at all). Anything else is refused, so a flag the
     operator starts sending shows up here as a failing test instead of being ignored.
     """
     out = ["-m", "dressage", "engine", "serve"]
@@ -109,6 +110,11 @@ def sglang_as_embedded(argv: list[str], release: str | None = None) -> list[str]
             i += 2
         elif flag in ("--enable-metrics", "--enable-deterministic-inference"):
             i += 1
+        elif flag == "--uvicorn-access-log-exclude-prefixes":
+            i += 1
+            while i < len(argv) and not argv[i].startswith("--"):
+                assert argv[i].startswith("/"), f"{flag} takes paths, not {argv[i]!r}"
+                i += 1
         else:
             raise AssertionError(f"the test kubelet has no embedded-engine mapping for {flag}")
     if release is not None:

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,14 +121,15 @@ def test_a_child_the_api_server_would_refuse_is_named_at_once_and_nothing_is_cre
     # The job model passes template volumes through; the API server would refuse the
     # duplicate of the operator's own `dshm` volume in the trainer pod.
     c.create(_job("refused", template={"volumes": [{"name": "dshm", "emptyDir": {}}]}))
-    created = time.monotonic()
+    # "At once": on the first cycle, not after a retry (kopf's backoff for a failed handler
+    # is 60 s), hence a deadline below that rather than a timing assertion.
     condition = wait_until(
         lambda: (
             (cond := _condition(c, "refused", "SpecValid")) is not None
             and cond["status"] == "False"
             and cond
         ),
-        timeout=10,
+        timeout=45,
         what=f"SpecValid=False; operator log:\n{operator_process.output()}",
     )
     assert condition["reason"] == "InvalidSpec"
@@ -137,7 +137,6 @@ def test_a_child_the_api_server_would_refuse_is_named_at_once_and_nothing_is_cre
         'spec.trainer.template.volumes[0].name: Duplicate value: "dshm" (the API server would '
         "refuse Pod refused-trainer-0)"
     )
-    assert time.monotonic() - created < 10
     assert _status(c, "refused")["phase"] == "Failed"
     assert c.get(c.path("v1", "pods", "refused-engine-0")) is None
     assert c.get(c.path("apps/v1", "deployments", "refused-proxy")) is None
@@ -146,13 +145,18 @@ def test_a_child_the_api_server_would_refuse_is_named_at_once_and_nothing_is_cre
     # Fixed: the job starts; the proxy runs the image the CLI set.
     c.patch(c.job_path("refused"), {"spec": {"trainer": {"template": {"volumes": []}}}})
     wait_until(
-        lambda: c.get(c.path("v1", "pods", "refused-trainer-0")), timeout=10, what="trainer pod"
+        lambda: c.get(c.path("v1", "pods", "refused-trainer-0")), timeout=60, what="trainer pod"
     )
     proxy = wait_until(
-        lambda: c.get(c.path("apps/v1", "deployments", "refused-proxy")), timeout=10, what="proxy"
+        lambda: c.get(c.path("apps/v1", "deployments", "refused-proxy")), timeout=60, what="proxy"
     )
     assert proxy["spec"]["template"]["spec"]["containers"][0]["image"] == RUNTIME_IMAGE
-    assert _condition(c, "refused", "SpecValid")["status"] == "True"  # type: ignore[index]
+    # The status is written after the children, so it is waited for, not read at once.
+    wait_until(
+        lambda: (_condition(c, "refused", "SpecValid") or {}).get("status") == "True",
+        timeout=60,
+        what="SpecValid=True",
+    )
 
 
 def test_a_child_the_api_server_refuses_shows_as_a_condition_an_event_and_the_phase(

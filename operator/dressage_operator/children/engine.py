@@ -79,6 +79,7 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     if spec.rollout.routing_replay != "off":
         # The job model admits routing replay only with a release that has the flag (0.5.7).
         cmd.append("--enable-return-routed-experts")
+    cmd += sglang_release.quiet_access_log_args(spec.inference.sglang_version)
     return cmd + list(spec.inference.extra_args)
 
 

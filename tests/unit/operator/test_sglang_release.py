@@ -115,3 +115,16 @@ def test_decide_marks_a_tested_release_as_such_without_an_event() -> None:
     plan = _decide(_job())
     assert (_untested(plan).status, _untested(plan).reason) == ("False", "InTestedRange")
     assert not [e for e in plan.events if e.type == "Warning"]
+
+
+def test_routine_polls_are_left_out_of_the_access_log_from_0_5_8() -> None:
+    """`--uvicorn-access-log-exclude-prefixes` arrived in 0.5.8: older releases' parsers refuse
+    it, so the flag is only on newer engines' command lines."""
+    assert sglang_release.quiet_access_log_args("0.5.7") == []
+    assert sglang_release.quiet_access_log_args("0.5.2") == []
+    flag, *prefixes = sglang_release.quiet_access_log_args("0.5.8")
+    assert flag == "--uvicorn-access-log-exclude-prefixes"
+    assert sglang_release.quiet_access_log_args("0.5.23")[1:] == prefixes
+    for path in (sglang_release.LIVE_CHECK, sglang_release.ENGINE_GENERATE_CHECK, "/metrics"):
+        assert any(path.startswith(prefix) for prefix in prefixes), path
+    assert not any("/generate".startswith(prefix) for prefix in prefixes)
