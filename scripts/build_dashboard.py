@@ -167,7 +167,10 @@ def _figure_panels(d: _Layout, declaration: type[StepFigures]) -> None:
         return
     d.row("Every step figure")
     for f in missing:
-        if f.kind is FigureKind.GAUGE:
+        if f.kind is FigureKind.GAUGE and f.label is not None:
+            by = f"job_name, {f.label}"
+            target = (f"avg by ({by}) ({f.metric}{{{POD}}})", f"{{{{job_name}}}} {{{{{f.label}}}}}")
+        elif f.kind is FigureKind.GAUGE:
             target = (f"avg by (job_name) ({f.metric}{{{POD}}})", "{{job_name}}")
         elif f.kind is FigureKind.COUNTER:
             target = (_rate(f.metric, POD, "job_name"), "{{job_name}}")

@@ -24,12 +24,17 @@ import json
 import os
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dressage.agents.groups import GroupAgent, TrajectorySession
 from dressage.proxy.client import RolloutError
-from dressage.tasks.base import Prompt, Task, score
-from dressage.tasks.faults import AGENT_FIELD, USER_CODE_FAULTS, UserCodeFailed, fault_from_stderr
+from dressage.tasks.base import Prompt, Scored, Task, scored
+from dressage.tasks.faults import (
+    AGENT_FIELD,
+    UserCodeFailed,
+    UserCodeFaults,
+    fault_from_stderr,
+)
 
 AGENT_ERROR = "agent_failed"
 TASK_ROW_ENV = "DRESSAGE_TASK_ROW"
@@ -49,6 +54,8 @@ class BlackboxRollout(GroupAgent[Prompt]):
     """A run of the program past this many seconds fails its trajectory."""
     api_key: str = "dressage"
     """`OPENAI_API_KEY` for the program (the proxy checks its own token, not this)."""
+    faults: UserCodeFaults = field(default_factory=UserCodeFaults)
+    """Where the program's failures are recorded (the run's registry)."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -58,10 +65,10 @@ class BlackboxRollout(GroupAgent[Prompt]):
     def prompt(self, index: int) -> Prompt:
         return self.task.prompt(index)
 
-    async def trajectory(self, index: int, prompt: Prompt, session: TrajectorySession) -> float:
+    async def trajectory(self, index: int, prompt: Prompt, session: TrajectorySession) -> Scored:
         await self.client.create_session(session.session_id, session.group_id)
         output = await self._run_agent(session.session_id, prompt)
-        return await score(self.task, prompt, output)
+        return await scored(self.task, prompt, output)
 
     async def _run_agent(self, session_id: str, prompt: Prompt) -> str:
         question = prompt.text
@@ -107,6 +114,6 @@ class BlackboxRollout(GroupAgent[Prompt]):
                 reason=AGENT_ERROR,
                 exit_code=process.returncode,
             )
-            USER_CODE_FAULTS.record(fault, then="its prompt group fails and is retried")
+            self.faults.record(fault, then="its prompt group fails and is retried")
             raise UserCodeFailed(fault)
         return out.decode(errors="replace").strip()

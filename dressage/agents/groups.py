@@ -3,7 +3,10 @@
 An agent turns `(prompt index, attempt)` into a `Group` (`dressage.data.groups.GroupRollout`):
 it names the group (`group_id_of`, also the proxy instance id), runs one trajectory per member
 in its own proxy session (`collect_group`), finalizes each session with the trajectory's
-reward and reads the group's samples back from the proxy. Sampling seeds (`sample_seed`) are
+reward and reads the group's samples back from the proxy. A reward scored with its named parts
+or its failure (`dressage.tasks.base.Scored`) is written into the metadata of the trajectory's
+samples (`Scored.metadata`), so the step that trains them reports the parts and the failures of
+its own batch. Sampling seeds (`sample_seed`) are
 distinct per sample and reproducible across restarts. `GroupAgent` is that run, once: an agent
 says only what its prompt is and how one trajectory goes.
 """
@@ -12,12 +15,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from dressage.data.groups import Group, GroupFailed
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
+from dressage.tasks.base import Scored
 
 TrajectoryFn = Callable[[str, int], Awaitable[None]]
 """Runs one trajectory in proxy session `session_id` (member `i` of its group) and finalizes
@@ -102,17 +106,32 @@ class GroupAgent(abc.ABC, Generic[P]):
         """What every trajectory of prompt `index`'s group starts from."""
 
     @abc.abstractmethod
-    async def trajectory(self, index: int, prompt: P, session: TrajectorySession) -> float:
-        """Run one trajectory of prompt `index` in `session`; its reward."""
+    async def trajectory(self, index: int, prompt: P, session: TrajectorySession) -> float | Scored:
+        """Run one trajectory of prompt `index` in `session`; its reward (with its parts and
+        failure when the task's reward says them)."""
 
     async def __call__(self, index: int, attempt: int) -> Group:
         group_id = group_id_of(self.run_tag, index, attempt)
         prompt = self.prompt(index)
+        rewards: dict[str, Scored] = {}
 
         async def run(session_id: str, member: int) -> None:
             seed = sample_seed(self.seed, index, attempt, member)
             session = TrajectorySession(session_id, group_id, seed, member)
             reward = await self.trajectory(index, prompt, session)
-            await self.client.finalize(session_id, reward)
+            rewards[session_id] = reward if isinstance(reward, Scored) else Scored(reward)
+            await self.client.finalize(session_id, rewards[session_id].value)
 
-        return await collect_group(self.client, group_id, self.group_size, run)
+        group = await collect_group(self.client, group_id, self.group_size, run)
+        return with_reward_metadata(group, rewards)
+
+
+def with_reward_metadata(group: Group, rewards: Mapping[str, Scored]) -> Group:
+    """`group` with each sample's metadata carrying its trajectory's reward parts and failure
+    (a sample's `parent_traj_id` is its proxy session)."""
+    samples = []
+    for sample in group.samples:
+        scored = rewards.get(sample.parent_traj_id or "")
+        extra = {} if scored is None else scored.metadata()
+        samples.append(replace(sample, metadata={**sample.metadata, **extra}) if extra else sample)
+    return replace(group, samples=tuple(samples))

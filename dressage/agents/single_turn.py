@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dressage.agents.groups import GroupAgent, TrajectorySession
+from dressage.tasks.base import Scored
 
 
 class PromptSource(Protocol):
@@ -22,9 +23,10 @@ class PromptSource(Protocol):
         """Token ids of prompt `index`."""
         ...
 
-    async def areward(self, index: int, output_ids: Sequence[int]) -> float:
-        """Reward of the generated `output_ids` for prompt `index` (a user's reward function
-        may take a while: it must not hold up the other trajectories)."""
+    async def ascored(self, index: int, output_ids: Sequence[int]) -> Scored:
+        """Reward of the generated `output_ids` for prompt `index`, with its named parts and
+        failure (a user's reward function may take a while: it must not hold up the other
+        trajectories)."""
         ...
 
 
@@ -44,7 +46,7 @@ class SingleTurnRollout(GroupAgent[list[int]]):
     def prompt(self, index: int) -> list[int]:
         return self.source.prompt_ids(index)
 
-    async def trajectory(self, index: int, prompt: list[int], session: TrajectorySession) -> float:
+    async def trajectory(self, index: int, prompt: list[int], session: TrajectorySession) -> Scored:
         sampling = self.sampling
         if self.lengths is not None:
             length = self.lengths(index, session.member)
@@ -56,4 +58,4 @@ class SingleTurnRollout(GroupAgent[list[int]]):
             instance_id=session.group_id,
             seed=session.seed,
         )
-        return await self.source.areward(index, output)
+        return await self.source.ascored(index, output)

@@ -17,7 +17,7 @@ environment whose `episode()` or `step()` raises: the failure is `environment_ra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dressage.agents.groups import GroupAgent, TrajectorySession
 from dressage.tasks.base import Environment, Episode, Step
@@ -25,8 +25,8 @@ from dressage.tasks.codec import Conversation, PromptCodec
 from dressage.tasks.faults import (
     ENVIRONMENT_FIELD,
     ENVIRONMENT_RAISED,
-    USER_CODE_FAULTS,
     UserCodeFailed,
+    UserCodeFaults,
     fault_from_exception,
 )
 
@@ -37,6 +37,8 @@ class WhiteboxAgentRollout(GroupAgent[None]):
 
     environment: Environment
     codec: PromptCodec
+    faults: UserCodeFaults = field(default_factory=UserCodeFaults)
+    """Where the environment's failures are recorded (the run's registry)."""
 
     def prompt(self, index: int) -> None:
         return None  # each trajectory starts its own episode of instance `index`
@@ -92,5 +94,5 @@ class WhiteboxAgentRollout(GroupAgent[None]):
             reason=ENVIRONMENT_RAISED,
             call=call,
         )
-        USER_CODE_FAULTS.record(fault, then="its prompt group fails and is retried")
+        self.faults.record(fault, then="its prompt group fails and is retried")
         return UserCodeFailed(fault)

@@ -48,7 +48,8 @@ class FigureKind(StrEnum):
     COUNTER = "counter"
     """Counted while the step's batch was collected or trained; summed over steps."""
     GAUGE = "gauge"
-    """A value of the step itself (a mean over the batch); the latest one is exported."""
+    """A value of the step itself (a mean over the batch); the latest one is exported. A
+    labelled gauge (`Figure.label`) holds one value per label value, e.g. per reward part."""
     BY_REASON = "by_reason"
     """A counter per reason (Prometheus label `reason`); its total is the sum."""
 
@@ -77,6 +78,9 @@ class Figure:
     """`int` or `float` (the field's type, None aside for gauges)."""
     namespace: str | None = None
     """Prefix of the record key (`staleness` in `staleness/version_span_mean`)."""
+    label: str | None = None
+    """A labelled gauge: the Prometheus label its values go by (`part` for the reward's named
+    parts); its value is a dict from label value to number (None while not measured)."""
     metric_stem: str | None = None
     """The Prometheus name without `dressage_` and `_total` when it is not the key's."""
     status: bool = False
@@ -129,12 +133,14 @@ class Figure:
     def help(self) -> str:
         """The figure's Prometheus help text: description and unit."""
         per = ", by reason" if self.kind is FigureKind.BY_REASON else ""
+        if self.label is not None:
+            per = f", by {self.label}"
         return f"{self.description}{per} ({self.unit})"
 
     def record_value(self, value: Any) -> Any:
         """`value` as written to the step record: a plain dict per reason, seconds to the
         millisecond."""
-        if self.kind is FigureKind.BY_REASON:
+        if self.kind is FigureKind.BY_REASON or self.label is not None:
             return dict(value)
         if self.unit == "seconds" and isinstance(value, float):
             return round(value, 3)
@@ -176,14 +182,17 @@ def gauge(
     namespace: str | None = None,
     metric: str | None = None,
     line: tuple[str, str] | None = None,
+    label: str | None = None,
 ) -> Any:
-    """Declare a gauge field (`float | None`, None while not measured)."""
+    """Declare a gauge field (`float | None`, None while not measured); with `label`, a
+    labelled gauge (`dict[str, float] | None`, one value per label value)."""
     options = {
         "source": source,
         "status": status,
         "namespace": namespace,
         "metric_stem": metric,
         "line": line,
+        "label": label,
     }
     return field(default=None, metadata=_declare(FigureKind.GAUGE, unit, description, **options))
 
@@ -230,11 +239,25 @@ class StepFigures:
         line=("drops", "d"),
         reasons=("retries_exhausted",),
     )
-    failure_reasons: Counter[str] = by_reason(
+    failed_attempts: Counter[str] = by_reason(
         "attempts",
-        "Failed prompt-group attempts (each retry counts) and reward failures (the reason: "
-        "the proxy's error name, else the error's first words)",
-        metric="rollout_failures",
+        "Prompt-group attempts that failed, each retry counting one (a group tried 4 times "
+        "counts 4); the reason is the proxy's error name, the user code's failure reason "
+        "(`reward_raised` under `onRewardError: stop`, `environment_raised`, `agent_failed`) "
+        "or `rollout_error`",
+        metric="rollout_failed_attempts",
+    )
+    failed_groups: Counter[str] = by_reason(
+        "groups",
+        "Prompt groups with at least one failed attempt, each group counted once per reason "
+        "whether a retry then completed it or it was dropped (`dropped_groups` says which)",
+        metric="rollout_failed_groups",
+    )
+    reward_failed_samples: Counter[str] = by_reason(
+        "samples",
+        "Samples of the batch whose reward call failed, so they were trained with reward 0 "
+        "(`onRewardError: zero`), at most the batch's samples; the reason is "
+        "`reward_raised`, `reward_timeout` or `reward_invalid`",
     )
     retries: int = counter("retries", "Prompt-group retries", metric="rollout_retries")
     staleness_failures: int = counter(
@@ -259,6 +282,14 @@ class StepFigures:
     # --- the trainer's step ----------------------------------------------------------------
     reward: float | None = gauge(
         "reward", "Mean reward of the batch's samples", metric="reward_mean"
+    )
+    reward_parts: dict[str, float] | None = gauge(
+        "reward",
+        "Mean of each named part of a reward returning a dict, over the batch's samples whose "
+        "reward call succeeded (without failures, `reward` is the parts' weighted sum)",
+        source=FigureSource.ROLLOUT,
+        metric="reward_part",
+        label="part",
     )
     train_rollout_logprob_abs_diff: float | None = gauge(
         "nats",
@@ -339,6 +370,18 @@ class StepFigures:
                 values[f.name] = now - then
         return dataclasses.replace(self, **values)
 
+    def plus(self: F, other: StepFigures) -> F:
+        """This record with `other`'s counted figures added (per reason for a by-reason
+        one); gauges are this record's own."""
+        values: dict[str, Any] = {}
+        for f in figures_of(type(self)):
+            now, more = getattr(self, f.name), getattr(other, f.name)
+            if f.kind is FigureKind.BY_REASON:
+                values[f.name] = Counter(now) + Counter(more)
+            elif f.kind is FigureKind.COUNTER:
+                values[f.name] = now + more
+        return dataclasses.replace(self, **values)
+
     def copy(self: F) -> F:
         """An independent copy (the counts per reason are copied too)."""
         counts: dict[str, Any] = {
@@ -346,6 +389,13 @@ class StepFigures:
             for f in figures_of(type(self))
             if f.kind is FigureKind.BY_REASON
         }
+        counts.update(
+            {
+                f.name: dict(value)
+                for f in figures_of(type(self))
+                if f.label is not None and (value := getattr(self, f.name)) is not None
+            }
+        )
         return dataclasses.replace(self, **counts)
 
     def with_trainer_figures(self: F, values: Mapping[str, float]) -> F:
@@ -392,9 +442,13 @@ def _read(declaration: type[StepFigures]) -> tuple[Figure, ...]:
         spec = f.metadata.get(_FIGURE)
         if spec is None:
             raise TypeError(f"{declaration.__name__}.{f.name} is not declared as a figure")
-        value_type = next(
-            (t for t in (int, float) if t in (hints[f.name], *typing.get_args(hints[f.name]))),
-            int,
+        value_type = (
+            float
+            if spec.get("label")
+            else next(
+                (t for t in (int, float) if t in (hints[f.name], *typing.get_args(hints[f.name]))),
+                int,
+            )
         )
         out.append(Figure(name=f.name, value_type=value_type, **spec))
     return tuple(out)

@@ -30,8 +30,17 @@ STALENESS_FAILURES: Final = figure("staleness_failures").metric
 ROLLOUT_RETRIES: Final = figure("retries").metric
 ROLLOUT_GROUPS_COMPLETED: Final = figure("groups").metric
 TRAINED_SAMPLES: Final = figure("samples").metric
-ROLLOUT_FAILURES: Final = figure("failure_reasons").metric
-"""Counter labelled by `reason`: failed prompt-group attempts (each retry counts)."""
+ROLLOUT_FAILED_ATTEMPTS: Final = figure("failed_attempts").metric
+"""Counter labelled by `reason`: failed prompt-group attempts (each retry counts one)."""
+ROLLOUT_FAILED_GROUPS: Final = figure("failed_groups").metric
+"""Counter labelled by `reason`: prompt groups with a failed attempt (each once per reason)."""
+REWARD_FAILED_SAMPLES: Final = figure("reward_failed_samples").metric
+"""Counter labelled by `reason`: trained samples whose reward call failed (trained with 0)."""
+REWARD_PART: Final = figure("reward_parts").metric
+"""Gauge labelled by `part`: each named reward part's mean over the latest trained batch."""
+DATASET_BAD_ROWS: Final = "dressage_dataset_bad_rows"
+"""Gauge labelled by `reason`: rows of the job's dataset skipped as unusable, set once when the
+task is built (`missing_column`, `not_json`, ...)."""
 ROLLOUT_ADMISSIONS_HELD: Final = figure("admissions_held").metric
 ROLLOUT_ADMISSION_WAIT_SECONDS: Final = figure("admission_wait_seconds").metric
 MISMATCH_KL_K1: Final = figure("mismatch_kl_k1").metric

@@ -165,8 +165,11 @@ def warm_start(
     cache_dir: Path,
     *,
     log: Callable[[str], None] = print,
+    task: Task | Environment | None = None,
 ) -> WarmStartResult:
-    """The warm-started checkpoint for `base_dir` on `task_spec`, built once and cached."""
+    """The warm-started checkpoint for `base_dir` on `task_spec`, built once and cached.
+    `task`: the job's task when the caller built it already (a dataset is then not read
+    again), else it is built here."""
     from transformers import AutoModelForCausalLM
 
     base_dir = Path(base_dir)
@@ -181,9 +184,10 @@ def warm_start(
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     pad = model.config.pad_token_id
     pad_id = int(pad) if isinstance(pad, int) else codec.eos_id
-    eval_task = get_task(task_spec)
+    eval_task = get_task(task_spec) if task is None else task
     train_spec = task_spec.model_copy(update={"seed": task_spec.seed + WARM_START_SEED_OFFSET})
-    train_task = get_task(train_spec)
+    reseed = getattr(eval_task, "with_seed", None)  # a dataset task: its rows, reordered
+    train_task = get_task(train_spec) if reseed is None else reseed(train_spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
     model.train()
 
@@ -238,15 +242,20 @@ def warm_start(
 
 
 def initial_model_dir(
-    spec: AsyncRLJobSpec, cache_dir: Path, *, log: Callable[[str], None] = print
+    spec: AsyncRLJobSpec,
+    cache_dir: Path,
+    *,
+    log: Callable[[str], None] = print,
+    task: Task | Environment | None = None,
 ) -> Path:
-    """The checkpoint RL starts from: `spec.model.source`, warm-started when the job asks."""
+    """The checkpoint RL starts from: `spec.model.source`, warm-started when the job asks
+    (on `task` when given, see `warm_start`)."""
     from dressage.model import resolve_model_source
 
     base = resolve_model_source(spec.model.source, cache_dir)
     if spec.model.warm_start is None:
         return base
-    result = warm_start(base, spec.task, spec.model.warm_start, cache_dir, log=log)
+    result = warm_start(base, spec.task, spec.model.warm_start, cache_dir, log=log, task=task)
     how = "cached" if result.cached else "trained"
     log(
         f"warm start ({how}): {result.steps} supervised steps, expected reward "

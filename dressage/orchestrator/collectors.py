@@ -24,6 +24,8 @@ from dressage.rollout.staleness import StalenessConfig
 from dressage.rollout.sync_rollout import SyncCollector
 from dressage.tasks.base import FixedLengthTask, has_fixed_lengths, is_environment
 from dressage.tasks.codec import TaskPrompts
+from dressage.tasks.dataset import use_faults
+from dressage.tasks.faults import UserCodeFaults
 
 
 def sampling_of(spec: AsyncRLJobSpec) -> SamplingSettings:
@@ -54,10 +56,20 @@ def weight_update_pause_mode(spec: AsyncRLJobSpec) -> str:
 
 
 def make_collector(
-    spec: AsyncRLJobSpec, *, source: PromptSource, proxy: ProxyRolloutClient, run_tag: str
+    spec: AsyncRLJobSpec,
+    *,
+    source: PromptSource,
+    proxy: ProxyRolloutClient,
+    run_tag: str,
+    faults: UserCodeFaults | None = None,
 ) -> Collector:
-    """The collector for `spec.rollout.mode`, rolling out the job's agent through the proxy."""
-    rollout = group_rollout(spec, source=source, proxy=proxy, run_tag=run_tag)
+    """The collector for `spec.rollout.mode`, rolling out the job's agent through the proxy;
+    `faults`: the run's registry of user-code faults, handed to the agent (and to the task's
+    reward function, `use_faults`)."""
+    faults = UserCodeFaults() if faults is None else faults
+    if isinstance(source, TaskPrompts):
+        use_faults(source.task, faults)
+    rollout = group_rollout(spec, source=source, proxy=proxy, run_tag=run_tag, faults=faults)
     if spec.rollout.mode is RolloutMode.SYNC:
         return SyncCollector(
             rollout,
@@ -76,7 +88,12 @@ def make_collector(
 
 
 def group_rollout(
-    spec: AsyncRLJobSpec, *, source: PromptSource, proxy: ProxyRolloutClient, run_tag: str
+    spec: AsyncRLJobSpec,
+    *,
+    source: PromptSource,
+    proxy: ProxyRolloutClient,
+    run_tag: str,
+    faults: UserCodeFaults,
 ) -> GroupRollout:
     """How one prompt group is produced: the whitebox loop, the job's blackbox program, or one
     answer per trajectory."""
@@ -94,6 +111,7 @@ def group_rollout(
             sampling=sampling_of(spec),
             seed=spec.training.seed,
             run_tag=run_tag,
+            faults=faults,
         )
     lengths = None
     if isinstance(source, TaskPrompts) and has_fixed_lengths(source.task):
@@ -113,6 +131,7 @@ def group_rollout(
             group_size=spec.rollout.group_size,
             sampling=sampling_of(spec),
             run_tag=run_tag,
+            faults=faults,
         )
     return SingleTurnRollout(
         source=source,

@@ -33,7 +33,7 @@ class StepRecord:
     """The step's declared figures: what the collector counted, what the trainer measured."""
     extras: dict[str, float] = field(default_factory=dict)
     """The trainer's figures the declaration leaves out (`loss`, `grad_norm`,
-    `trained_tokens`, a reward function's `reward/<part>`): in the history, not exported."""
+    `trained_tokens`): in the history, not exported."""
     rollout_seconds: float = 0.0
     train_seconds: float = 0.0
     publish_seconds: float = 0.0

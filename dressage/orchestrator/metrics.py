@@ -2,8 +2,10 @@
 
 One series per declared step figure (`dressage.api.figures.StepFigures`), under its derived
 name (`staleness/version_span_mean` as `dressage_staleness_version_span_mean`, a counter with
-`_total`, a by-reason counter labelled `reason`), plus the training step, the weight
-version and the steps' wall and batch-wait seconds (the engines' autoscaler reads them). Each
+`_total`, a by-reason counter labelled `reason`, a labelled gauge by its label, such as
+`dressage_reward_part{part="correct"}`), plus the training step, the weight version, the
+steps' wall and batch-wait seconds (the engines' autoscaler reads them) and the dataset's
+skipped rows by reason (`dressage_dataset_bad_rows`, set once when the task is built). Each
 run has its own registry (no process-wide globals), so tests can run several in
 one process.
 """
@@ -11,6 +13,7 @@ one process.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -28,7 +31,7 @@ class RunMetrics:
         self.job = job
         self.figures = figures_of(declaration)
         self._gauges = {
-            f.name: Gauge(f.metric, f.help, registry=self.registry)
+            f.name: Gauge(f.metric, f.help, [f.label] if f.label else [], registry=self.registry)
             for f in self.figures
             if f.kind is FigureKind.GAUGE
         }
@@ -57,6 +60,12 @@ class RunMetrics:
             "Seconds the trainer waited for its next batch",
             registry=self.registry,
         )
+        self.dataset_bad_rows = Gauge(
+            names.DATASET_BAD_ROWS,
+            "Rows of the job's dataset skipped as unusable, by reason (rows)",
+            ["reason"],
+            registry=self.registry,
+        )
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -73,10 +82,19 @@ class RunMetrics:
         self.version_info.clear()
         self.version_info.labels(version=label).set(1)
 
+    def set_dataset_bad_rows(self, counts: Mapping[str, int]) -> None:
+        """The dataset's skipped rows by reason (the task is built once per run)."""
+        self.dataset_bad_rows.clear()
+        for reason, count in counts.items():
+            self.dataset_bad_rows.labels(reason=reason).set(count)
+
     def observe(self, record: StepRecord, version_ordinal: int) -> None:
         for figure in self.figures:
             value = getattr(record.figures, figure.name)
-            if figure.kind is FigureKind.GAUGE:
+            if figure.kind is FigureKind.GAUGE and figure.label is not None:
+                for label, number in (value or {}).items():
+                    self._gauges[figure.name].labels(label).set(number)
+            elif figure.kind is FigureKind.GAUGE:
                 if value is not None:
                     self._gauges[figure.name].set(value)
             elif figure.kind is FigureKind.COUNTER:

@@ -17,7 +17,9 @@ Rank 0 (the only rank under `dressage run`):
 6. engine sync: engines that serve another version than the session's get its weights;
 7. the training loop, each step's record exported on the job's `/metrics` and handed to the
    entry point's sink;
-8. close: collector, publisher and proxy client, whatever ended the loop.
+8. close: collector, publisher and proxy client, whatever ended the loop; then what the
+   collector counted that no step's record carries (the failed attempts and drops of groups
+   not trained, a run stopped by the breaker before its first step) goes to `unrecorded`.
 
 The other ranks train on rank 0's batches (`train_loop` without collector); with distributed
 sync they also take part in every publish (`PublishFollower`: each parameter is gathered over
@@ -29,12 +31,12 @@ Starting engines and proxies is the entry points' business: local child processe
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from dressage.api.figures import StepFigures
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec
 from dressage.orchestrator.collectors import make_collector, weight_update_pause_mode
 from dressage.orchestrator.distributed_publish import DistributedPublisher, PublishFollower
@@ -46,7 +48,8 @@ from dressage.proxy.client import ProxyRolloutClient
 from dressage.rollout.collector import Collector
 from dressage.tasks import Environment, Task, get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
-from dressage.tasks.rewards import reward_report
+from dressage.tasks.dataset import DatasetTask, bad_row_counts
+from dressage.tasks.faults import UserCodeFaults
 from dressage.trainer.session import TrainerSession
 
 
@@ -109,6 +112,8 @@ async def run_pipeline(
     engines_have_initial_weights: bool = True,
     rollout_cpus: Sequence[int] | None = None,
     task: Task | Environment | None = None,
+    unrecorded: Callable[[StepFigures], None] = lambda figures: None,
+    faults: UserCodeFaults | None = None,
 ) -> None:
     """Train `session` until step `steps`; rank 0 needs `endpoints`.
 
@@ -116,7 +121,10 @@ async def run_pipeline(
     model (`dressage run` starts them so; on a cluster they start from the staged base model,
     which a warm start changes). `rollout_cpus`: the cores of the rollout process when
     `spec.rollout.separateProcess` is on. `task`: the job's task when the caller built it
-    already (its pre-flight checks did), else it is built here."""
+    already (its pre-flight checks did), else it is built here. `unrecorded`: called at close
+    with the rollout figures the collector counted beyond the steps' records. `faults`: the
+    run's registry of user-code faults (the caller reads it for the report), handed to the
+    reward function, the agents and the rollout process; None: one of the pipeline's own."""
     spec = job.spec
     distributed = spec.inference.weight_sync == "distributed"
     if not session.env.is_main:
@@ -140,16 +148,16 @@ async def run_pipeline(
 
     if task is None:
         task = get_task(spec.task)
+    faults = UserCodeFaults() if faults is None else faults
+    if metrics is not None:
+        metrics.set_dataset_bad_rows(bad_row_counts(task))
 
-    # Where the step's reward report comes from: this process's task, or the rollout process.
-    rewards_of: Callable[[], tuple[dict[str, float], dict[str, int]]]
-    rewards_of = functools.partial(reward_report, task)
+    recorded = StepFigures()
+    """The collector's figures the steps' records carry so far."""
 
     def record_step(record: StepRecord) -> None:
-        # A user's reward function reports its named parts and its failures once per step.
-        parts, failures = rewards_of()
-        record.extras.update(parts)
-        record.figures.failure_reasons.update(failures)
+        nonlocal recorded
+        recorded = recorded.plus(record.figures)
         if metrics is not None:
             metrics.observe(record, session.state.version_index)
         sink(record)
@@ -159,7 +167,13 @@ async def run_pipeline(
         opened.push_async_callback(proxy.aclose)
         codec = PromptCodec.from_pretrained(session.initial_model_dir)
         source = TaskPrompts(task, codec)
-        collector: Collector
+        collector: Collector | None = None
+
+        def report_unrecorded() -> None:  # after the collector closed (the stack unwinds)
+            if collector is not None:
+                unrecorded(collector.stats.totals.since(recorded))
+
+        opened.callback(report_unrecorded)
         if spec.rollout.separate_process:
             remote = RolloutProcessCollector(
                 RolloutRecipe(
@@ -168,13 +182,17 @@ async def run_pipeline(
                     proxy_url=endpoints.proxy_url,
                     proxy_token=endpoints.proxy_token,
                     cpus=rollout_cpus,
-                )
+                    task=task if isinstance(task, DatasetTask) else None,
+                ),
+                faults=faults,
             )
             collector = remote
             log(f"rollout in process {remote.pid}")
-            rewards_of = remote.drain_reward_report
         else:
-            collector = make_collector(spec, source=source, proxy=proxy, run_tag=job.metadata.name)
+            collector = make_collector(
+                spec, source=source, proxy=proxy, run_tag=job.metadata.name, faults=faults
+            )
+        assert collector is not None
         collector.load_state_dict(session.state.collector)
         publisher: WeightPublisher
         if endpoints.weight_sync is not None and distributed:

@@ -12,8 +12,9 @@ parent needs without asking again:
 
 - `("load", state)`: the data position from the checkpoint (before the first batch);
 - `("published", version)`: a new weight version is live on the engines;
-- `("next_batch",)`: answered by `("batch", batch, position, stats, reward_parts,
-  reward_failures, faults)` or `("error", exception, faults)`, `faults` being the child's
+- `("next_batch",)`: answered by `("batch", batch, position, stats, faults)` or
+  `("error", exception, faults)` (the batch's samples carry their reward parts and failures,
+  `dressage.rollout.stats`), `faults` being the child's
   user-code faults so far (`dressage.tasks.faults`), which the parent takes into its own
   registry for the run's report;
 - `("close",)`: the child closes its collector and answers `("closed", stats, faults)`.
@@ -41,7 +42,7 @@ from typing import Any
 
 from dressage.data.groups import TrainBatch
 from dressage.rollout.stats import CollectorStats
-from dressage.tasks.faults import USER_CODE_FAULTS
+from dressage.tasks.faults import UserCodeFaults
 
 CLOSE_TIMEOUT_S = 30.0
 
@@ -58,6 +59,10 @@ class RolloutRecipe:
     proxy_token: str | None = None
     cpus: Sequence[int] | None = None
     """Cores the child is pinned to (None: not pinned)."""
+    task: Any = None
+    """The job's task as the parent built it, when it reads a dataset (`DatasetTask`, pickled
+    with its rows and its reward function), so the dataset is read and its bad rows logged
+    once per run; None: the child builds the task from the job."""
 
 
 class RolloutProcessFailed(RuntimeError):
@@ -67,11 +72,10 @@ class RolloutProcessFailed(RuntimeError):
 class RolloutProcessCollector:
     """The `Collector` protocol, served by the job's collector in a child process."""
 
-    def __init__(self, recipe: RolloutRecipe) -> None:
+    def __init__(self, recipe: RolloutRecipe, faults: UserCodeFaults | None = None) -> None:
+        """`faults`: the run's registry, which takes in the child's user-code faults."""
         self.stats = CollectorStats()
-        self.reward_parts: dict[str, float] = {}
-        """`reward/<part>` means the child's reward function reported with the last batch."""
-        self.reward_failures: dict[str, int] = {}
+        self.faults = UserCodeFaults() if faults is None else faults
         self._position: dict[str, Any] = {}
         self._replies: asyncio.Queue[tuple[Any, ...] | None] | None = None
         self._closed = False
@@ -107,23 +111,15 @@ class RolloutProcessCollector:
         self._send(("next_batch",))
         reply = await self._receive()
         if reply[0] == "error":
-            USER_CODE_FAULTS.absorb(reply[2])
+            self.faults.absorb(reply[2])
             raise reply[1]
         if reply[0] != "batch":
             raise RolloutProcessFailed(f"rollout process answered {reply[0]!r} to next_batch")
-        _, batch, position, stats, parts, failures, faults = reply
-        USER_CODE_FAULTS.absorb(faults)
+        _, batch, position, stats, faults = reply
+        self.faults.absorb(faults)
         self._position, self.stats = position, stats
-        self.reward_parts, self.reward_failures = parts, failures
         assert isinstance(batch, TrainBatch)
         return batch
-
-    def drain_reward_report(self) -> tuple[dict[str, float], dict[str, int]]:
-        """What the child's reward function reported with the last batch (once): `reward/<part>`
-        means and failure counts by reason, as `dressage.tasks.rewards.reward_report`."""
-        parts, failures = self.reward_parts, self.reward_failures
-        self.reward_parts, self.reward_failures = {}, {}
-        return parts, failures
 
     async def aclose(self) -> None:
         """Close the child's collector (its shutdown drops are counted) and end the child."""
@@ -148,7 +144,7 @@ class RolloutProcessCollector:
             reply = await self._receive()
             if reply[0] == "closed":
                 self.stats = reply[1]
-                USER_CODE_FAULTS.absorb(reply[2])
+                self.faults.absorb(reply[2])
                 return
 
     # --- the pipe --------------------------------------------------------------------------
@@ -214,13 +210,15 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
     from dressage.proxy.client import ProxyRolloutClient
     from dressage.tasks import get_task
     from dressage.tasks.codec import PromptCodec, TaskPrompts
-    from dressage.tasks.rewards import reward_report
 
     job = AsyncRLJob.model_validate(dict(recipe.job))
-    task = get_task(job.spec.task)
+    task = recipe.task if recipe.task is not None else get_task(job.spec.task)
     proxy = ProxyRolloutClient(recipe.proxy_url, token=recipe.proxy_token)
     source = TaskPrompts(task, PromptCodec.from_pretrained(Path(recipe.model_dir)))
-    collector = make_collector(job.spec, source=source, proxy=proxy, run_tag=job.metadata.name)
+    faults = UserCodeFaults()  # this process's; its entries go to the parent's registry
+    collector = make_collector(
+        job.spec, source=source, proxy=proxy, run_tag=job.metadata.name, faults=faults
+    )
     commands: asyncio.Queue[tuple[Any, ...] | None] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     reader = loop.run_in_executor(None, _read_commands, conn, loop, commands)
@@ -239,9 +237,7 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
                 # Served in the background so that a publish arriving meanwhile reaches the
                 # collector at once.
                 batch_task = asyncio.create_task(collector.next_batch())
-                batch_task.add_done_callback(
-                    lambda t: _reply_batch(conn, t, collector, task, reward_report)
-                )
+                batch_task.add_done_callback(lambda t: _reply_batch(conn, t, collector, faults))
     finally:
         if batch_task is not None and not batch_task.done():
             batch_task.cancel()
@@ -250,7 +246,7 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
         await collector.aclose()
         await proxy.aclose()
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("closed", collector.stats.snapshot(), USER_CODE_FAULTS.entries()))
+            conn.send(("closed", collector.stats.snapshot(), faults.entries()))
         conn.close()
         with contextlib.suppress(BaseException):
             await reader
@@ -272,24 +268,21 @@ def _read_commands(
 
 
 def _reply_batch(
-    conn: Connection, task: asyncio.Task[TrainBatch], collector: Any, source: Any, report: Any
+    conn: Connection, task: asyncio.Task[TrainBatch], collector: Any, faults: UserCodeFaults
 ) -> None:
     if task.cancelled():
         return
     error = task.exception()
     if error is not None:
-        conn.send(("error", _picklable(error), USER_CODE_FAULTS.entries()))
+        conn.send(("error", _picklable(error), faults.entries()))
         return
-    parts, failures = report(source)
     conn.send(
         (
             "batch",
             task.result(),
             collector.state_dict(),
             collector.stats.snapshot(),
-            parts,
-            failures,
-            USER_CODE_FAULTS.entries(),
+            faults.entries(),
         )
     )
 

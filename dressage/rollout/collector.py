@@ -244,7 +244,8 @@ class AsyncRolloutCollector(PromptPosition):
             log.warning(
                 "admission control let a group start beyond the staleness window because the "
                 "trainer is waiting with too few groups ahead: %d batches were taken but only "
-                "%d new weight versions published (expected one publish per step)",
+                "%d new weight versions published (expected one publish per step); said once, "
+                "later such starts are not logged",
                 self._batches_taken,
                 len(self._published),
             )
@@ -334,8 +335,9 @@ class AsyncRolloutCollector(PromptPosition):
         groups, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size :]
         self.stats.groups_trained += len(groups)
         self._batches_taken += 1
-        before, self._last_batch_stats = self._last_batch_stats, self.stats.snapshot()
-        return self.stats.batch(groups, since=before)
+        batch = self.stats.batch(groups, since=self._last_batch_stats)
+        self._last_batch_stats = self.stats.snapshot()  # after what `batch` counted
+        return batch
 
     def _admit(self, group: Group) -> None:
         before = self.filter.drop_counts.copy()

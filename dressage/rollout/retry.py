@@ -10,10 +10,14 @@ together. A group that exhausts its retries is dropped as `retries_exhausted`.
 The breaker: when `breaker_after` groups in a row are dropped that way, rollout is broken (the
 proxy or every engine is down, the agent program cannot start) rather than unlucky, and
 `RolloutBroken` is raised to the training loop with the failure reasons, instead of the
-collector waiting forever for a batch. When the failures come from the job's own code (a
-`UserCodeFailed`: a reward, an environment, an agent program), the message names each distinct
-error with where it was raised, rather than pointing at the infrastructure; one whose job
-setting says to stop on it (`onRewardError: stop`) opens the breaker at once, unretried.
+collector waiting forever for a batch. Its message counts failed *attempts* (each retry one, of
+every group that failed since a group last completed, concurrent groups included), and says so;
+the step figures count the same attempts (`failed_attempts`) and, separately, the groups they
+belong to (`failed_groups`, each group once per reason). When the failures come from the job's
+own code (a `UserCodeFailed`: a reward, an environment, an agent program), the message names
+each distinct error with where it was raised, rather than pointing at the infrastructure; one
+whose job setting says to stop on it (`onRewardError: stop`) opens the breaker at once,
+unretried.
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ class GroupAttempts:
         Raises `RolloutBroken` when the breaker is already open at an attempt; the group is
         then counted as dropped under `rollout_broken`.
         """
+        failed: set[str] = set()
+        """The reasons this group failed under so far (counted once each in failed_groups)."""
         for attempt in range(self.policy.max_retries + 1):
             if self.broken is not None:
                 self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += 1
@@ -115,7 +121,7 @@ class GroupAttempts:
             try:
                 group = await self.rollout(index, attempt)
             except GroupFailed as exc:
-                self._failed(exc.reason, staleness=exc.staleness)
+                self._failed(exc.reason, failed, staleness=exc.staleness)
                 if isinstance(exc, UserCodeFailed):
                     self._recent_faults.add(exc.fault)
                     if exc.stop is not None:
@@ -123,7 +129,7 @@ class GroupAttempts:
                         return None
             except Exception:
                 log.exception("prompt group %d failed (attempt %d)", index, attempt)
-                self._failed(ROLLOUT_ERROR, staleness=False)
+                self._failed(ROLLOUT_ERROR, failed, staleness=False)
             else:
                 self.stats.groups_completed += 1
                 self._dropped_in_a_row = 0
@@ -133,11 +139,13 @@ class GroupAttempts:
         self.stats.totals.dropped_groups[RETRIES_EXHAUSTED] += 1
         self._dropped_in_a_row += 1
         if self._dropped_in_a_row >= self.policy.breaker_after and self.broken is None:
-            reasons = ", ".join(f"{r} x{n}" for r, n in self._recent.most_common(5))
+            attempts = sum(self._recent.values())
+            reasons = ", ".join(f"{r} {n}" for r, n in self._recent.most_common(5))
             self.broken = RolloutBroken(
                 f"rollout is failing: {self._dropped_in_a_row} prompt groups in a row were "
-                f"dropped after {self.policy.max_retries + 1} attempts each; failures: "
-                f"{reasons}. {self._hint()}"
+                f"dropped after {self.policy.max_retries + 1} attempts each; "
+                f"{attempts} failed attempt{'s' if attempts != 1 else ''} since a group last "
+                f"completed (all groups in flight), by reason: {reasons}. {self._hint()}"
             )
         return None
 
@@ -147,7 +155,7 @@ class GroupAttempts:
             return "Is the proxy, an engine or the agent program down?"
         user = sum(entry.count for entry in self._recent_faults.entries())
         others = sum(self._recent.values()) - user
-        hint = f"User code failed: {self._recent_faults.summary()}."
+        hint = f"User code failed: {self._recent_faults.summary(unit='failed attempts')}."
         return f"{hint} Is the proxy or an engine down?" if others > 0 else hint
 
     def _stop(self, failed: UserCodeFailed) -> None:
@@ -158,8 +166,12 @@ class GroupAttempts:
                 f"rollout stopped at the first failure ({failed.stop}): {failed.fault}"
             )
 
-    def _failed(self, reason: str, *, staleness: bool) -> None:
-        self.stats.totals.failure_reasons[reason] += 1
+    def _failed(self, reason: str, group_reasons: set[str], *, staleness: bool) -> None:
+        """Count one failed attempt under `reason`, and its group once per reason."""
+        self.stats.totals.failed_attempts[reason] += 1
+        if reason not in group_reasons:
+            group_reasons.add(reason)
+            self.stats.totals.failed_groups[reason] += 1
         self._recent[reason] += 1
         if staleness:
             self.stats.totals.staleness_failures += 1

@@ -2,19 +2,28 @@
 
 Every prompt group a collector starts ends in exactly one place: trained, or dropped under a
 reason (a staleness verdict, exhausted retries, shutdown). Failed attempts are counted by
-reason too, and those a staleness control refused (the proxy's refusals whose type is a
-staleness refusal) separately. The counts are the rollout figures of the step declaration
+reason too (each retry one), the groups they belong to once per reason, and the attempts a
+staleness control refused (the proxy's refusals whose type is a staleness refusal) separately.
+The counts are the rollout figures of the step declaration
 (`dressage.api.figures.StepFigures`): `totals` holds them since the collector started, and a
 batch carries what was counted since the previous one.
+
+What the reward said of the batch is taken from the batch itself, from each sample's metadata
+(`dressage.tasks.base.Scored.metadata`): the mean of each named reward part over the samples
+that have it, and the samples whose reward call failed, by reason. So a step's figures describe
+the samples it trained, never the reward calls of groups still in flight or dropped.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from dressage.api.figures import StepFigures
 from dressage.data.groups import Group, TrainBatch
+from dressage.data.samples import Sample
+from dressage.tasks.base import REWARD_FAILURE, REWARD_PARTS
 
 
 @dataclass
@@ -45,5 +54,28 @@ class CollectorStats:
         return replace(self, totals=self.totals.copy())
 
     def batch(self, groups: Sequence[Group], since: CollectorStats) -> TrainBatch:
-        """`groups` as a batch carrying what was counted since the snapshot `since`."""
-        return TrainBatch(groups=tuple(groups), figures=self.totals.since(since.totals))
+        """`groups` as a batch carrying what was counted since the snapshot `since`, and the
+        reward's parts and failures over its samples (counted into `totals` too)."""
+        samples = [s for g in groups for s in g.samples]
+        self.totals.reward_failed_samples.update(reward_failures(samples))
+        figures = replace(self.totals.since(since.totals), reward_parts=reward_part_means(samples))
+        return TrainBatch(groups=tuple(groups), figures=figures)
+
+
+def reward_part_means(samples: Sequence[Sample]) -> dict[str, float] | None:
+    """The mean of each named reward part over the samples that carry it (None: no sample
+    carries parts, the reward returns a plain number)."""
+    sums: dict[str, float] = {}
+    counts: Counter[str] = Counter()
+    for sample in samples:
+        for name, value in (sample.metadata.get(REWARD_PARTS) or {}).items():
+            sums[name] = sums.get(name, 0.0) + float(value)
+            counts[name] += 1
+    return {name: sums[name] / counts[name] for name in sums} or None
+
+
+def reward_failures(samples: Sequence[Sample]) -> Counter[str]:
+    """The samples whose reward call failed, by failure reason."""
+    return Counter(
+        str(reason) for s in samples if (reason := s.metadata.get(REWARD_FAILURE)) is not None
+    )

@@ -6,7 +6,9 @@ from the last checkpoint; `--fresh` starts over. Ctrl-C (or SIGTERM) stops every
 and still writes the report of the steps done. `--device cuda` runs the trainer and the
 embedded engines on the GPU (default: CPU).
 
-Exit codes: 0 done, 1 the run failed (a child process, rollout, the job's own code), 2 the job's
+Exit codes: 0 done, 1 the run failed (a child process, rollout, the job's own code, or a run
+in which no trained sample got a real reward because every reward call failed: a warning would
+scroll by while the exit code reaches scripts and CI), 2 the job's
 configuration cannot work (`ConfigurationError`: found by the pre-flight checks before anything
 starts, `dressage.runner.preflight`, or later; either way no report is written), 130
 interrupted.
@@ -93,6 +95,7 @@ async def _main(local: LocalRun) -> int:
     from dressage.orchestrator.rollout_process import RolloutProcessFailed
     from dressage.proxy.client import RolloutError
     from dressage.rollout.retry import RolloutBroken
+    from dressage.runner.local import NoRealReward
     from dressage.runner.processes import ChildFailed
 
     task = asyncio.current_task()
@@ -117,6 +120,7 @@ async def _main(local: LocalRun) -> int:
         RolloutBroken,
         RolloutProcessFailed,
         EngineError,
+        NoRealReward,
         ValueError,
     ) as exc:
         print(f"dressage run: {exc}", file=sys.stderr, flush=True)

@@ -8,8 +8,15 @@ the session's current weights and version and playing the job's SGLang release
 the proxy in front of them, the `/metrics` endpoint, then the job's pipeline
 (`dressage.orchestrator.pipeline`, the same as every trainer rank's on a cluster). The trainer
 runs in this process (world size 1). On the way out, whatever the reason, children are
-stopped and the run report is written, with every distinct error the job's own code raised
-(`user_code_errors`), unless the run ended on a configuration error.
+stopped, a summary of the run's failures by reason is printed (with what was counted but not
+logged), and the run report is written, with every distinct error the job's own code raised
+(`user_code_errors`) and the dataset's skipped rows by reason (`dataset`), unless the run
+ended on a configuration error.
+
+A run that trained samples of which not one got a real reward (every reward call failed, so
+every sample was trained with 0 under `onRewardError: zero`) learned nothing: `run` raises
+`NoRealReward` after its last step, and `dressage run` exits 1 with the failure summary, so a
+script or CI job does not take it for a good run.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any
 
 import torch
 
-from dressage.api.figures import figures_of
+from dressage.api.figures import StepFigures, figures_of
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
 from dressage.engine.releases import stand_in_release
 from dressage.model import default_cache_dir
@@ -34,9 +41,19 @@ from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
 from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import ChildProcess, pin_this_process, python_module
-from dressage.runner.report import REPORT, History, write_report
+from dressage.runner.report import (
+    REPORT,
+    History,
+    no_real_reward,
+    run_summary,
+    summarize,
+    with_unrecorded,
+    write_report,
+)
+from dressage.tasks import get_task
 from dressage.tasks.base import Environment, Task
-from dressage.tasks.faults import USER_CODE_FAULTS, merge_reports
+from dressage.tasks.dataset import LOGGED_BAD_ROWS, DatasetTask, bad_row_counts
+from dressage.tasks.faults import UserCodeFaults, merge_reports
 from dressage.trainer import grpo
 from dressage.trainer.checkpoint import RunDir
 from dressage.trainer.session import TrainerSession
@@ -44,6 +61,10 @@ from dressage.trainer.session import TrainerSession
 ENGINE_READY = "engine ready on "
 PROXY_READY = "proxy ready on "
 STARTUP_DEADLINE_S = 300.0
+
+
+class NoRealReward(RuntimeError):
+    """The run trained samples, and every one of them without a real reward."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,10 @@ class LocalRun:
         self.metrics = RunMetrics(job.metadata.name)
         self.history = History(self.root)
         self.rewards: list[float] = []
+        self.faults = UserCodeFaults()
+        """The run's user-code faults: recorded during rollout, listed in the report."""
+        self.unrecorded: StepFigures | None = None
+        """What the collector counted beyond the steps' records, once it closed."""
 
     async def run(self) -> None:
         spec = self.spec
@@ -94,7 +119,11 @@ class LocalRun:
         grpo.quiet_transformers()
         cache_dir = Path(spec.local.cache_dir) if spec.local.cache_dir else default_cache_dir()
 
-        model_dir = await asyncio.to_thread(initial_model_dir, spec, cache_dir, log=self.out)
+        if self.task is None:  # built once, here, for the warm start, the pipeline and the report
+            self.task = await asyncio.to_thread(get_task, spec.task)
+        model_dir = await asyncio.to_thread(
+            initial_model_dir, spec, cache_dir, log=self.out, task=self.task
+        )
         session = await asyncio.to_thread(
             TrainerSession.open,
             spec,
@@ -138,16 +167,40 @@ class LocalRun:
             log=self.out,
             rollout_cpus=rollout_process_cpus(spec),
             task=self.task,
+            unrecorded=self._set_unrecorded,
+            faults=self.faults,
         )
+        if no_real_reward(summarize(self.history.read())):
+            raise NoRealReward(
+                "no sample of the run got a real reward: every reward call failed, so every "
+                "sample was trained with reward 0 (see the run summary and user_code_errors "
+                "in the report)"
+            )
+
+    def _set_unrecorded(self, figures: StepFigures) -> None:
+        self.unrecorded = figures
 
     def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
         self.rewards.append(record.figures.reward or 0.0)
         self.out(progress_line(record, self.options.steps, self.rewards))
-        failures = record.figures.failure_reasons
-        if failures:
-            reasons = ", ".join(f"{k} x{v}" for k, v in sorted(failures.items()))
-            self.out(f"  rollout failures at step {record.step}: {reasons}")
+        figures = record.figures
+        if figures.failed_attempts:
+            reasons = ", ".join(f"{k} {v}" for k, v in sorted(figures.failed_attempts.items()))
+            groups = int(figures.total("failed_groups"))
+            self.out(
+                f"  step {record.step}: failed attempts (each retry counts one): {reasons}; "
+                f"in {groups} prompt group{'s' if groups != 1 else ''}"
+            )
+        if figures.reward_failed_samples:
+            failed = int(figures.total("reward_failed_samples"))
+            reasons = ", ".join(
+                f"{k} {v}" for k, v in sorted(figures.reward_failed_samples.items())
+            )
+            self.out(
+                f"  step {record.step}: {failed} of {figures.samples} samples trained with "
+                f"reward 0, their reward call failed: {reasons}"
+            )
 
     async def _start_engines(self, session: TrainerSession, cache_dir: Path) -> list[str]:
         spec = self.spec
@@ -210,14 +263,31 @@ class LocalRun:
         if self.options.device.startswith("cuda") and torch.cuda.is_available():
             peak = torch.cuda.max_memory_allocated(torch.device(self.options.device))
             self.out(f"trainer peak GPU memory: {peak / 2**30:.2f} GiB")
-        faults = USER_CODE_FAULTS.entries()
+        faults = self.faults.entries()
+        calls = sum(f.count for f in faults)
         if faults:
-            calls = sum(f.count for f in faults)
             errors = f"{len(faults)} distinct error{'s' if len(faults) != 1 else ''}"
             self.out(
                 f"user code: {errors} in {calls} failed call{'s' if calls != 1 else ''}, each "
                 "error logged once above; see user_code_errors in the report"
             )
+        bad_rows = bad_row_counts(self.task)
+        not_logged = {
+            "user_code_failures": calls - len(faults),
+            "bad_rows": max(0, sum(bad_rows.values()) - LOGGED_BAD_ROWS),
+        }
+        suppressed = {
+            "repeated user-code failures (each distinct error was logged once)": not_logged[
+                "user_code_failures"
+            ],
+            f"bad dataset rows (only the first {LOGGED_BAD_ROWS} were logged)": not_logged[
+                "bad_rows"
+            ],
+        }
+        if self.history.path.is_file():
+            summary = with_unrecorded(summarize(self.history.read()), self.unrecorded)
+            for line in run_summary(summary, bad_rows=bad_rows, suppressed=suppressed):
+                self.out(line)
         if report and self.history.path.is_file():
             earlier = _earlier_user_code_errors(self.root / REPORT)
             path = write_report(
@@ -231,9 +301,26 @@ class LocalRun:
                     "batchSize": self.spec.rollout.batch_size,
                     "learningRate": self.spec.training.learning_rate,
                 },
-                {"user_code_errors": merge_reports(earlier, [f.to_dict() for f in faults])},
+                {
+                    "user_code_errors": merge_reports(earlier, [f.to_dict() for f in faults]),
+                    "dataset": _dataset_report(self.task, bad_rows),
+                    "not_logged": not_logged,
+                },
             )
             self.out(f"report: {path} (plots in {self.root})")
+
+
+def _dataset_report(task: object, bad_rows: dict[str, int]) -> dict[str, Any] | None:
+    """The dataset part of `report.json`: its source, usable rows and skipped rows by reason
+    (None for a task without a dataset)."""
+    if not isinstance(task, DatasetTask):
+        return None
+    return {
+        "source": task.source,
+        "usable_rows": len(task),
+        "bad_rows": sum(bad_rows.values()),
+        "bad_rows_by_reason": bad_rows,
+    }
 
 
 def rollout_process_cpus(spec: AsyncRLJobSpec) -> list[int] | None:

@@ -6,17 +6,32 @@ twice, and restores the checkpoint's own record of that step when a kill came be
 checkpoint and the line (`resume`). `write_report` turns it into `report.json` (summary +
 every step) and PNG plots. The summary totals every counted figure of the step declaration
 (`dressage.api.figures`) under its record key.
+
+`run_summary` is what `dressage run` prints at the end: the failures of the whole run by reason
+(failed attempts, failed groups, groups dropped other than at shutdown, samples trained
+without a real reward), the
+dataset's skipped rows, and how many of each warning stream were counted but not logged.
+`no_real_reward` says whether the run trained samples and not one of them got a real reward
+(every reward call failed), which `dressage run` treats as a failed run.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from dressage.api.figures import StepFigures, figure, totals
+from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, totals
+from dressage.rollout.collector import SHUTDOWN
+
+_FAILED_ATTEMPTS = figure("failed_attempts").key
+_FAILED_GROUPS = figure("failed_groups").key
+_DROPPED_GROUPS = figure("dropped_groups").key
+_REWARD_FAILED = figure("reward_failed_samples").key
+_SAMPLES = figure("samples").key
 
 HISTORY = "history.jsonl"
 REPORT = "report.json"
@@ -100,6 +115,73 @@ def summarize(
         if steps
         else None,
     }
+
+
+def _by_reason(counts: Mapping[str, Any]) -> str:
+    ranked = sorted(counts.items(), key=lambda kv: (-int(kv[1]), kv[0]))
+    return ", ".join(f"{reason} {int(n)}" for reason, n in ranked)
+
+
+def with_unrecorded(summary: Mapping[str, Any], unrecorded: StepFigures | None) -> dict[str, Any]:
+    """`summary` with the by-reason counts the collector made beyond the steps' records (the
+    failed attempts and drops of groups never trained) added in."""
+    out = dict(summary)
+    if unrecorded is None:
+        return out
+    for f in figures_of(type(unrecorded)):
+        if f.kind is FigureKind.BY_REASON:
+            counts = Counter({k: int(v) for k, v in dict(out.get(f.key, {})).items()})
+            counts.update(getattr(unrecorded, f.name))
+            out[f.key] = dict(counts)
+    return out
+
+
+def no_real_reward(summary: Mapping[str, Any]) -> bool:
+    """Whether the run (`summarize`'s figures) trained samples and every one of them was
+    trained without a real reward, its reward call having failed."""
+    samples = int(summary.get(_SAMPLES, 0))
+    failed = sum(int(n) for n in dict(summary.get(_REWARD_FAILED, {})).values())
+    return samples > 0 and failed >= samples
+
+
+def run_summary(
+    summary: Mapping[str, Any],
+    *,
+    bad_rows: Mapping[str, int] | None = None,
+    suppressed: Mapping[str, int] | None = None,
+) -> list[str]:
+    """The end-of-run lines: the run's failures by reason (each figure named by what it
+    counts), the dataset's skipped rows by reason, and the warnings counted but not logged
+    (`suppressed`: what -> how many). Empty when nothing failed or was skipped."""
+    lines: list[str] = []
+    samples = int(summary.get(_SAMPLES, 0))
+    reward_failed = dict(summary.get(_REWARD_FAILED, {}))
+    if reward_failed:
+        total = sum(int(n) for n in reward_failed.values())
+        lines.append(
+            f"samples trained with reward 0 because their reward call failed: {total} of "
+            f"{samples} ({_by_reason(reward_failed)})"
+        )
+    for key, what in (
+        (_FAILED_ATTEMPTS, "failed prompt-group attempts (each retry counts one)"),
+        (_FAILED_GROUPS, "prompt groups with a failed attempt"),
+        (_DROPPED_GROUPS, "prompt groups dropped"),
+    ):
+        counts = dict(summary.get(key, {}))
+        counts.pop(SHUTDOWN, None)  # in flight when the run ended: not a failure
+        if any(int(n) for n in counts.values()):
+            total = sum(int(n) for n in counts.values())
+            lines.append(f"{what}: {total} ({_by_reason(counts)})")
+    if bad_rows:
+        total = sum(bad_rows.values())
+        lines.append(f"dataset rows skipped as unusable: {total} ({_by_reason(bad_rows)})")
+    for what, count in (suppressed or {}).items():
+        if count:
+            lines.append(f"not logged, counted only: {count} {what}")
+    if not lines:
+        return []
+    steps = int(summary.get("steps", 0))
+    return [f"run summary ({steps} steps, {samples} samples trained):", *(f"  {x}" for x in lines)]
 
 
 def write_report(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from typing_extensions import TypeIs
 
@@ -106,6 +106,44 @@ class Environment(Protocol):
     def episode(self, index: int) -> Episode:
         """A new episode of instance `index`; every call starts from the same state."""
         ...
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One sample's reward with what the report needs of it: the named parts of a reward
+    returning a dict, and why the reward call failed when it did (the sample then has 0)."""
+
+    value: float
+    parts: Mapping[str, float] | None = None
+    failure: str | None = None
+    """The failure reason (`reward_raised`, `reward_timeout`, `reward_invalid`), or None."""
+
+    def metadata(self) -> dict[str, Any]:
+        """What a sample's `metadata` carries of it (`REWARD_PARTS`, `REWARD_FAILURE`; nothing
+        for a plain reward)."""
+        out: dict[str, Any] = {}
+        if self.parts:
+            out[REWARD_PARTS] = dict(self.parts)
+        if self.failure is not None:
+            out[REWARD_FAILURE] = self.failure
+        return out
+
+
+REWARD_PARTS: Final = "reward_parts"
+"""The sample metadata key of its reward's named parts (`{name: value}`)."""
+REWARD_FAILURE: Final = "reward_failure"
+"""The sample metadata key of its reward call's failure reason."""
+
+
+async def scored(task: Task, prompt: Prompt, completion: str) -> Scored:
+    """`score` with the reward's parts and failure: the task's own `ascored` when it has one
+    (a dataset task's reward function), else the plain reward."""
+    ascored = getattr(task, "ascored", None)
+    if ascored is not None:
+        result = await ascored(prompt, completion)
+        assert isinstance(result, Scored)
+        return result
+    return Scored(await score(task, prompt, completion))
 
 
 async def score(task: Task, prompt: Prompt, completion: str) -> float:

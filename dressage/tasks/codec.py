@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dressage.tasks.base import Environment, Prompt, Task, is_environment, score
+from dressage.tasks.base import (
+    Environment,
+    Prompt,
+    Scored,
+    Task,
+    is_environment,
+    score,
+    scored,
+)
 
 
 class PromptCodec:
@@ -132,6 +140,11 @@ class TaskPrompts:
         which is instant."""
         task = self._single_turn()
         return await score(task, task.prompt(index), self.codec.decode_completion(output_ids))
+
+    async def ascored(self, index: int, output_ids: Sequence[int]) -> Scored:
+        """`areward` with the reward's named parts and failure reason (`Scored`)."""
+        task = self._single_turn()
+        return await scored(task, task.prompt(index), self.codec.decode_completion(output_ids))
 
     def _single_turn(self) -> Task:
         if is_environment(self.task):

@@ -2,11 +2,14 @@
 the job's reward (`dressage.tasks.rewards`).
 
 Rows are read once when the task is built and checked: every row needs a text prompt (or a list
-of `{role, content}` messages), an answer when an answer column is set, and every reward column.
-A row that fails is reported (logged with its file, its line or row counted from 1 as an editor
-does, and its column) and skipped; the skipped rows stay listed in `bad_rows`, so nothing is
-lost silently. A dataset without a column that the spec names (Parquet, `datasets`), or with no
-usable row at all, is an error.
+of `{role, content}` messages), an answer when an answer column is set, and every reward
+column. A row that fails is reported (logged with its file, its line or row counted from 1 as
+an editor does, and its column) and skipped; the skipped rows stay listed in `bad_rows`, so
+nothing is lost silently, and are counted by reason (`BadRow.kind`: `not_json`,
+`not_an_object`, `missing_column`, `bad_prompt`, `bad_messages`, `bad_answer`) for the run's
+`report.json` and `/metrics` (`bad_row_counts`). The first `LOGGED_BAD_ROWS` are logged one by
+one; a line then says that the rest are not, with their count by reason. A dataset without a
+column that the spec names (Parquet, `datasets`), or with no usable row at all, is an error.
 
 Order is the dataset's own (or one fixed shuffle of it with `shuffle`): prompt `i` is valid row
 `i % len(task)` of that order, so the job's data position (one integer) resumes the stream
@@ -15,6 +18,7 @@ exactly, cycling over the dataset epoch after epoch.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import logging
@@ -22,18 +26,26 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from dressage.api.job import DatasetSpec, TaskSpec
 from dressage.api.loader import ConfigurationError
-from dressage.tasks.base import Prompt
+from dressage.tasks.base import Prompt, Scored
+from dressage.tasks.faults import UserCodeFaults
 from dressage.tasks.rewards import RewardFunction, RewardStats
 from dressage.tasks.usercode import resolve_path
 
 log = logging.getLogger(__name__)
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
-_LOGGED_BAD_ROWS = 20
+LOGGED_BAD_ROWS: Final = 20
+"""Bad rows logged one by one; the rest are counted in one line."""
+NOT_JSON: Final = "not_json"
+NOT_AN_OBJECT: Final = "not_an_object"
+MISSING_COLUMN: Final = "missing_column"
+BAD_PROMPT: Final = "bad_prompt"
+BAD_MESSAGES: Final = "bad_messages"
+BAD_ANSWER: Final = "bad_answer"
 
 
 class DatasetError(ConfigurationError):
@@ -51,7 +63,10 @@ class BadRow:
     its row in a table (Parquet, `datasets`)."""
     column: str | None
     """The offending column, or None when the row itself is malformed."""
+    kind: str
+    """Why, as counted by reason (`NOT_JSON`, `MISSING_COLUMN`, ...)."""
     reason: str
+    """What is wrong, in words."""
     unit: str = "row"
     """What `number` counts: `line` (JSONL) or `row` (a table)."""
 
@@ -75,9 +90,9 @@ class _Rows:
         self.count = count
         self.unreadable: list[BadRow] = []
 
-    def bad(self, position: int, column: str | None, reason: str) -> BadRow:
+    def bad(self, position: int, column: str | None, kind: str, reason: str) -> BadRow:
         """The bad row at 0-based `position`, numbered from 1 as a user finds it."""
-        return BadRow(self.source, position + 1, column, reason, self.unit)
+        return BadRow(self.source, position + 1, column, kind, reason, self.unit)
 
     def get(self, position: int) -> Mapping[str, Any] | None:
         raise NotImplementedError
@@ -122,12 +137,14 @@ def _read_jsonl(path: Path) -> _ListRows:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
-                out.unreadable.append(out.bad(position, None, f"not JSON ({exc})"))
+                out.unreadable.append(out.bad(position, None, NOT_JSON, f"not JSON ({exc})"))
                 rows.append(None)
                 continue
             if not isinstance(value, dict):
                 out.unreadable.append(
-                    out.bad(position, None, f"a {type(value).__name__}, not an object")
+                    out.bad(
+                        position, None, NOT_AN_OBJECT, f"a {type(value).__name__}, not an object"
+                    )
                 )
                 rows.append(None)
                 continue
@@ -209,6 +226,7 @@ class DatasetTask:
 
     def __init__(self, spec: DatasetSpec, reward: RewardFunction, *, seed: int = 0) -> None:
         self.spec = spec
+        self.seed = seed
         self.reward_function = reward
         rows = _load(spec)
         self.source = rows.source
@@ -230,19 +248,39 @@ class DatasetTask:
         if spec.shuffle:
             random.Random(f"dataset:{seed}").shuffle(self.positions)
         self.bad_rows.sort(key=lambda b: b.number)
-        for bad in self.bad_rows[:_LOGGED_BAD_ROWS]:
-            log.warning("skipping %s", bad)
-        if len(self.bad_rows) > _LOGGED_BAD_ROWS:
-            log.warning(
-                "skipping %d more bad rows of %s",
-                len(self.bad_rows) - _LOGGED_BAD_ROWS,
-                self.source,
-            )
+        self._log_bad_rows()
         if not self.positions:
             first = f"; first: {self.bad_rows[0]}" if self.bad_rows else ""
             raise DatasetError(
                 f"spec.task.dataset: {self.source} has no usable row "
                 f"({len(self.bad_rows)} bad{first})"
+            )
+
+    def with_seed(self, seed: int) -> DatasetTask:
+        """This task with the prompt order of `seed` (the warm start draws its demonstrations
+        from another order than its evaluation): the rows are not read or checked again, so
+        bad rows are not logged twice. Without `shuffle` the order is the same."""
+        if seed == self.seed or not self.spec.shuffle:
+            return self
+        other = copy.copy(self)
+        other.seed = seed
+        other.positions = sorted(self.positions)
+        random.Random(f"dataset:{seed}").shuffle(other.positions)
+        return other
+
+    def _log_bad_rows(self) -> None:
+        for bad in self.bad_rows[:LOGGED_BAD_ROWS]:
+            log.warning("skipping %s", bad)
+        rest = self.bad_rows[LOGGED_BAD_ROWS:]
+        if rest:
+            by_reason = _by_reason(rest)
+            log.warning(
+                "skipping %d more bad rows of %s without logging each (only the first %d are "
+                "logged; the run's report counts them all by reason): %s",
+                len(rest),
+                self.source,
+                LOGGED_BAD_ROWS,
+                ", ".join(f"{k} {n}" for k, n in by_reason.items()),
             )
 
     # The Task interface ---------------------------------------------------------------------
@@ -254,6 +292,10 @@ class DatasetTask:
     def bad_row_count(self) -> int:
         """Rows skipped because they cannot be used."""
         return len(self.bad_rows)
+
+    def bad_row_counts(self) -> dict[str, int]:
+        """Rows skipped because they cannot be used, by reason (`BadRow.kind`)."""
+        return _by_reason(self.bad_rows)
 
     @property
     def reward_stats(self) -> RewardStats:
@@ -307,6 +349,10 @@ class DatasetTask:
         """`reward` without blocking the event loop."""
         return (await self.reward_function.ascore([completion], [prompt.row]))[0]
 
+    async def ascored(self, prompt: Prompt, completion: str) -> Scored:
+        """`areward` with the reward's named parts and failure reason."""
+        return (await self.reward_function.ascored([completion], [prompt.row]))[0]
+
     def rewards(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         """Rewards of several samples in one call (one call of a batched reward function)."""
         return self.reward_function.score(list(completions), [p.row for p in prompts])
@@ -333,26 +379,53 @@ class DatasetTask:
                 f"columns: {', '.join(rows.columns)}"
             )
 
-    def _check_row(self, row: Mapping[str, Any]) -> tuple[str, str] | None:
-        """`(column, reason)` of the first problem of `row`, or None."""
+    def _check_row(self, row: Mapping[str, Any]) -> tuple[str, str, str] | None:
+        """`(column, kind, reason)` of the first problem of `row`, or None."""
         spec = self.spec
         for column in self._required():
             if column not in row:
-                return column, "missing"
+                return column, MISSING_COLUMN, "missing"
         if spec.prompt_column is not None:
             value = row[spec.prompt_column]
             if not isinstance(value, str) or not value.strip():
-                return spec.prompt_column, f"prompt must be non-empty text, got {value!r:.80}"
+                return (
+                    spec.prompt_column,
+                    BAD_PROMPT,
+                    f"prompt must be non-empty text, got {value!r:.80}",
+                )
         else:
             assert spec.messages_column is not None
             problem = _messages_problem(row[spec.messages_column])
             if problem is not None:
-                return spec.messages_column, problem
+                return spec.messages_column, BAD_MESSAGES, problem
         if spec.answer_column is not None:
             value = row[spec.answer_column]
             if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
-                return spec.answer_column, f"answer must be text or a number, got {value!r:.80}"
+                return (
+                    spec.answer_column,
+                    BAD_ANSWER,
+                    f"answer must be text or a number, got {value!r:.80}",
+                )
         return None
+
+
+def _by_reason(rows: Sequence[BadRow]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for bad in rows:
+        counts[bad.kind] = counts.get(bad.kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def use_faults(task: object, faults: UserCodeFaults) -> None:
+    """Have a dataset task's reward function record its failures in `faults`, the run's
+    registry (other tasks run no user code that records faults)."""
+    if isinstance(task, DatasetTask):
+        task.reward_function.faults = faults
+
+
+def bad_row_counts(task: object) -> dict[str, int]:
+    """A task's skipped dataset rows by reason (empty for a task without a dataset)."""
+    return task.bad_row_counts() if isinstance(task, DatasetTask) else {}
 
 
 def _messages_problem(value: Any) -> str | None:

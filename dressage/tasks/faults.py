@@ -8,7 +8,9 @@ standard library or an installed package), so a `KeyError` raised by a helper of
 points at that helper's line. A blackbox program's fault is read from the Python traceback on
 its standard error.
 
-Faults are collected in a `UserCodeFaults` registry, one per process (`USER_CODE_FAULTS`): the
+Faults are collected in a `UserCodeFaults` registry, one per run: the entry point creates it
+and the pipeline hands it to what records faults (the reward function, the agents, the rollout
+process, which keeps one of its own and sends its entries back) and to the report. The
 first occurrence of each distinct error (same code, exception type and raising line) is logged
 with its frame, later ones are only counted, and the registry's entries are what `report.json`
 lists under `user_code_errors`. A failure that fails its prompt group is raised as
@@ -313,10 +315,11 @@ class FaultTally:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def summary(self, limit: int = 3) -> str:
-        """The most frequent faults, `<fault> xN; ...`, for a one-line message."""
+    def summary(self, limit: int = 3, unit: str = "calls") -> str:
+        """The most frequent faults, `<fault> (N <unit>); ...`, for a one-line message: `unit`
+        says what a count counts (failed `calls` of the code, failed group `attempts`)."""
         ranked = sorted(self._entries.values(), key=lambda c: -c.count)
-        text = "; ".join(f"{c.fault} x{c.count}" for c in ranked[:limit])
+        text = "; ".join(f"{c.fault} ({c.count} {unit})" for c in ranked[:limit])
         if len(ranked) > limit:
             text += f"; and {len(ranked) - limit} more"
         return text
@@ -359,10 +362,6 @@ class UserCodeFaults:
     def report(self) -> list[dict[str, Any]]:
         """The entries as `report.json` lists them (`user_code_errors`)."""
         return [entry.to_dict() for entry in self.entries()]
-
-
-USER_CODE_FAULTS = UserCodeFaults()
-"""This process's faults: recorded where user code is called, read by whoever reports them."""
 
 
 def describe(fault: UserCodeFault, *, then: str | None = None) -> str:

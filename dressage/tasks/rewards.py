@@ -22,8 +22,11 @@ call raises `RewardError`, which stops the run at once, and every later call rai
 `dry_run` calls the function once outside all that (nothing counted), so a job can check its
 reward on a dataset row before anything starts.
 
-`RewardStats` also keeps the mean of every named part; `drain()` hands the counts since the
-last call to whoever reports per step.
+`ascored` gives each sample's reward as a `Scored` (`dressage.tasks.base`): its value, its
+named parts and its failure reason. They travel with the sample (`dressage.agents.groups`), so
+a step reports the parts and the reward failures of the batch it trained
+(`dressage.rollout.stats`), not of every call made meanwhile. `RewardStats` counts every call
+since the task was built (calls, failures by reason, part means), for checks and tests.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ from typing import Any
 
 from dressage.api.job import TaskSpec
 from dressage.api.loader import ConfigurationError
+from dressage.tasks.base import Scored
 from dressage.tasks.faults import (
     REWARD_FIELD,
-    USER_CODE_FAULTS,
     UserCodeFailed,
     UserCodeFault,
     UserCodeFaults,
@@ -94,16 +97,6 @@ class RewardStats:
                 "parts": {n: self.part_sums[n] / self.part_counts[n] for n in self.part_sums},
             }
 
-    def drain(self) -> dict[str, Any]:
-        """`snapshot()`, then start counting from zero."""
-        out = self.snapshot()
-        with self._lock:
-            self.samples = 0
-            self.failures.clear()
-            self.part_sums.clear()
-            self.part_counts.clear()
-        return out
-
 
 class _Failure(Exception):
     def __init__(self, fault: UserCodeFault) -> None:
@@ -115,36 +108,42 @@ _Outcome = tuple[float, dict[str, float] | None] | _Failure
 """One sample's reward and named parts, or why it has none."""
 
 
-def exact_match(answer_column: str) -> Callable[[str, Row], float]:
+@dataclass(frozen=True)
+class exact_match:
     """1 when the completion, stripped and with runs of whitespace collapsed, equals the row's
-    answer the same way; else 0."""
+    answer the same way; else 0. (A class rather than a closure, so a task holding it can be
+    handed to the rollout process.)"""
 
-    def reward(completion: str, row: Row) -> float:
-        return 1.0 if _norm(completion) == _norm(str(row[answer_column])) else 0.0
+    answer_column: str
 
-    return reward
+    def __call__(self, completion: str, row: Row) -> float:
+        return 1.0 if _norm(completion) == _norm(str(row[self.answer_column])) else 0.0
 
 
-def math_answer(answer_column: str) -> Callable[[str, Row], float]:
+@dataclass(frozen=True)
+class math_answer:
     """1 when `math-verify` finds the completion's answer mathematically equal to the row's
     (numbers, fractions, LaTeX, `\\boxed{}`); else 0."""
-    from math_verify import parse, verify
 
-    for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).addFilter(_no_timeout_notice)
+    answer_column: str
 
-    def reward(completion: str, row: Row) -> float:
+    def __post_init__(self) -> None:
+        import math_verify  # noqa: F401 - fails here, when the task is built, if missing
+
+    def __call__(self, completion: str, row: Row) -> float:
+        from math_verify import parse, verify
+
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logging.getLogger(name).addFilter(_no_timeout_notice)  # once: filters are a set
         # math-verify's own timeouts use SIGALRM, which only the main thread may set; the
         # caller's timeout bounds the call instead.
         main = threading.current_thread() is threading.main_thread()
         limit = 5 if main else 0
-        gold = parse(str(row[answer_column]), parsing_timeout=limit)
+        gold = parse(str(row[self.answer_column]), parsing_timeout=limit)
         if not gold:
-            raise ValueError(f"math: cannot parse the answer {row[answer_column]!r}")
+            raise ValueError(f"math: cannot parse the answer {row[self.answer_column]!r}")
         predicted = parse(completion, parsing_timeout=limit)
         return 1.0 if verify(gold, predicted, timeout_seconds=limit or None) else 0.0
-
-    return reward
 
 
 def _no_timeout_notice(record: logging.LogRecord) -> bool:
@@ -176,7 +175,8 @@ class RewardFunction:
         on_error: str = "zero",
         faults: UserCodeFaults | None = None,
     ) -> None:
-        """`faults`: where failures are recorded (default: this process's registry)."""
+        """`faults`: where failures are recorded (default: a registry of its own); a run sets
+        its registry (`faults`) before rollout starts."""
         if on_error not in ("zero", "stop"):
             raise ValueError(f"spec.task.onRewardError must be zero or stop, got {on_error!r}")
         self.fn = fn
@@ -186,7 +186,7 @@ class RewardFunction:
         self.timeout_s = timeout_s
         self.on_error = on_error
         self.stats = RewardStats()
-        self.faults = USER_CODE_FAULTS if faults is None else faults
+        self.faults = UserCodeFaults() if faults is None else faults
         self.stopped: RewardError | None = None
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             type(fn).__call__
@@ -218,12 +218,27 @@ class RewardFunction:
             on_error=spec.on_reward_error,
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for the rollout process (`spec.rollout.separateProcess`): the function and
+        its settings; statistics, the stop and the fault registry start afresh there (that
+        process hands the function its own registry and reports its entries back)."""
+        state = dict(self.__dict__)
+        for name in ("stats", "faults", "stopped"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.stats = RewardStats()
+        self.faults = UserCodeFaults()
+        self.stopped = None
+
     # Scoring -------------------------------------------------------------------------------
 
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Rewards of `completions` (blocking; the timeout bounds the wait)."""
         self._check_stopped()
-        return self._record(self._outcomes(completions, rows))
+        return [s.value for s in self._record(self._outcomes(completions, rows))]
 
     def dry_run(self, completion: str, row: Row, *, where: str = "") -> float:
         """The reward of one sample, computed as rollout would but counted nowhere (no
@@ -238,6 +253,10 @@ class RewardFunction:
 
     async def ascore(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Rewards of `completions` without blocking the event loop."""
+        return [s.value for s in await self.ascored(completions, rows)]
+
+    async def ascored(self, completions: Sequence[str], rows: Sequence[Row]) -> list[Scored]:
+        """`ascore` with each sample's named parts and failure reason."""
         self._check_stopped()
         count = len(completions)
         try:
@@ -269,16 +288,16 @@ class RewardFunction:
             return [exc] * count
         return self._values(raw, count)
 
-    def _record(self, outcomes: Sequence[_Outcome]) -> list[float]:
+    def _record(self, outcomes: Sequence[_Outcome]) -> list[Scored]:
         """Count every outcome; a failure scores 0, or stops the run under `stop`."""
-        out: list[float] = []
+        out: list[Scored] = []
         for outcome in outcomes:
             if isinstance(outcome, _Failure):
-                out.append(self._fail(outcome.fault))
+                out.append(Scored(self._fail(outcome.fault), failure=outcome.fault.reason))
                 continue
             value, parts = outcome
             self.stats.record(parts, None)
-            out.append(value)
+            out.append(Scored(value, parts))
         return out
 
     def _invoke(self, completions: list[str], rows: list[Row]) -> Any:
@@ -390,15 +409,3 @@ async def _settle(result: Any) -> Any:
     if inspect.isawaitable(result):
         return await result
     return result
-
-
-def reward_report(task: object) -> tuple[dict[str, float], dict[str, int]]:
-    """What a task's reward function recorded since the last report, for one training step:
-    `reward/<part>` means of named parts, and failure counts by reason. Empty for tasks
-    without a reward function (the built-in ones)."""
-    stats = getattr(task, "reward_stats", None)
-    if not isinstance(stats, RewardStats):
-        return {}, {}
-    drained = stats.drain()
-    parts = {f"reward/{name}": float(v) for name, v in drained["parts"].items()}
-    return parts, dict(drained["failures"])

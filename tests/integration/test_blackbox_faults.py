@@ -17,7 +17,7 @@ from dressage.api.job import TaskSpec
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.tasks import get_task
 from dressage.tasks.dataset import DatasetTask
-from dressage.tasks.faults import AGENT_FIELD, USER_CODE_FAULTS, UserCodeFailed
+from dressage.tasks.faults import AGENT_FIELD, UserCodeFailed
 
 pytestmark = pytest.mark.integration
 
@@ -56,11 +56,6 @@ class Proxy:
 
     async def refusal(self, session_id: str) -> str | None:
         return self.refused
-
-
-@pytest.fixture(autouse=True)
-def fresh_faults() -> None:
-    USER_CODE_FAULTS.clear()
 
 
 def _rollout(tmp_path: Path, proxy: Proxy) -> tuple[BlackboxRollout, Path]:
@@ -103,7 +98,7 @@ async def test_a_crashing_program_is_named_with_its_exception_and_line(tmp_path:
     )
     assert fault.frame.code == 'return json.loads(question)["text"]'
     # Both trajectories crashed the same way: one distinct error, two occurrences.
-    assert [e.count for e in USER_CODE_FAULTS.entries()] == [2]
+    assert [e.count for e in rollout.faults.entries()] == [2]
 
 
 async def test_a_program_the_proxy_refused_is_the_proxys_failure(tmp_path: Path) -> None:
@@ -112,4 +107,4 @@ async def test_a_program_the_proxy_refused_is_the_proxys_failure(tmp_path: Path)
         await rollout(0, 0)
     assert not isinstance(failed.value, UserCodeFailed)
     assert failed.value.staleness
-    assert USER_CODE_FAULTS.entries() == []
+    assert rollout.faults.entries() == []

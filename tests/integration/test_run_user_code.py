@@ -4,8 +4,10 @@ Configuration errors (a dataset without a usable row, a Parquet file missing a c
 environment whose constructor raises, a reward that fails its dry call, a typo'd field) exit 2
 before any engine starts and leave no report. A reward that fails under `onRewardError: stop`
 stops the run at its first failure, naming the reward, the exception and the user's line, in
-the output and in `report.json`. A finished run rerun says there is nothing to do, and nothing
-about resuming.
+the output and in `report.json`. A run in which every reward call fails exits 1 after its last
+step with a summary of the failures by reason, the dataset's bad rows by reason and what was
+counted but not logged. A reward of named parts reports them over each trained batch. A
+finished run rerun says there is nothing to do, and nothing about resuming.
 """
 
 from __future__ import annotations
@@ -51,6 +53,42 @@ class Game:
 
     def __init__(self, spec):
         self.size = spec.params["size"]
+
+
+CALLS = []
+
+
+def first_only(completion, row):
+    # The pre-flight dry call (this process's first call) passes; every rollout call fails.
+    CALLS.append(completion)
+    if len(CALLS) > 1:
+        raise RuntimeError("reward service unavailable")
+    return 1.0
+
+
+def parts(completion, row):
+    return {"correct": float(completion == row["answer"]), "short": 1.0 - len(completion) / 10}
+
+
+class _Episode:
+    prompt = "Say a number."
+
+    def step(self, action):
+        return int(action)
+
+    def expert_action(self):
+        return "1"
+
+
+class Broken:
+    name = "broken"
+    max_turns = 1
+
+    def __init__(self, spec):
+        pass
+
+    def episode(self, index):
+        return _Episode()
 """
 ROWS = [{"question": f"{a}+1=", "answer": str(a + 1)} for a in range(4)]
 
@@ -101,6 +139,10 @@ def job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "job_code.py").write_text(USER_CODE)
     (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     (out / "empty.jsonl").write_text('{"question": ""}\n{"prompt": "1+1="}\n')
+    bad = ["{not json", json.dumps({"question": "9+1="}), json.dumps({"question": "", "answer": 1})]
+    (out / "some_bad.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in ROWS) + "\n".join(bad)
+    )
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -194,3 +236,117 @@ def test_a_finished_run_rerun_has_nothing_to_do_and_does_not_resume(job_dir: Pat
     assert again.returncode == 0, again.stdout + again.stderr
     assert "nothing to do: 1 of 1 steps done" in again.stdout
     assert "resuming" not in again.stdout
+
+
+def test_a_run_without_one_real_reward_exits_1_with_its_failures_by_reason(job_dir: Path) -> None:
+    manifest = _job(
+        job_dir,
+        "no-reward",
+        _dataset("some_bad.jsonl", reward="job_code:first_only"),
+        training={"steps": 2, "learningRate": 1e-3},
+    )
+    done = _run(job_dir, manifest)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "dressage run: no sample of the run got a real reward: every reward call failed, so "
+        "every sample was trained with reward 0 (see the run summary and user_code_errors in "
+        "the report)"
+    )
+    out = done.stdout
+    assert "  step 1: 4 of 4 samples trained with reward 0, their reward call failed: " in out
+    assert "run summary (2 steps, 8 samples trained):" in out
+    assert (
+        "  samples trained with reward 0 because their reward call failed: 8 of 8 "
+        "(reward_raised 8)" in out
+    )
+    assert (
+        "  dataset rows skipped as unusable: 3 (bad_prompt 1, missing_column 1, not_json 1)" in out
+    )
+    assert "  not logged, counted only: 7 repeated user-code failures" in out
+    report = json.loads((job_dir / "runs" / "no-reward" / "report.json").read_text())
+    summary = report["summary"]
+    assert (summary["samples"], summary["reward_failed_samples"]) == (8, {"reward_raised": 8})
+    assert report["dataset"]["bad_rows_by_reason"] == {
+        "bad_prompt": 1,
+        "missing_column": 1,
+        "not_json": 1,
+    }
+    assert report["dataset"]["usable_rows"] == 4
+    assert report["not_logged"] == {"user_code_failures": 7, "bad_rows": 0}
+    assert [e["count"] for e in report["user_code_errors"]] == [8]
+
+
+def test_named_reward_parts_are_reported_over_each_trained_batch(job_dir: Path) -> None:
+    manifest = _job(
+        job_dir,
+        "parts",
+        _dataset("rows.jsonl", reward="job_code:parts", rewardWeights={"correct": 1, "short": 0.5}),
+        training={"steps": 2, "learningRate": 1e-3},
+    )
+    done = _run(job_dir, manifest)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((job_dir / "runs" / "parts" / "report.json").read_text())
+    for step in report["steps"]:
+        parts = step["reward_parts"]
+        assert set(parts) == {"correct", "short"}
+        # The trained batch's reward is the weighted sum of its parts' means.
+        assert step["reward"] == pytest.approx(parts["correct"] + 0.5 * parts["short"], abs=1e-6)
+    assert report["dataset"] == {
+        "source": str(job_dir / "rows.jsonl"),
+        "usable_rows": 4,
+        "bad_rows": 0,
+        "bad_rows_by_reason": {},
+    }
+
+
+def test_a_run_the_breaker_stops_before_its_first_step_still_sums_up_its_failures(
+    job_dir: Path,
+) -> None:
+    manifest = _job(
+        job_dir,
+        "breaker",
+        {"name": "environment", "environment": "job_code:Broken"},
+        rollout={"mode": "sync", "groupSize": 2, "batchSize": 2, "maxRetries": 1,
+                 "maxNewTokens": 3},
+    )  # fmt: skip
+    done = _run(job_dir, manifest)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "failed attempts since a group last completed" in done.stderr
+    out = done.stdout.splitlines()
+    assert "run summary (0 steps, 0 samples trained):" in out
+    (attempts,) = [x for x in out if x.startswith("  failed prompt-group attempts")]
+    assert "(environment_raised " in attempts
+    (groups,) = [x for x in out if x.startswith("  prompt groups with a failed attempt: ")]
+    assert "(environment_raised " in groups
+    (dropped,) = [x for x in out if x.startswith("  prompt groups dropped: ")]
+    assert "retries_exhausted" in dropped
+
+
+def test_the_dataset_is_read_once_by_the_warm_start_and_the_rollout_process(
+    job_dir: Path,
+) -> None:
+    # The pre-flight checks read the dataset; the warm start and the rollout process of its
+    # own (`separateProcess`) get that task, so each bad row is logged once.
+    manifest = _job(
+        job_dir,
+        "read-once",
+        {
+            "name": "dataset",
+            "dataset": {"path": "some_bad.jsonl", "promptColumn": "question",
+                        "answerColumn": "answer", "shuffle": True},
+        },
+        model={
+            "source": str(job_dir / "model"),
+            "dtype": "float32",
+            "warmStart": {"targetReward": 1.0, "maxSteps": 2, "batchSize": 4, "evalPrompts": 4},
+        },
+        rollout={"mode": "fully_async", "groupSize": 2, "batchSize": 2, "maxNewTokens": 3,
+                 "separateProcess": True},
+    )  # fmt: skip
+    done = _run(job_dir, manifest)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rollout in process " in done.stdout
+    assert "warm start (trained)" in done.stdout
+    skipped = [x for x in done.stderr.splitlines() if "skipping " in x]
+    assert len(skipped) == 3, done.stderr  # its three bad rows, each once

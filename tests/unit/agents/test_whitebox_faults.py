@@ -16,7 +16,7 @@ from dressage.model.tokenizer import build_tokenizer_files
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
 from dressage.tasks.base import Step
 from dressage.tasks.codec import PromptCodec
-from dressage.tasks.faults import ENVIRONMENT_RAISED, USER_CODE_FAULTS, UserCodeFailed
+from dressage.tasks.faults import ENVIRONMENT_RAISED, UserCodeFailed
 
 pytest.importorskip("transformers")
 
@@ -71,11 +71,6 @@ def codec(tmp_path_factory: pytest.TempPathFactory) -> PromptCodec:
     return PromptCodec.from_pretrained(out)
 
 
-@pytest.fixture(autouse=True)
-def fresh_faults() -> None:
-    USER_CODE_FAULTS.clear()
-
-
 def _agent(environment: Any, proxy: Proxy, codec: PromptCodec) -> WhiteboxAgentRollout:
     return WhiteboxAgentRollout(
         environment=environment,
@@ -90,8 +85,9 @@ async def test_a_raising_step_fails_the_group_naming_the_class_and_the_exception
     codec: PromptCodec, caplog: pytest.LogCaptureFixture
 ) -> None:
     proxy = Proxy(codec)
+    agent = _agent(StepRaises(), proxy, codec)
     with caplog.at_level(logging.WARNING), pytest.raises(UserCodeFailed) as failed:
-        await _agent(StepRaises(), proxy, codec)(0, 0)
+        await agent(0, 0)
     fault = failed.value.fault
     assert failed.value.reason == ENVIRONMENT_RAISED
     assert failed.value.stop is None  # retried like any failed group
@@ -109,7 +105,7 @@ async def test_a_raising_step_fails_the_group_naming_the_class_and_the_exception
     assert [r.getMessage().splitlines()[0] for r in caplog.records] == [
         f"user code failed: {fault}"
     ]
-    assert [e.count for e in USER_CODE_FAULTS.entries()] == [3]
+    assert [e.count for e in agent.faults.entries()] == [3]  # the registry it was given
 
 
 async def test_a_raising_episode_names_episode(codec: PromptCodec) -> None:

@@ -13,6 +13,7 @@ from dressage.orchestrator.collectors import group_rollout
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.tasks import get_task
 from dressage.tasks.codec import TaskPrompts
+from dressage.tasks.faults import UserCodeFaults
 from dressage.tasks.long_tail import LongTailTask
 
 
@@ -20,7 +21,11 @@ def _rollout(**spec: Any) -> object:
     job = AsyncRLJobSpec.model_validate({"model": {"source": "builtin:tiny"}, **spec})
     source = TaskPrompts(get_task(job.task), codec=None)  # type: ignore[arg-type]
     return group_rollout(
-        job, source=source, proxy=ProxyRolloutClient("http://127.0.0.1:9"), run_tag="t"
+        job,
+        source=source,
+        proxy=ProxyRolloutClient("http://127.0.0.1:9"),
+        run_tag="t",
+        faults=UserCodeFaults(),
     )
 
 

@@ -190,11 +190,11 @@ async def test_failed_group_is_retried_then_dropped() -> None:
     assert c.stats.totals.retries == 2
     assert (
         batch.figures.retries,
-        batch.figures.total("failure_reasons"),
+        batch.figures.total("failed_attempts"),
         batch.figures.staleness_failures,
     ) == (2, 3, 3)
     assert batch.figures.dropped_groups == {RETRIES_EXHAUSTED: 1}
-    assert c.stats.totals.failure_reasons[PARTIAL_ROLLOUT_STALENESS_EXCEEDED] == 3
+    assert c.stats.totals.failed_attempts[PARTIAL_ROLLOUT_STALENESS_EXCEEDED] == 3
     assert c.stats.totals.staleness_failures == 3
     assert c.stats.totals.dropped_groups[RETRIES_EXHAUSTED] == 1
     assert c.stats.staleness_failure_rate == 1.0
@@ -217,7 +217,7 @@ async def test_unexpected_errors_fail_the_group_not_the_worker() -> None:
     async with c:
         batch = await c.next_batch()
     assert sorted(index_of(g) for g in batch.groups) == [0, 1]
-    assert c.stats.totals.failure_reasons["rollout_error"] == 1
+    assert c.stats.totals.failed_attempts["rollout_error"] == 1
 
 
 async def test_worker_keeps_generating_while_the_trainer_trains() -> None:
@@ -291,7 +291,9 @@ async def test_a_dead_rollout_path_fails_the_run_instead_of_waiting_forever() ->
         staleness=StalenessConfig(),
     )
     async with c:
-        with pytest.raises(RolloutBroken, match=r"4 prompt groups in a row.*ConnectError x\d+"):
+        with pytest.raises(
+            RolloutBroken, match=r"4 prompt groups in a row.*failed attempts.*ConnectError \d+"
+        ):
             await c.next_batch()
         with pytest.raises(RolloutBroken):
             await c.next_batch()

@@ -56,7 +56,8 @@ async def test_attempts_wait_the_policy_delays_and_count_by_reason() -> None:
     assert group.group_id == "p7"
     assert waited == [1.0, 2.0]
     assert stats.totals.retries == 2
-    assert stats.totals.failure_reasons == {"engine_error": 1, "stale": 1}
+    assert stats.totals.failed_attempts == {"engine_error": 1, "stale": 1}
+    assert stats.totals.failed_groups == {"engine_error": 1, "stale": 1}
     assert stats.totals.staleness_failures == 1
     assert stats.groups_completed == 1
 
@@ -74,7 +75,25 @@ async def test_the_breaker_opens_after_consecutive_drops_and_stays_open() -> Non
     assert attempts.broken is None
     assert await attempts.run(2) is None
     assert attempts.broken is not None
-    assert "no_healthy_engine x6" in str(attempts.broken)
+    assert "6 failed attempts since a group last completed" in str(attempts.broken)
+    assert "by reason: no_healthy_engine 6." in str(attempts.broken)
     with pytest.raises(RolloutBroken):
         await attempts.run(3)
     assert stats.totals.dropped_groups == {"retries_exhausted": 3, "rollout_broken": 1}
+
+
+async def test_failures_are_counted_per_attempt_and_per_group_under_their_own_names() -> None:
+    # Two groups, each failing all of its 4 attempts: 8 failed attempts, 2 failed groups, 2
+    # dropped; the step figures say which is which (each retry counts one attempt, a group
+    # counts once per reason).
+    async def rollout(index: int, attempt: int) -> Group:
+        raise GroupFailed("reward_raised")
+
+    stats = CollectorStats()
+    attempts = GroupAttempts(rollout, RetryPolicy(max_retries=3, backoff_s=0.0), stats)
+    assert await attempts.run(0) is None
+    assert await attempts.run(1) is None
+    assert stats.totals.failed_attempts == {"reward_raised": 8}
+    assert stats.totals.failed_groups == {"reward_raised": 2}
+    assert stats.totals.dropped_groups == {"retries_exhausted": 2}
+    assert stats.totals.retries == 6

@@ -91,8 +91,9 @@ async def test_a_breaker_opened_by_user_code_names_it_not_the_infrastructure() -
     assert await attempts.run(1) is None
     message = str(attempts.broken)
     assert message.endswith(
-        "failures: environment_raised x4. User code failed: spec.task.environment envs:Maze: "
-        "step() raised RuntimeError: oops (at /jobs/envs.py:6, in step) x4."
+        "4 failed attempts since a group last completed (all groups in flight), by reason: "
+        "environment_raised 4. User code failed: spec.task.environment envs:Maze: "
+        "step() raised RuntimeError: oops (at /jobs/envs.py:6, in step) (4 failed attempts)."
     )
     assert "proxy" not in message
 
@@ -109,7 +110,7 @@ async def test_user_code_and_infrastructure_failures_together_name_both() -> Non
     assert await attempts.run(0) is None
     message = str(attempts.broken)
     assert "User code failed: spec.task.environment envs:Maze: step() raised" in message
-    assert message.endswith("x1. Is the proxy or an engine down?")
+    assert message.endswith("(1 failed attempts). Is the proxy or an engine down?")
 
 
 async def test_infrastructure_failures_keep_their_hint() -> None:
@@ -121,7 +122,8 @@ async def test_infrastructure_failures_keep_their_hint() -> None:
     )
     assert await attempts.run(0) is None
     assert str(attempts.broken).endswith(
-        "failures: no_healthy_engine x1. Is the proxy, an engine or the agent program down?"
+        "1 failed attempt since a group last completed (all groups in flight), by reason: "
+        "no_healthy_engine 1. Is the proxy, an engine or the agent program down?"
     )
 
 

@@ -67,9 +67,9 @@ async def test_a_failing_group_is_retried_then_dropped_and_replaced() -> None:
     batch = await collector.next_batch()
     assert [g.group_id for g in batch.groups] == ["p0-a0", "p2-a0"]
     assert batch.figures.dropped_groups == {"retries_exhausted": 1}
-    assert batch.figures.total("failure_reasons") == 3  # 1 attempt + 2 retries
+    assert batch.figures.total("failed_attempts") == 3  # 1 attempt + 2 retries
     assert batch.figures.retries == 2
-    assert batch.figures.failure_reasons == {"engine_unavailable": 3}
+    assert batch.figures.failed_attempts == {"engine_unavailable": 3}
     assert batch.figures.staleness_failures == 0
     assert [a for a in agent.attempts if a[0] == 1] == [(1, 0), (1, 1), (1, 2)]
     assert collector.state_dict() == {"next_prompt": 3}

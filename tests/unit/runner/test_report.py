@@ -15,6 +15,7 @@ from dressage.orchestrator.loop import StepRecord
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.runner.local import progress_line
 from dressage.runner.report import History, moving_average, summarize, write_report
+from dressage.tasks.base import Scored
 
 
 def _record(step: int, reward: float) -> StepRecord:
@@ -118,7 +119,7 @@ class _NoPrompts:
     def prompt_ids(self, index: int) -> list[int]:
         raise AssertionError("not called")
 
-    async def areward(self, index: int, output_ids: object) -> float:
+    async def ascored(self, index: int, output_ids: object) -> Scored:
         raise AssertionError("not called")
 
 
@@ -132,7 +133,7 @@ def test_run_metrics_export_the_step_figures_and_counters() -> None:
     figures = StepFigures(
         dropped_groups=Counter({"retries_exhausted": 2}),
         staleness_failures=1,
-        failure_reasons=Counter({"partial_rollout_staleness_exceeded": 1, "engine_unavailable": 5}),
+        failed_attempts=Counter({"partial_rollout_staleness_exceeded": 1, "engine_unavailable": 5}),
         admissions_held=6,
         admission_wait_seconds=1.5,
     ).with_trainer_figures(
@@ -168,7 +169,7 @@ def test_run_metrics_export_the_step_figures_and_counters() -> None:
         f"{names.STALENESS_VERSION_SPAN_MIN} 1.0",
         f'{names.DROPPED_GROUPS}{{reason="retries_exhausted"}} 2.0',
         f"{names.STALENESS_FAILURES} 1.0",
-        f'{names.ROLLOUT_FAILURES}{{reason="engine_unavailable"}} 5.0',
+        f'{names.ROLLOUT_FAILED_ATTEMPTS}{{reason="engine_unavailable"}} 5.0',
         f"{names.ROLLOUT_GROUPS_COMPLETED} 4.0",
         f"{names.TRAINED_SAMPLES} 16.0",
         f"{names.MISMATCH_KL_K1} 0.25",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
+import random
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,18 @@ from pydantic import ValidationError
 
 from dressage.api.job import TaskSpec
 from dressage.tasks import get_task
-from dressage.tasks.dataset import BadRow, DatasetError, DatasetTask
+from dressage.tasks.dataset import (
+    BAD_ANSWER,
+    BAD_PROMPT,
+    LOGGED_BAD_ROWS,
+    MISSING_COLUMN,
+    NOT_AN_OBJECT,
+    NOT_JSON,
+    BadRow,
+    DatasetError,
+    DatasetTask,
+    bad_row_counts,
+)
 
 ROWS = [{"question": f"{i}+1=", "answer": str(i + 1), "level": i % 3} for i in range(5)]
 
@@ -106,6 +119,31 @@ def test_bad_rows_are_reported_skipped_and_counted(
     logged = "\n".join(r.getMessage() for r in caplog.records)
     for bad in task.bad_rows:
         assert str(bad) in logged
+    assert task.bad_row_counts() == {
+        BAD_PROMPT: 1,
+        MISSING_COLUMN: 1,
+        BAD_ANSWER: 1,
+        NOT_AN_OBJECT: 1,
+        NOT_JSON: 1,
+    }
+    assert bad_row_counts(task) == task.bad_row_counts()
+    assert bad_row_counts(get_task(TaskSpec())) == {}  # a built-in task has no dataset
+
+
+def test_past_the_logged_bad_rows_a_line_says_the_rest_are_only_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows: list[Any] = [ROWS[0], *([{"answer": "2"}] * 30), *(["{not json"] * 5)]
+    path = _jsonl(tmp_path / "many.jsonl", rows)
+    with caplog.at_level(logging.WARNING, logger="dressage.tasks.dataset"):
+        task = _task(_qa(path))
+    messages = [r.getMessage() for r in caplog.records]
+    one_by_one = [m for m in messages if m.startswith(f"skipping {path} line")]
+    assert len(one_by_one) == LOGGED_BAD_ROWS
+    (rest,) = [m for m in messages if m.startswith("skipping 15 more")]
+    assert f"only the first {LOGGED_BAD_ROWS} are logged" in rest
+    assert rest.endswith("missing_column 10, not_json 5")
+    assert task.bad_row_counts() == {MISSING_COLUMN: 30, NOT_JSON: 5}
 
 
 def test_bad_rows_of_a_table_are_numbered_from_one(tmp_path: Path) -> None:
@@ -123,7 +161,7 @@ def test_bad_rows_of_a_table_are_numbered_from_one(tmp_path: Path) -> None:
 def test_a_reward_column_missing_from_a_row_is_a_bad_row(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "d.jsonl", [ROWS[0], {"question": "x", "answer": "1"}])
     task = _task(_qa(path, rewardColumns=["level"]))
-    assert task.bad_rows == [BadRow(str(path), 2, "level", "missing", "line")]
+    assert task.bad_rows == [BadRow(str(path), 2, "level", MISSING_COLUMN, "missing", "line")]
     assert dict(task.prompt(0).row) == {"level": 0, "answer": "1"}
 
 
@@ -260,3 +298,37 @@ def test_shuffle_is_one_fixed_order_per_seed(tmp_path: Path) -> None:
     assert order != [r["question"] for r in rows]
     assert [again.prompt(i).text for i in range(40)] == order + order
     assert [other.prompt(i).text for i in range(20)] != order
+
+
+def test_a_built_task_travels_to_another_process_without_reading_its_file_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The rollout process (`spec.rollout.separateProcess`) gets the parent's task pickled.
+    path = _jsonl(tmp_path / "d.jsonl", [*ROWS, {"answer": "1"}])
+    task = _task(_qa(path))
+    path.unlink()  # nothing may read it again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dressage.tasks.dataset"):
+        again = pickle.loads(pickle.dumps(task))
+    assert not caplog.records  # its bad row is not logged a second time
+    assert [again.prompt(i).text for i in range(5)] == [task.prompt(i).text for i in range(5)]
+    assert again.bad_row_counts() == {MISSING_COLUMN: 1}
+    assert again.reward(again.prompt(1), "2") == 1.0
+    assert again.reward_stats.snapshot()["samples"] == 1  # its own statistics
+
+
+def test_another_order_of_a_built_task_reuses_its_rows(tmp_path: Path) -> None:
+    # The warm start draws its demonstrations from another order than it evaluates on.
+    rows = [{"question": f"{i}+1=", "answer": str(i + 1)} for i in range(20)]
+    path = _jsonl(tmp_path / "d.jsonl", rows)
+    plain = _task(_qa(path))
+    shuffled = _task(_qa(path, shuffle=True), seed=3)
+    path.unlink()
+    assert plain.with_seed(1003) is plain  # without shuffle the order is the file's
+    other = shuffled.with_seed(1003)
+    assert other.seed == 1003
+    assert sorted(other.positions) == sorted(shuffled.positions)
+    assert other.positions != shuffled.positions
+    rebuilt_order = list(range(20))
+    random.Random("dataset:1003").shuffle(rebuilt_order)
+    assert other.positions == rebuilt_order  # as a task built with that seed orders them

@@ -17,7 +17,6 @@ import pytest
 from dressage.api.job import TaskSpec
 from dressage.api.loader import ConfigurationError
 from dressage.tasks.dataset import DatasetError, DatasetTask
-from dressage.tasks.faults import USER_CODE_FAULTS
 from dressage.tasks.preflight import preflight
 from dressage.tasks.usercode import UserCodeError
 
@@ -55,11 +54,6 @@ def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     sys.modules.pop(name, None)
 
 
-@pytest.fixture(autouse=True)
-def fresh_faults() -> None:
-    USER_CODE_FAULTS.clear()
-
-
 def _jsonl(path: Path, rows: list[Any]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -93,7 +87,7 @@ def test_a_good_dataset_job_passes_and_says_what_was_checked(tmp_path: Path, mod
     # The dry call is not part of the run's figures.
     assert isinstance(checked.task, DatasetTask)
     assert checked.task.reward_stats.snapshot() == {"samples": 0, "failures": {}, "parts": {}}
-    assert USER_CODE_FAULTS.entries() == []
+    assert checked.task.reward_function.faults.entries() == []
 
 
 def test_a_dataset_with_no_usable_row_is_refused(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from dressage.api.job import TaskSpec
 from dressage.tasks import get_task
+from dressage.tasks.base import Scored
 from dressage.tasks.dataset import DatasetTask
 from dressage.tasks.rewards import (
     REWARD_INVALID,
@@ -24,7 +25,6 @@ from dressage.tasks.rewards import (
     RewardError,
     RewardFunction,
     math_answer,
-    reward_report,
 )
 from dressage.tasks.usercode import UserCodeError
 
@@ -129,10 +129,9 @@ def test_named_parts_become_the_weighted_sum_and_their_means_are_kept(
     task = _task(tmp_path, _ref(user_module, "parts"), rewardWeights={"correct": 1.0, "short": 0.5})
     assert task.reward(task.prompt(0), "4") == pytest.approx(1.0 + 0.5 * 0.9)
     assert task.reward(task.prompt(0), "44") == pytest.approx(0.5 * 0.8)
-    stats = task.reward_stats.drain()
+    stats = task.reward_stats.snapshot()
     assert stats["samples"] == 2
     assert stats["parts"] == pytest.approx({"correct": 0.5, "short": 0.85})
-    assert task.reward_stats.snapshot()["samples"] == 0
 
 
 def test_unweighted_parts_are_summed(tmp_path: Path, user_module: Any) -> None:
@@ -260,15 +259,17 @@ def test_a_built_in_reward_needs_the_answer_column() -> None:
         RewardFunction.from_spec(spec, None)
 
 
-def test_reward_report_hands_each_step_its_parts_and_failures(
+async def test_each_sample_is_scored_with_its_own_parts_and_failure(
     tmp_path: Path, user_module: Any
 ) -> None:
+    # What travels with a sample to the trainer, so a step reports its own batch's parts.
     task = _task(tmp_path, _ref(user_module, "parts"), rewardWeights={"correct": 1.0})
-    task.reward(task.prompt(0), "4")
-    task.reward(task.prompt(0), "5")
-    assert reward_report(task) == ({"reward/correct": 0.5, "reward/short": 0.9}, {})
-    assert reward_report(task) == ({}, {})
+    right = await task.ascored(task.prompt(0), "4")
+    wrong = await task.ascored(task.prompt(0), "55")
+    assert right == Scored(1.0, {"correct": 1.0, "short": pytest.approx(0.9)})
+    assert wrong == Scored(0.0, {"correct": 0.0, "short": pytest.approx(0.8)})
     failing = _task(tmp_path, _ref(user_module, "junk"))
-    failing.reward(failing.prompt(0), "4")
-    assert reward_report(failing) == ({}, {REWARD_INVALID: 1})
-    assert reward_report(get_task(TaskSpec())) == ({}, {})
+    assert await failing.ascored(failing.prompt(0), "4") == Scored(0.0, failure=REWARD_INVALID)
+    assert right.metadata() == {"reward_parts": {"correct": 1.0, "short": pytest.approx(0.9)}}
+    assert Scored(0.0, failure=REWARD_INVALID).metadata() == {"reward_failure": REWARD_INVALID}
+    assert Scored(1.0).metadata() == {}
