@@ -18,8 +18,8 @@ An engine leaves the job in one of two ways:
   it, or whose engine died before any token of this turn came back, is sent to another engine
   (regenerated from where the turn stood); one that dies after part of the turn was received
   answers 502 `engine_failed`, and the rollout retries its prompt group
-  (`dressage_rollout_failed_attempts_total{reason="engine_failed"}`). The proxy counts every such hit
-  in `dressage_proxy_engine_failed_turns_total{reason}` with the reasons below.
+  (`dressage_rollout_failed_attempts_total{reason="engine_failed"}`). The proxy counts every
+  such hit in `dressage_proxy_engine_failed_turns_total{reason}` with the reasons below.
 """
 
 from __future__ import annotations
