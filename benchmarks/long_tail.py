@@ -192,6 +192,13 @@ def reward_curve(history: list[dict[str, Any]]) -> list[tuple[float, float]]:
     return curve
 
 
+def _total(value: object) -> int:
+    """A step figure's count: a plain count, or a by-reason one (`{reason: n}`) summed."""
+    if isinstance(value, dict):
+        return sum(int(n) for n in value.values())
+    return int(value)  # type: ignore[call-overload]
+
+
 def run_figures(
     history: list[dict[str, Any]], engine: dict[str, float | None], *, warmup: int = 1
 ) -> dict[str, Any]:
@@ -253,7 +260,7 @@ def run_figures(
         "dropped_groups": drops,
         "dropped_total": sum(drops.values()),
         "staleness_failures": sum(int(h.get("staleness_failures", 0)) for h in steady),
-        "failed_groups": sum(int(h.get("failed_groups", 0)) for h in steady),
+        "failed_groups": sum(_total(h.get("failed_groups", 0)) for h in steady),
         "admissions_held": sum(int(h.get("admissions_held", 0)) for h in steady),
         "trained_mean_response_tokens": steady_tokens / samples if samples else None,
         "reward_curve": curve,

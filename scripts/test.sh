@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: set up, lint, type-check, test.
-# pytest runs the suite once without the contract tier, then the contract tier once per SGLang
+# pytest runs the suite once without the contract tier, in parallel over
+# $DRESSAGE_TEST_WORKERS processes (default 2; pytest-xdist, one test file per process at a
+# time, so a file's module fixtures are built once), then the contract tier once per SGLang
 # release of the matrix (dressage.api.sglang.SGLANG_TESTED_RELEASES), each in a subprocess
 # with that release's environment (scripts/sglang-compat.sh). Every run goes ahead even when
 # an earlier one failed; the script fails when any of them did.
@@ -21,7 +23,8 @@ lint-imports --no-cache
 
 failed=()
 echo "== pytest (all but the contract tier)"
-python -m pytest --ignore=tests/contract "$@" || failed+=("the suite")
+python -m pytest --ignore=tests/contract -n "${DRESSAGE_TEST_WORKERS:-2}" --dist loadfile "$@" \
+  || failed+=("the suite")
 read -r -a releases <<< "$(python -c \
   'from dressage.api.sglang import SGLANG_TESTED_RELEASES as r; print(*r)')"
 for release in "${releases[@]}"; do

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime
 import threading
 from collections.abc import Callable, Sequence
@@ -159,16 +160,19 @@ async def in_daemon_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -
     """Await `fn(*args, **kwargs)` run in a thread of its own that does not keep the process
     alive: a rendezvous or broadcast waiting on a rank that never comes cannot be interrupted,
     and must not hold up the event loop's shutdown (as the default executor's threads would)
-    until its timeout."""
+    until its timeout. When the awaiting side is cancelled meanwhile (its request or its
+    server went away), the thread's late outcome has nobody to go to and is dropped."""
     done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def run() -> None:
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            done.set_exception(exc)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                done.set_exception(exc)
         else:
-            done.set_result(result)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                done.set_result(result)
 
     threading.Thread(target=run, name="weight-group", daemon=True).start()
     return await asyncio.wrap_future(done)

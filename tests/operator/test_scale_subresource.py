@@ -136,8 +136,16 @@ def test_a_stale_or_foreign_scale_is_refused_and_a_json_patch_is_applied(
     c = cluster
     job = c.create(job_manifest("writes", inference={}))
     path = c.job_path("writes") + "/scale"
-    scale = _scale(c, "writes").json()
-    assert scale["metadata"]["resourceVersion"] == job["metadata"]["resourceVersion"]
+
+    def read_at_the_jobs_version() -> dict[str, Any] | None:
+        # The scale carries the job's resourceVersion; the operator's status writes move it,
+        # so the two reads are retried until no write came between them.
+        scale: dict[str, Any] = _scale(c, "writes").json()
+        now = c.get(c.job_path("writes")) or {}
+        same = scale["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]
+        return scale if same else None
+
+    scale = wait_until(read_at_the_jobs_version, what="the scale at the job's resourceVersion")
     # Without inference.replicas the schema's default is read, as the API server reads it.
     assert scale["spec"]["replicas"] == 1
     c.patch(c.job_path("writes"), {"metadata": {"labels": {"touched": "yes"}}})

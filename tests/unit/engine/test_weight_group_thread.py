@@ -1,0 +1,48 @@
+"""`in_daemon_thread`: a rendezvous or broadcast runs in a daemon thread; when the side awaiting
+it is cancelled, the thread's late outcome is dropped instead of failing in the thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from dressage.engine.weight_group import in_daemon_thread
+
+
+async def test_a_cancelled_wait_drops_the_threads_late_failure() -> None:
+    started, release = threading.Event(), threading.Event()
+    failures: list[Any] = []
+    previous = threading.excepthook
+    threading.excepthook = failures.append
+
+    def rendezvous() -> None:
+        started.set()
+        release.wait()
+        raise TimeoutError("wait timeout: the rank never came")
+
+    try:
+        task = asyncio.ensure_future(in_daemon_thread(rendezvous))
+        await asyncio.to_thread(started.wait)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+        for thread in threading.enumerate():
+            if thread.name == "weight-group":
+                thread.join(timeout=30)
+    finally:
+        threading.excepthook = previous
+    assert failures == []
+
+
+async def test_the_outcome_reaches_the_awaiting_side() -> None:
+    assert await in_daemon_thread(lambda x: x + 1, 1) == 2
+    with pytest.raises(TimeoutError, match="never came"):
+        await in_daemon_thread(_fail)
+
+
+def _fail() -> None:
+    raise TimeoutError("the rank never came")
