@@ -25,35 +25,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dressage.api.sglang import SGLANG_NEWEST_TESTED, SGLANG_TESTED_RELEASES, parse_version
-from dressage.engine.sglang_support import NULL_REFUSING_KEYS
+from dressage.engine.sglang_support import BASE_SAMPLING_PARAM_KEYS, NULL_REFUSING_KEYS
 
 GET, POST, PUT = "GET", "POST", "PUT"
 
-SAMPLING_PARAM_KEYS_0_5_2: tuple[str, ...] = (
-    "max_new_tokens",
-    "stop",
-    "stop_token_ids",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "frequency_penalty",
-    "presence_penalty",
-    "repetition_penalty",
-    "min_new_tokens",
-    "n",
-    "json_schema",
-    "regex",
-    "ebnf",
-    "structural_tag",
-    "ignore_eos",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "no_stop_trim",
-    "custom_params",
-    "stream_interval",
-    "logit_bias",
-)
+SAMPLING_PARAM_KEYS_0_5_2: tuple[str, ...] = BASE_SAMPLING_PARAM_KEYS
 """0.5.2 `SamplingParams.__init__`'s keywords, in order (no `sampling_seed` before 0.5.3)."""
 
 SAMPLING_PARAM_KEYS_0_5_23: tuple[str, ...] = (

@@ -156,34 +156,33 @@ FEATURES: dict[str, Feature] = {
 }
 """Every versioned feature by name."""
 
-BASE_SAMPLING_PARAM_KEYS: frozenset[str] = frozenset(
-    {
-        "max_new_tokens",
-        "stop",
-        "stop_token_ids",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "min_new_tokens",
-        "n",
-        "json_schema",
-        "regex",
-        "ebnf",
-        "structural_tag",
-        "ignore_eos",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "no_stop_trim",
-        "custom_params",
-        "stream_interval",
-        "logit_bias",
-    }
+BASE_SAMPLING_PARAM_KEYS: tuple[str, ...] = (
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "custom_params",
+    "stream_interval",
+    "logit_bias",
 )
-"""The `sampling_params` keys of every supported release (0.5.2's `SamplingParams`)."""
+"""The `sampling_params` keys of every supported release: 0.5.2's `SamplingParams.__init__`
+keywords, in order."""
 LATER_SAMPLING_PARAM_KEYS: dict[str, Feature] = {
     "sampling_seed": SAMPLING_SEED,
     "stop_regex": STOP_REGEX,
@@ -225,7 +224,7 @@ they are read once per engine, never as a probe."""
 
 def sampling_param_keys(version: str) -> frozenset[str]:
     """The `sampling_params` keys SGLang release `version` takes."""
-    return BASE_SAMPLING_PARAM_KEYS | {
+    return frozenset(BASE_SAMPLING_PARAM_KEYS) | {
         key for key, feature in LATER_SAMPLING_PARAM_KEYS.items() if supports(version, feature)
     }
 
