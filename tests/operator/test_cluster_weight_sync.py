@@ -137,6 +137,22 @@ def test_distributed_weight_sync_follows_evictions_scale_up_and_scale_down_witho
             "the added engine taken in by the proxy",
         )
         _one_more_step(kubelet, "a publish to the added engine")
+
+        def added_engine_probed_on_a_published_version() -> bool:
+            # Scaled down next: first let a probe of it see what it serves (its period is
+            # longer than a step, so the scale-down could otherwise come before the probe).
+            probes = [
+                p
+                for p in kubelet.probes
+                if p.pod == f"{JOB}-engine-2" and p.kind == "livenessProbe"
+            ]
+            return any(v != "v0" for v in _versions(probes))
+
+        wait_until(
+            added_engine_probed_on_a_published_version,
+            120,
+            "a probe of the added engine seeing a published version",
+        )
         c.patch(c.job_path(JOB), {"spec": {"inference": {"replicas": 2}}})
         _held_until(kubelet, lambda: len(_healthy(kubelet)) == 2, "the scale-down")
         status = wait_until(
