@@ -17,12 +17,20 @@ CHILD_KINDS = (
 
 
 def delete_jobs(c: EmulatedCluster, kinds: tuple[tuple[str, str], ...] = CHILD_KINDS) -> None:
-    """Delete every job and, as the garbage collector would, every child of `kinds`."""
+    """Delete every job and, as the garbage collector would, every child of `kinds`; return once
+    the jobs are gone. A job carries the operator's finalizer, so it outlives the DELETE until
+    the operator has let it go: a next test that creates a job of the same name would otherwise
+    meet 409 Conflict."""
     for job in c.items("dressage.io/v1alpha1", "asyncrljobs"):
         c.delete(c.job_path(job["metadata"]["name"]))
     for api_version, plural in kinds:
         for obj in c.items(api_version, plural):
             c.delete(c.path(api_version, plural, obj["metadata"]["name"]))
+    wait_until(
+        lambda: not c.items("dressage.io/v1alpha1", "asyncrljobs"),
+        timeout=60,
+        what="the deleted jobs gone (the operator removes its finalizer)",
+    )
 
 
 def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
