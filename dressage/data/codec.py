@@ -14,8 +14,9 @@ fields a `Sample` determines:
     routed_experts_rows
 
 and the proxy's own fields on top (`session_id`, `instance_id`, `status`, `refusal`,
-`closed_reason`, `turns`, `preempts`, `record_token_versions`), of which `record_to_sample`
-keeps the identity ones in `Sample.metadata`. `record_to_sample(sample_to_record(s)) == s`.
+`closed_reason`, `turns`, `preempts`, `drained_tokens`, `record_token_versions`), of which
+`record_to_sample` keeps the identity and accounting ones in `Sample.metadata`.
+`record_to_sample(sample_to_record(s)) == s`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from typing import Any
 from dressage.data.routing import RoutedExperts
 from dressage.data.samples import Sample
 
-_METADATA_KEYS = ("session_id", "instance_id", "status", "closed_reason", "turns", "preempts")
+_METADATA_KEYS = (
+    "session_id",
+    "instance_id",
+    "status",
+    "closed_reason",
+    "turns",
+    "preempts",
+    "drained_tokens",
+)
 
 
 def sample_to_record(sample: Sample) -> dict[str, Any]:

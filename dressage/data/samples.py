@@ -40,6 +40,11 @@ VERSION_SPAN_MEAN: Final = figure("version_span_mean").key
 VERSION_SPAN_MAX: Final = figure("version_span_max").key
 VERSION_SPAN_MIN: Final = figure("version_span_min").key
 VERSION_SPAN_SAMPLES: Final = "staleness/version_span_samples/"
+DRAINED_TOKENS: Final = "drained_tokens"
+"""Trainer figure: the batch's response tokens generated on an engine that was then drained
+(the samples' `metadata["drained_tokens"]`, from their segment records)."""
+DRAINED_SAMPLES: Final = "drained_samples"
+"""Trainer figure: the batch's samples holding such tokens."""
 """Prefix of the batch's span histogram: `staleness/version_span_samples/N` counts the samples
 whose output spans N versions (a step record's extras: one key per span the batch has, so not a
 declared figure)."""
@@ -229,3 +234,18 @@ def version_span_histogram(samples: Iterable[Sample]) -> dict[str, float]:
         if span > 0:
             counts[span] = counts.get(span, 0) + 1
     return {f"{VERSION_SPAN_SAMPLES}{span}": float(n) for span, n in sorted(counts.items())}
+
+
+def drained_token_stats(samples: Iterable[Sample]) -> dict[str, float]:
+    """The batch's tokens generated on an engine that a drain then took their turn from, and
+    the samples holding them (`DRAINED_TOKENS`, `DRAINED_SAMPLES`): with partial rollout every
+    token a drained engine generated continues in its turn on another engine, so over a run
+    these add up to what the proxy moved (`dressage_proxy_drained_tokens_total`) unless a
+    group holding them was dropped or not trained yet."""
+    tokens = samples_with = 0
+    for sample in samples:
+        drained = int(sample.metadata.get("drained_tokens") or 0)
+        if drained > 0:
+            tokens += drained
+            samples_with += 1
+    return {DRAINED_TOKENS: float(tokens), DRAINED_SAMPLES: float(samples_with)}

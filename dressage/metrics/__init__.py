@@ -80,6 +80,9 @@ PROXY_ENGINE_BUSY: Final = "dressage_proxy_engine_busy_total"
 full.") after which the proxy backed off or tried another engine, the engine staying routable."""
 PROXY_DRAINED_TURNS: Final = "dressage_proxy_drained_turns_total"
 """Counter: pieces of turns a draining engine aborted, each continued on another engine."""
+PROXY_DRAINED_TOKENS: Final = "dressage_proxy_drained_tokens_total"
+"""Counter: tokens of those pieces kept in their turns (partial rollout), which the trained
+samples count in `Sample.metadata["drained_tokens"]`."""
 PROXY_ENGINE_FAILED_TURNS: Final = "dressage_proxy_engine_failed_turns_total"
 """Counter labelled by `reason` (`connect_failed`, `connection_lost`, `connection_lost_mid_turn`,
 `reply_timeout`): turns an engine's failure hit (`dressage.proxy.drain`)."""

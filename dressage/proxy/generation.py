@@ -25,6 +25,10 @@ Draining (`dressage.proxy.drain`): a piece aborted while its engine drains was i
 way a pause interrupts it, and continues the same way, at once and on another engine (the
 drained one is no longer routable): resubmitted with its tokens (partial rollout) or
 generated again from its prompt (without), counted in `dressage_proxy_drained_turns_total`.
+With partial rollout the tokens the drained engine had generated stay in the turn: they are
+counted in `dressage_proxy_drained_tokens_total` and in the turn's `drained_tokens`, which
+reach its segment record and the trained sample (`Sample.metadata["drained_tokens"]`), so a
+run can show that every token moved off a drained engine was trained.
 
 A busy engine is not a failed one. SGLang (v0.5.2 `managers/scheduler.py`) turns a request
 away when its waiting queue holds `--max-queued-requests`: `FINISH_ABORT` with status 503 and
@@ -258,6 +262,9 @@ class Generation:
     finish_reason: dict[str, Any] = field(default_factory=lambda: {"type": "stop"})
     weight_version: str | None = None
     preempts: int = 0
+    drained_tokens: int = 0
+    """Tokens of the turn generated on an engine that a drain then took the turn from (kept
+    with partial rollout; without it the turn starts over and keeps none)."""
     pieces: int = 0
     cached_tokens: int = 0
     engine_url: str | None = None
@@ -314,6 +321,7 @@ class Generator:
         on_busy: Callable[[str], None] = lambda url: None,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         on_drained: Callable[[str], None] = lambda url: None,
+        on_drained_tokens: Callable[[str, int], None] = lambda url, tokens: None,
         on_lost: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.connections = connections
@@ -330,6 +338,9 @@ class Generator:
         self.on_drained = on_drained
         """Called with the engine's URL for every piece a drain of that engine aborted (the
         turn then continues on another engine)."""
+        self.on_drained_tokens = on_drained_tokens
+        """Called with the engine's URL and the number of tokens of each drained piece that the
+        turn keeps (partial rollout) as it continues on another engine."""
         self.on_lost = on_lost
         """Called with the reason (`dressage.proxy.drain.LOST_*`) for every engine failure
         that hit a turn: retried on another engine, or lost (502 `engine_failed`)."""
@@ -390,6 +401,9 @@ class Generator:
                 gen = Generation(preempts=gen.preempts + 1)
                 continue
             gen.add(piece)
+            if cause is Interruption.DRAIN:
+                gen.drained_tokens += len(piece.output_ids)
+                self.on_drained_tokens(engine.url, len(piece.output_ids))
             if resume:
                 rule.check(earlier, gen.versions)
             if not preempted:

@@ -101,6 +101,13 @@ class ProxyMetrics:
             "with its tokens (partial rollout) or from its prompt.",
             registry=r,
         )
+        self.drained_tokens = Counter(
+            names.PROXY_DRAINED_TOKENS.removesuffix("_total"),
+            "Tokens a draining engine had generated for the pieces it aborted, kept as their "
+            "turns continued on another engine (partial rollout); each turn's record counts "
+            "its own in drained_tokens.",
+            registry=r,
+        )
         self.engine_failed_turns = Counter(
             names.PROXY_ENGINE_FAILED_TURNS.removesuffix("_total"),
             "Turns an engine failure hit, by reason: connect_failed and connection_lost were "

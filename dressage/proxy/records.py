@@ -13,6 +13,8 @@ fields:
     dressage_start_token_version, dressage_end_token_version
     reward, status ("finished" | "refused"), refusal (error body or null),
     closed_reason, turns, preempts, record_token_versions
+    drained_tokens               response tokens generated on an engine that was then drained,
+                                 kept as their turn moved to another engine
     routed_experts, routed_experts_rows   the rollout's MoE routing of tokens[:rows] (SGLang's
                                           base64 int32 rows), null when not recorded
 """
@@ -60,6 +62,7 @@ def segment_record(
         closed_reason=segment.closed_reason,
         turns=segment.turns,
         preempts=segment.preempts,
+        drained_tokens=segment.drained_tokens,
         record_token_versions=record_token_versions,
     )
     return record

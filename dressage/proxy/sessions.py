@@ -45,6 +45,9 @@ class Segment:
     versions: list[str | None] = field(default_factory=list)
     turns: int = 0
     preempts: int = 0
+    drained_tokens: int = 0
+    """Response tokens generated on an engine that was then drained, kept as their turn
+    continued on another engine (`dressage.proxy.drain`)."""
     routed_experts: RoutedExperts | None = None
     """The routed experts of the first `rows` tokens (None: none recorded)."""
     closed_reason: str | None = None
@@ -157,6 +160,7 @@ class Session:
         now: float,
         *,
         preempts: int = 0,
+        drained_tokens: int = 0,
         routed_experts: RoutedExperts | None = None,
     ) -> Segment:
         """Record a finished generation (with the routed experts of its input and output
@@ -184,6 +188,7 @@ class Session:
         seg.routed_experts = merge_routes(seg.routed_experts, routed_experts)
         seg.turns += 1
         seg.preempts += preempts
+        seg.drained_tokens += drained_tokens
         self.preempts += preempts
         self.turns += 1
         seen = set(self.versions_seen)

@@ -69,6 +69,7 @@ async def run_turn(
         gen.versions,
         clock(),
         preempts=gen.preempts,
+        drained_tokens=gen.drained_tokens,
         routed_experts=gen.routed_experts,
     )
     return plan, gen, segment.index

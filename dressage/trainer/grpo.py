@@ -42,7 +42,11 @@ import torch.distributed as dist
 
 from dressage.api.figures import figure
 from dressage.data.groups import TrainBatch
-from dressage.data.samples import version_span_histogram, version_span_stats
+from dressage.data.samples import (
+    drained_token_stats,
+    version_span_histogram,
+    version_span_stats,
+)
 from dressage.trainer.batch import (
     BatchTensors,
     micro_batches,
@@ -352,6 +356,7 @@ class GRPOTrainer:
                 metrics[ROUTING_AGREEMENT] = agree / routed_pairs
         metrics.update(version_span_stats(batch.samples))
         metrics.update(version_span_histogram(batch.samples))
+        metrics.update(drained_token_stats(batch.samples))
         return metrics
 
     def _forward_backward(self, part: list[Any], global_tokens: float) -> torch.Tensor:

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
+from dressage.data.samples import DRAINED_SAMPLES, DRAINED_TOKENS, drained_token_stats
 from dressage.proxy.drain import (
     LOST_AFTER_TOKENS,
     LOST_REGENERATED,
@@ -17,6 +18,7 @@ from dressage.proxy.drain import (
 )
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generator, PauseGate
+from dressage.proxy.records import record_to_sample, session_records
 from dressage.proxy.routing import EnginePool
 from dressage.proxy.sessions import Session
 from dressage.proxy.staleness import (
@@ -175,6 +177,50 @@ async def test_a_drained_turn_continues_on_another_engine_with_its_tokens() -> N
     assert second["sampling_params"] == {"max_new_tokens": 2, "min_new_tokens": 1}
     assert counts == {"preempts": [], "retries": [], "drained": ["http://a"], "lost": []}
     assert session.engine_url == "http://b"
+    # The three tokens the drained engine made are the turn's drained tokens.
+    assert gen.drained_tokens == 3
+
+
+async def test_a_drained_turns_kept_tokens_reach_its_record_and_sample() -> None:
+    pool = EnginePool(["http://a", "http://b"])
+    engines = _Engines(
+        {
+            "http://a": [_answer([10, 11], "va", ABORT)],
+            "http://b": [_answer([12], "vb", {"type": "stop"})],
+        },
+        on_send=lambda url: pool.start_drain("http://a") if url == "http://a" else None,
+    )
+    kept: list[tuple[str, int]] = []
+    generator = _generator(engines, pool, PartialRolloutSpanLimit(), _counts())
+    generator.on_drained_tokens = lambda url, tokens: kept.append((url, tokens))
+    session = Session("s", "g", 0.0, 0.0)
+    plan = session.begin_turn([1, 2], 0.0)
+    gen = await generator.run(session, [1, 2], {"max_new_tokens": 4})
+    session.commit_turn(
+        plan, gen.output_ids, gen.logprobs, gen.versions, 1.0, drained_tokens=gen.drained_tokens
+    )
+    assert kept == [("http://a", 2)]
+    (record,) = session_records(session, reward=1.0, record_token_versions=True)
+    assert record["drained_tokens"] == 2
+    sample = record_to_sample(record)
+    assert sample.metadata["drained_tokens"] == 2
+    assert drained_token_stats([sample]) == {DRAINED_TOKENS: 2.0, DRAINED_SAMPLES: 1.0}
+
+
+async def test_without_partial_rollout_a_drained_turn_keeps_no_drained_tokens() -> None:
+    pool = EnginePool(["http://a", "http://b"])
+    engines = _Engines(
+        {
+            "http://a": [_answer([10, 11], "v1", ABORT)],
+            "http://b": [_answer([20], "v1", {"type": "stop"})],
+        },
+        on_send=lambda url: pool.start_drain("http://a") if url == "http://a" else None,
+    )
+    kept: list[tuple[str, int]] = []
+    generator = _generator(engines, pool, SingleVersion(), _counts())
+    generator.on_drained_tokens = lambda url, tokens: kept.append((url, tokens))
+    gen = await generator.run(Session("s", None, 0.0, 0.0), [1], {"max_new_tokens": 4})
+    assert (gen.output_ids, gen.drained_tokens, kept) == ([20], 0, [])
 
 
 async def test_the_preempt_limit_applies_to_a_drained_turn() -> None:
