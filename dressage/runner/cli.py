@@ -1,10 +1,12 @@
-"""`dressage run JOB.yaml [--steps N] [--workdir DIR] [--fresh] [--metrics-port P] [--device D]`.
+"""`dressage run JOB.yaml [--steps N] [--workdir DIR] [--fresh] [--metrics-port P] [--device D]
+[--churn SCHEDULE]`.
 
 Runs an AsyncRLJob locally: engines, proxy and trainer as local processes, progress on stdout,
 Prometheus `/metrics`, and a report in `<workdir>/<job>/`. Rerunning the same command resumes
 from the last checkpoint; `--fresh` starts over. Ctrl-C (or SIGTERM) stops every child process
 and still writes the report of the steps done. `--device cuda` runs the trainer and the
-embedded engines on the GPU (default: CPU).
+embedded engines on the GPU (default: CPU). `--churn kill@3,add@4,drain@7` kills, adds and
+drains engines while the run trains (`dressage.runner.churn`), as a cluster's fleet changes.
 
 Exit codes: 0 done, 1 the run failed (a child process, rollout, the job's own code, or a run
 in which no trained sample got a real reward because every reward call failed: a warning would
@@ -52,6 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="cpu",
         help="torch device of the trainer and the embedded engines: cpu (default), cuda, cuda:N",
     )
+    parser.add_argument(
+        "--churn",
+        default="",
+        metavar="SCHEDULE",
+        help="change the engines while the run trains: comma-separated ACTION@STEP[:ENGINE], "
+        "ACTION kill (SIGKILL), add or drain (the proxy's drain, then stop), after step STEP; "
+        "engines are engine-0, engine-1, ... in start order (kill and drain take the oldest "
+        "unless named); what each change did goes to <run dir>/churn.json",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
         # working directory.
         add_job_dir(args.manifest)
         checked = check_local_run(job, steps=args.steps, device=args.device)
+        from dressage.runner.churn import plan_churn
+
+        steps = args.steps if args.steps is not None else job.spec.training.steps
+        churn = plan_churn(args.churn, replicas=job.spec.inference.replicas, steps=steps)
     except (OSError, ValueError) as exc:  # a ConfigurationError is a ValueError
         print(exc, file=sys.stderr)
         return EXIT_CONFIGURATION
@@ -81,10 +96,11 @@ def run(args: argparse.Namespace) -> int:
     options = LocalRunOptions(
         manifest=Path(args.manifest),
         workdir=args.workdir if args.workdir is not None else Path(job.spec.local.workdir),
-        steps=args.steps if args.steps is not None else job.spec.training.steps,
+        steps=steps,
         fresh=args.fresh,
         metrics_port=args.metrics_port,
         device=args.device,
+        churn=churn,
     )
     local = LocalRun(job, options, out=lambda line: print(line, flush=True), task=checked.task)
     return asyncio.run(_main(local))

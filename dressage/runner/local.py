@@ -5,13 +5,16 @@ session (resumed from `<workdir>/<job>/` when a checkpoint exists), engine proce
 the session's current weights and version and playing the job's SGLang release
 (`spec.inference.sglangVersion`, or the tested release that stands in for it; with
 `weightSync: distributed` they join the trainer's weight-update group over gloo on loopback),
-the proxy in front of them, the `/metrics` endpoint, then the job's pipeline
-(`dressage.orchestrator.pipeline`, the same as every trainer rank's on a cluster). The trainer
-runs in this process (world size 1). On the way out, whatever the reason, children are
-stopped, a summary of the run's failures by reason is printed (with what was counted but not
-logged), and the run report is written, with every distinct error the job's own code raised
-(`user_code_errors`) and the dataset's skipped rows by reason (`dataset`), unless the run
-ended on a configuration error.
+the proxy in front of them (reading the engines' URLs from a file the run keeps, as a cluster's
+proxy reads the job's ConfigMap: `dressage.runner.fleet`), the `/metrics` endpoint, then the
+job's pipeline (`dressage.orchestrator.pipeline`, the same as every trainer rank's on a
+cluster). The trainer runs in this process (world size 1). With a churn schedule (`--churn`,
+`dressage.runner.churn`) engines are killed, added and drained while it trains, and
+`churn.json` in the run directory says what each change did. On the way out, whatever the
+reason, children are stopped, a summary of the run's failures by reason is printed (with what
+was counted but not logged), and the run report is written, with every distinct error the
+job's own code raised (`user_code_errors`) and the dataset's skipped rows by reason
+(`dataset`), unless the run ended on a configuration error.
 
 A run that trained samples of which not one got a real reward (every reward call failed, so
 every sample was trained with 0 under `onRewardError: zero`) learned nothing: `run` raises
@@ -39,6 +42,8 @@ from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
+from dressage.runner.churn import ChurnEvent
+from dressage.runner.fleet import ChurnDriver, LocalFleet
 from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import ChildProcess, pin_this_process, python_module
 from dressage.runner.report import (
@@ -76,6 +81,8 @@ class LocalRunOptions:
     metrics_port: int | None = None
     device: str = "cpu"
     """Torch device of the trainer and of every embedded engine (`cpu`, `cuda`, `cuda:N`)."""
+    churn: tuple[ChurnEvent, ...] = ()
+    """Engines to kill, add and drain while the run trains (`dressage.runner.churn`)."""
 
 
 class LocalRun:
@@ -97,6 +104,9 @@ class LocalRun:
         self.out = out
         self.root = options.workdir / job.metadata.name
         self.children: list[ChildProcess] = []
+        """The proxy (the engines are the fleet's)."""
+        self.fleet: LocalFleet | None = None
+        self.churn: ChurnDriver | None = None
         self.metrics = RunMetrics(job.metadata.name)
         self.history = History(self.root)
         self.rewards: list[float] = []
@@ -143,10 +153,33 @@ class LocalRun:
             )
 
         engine_urls = await self._start_engines(session, cache_dir)
-        proxy_url = await self._start_proxy(engine_urls, model_dir)
+        proxy_url = await self._start_proxy(model_dir)
+        fleet = self.fleet
+        assert fleet is not None
+        fleet.proxy_url = proxy_url
+        if self.options.churn:
+            self.churn = ChurnDriver(fleet, self.options.churn, model=model_dir, out=self.out)
+            self.out(f"churn: {', '.join(str(e) for e in self.options.churn)}")
         port = self.options.metrics_port
         bound = self.metrics.serve(spec.local.metrics_port if port is None else port)
         self.out(f"metrics on http://127.0.0.1:{bound}/metrics")
+        try:
+            await self._run_pipeline(session, proxy_url, engine_urls)
+        finally:
+            if self.churn is not None:
+                await self.churn.aclose()
+                self.out(f"churn: {self.churn.path}")
+        if no_real_reward(summarize(self.history.read())):
+            raise NoRealReward(
+                "no sample of the run got a real reward: every reward call failed, so every "
+                "sample was trained with reward 0 (see the run summary and user_code_errors "
+                "in the report)"
+            )
+
+    async def _run_pipeline(
+        self, session: TrainerSession, proxy_url: str, engine_urls: list[str]
+    ) -> None:
+        spec = self.spec
         await run_pipeline(
             self.job,
             session,
@@ -170,12 +203,6 @@ class LocalRun:
             unrecorded=self._set_unrecorded,
             faults=self.faults,
         )
-        if no_real_reward(summarize(self.history.read())):
-            raise NoRealReward(
-                "no sample of the run got a real reward: every reward call failed, so every "
-                "sample was trained with reward 0 (see the run summary and user_code_errors "
-                "in the report)"
-            )
 
     def _set_unrecorded(self, figures: StepFigures) -> None:
         self.unrecorded = figures
@@ -184,6 +211,8 @@ class LocalRun:
         self.history.append(record.to_dict())
         self.rewards.append(record.figures.reward or 0.0)
         self.out(progress_line(record, self.options.steps, self.rewards))
+        if self.churn is not None:
+            self.churn.on_step(record.step)
         figures = record.figures
         if figures.failed_attempts:
             reasons = ", ".join(f"{k} {v}" for k, v in sorted(figures.failed_attempts.items()))
@@ -204,40 +233,37 @@ class LocalRun:
 
     async def _start_engines(self, session: TrainerSession, cache_dir: Path) -> list[str]:
         spec = self.spec
-        for i in range(spec.inference.replicas):
-            argv = python_module(
+        release = stand_in_release(spec.inference.sglang_version)
+
+        def argv(index: int, model: Path, version: str) -> list[str]:
+            return python_module(
                 "engine", "serve", "--host", "127.0.0.1", "--port", "0",
-                "--model", str(session.weights_dir),
-                "--weight-version", session.state.version,
-                "--seed", str(spec.training.seed + i),
+                "--model", str(model),
+                "--weight-version", version,
+                "--seed", str(spec.training.seed + index),
                 "--threads", str(spec.local.engine_threads),
                 "--max-batch-size", str(spec.local.engine_max_batch_size),
                 "--cache-dir", str(cache_dir),
                 "--device", self.options.device,
                 "--min-step-interval-ms", str(spec.local.engine_min_step_interval_ms),
-                "--sglang-release", stand_in_release(spec.inference.sglang_version),
+                "--sglang-release", release,
             )  # fmt: skip
-            child = ChildProcess(
-                f"engine-{i}",
-                argv,
-                log_path=self.root / "logs" / f"engine-{i}.log",
-                cpus=spec.local.engine_cpus,
-            )
-            self.children.append(child)
-            child.start()
-        release = stand_in_release(spec.inference.sglang_version)
+
+        self.fleet = LocalFleet(
+            self.root, argv, cpus=spec.local.engine_cpus, startup_deadline_s=STARTUP_DEADLINE_S
+        )
         self.out(f"engines serve SGLang {release}'s HTTP API")
-        engines = [c for c in self.children if c.name.startswith("engine-")]
-        urls = await asyncio.gather(
-            *(c.wait_for(ENGINE_READY, STARTUP_DEADLINE_S) for c in engines)
+        urls = await self.fleet.start(
+            spec.inference.replicas, session.weights_dir, session.state.version
         )
         self.out(f"engines ready: {', '.join(urls)} (weight version {session.state.version})")
-        return list(urls)
+        return urls
 
-    async def _start_proxy(self, engine_urls: list[str], model_dir: Path) -> str:
+    async def _start_proxy(self, model_dir: Path) -> str:
+        assert self.fleet is not None
         argv = python_module(
             "proxy", "--config", str(self.options.manifest),
-            "--engine-urls", ",".join(engine_urls),
+            "--engine-urls-file", str(self.fleet.urls_file),
             "--host", "127.0.0.1", "--port", "0",
             "--model", str(model_dir),
         )  # fmt: skip
@@ -259,6 +285,8 @@ class LocalRun:
         for child in reversed(self.children):
             child.stop()
         self.children.clear()
+        if self.fleet is not None:
+            self.fleet.stop_all()
         self.metrics.close()
         if self.options.device.startswith("cuda") and torch.cuda.is_available():
             peak = torch.cuda.max_memory_allocated(torch.device(self.options.device))
