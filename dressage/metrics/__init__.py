@@ -83,6 +83,9 @@ PROXY_DRAINED_TURNS: Final = "dressage_proxy_drained_turns_total"
 PROXY_DRAINED_TOKENS: Final = "dressage_proxy_drained_tokens_total"
 """Counter: tokens of those pieces kept in their turns (partial rollout), which the trained
 samples count in `Sample.metadata["drained_tokens"]`."""
+PROXY_DRAINED_TOKENS_LOST: Final = "dressage_proxy_drained_tokens_lost_total"
+"""Counter labelled by `reason`: of those, the tokens whose turn then failed (the group is
+retried), by the failure's error name."""
 PROXY_ENGINE_FAILED_TURNS: Final = "dressage_proxy_engine_failed_turns_total"
 """Counter labelled by `reason` (`connect_failed`, `connection_lost`, `connection_lost_mid_turn`,
 `reply_timeout`): turns an engine's failure hit (`dressage.proxy.drain`)."""

@@ -75,6 +75,9 @@ def create_app(
             on_busy=lambda url: state.metrics.engine_busy.labels(url).inc(),
             on_drained=lambda url: state.metrics.drained_turns.inc(),
             on_drained_tokens=lambda url, tokens: state.metrics.drained_tokens.inc(tokens),
+            on_drained_tokens_lost=lambda tokens, reason: state.metrics.drained_tokens_lost.labels(
+                reason
+            ).inc(tokens),
             on_lost=lambda reason: state.metrics.engine_failed_turns.labels(reason).inc(),
             busy_timeout_s=config.engine_busy_timeout_s,
         )

@@ -28,7 +28,8 @@ generated again from its prompt (without), counted in `dressage_proxy_drained_tu
 With partial rollout the tokens the drained engine had generated stay in the turn: they are
 counted in `dressage_proxy_drained_tokens_total` and in the turn's `drained_tokens`, which
 reach its segment record and the trained sample (`Sample.metadata["drained_tokens"]`), so a
-run can show that every token moved off a drained engine was trained.
+run can show that every token moved off a drained engine was trained. A moved turn that then
+fails loses them: `dressage_proxy_drained_tokens_lost_total{reason}`.
 
 A busy engine is not a failed one. SGLang (v0.5.2 `managers/scheduler.py`) turns a request
 away when its waiting queue holds `--max-queued-requests`: `FINISH_ABORT` with status 503 and
@@ -90,7 +91,7 @@ from dressage.proxy.drain import (
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.routing import EnginePool, EngineState
 from dressage.proxy.sessions import Session
-from dressage.proxy.staleness import VersionRule
+from dressage.proxy.staleness import StalenessRefusal, VersionRule
 from dressage.proxy.upstream import (
     ConnectFailed,
     ConnectionLost,
@@ -322,6 +323,7 @@ class Generator:
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         on_drained: Callable[[str], None] = lambda url: None,
         on_drained_tokens: Callable[[str, int], None] = lambda url, tokens: None,
+        on_drained_tokens_lost: Callable[[int, str], None] = lambda tokens, reason: None,
         on_lost: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.connections = connections
@@ -341,6 +343,9 @@ class Generator:
         self.on_drained_tokens = on_drained_tokens
         """Called with the engine's URL and the number of tokens of each drained piece that the
         turn keeps (partial rollout) as it continues on another engine."""
+        self.on_drained_tokens_lost = on_drained_tokens_lost
+        """Called with the drained tokens a turn held and the name of the failure that then
+        ended it (`run`)."""
         self.on_lost = on_lost
         """Called with the reason (`dressage.proxy.drain.LOST_*`) for every engine failure
         that hit a turn: retried on another engine, or lost (502 `engine_failed`)."""
@@ -358,13 +363,42 @@ class Generator:
         tokens' routed experts); raises the rule's `StalenessRefusal` when its versions may
         not join the session's earlier ones. `extra_body` fields are added to every request
         of the turn (`return_indexer_topk`); `return_routed_experts` is not one of them, as
-        only `routed_experts` leaves it out for a release without it."""
+        only `routed_experts` leaves it out for a release without it.
+
+        A turn that fails after a drain moved it (the version rule refuses it, its next engine
+        fails, its client goes away) loses the drained tokens it held: `on_drained_tokens_lost`
+        counts them by the failure's name."""
+        gen = Generation()
+        try:
+            return await self._generate(
+                gen,
+                session,
+                input_ids,
+                sampling_params,
+                routed_experts=routed_experts,
+                extra_body=extra_body,
+            )
+        except BaseException as exc:
+            # Only a resumed turn (partial rollout) holds drained tokens, and it keeps `gen`.
+            if gen.drained_tokens:
+                self.on_drained_tokens_lost(gen.drained_tokens, _failure_name(exc))
+            raise
+
+    async def _generate(
+        self,
+        gen: Generation,
+        session: Session,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        routed_experts: bool,
+        extra_body: dict[str, Any] | None,
+    ) -> Generation:
         rule = self.rule
         resume = rule.resumes_partial_output
         earlier = session.versions_seen
         max_new = sampling_params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
         min_new = sampling_params.get("min_new_tokens")
-        gen = Generation()
         while True:
             await self.gate.wait_open(self.pause_timeout_s)
             epoch = self.gate.epoch
@@ -595,3 +629,16 @@ def body_for_release(body: dict[str, Any], release: str) -> dict[str, Any]:
     if not drop:
         return body
     return {**body, "sampling_params": {k: v for k, v in params.items() if k not in drop}}
+
+
+def _failure_name(exc: BaseException) -> str:
+    """The name a failed turn's drained tokens are counted under: the proxy's error name
+    (`engine_failed`, `partial_rollout_staleness_exceeded`, ...), `cancelled` when the client
+    went away, else the exception's type."""
+    if isinstance(exc, ProxyError):
+        return exc.name
+    if isinstance(exc, StalenessRefusal):
+        return exc.error_name
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    return type(exc).__name__

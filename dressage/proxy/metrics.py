@@ -108,6 +108,14 @@ class ProxyMetrics:
             "its own in drained_tokens.",
             registry=r,
         )
+        self.drained_tokens_lost = Counter(
+            names.PROXY_DRAINED_TOKENS_LOST.removesuffix("_total"),
+            "Of the drained tokens kept, those whose turn then failed, by the failure's name "
+            "(engine_failed, partial_rollout_staleness_exceeded, cancelled, ...): the rollout "
+            "retries the group and they are generated again.",
+            ["reason"],
+            registry=r,
+        )
         self.engine_failed_turns = Counter(
             names.PROXY_ENGINE_FAILED_TURNS.removesuffix("_total"),
             "Turns an engine failure hit, by reason: connect_failed and connection_lost were "

@@ -41,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dressage.metrics import (
     PROXY_DRAINED_TOKENS,
+    PROXY_DRAINED_TOKENS_LOST,
     PROXY_DRAINED_TURNS,
     PROXY_ENGINE_FAILED_TURNS,
     PROXY_ENGINE_RETRIES,
@@ -342,8 +343,9 @@ class ChurnDriver:
 
 
 async def read_proxy_churn_figures(proxy_url: str) -> dict[str, Any]:
-    """The proxy's counters of what churn cost: turns and tokens moved by drains, turns an
-    engine failure hit (by reason), generations resent; empty when the proxy does not answer."""
+    """The proxy's counters of what churn cost: turns and tokens moved by drains, the moved
+    tokens whose turn then failed (by reason), turns an engine failure hit (by reason),
+    generations resent; empty when the proxy does not answer."""
     try:
         async with httpx.AsyncClient(timeout=10.0) as client:
             answer = await client.get(f"{proxy_url}/metrics")
@@ -355,6 +357,7 @@ async def read_proxy_churn_figures(proxy_url: str) -> dict[str, Any]:
         "drained_tokens": 0.0,
         "engine_retries": 0.0,
         "engine_failed_turns": {},
+        "drained_tokens_lost": {},
     }
     plain = {
         PROXY_DRAINED_TURNS: "drained_turns",
@@ -367,6 +370,8 @@ async def read_proxy_churn_figures(proxy_url: str) -> dict[str, Any]:
                 figures[plain[sample.name]] = sample.value
             elif sample.name == PROXY_ENGINE_FAILED_TURNS:
                 figures["engine_failed_turns"][sample.labels["reason"]] = sample.value
+            elif sample.name == PROXY_DRAINED_TOKENS_LOST:
+                figures["drained_tokens_lost"][sample.labels["reason"]] = sample.value
     return figures
 
 

@@ -280,3 +280,35 @@ async def test_a_crash_retries_an_untouched_turn_and_loses_a_resumed_one_countin
     assert info.value.detail["received_tokens"] == 2
     assert counts["lost"] == [LOST_REGENERATED, LOST_AFTER_TOKENS]
     assert counts["retries"] == ["retry"]
+
+
+async def test_a_moved_turn_that_then_fails_counts_its_drained_tokens_as_lost() -> None:
+    pool = EnginePool(["http://b", "http://c"])
+    crash = ConnectionLost("the engine closed the connection before its reply")
+    engines = _Engines(
+        {"http://b": [_answer([5, 6], "v1", ABORT)], "http://c": [crash]},
+        on_send=lambda url: pool.start_drain("http://b") if url == "http://b" else None,
+    )
+    lost: list[tuple[int, str]] = []
+    generator = _generator(engines, pool, PartialRolloutSpanLimit(), _counts())
+    generator.on_drained_tokens_lost = lambda tokens, reason: lost.append((tokens, reason))
+    with pytest.raises(ProxyError):
+        await generator.run(Session("s", None, 0.0, 0.0), [1], {"max_new_tokens": 4})
+    assert lost == [(2, "engine_failed")]
+
+
+async def test_a_moved_turn_the_version_rule_refuses_counts_its_drained_tokens_as_lost() -> None:
+    pool = EnginePool(["http://a", "http://b"])
+    engines = _Engines(
+        {
+            "http://a": [_answer([10], "va", ABORT)],
+            "http://b": [_answer([11], "vb", {"type": "stop"})],
+        },
+        on_send=lambda url: pool.start_drain("http://a") if url == "http://a" else None,
+    )
+    lost: list[tuple[int, str]] = []
+    generator = _generator(engines, pool, PartialRolloutSpanLimit(max_preempts=0), _counts())
+    generator.on_drained_tokens_lost = lambda tokens, reason: lost.append((tokens, reason))
+    with pytest.raises(PartialRolloutStalenessExceeded):
+        await generator.run(Session("s", None, 0.0, 0.0), [1], {"max_new_tokens": 4})
+    assert lost == [(1, "partial_rollout_staleness_exceeded")]
