@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dressage.api.loader import JobValidationError, load_job
+from dressage.data.samples import DRAINED_TOKENS
 
 if TYPE_CHECKING:
     from dressage.api.job import AsyncRLJob
@@ -242,7 +243,13 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
 
         def sink(record: StepRecord) -> None:
             reward = record.figures.reward or 0.0
-            print(f"step {record.step} version {record.version} reward {reward:.3f}", flush=True)
+            span = record.figures.version_span_max
+            drained = int(record.extras.get(DRAINED_TOKENS, 0))
+            print(
+                f"step {record.step} version {record.version} reward {reward:.3f} "
+                f"span_max {'-' if span is None else int(span)} drained_tokens {drained}",
+                flush=True,
+            )
 
         try:
             await run_pipeline(
