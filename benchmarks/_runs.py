@@ -75,17 +75,19 @@ def run_job(
     steps: int,
     timeout_s: float = 900.0,
     on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    extra_args: list[str] | None = None,
 ) -> RunResult:
     """Run `job` from scratch for `steps` steps under `workdir` and return its history.
 
-    `on_start` is called with the `dressage run` process once it started (to watch it)."""
+    `on_start` is called with the `dressage run` process once it started (to watch it);
+    `extra_args` are added to its command line (`--churn ...`)."""
     name = str(job["metadata"]["name"])
     workdir.mkdir(parents=True, exist_ok=True)
     manifest = workdir / f"{name}.yaml"
     manifest.write_text(yaml.safe_dump(job, sort_keys=False))
     log = workdir / f"{name}.log"
     cmd = [sys.executable, "-m", "dressage", "run", str(manifest)]
-    cmd += ["--workdir", str(workdir), "--steps", str(steps), "--fresh"]
+    cmd += ["--workdir", str(workdir), "--steps", str(steps), "--fresh", *(extra_args or [])]
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     started = time.monotonic()
     timed_out = False
