@@ -27,9 +27,12 @@ What it does, as a kubelet and cluster DNS would:
   result is recorded (`ProbeResult`) and readiness sets the pod's `Ready` condition;
 - pod status: `Pending`, then `Running` once the containers started, `Succeeded` or `Failed`
   when they exit (restart policy `Never`; a container of an `Always` pod that exits is
-  restarted in place with `restartCount` counted), deletion stops the processes;
-- faults a test injects: `evict` (the processes killed, the pod failed) and `freeze`/`thaw`
-  (the processes stopped and continued, as on a stalled node);
+  restarted in place with `restartCount` counted); a pod deleted while its containers run
+  is stopped gracefully: each container's `preStop` `exec` hook runs (with the environment
+  and names it started with, within `terminationGracePeriodSeconds`, recorded in `hooks`),
+  then SIGTERM, then SIGKILL (`kubelet_hooks`);
+- faults a test injects: `evict` (the processes killed, no hook, the pod failed) and
+  `freeze`/`thaw` (the processes stopped and continued, as on a stalled node);
 - images: `python` and `torchrun` run in this interpreter; a container whose command is
   `python -m sglang.launch_server` runs the embedded engine instead (`sglang_as_embedded`
   maps the flags it needs and refuses every other one), playing the SGLang release of the
@@ -58,9 +61,10 @@ from dressage_operator.naming import LABEL_JOB
 from dressage_operator.testing import EmulatedCluster
 
 from dressage.api.job import InferenceSpec
-from dressage.engine.releases import stand_in_release
 from dressage.testing import PROJECT_ROOT, free_port
 
+from .kubelet_engine import sglang_as_embedded
+from .kubelet_hooks import HookResult, grace_period_s, pre_stop_argv, run_hook
 from .kubelet_probes import ProbeResult, run_probe
 from .kubelet_processes import signal_container
 from .kubelet_status import pod_status
@@ -75,51 +79,9 @@ from .kubelet_wiring import (
 )
 
 Obj = dict[str, Any]
-
-
-def sglang_as_embedded(argv: list[str], release: str | None = None) -> list[str]:
-    """`python -m sglang.launch_server ARGS` as `dressage engine serve` arguments, playing
-    SGLang `release` (None: the embedded engine's default).
-
-    Mapped: `--model-path` (to `--model`), `--host`, `--port`, `--weight-version`,
-    `--max-queued-requests`. Accepted
-    and dropped: `--tp-size 1` (one process), `--dtype` (the embedded engine computes in
-    float32), `--enable-metrics` (it serves no `/metrics`), `--enable-deterministic-inference`
-    (it always draws from each request's seed), `--uvicorn-access-log-exclude-prefixes` and its
-    paths (it writes no access log at all). Anything else is refused, so a flag the
-    operator starts sending shows up here as a failing test instead of being ignored.
-    """
-    out = ["-m", "dressage", "engine", "serve"]
-    i = 0
-    while i < len(argv):
-        flag, value = argv[i], argv[i + 1] if i + 1 < len(argv) else None
-        if flag in (
-            "--model-path",
-            "--host",
-            "--port",
-            "--weight-version",
-            "--max-queued-requests",
-        ):
-            assert value is not None, flag
-            out += ["--model" if flag == "--model-path" else flag, value]
-            i += 2
-        elif flag == "--tp-size":
-            assert value == "1", "the embedded engine is one process: --tp-size must be 1"
-            i += 2
-        elif flag == "--dtype":
-            i += 2
-        elif flag in ("--enable-metrics", "--enable-deterministic-inference"):
-            i += 1
-        elif flag == "--uvicorn-access-log-exclude-prefixes":
-            i += 1
-            while i < len(argv) and not argv[i].startswith("--"):
-                assert argv[i].startswith("/"), f"{flag} takes paths, not {argv[i]!r}"
-                i += 1
-        else:
-            raise AssertionError(f"the test kubelet has no embedded-engine mapping for {flag}")
-    if release is not None:
-        out += ["--sglang-release", stand_in_release(release)]
-    return out
+SIGTERM_WAIT_S = 10.0
+"""How long a deleted pod's processes get after SIGTERM before SIGKILL (capped below the grace
+period, see `Kubelet._terminate`)."""
 
 
 @dataclass
@@ -131,6 +93,8 @@ class _Container:
     started: bool = False
     """The startup probe passed (or there is none)."""
     ready: bool = False
+    pre_stop: tuple[list[str], dict[str, str]] | None = None
+    """The `preStop` hook's command line and environment, resolved at the container's start."""
 
 
 @dataclass
@@ -172,6 +136,10 @@ class Kubelet:
         """How often a ConfigMap's changes reach the running pods that mount it (a kubelet
         takes up to its sync period plus its cache's TTL, about a minute)."""
         self.probes: list[ProbeResult] = []
+        self.hooks: list[HookResult] = []
+        """Every `preStop` hook run, in the order they ended."""
+        self.terminated: list[str] = []
+        """The pods whose graceful termination (hooks, SIGTERM, SIGKILL) is over, in order."""
         self.ports: dict[tuple[str, int], int] = {}
         self.pods: dict[str, _Pod] = {}
         self.finished: list[_Pod] = []
@@ -346,11 +314,34 @@ class Kubelet:
             time.sleep(0.1)
 
     def _terminate(self, pod: _Pod) -> None:
+        """A graceful delete (`kubelet_hooks`): each running container's `preStop` hook, within
+        the pod's grace period, then SIGTERM, then SIGKILL. The wait after SIGTERM is capped
+        at `SIGTERM_WAIT_S`, so a process that ignores SIGTERM costs a test seconds, not the
+        rest of its pod's grace period."""
+        deadline = time.monotonic() + grace_period_s(pod.manifest)
+        for state in list(pod.containers.values()):
+            process = state.process
+            if state.pre_stop is None or process is None or process.poll() is not None:
+                continue  # a container that is no longer running runs no hook
+            argv, env = state.pre_stop
+            result = run_hook(
+                argv,
+                env,
+                cwd=pod.root,
+                log=self.root / "logs" / f"{pod.name}.{state.name}.preStop.log",
+                timeout_s=deadline - time.monotonic(),
+                pod=pod.name,
+                container=state.name,
+            )
+            with self._lock:
+                self.hooks.append(result)
         self._kill(pod, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while _alive(pod) and time.monotonic() < deadline:
+        end = time.monotonic() + SIGTERM_WAIT_S
+        while _alive(pod) and time.monotonic() < end:
             time.sleep(0.05)
         self._kill(pod, signal.SIGKILL)
+        with self._lock:
+            self.terminated.append(pod.name)
 
     def _kill(self, pod: _Pod, sig: signal.Signals) -> None:
         """Signal the containers' processes as a container's cgroup is (`signal_container`)."""
@@ -472,10 +463,9 @@ class Kubelet:
                         path = mounts[volume["name"]] / key
                         replace_file(path, rewrite(path.read_text(), paths, dns))
 
-    def _popen(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> subprocess.Popen[bytes]:
-        argv, env = self._argv(pod, container, mounts)
-        self._rewrite_config_files(pod, container, mounts)
-        full = {
+    def _full_env(self, pod: _Pod, env: dict[str, str]) -> dict[str, str]:
+        """A process's environment in the pod: the node's, then the container's."""
+        return {
             "PATH": os.environ.get("PATH", ""),
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(PROJECT_ROOT), str(PROJECT_ROOT / "operator")) if p
@@ -485,6 +475,11 @@ class Kubelet:
             **self.node_env,
             **env,
         }
+
+    def _popen(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> subprocess.Popen[bytes]:
+        argv, env = self._argv(pod, container, mounts)
+        self._rewrite_config_files(pod, container, mounts)
+        full = self._full_env(pod, env)
         (pod.root / "home").mkdir(parents=True, exist_ok=True)
         log = self.root / "logs" / f"{pod.name}.{container['name']}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -513,6 +508,10 @@ class Kubelet:
     def _start(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> None:
         state = pod.containers[container["name"]]
         state.process = self._popen(pod, container, mounts)
+        hook = pre_stop_argv(container)
+        if hook is not None:
+            argv, env = self._argv(pod, hook, mounts)
+            state.pre_stop = (argv, self._full_env(pod, env))
         state.started = "startupProbe" not in container
         state.ready = "readinessProbe" not in container and state.started
 

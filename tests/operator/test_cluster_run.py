@@ -8,8 +8,8 @@ the job's shared storage, laid out as the hub writes it, and the job stages offl
 (`model.hubOffline`: the operator sets `HF_HUB_OFFLINE=1`), so the real `dressage stage-model`
 init containers stage it from there.
 The proxy's bearer token comes from a Secret (`secretKeyRef`). Engine pods run the embedded
-engine in place of SGLang (`kubelet.sglang_as_embedded` maps the flags it needs and refuses
-any other one), playing the job's SGLang release; the run is repeated for every tested
+engine in place of SGLang (`kubelet_engine.sglang_as_embedded` maps the flags it needs and
+refuses any other one), playing the job's SGLang release; the run is repeated for every tested
 release. Every child is validated against the Kubernetes schemas. The job trains, engine 1
 is evicted mid-run and the operator replaces it without a trainer gang restart,
 weights are published every step, and every liveness and readiness probe the operator declared

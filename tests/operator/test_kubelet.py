@@ -14,7 +14,8 @@ from dressage_operator.testing import EmulatedCluster
 from dressage.api import validate_job
 from dressage.engine import cli as engine_cli
 
-from .kubelet import Kubelet, sglang_as_embedded
+from .kubelet import Kubelet
+from .kubelet_engine import sglang_as_embedded
 from .kubelet_wiring import expand
 from .waiting import wait_until
 
@@ -121,5 +122,116 @@ def test_a_config_map_change_reaches_the_files_of_a_running_pod(
         assert sorted(p.name for p in files.iterdir()) == ["engines"]
         assert node.pods["kl-a"].containers["main"].process is process  # it kept running
         assert node.running("kl-a")
+    finally:
+        node.stop()
+
+
+_TERM_RECORDER = """
+import os, pathlib, signal, sys, time
+out = pathlib.Path(os.environ["OUT"])
+def term(*_):
+    # What SIGTERM found: whether the preStop hook had already run.
+    (out / "term").write_text("hook ran first" if (out / "hook").exists() else "no hook yet")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+(out / "started").write_text("")
+while True:
+    time.sleep(0.05)
+"""
+_HOOK = """
+import os, pathlib
+pathlib.Path(os.environ["OUT"], "hook").write_text(os.environ["PEER"])
+"""
+
+
+def _hooked_pod(name: str, out: Path) -> dict[str, object]:
+    """A pod whose container records, on SIGTERM, whether its `preStop` hook ran before; the
+    hook writes the value of `PEER`, a Service name resolved as at the container's start."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "python",
+                    "command": ["python", "-c", _TERM_RECORDER],
+                    "env": [
+                        {"name": "OUT", "value": str(out)},
+                        {"name": "PEER", "value": f"http://{name}.e2e.svc:80/x"},
+                    ],
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "lifecycle": {"preStop": {"exec": {"command": ["python", "-c", _HOOK]}}},
+                }
+            ],
+        },
+    }
+
+
+def _service(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": "http"}]},
+    }
+
+
+@pytest.mark.integration
+def test_a_graceful_delete_runs_the_prestop_hook_before_sigterm(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    c = cluster
+    out = tmp_path / "out"
+    out.mkdir()
+    c.create(_service("kl-hook"))
+    c.create(_hooked_pod("kl-hook", out))
+    node = Kubelet(c, tmp_path / "node").start()
+    try:
+        wait_until(lambda: (out / "started").exists(), 60, "the container to start")
+        loopback = f"http://127.0.0.1:{node.port('kl-hook', 8080)}/x"
+        c.delete(c.path("v1", "pods", "kl-hook"))
+        wait_until(lambda: "kl-hook" in node.terminated, 60, "its termination to end")
+        assert (out / "term").read_text() == "hook ran first"
+        # The hook ran with the container's environment, names resolved as at its start
+        # (the pod has left the API by then).
+        assert (out / "hook").read_text() == loopback
+        (hook,) = node.hooks
+        assert (hook.pod, hook.container, hook.kind, hook.exit_code) == (
+            "kl-hook",
+            "main",
+            "preStop",
+            0,
+        )
+    finally:
+        node.stop()
+
+
+@pytest.mark.integration
+def test_an_evicted_pod_runs_no_hook(cluster: EmulatedCluster, tmp_path: Path) -> None:
+    c = cluster
+    out = tmp_path / "out"
+    out.mkdir()
+    c.create(_hooked_pod("kl-evicted", out))
+    node = Kubelet(c, tmp_path / "node").start()
+    try:
+        wait_until(lambda: (out / "started").exists(), 60, "the container to start")
+        node.evict("kl-evicted")
+        wait_until(
+            lambda: (
+                (c.get(c.path("v1", "pods", "kl-evicted")) or {}).get("status", {}).get("phase")
+                == "Failed"
+            ),
+            30,
+            "the pod failed",
+        )
+        c.delete(c.path("v1", "pods", "kl-evicted"))  # as the operator deletes a failed pod
+        wait_until(lambda: "kl-evicted" in node.terminated, 30, "its termination to end")
+        assert node.hooks == []
+        assert not (out / "hook").exists()
+        assert not (out / "term").exists()  # SIGKILL: no handler ran
     finally:
         node.stop()
