@@ -79,6 +79,8 @@ class DistributedPublisher(WeightPublisher):
             engine_urls, proxy=proxy, pause_mode=pause_mode, update_timeout_s=update_timeout_s
         )
         self.weights = weights
+        self._sent: str | None = None
+        """The version the last publish sent: every member took it (the others left)."""
         self.sender = FleetWeightSender(
             master_address=master_address,
             master_port=master_port,
@@ -95,18 +97,37 @@ class DistributedPublisher(WeightPublisher):
         tried again at the next publish."""
         urls = await self._publish_targets()
         engines = [self._client(url) for url in urls]
+        restarted: list[str] = []
         if self.proxy is not None and self.sender.members:
             # A member the proxy still lists healthy may have died since its last check: one
             # cheap read of its version tells, before a broadcast would wait for it.
             alive = await asyncio.gather(
                 *(e.get_weight_version() for e in engines), return_exceptions=True
             )
+            members = set(self.sender.members)
+            # A member that answers another version than the last one it was sent is a new
+            # process under the same URL (a pod recreated between two publishes, before any
+            # publish saw the old one gone): the old one's group went with it, and a broadcast
+            # would wait on it until the timeout. It leaves, and joins again below.
+            restarted = [
+                e.base_url
+                for e, answer in zip(engines, alive, strict=True)
+                if not isinstance(answer, BaseException)
+                and e.base_url in members
+                and self._sent is not None
+                and answer != self._sent
+            ]
             engines = [
                 e
                 for e, answer in zip(engines, alive, strict=True)
                 if not isinstance(answer, BaseException)
             ]
+        if restarted:
+            log.info("engines %s restarted since the last publish: new groups", restarted)
+            await self.sender.update_members([e for e in engines if e.base_url not in restarted])
         change = await self.sender.update_members(engines)
+        if restarted:
+            change = MembershipChange(change.joined, (*restarted, *change.left), change.failed)
         for url, why in change.failed.items():
             log.warning("engine %s could not join a weight-update group: %s", url, why)
         if change.failed and self.proxy is None:
@@ -154,6 +175,8 @@ class DistributedPublisher(WeightPublisher):
                     # The proxy routes to engines on the new version: one that missed it (it
                     # failed, or joined too late) is held out until it has it.
                     await self._resume(version if took else None)
+                if took:
+                    self._sent = version
                 for url, why in failed.items():
                     log.warning(
                         "engine %s did not take weight version %s (%s): held out until the "

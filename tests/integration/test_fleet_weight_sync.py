@@ -1,6 +1,7 @@
 """`weightSync: distributed` with an engine fleet that changes while the trainer trains: an
-engine added (scale-up), one killed (crash), one removed (scale-down) and one replaced on the
-same address, each between two publishes, with one trainer and one publisher throughout.
+engine added (scale-up), one killed (crash), one removed (scale-down), one replaced on the
+same address, and a member replaced on its own address before any publish saw it gone, each
+between two publishes, with one trainer and one publisher throughout.
 
 Real processes on loopback: a `dressage proxy` reading its engine list from a file (as the
 operator's ConfigMap is read), embedded engines playing each tested SGLang release, and in this
@@ -190,6 +191,19 @@ async def test_engines_join_leave_and_crash_between_publishes_without_a_trainer_
             await wait_for(caught_up, timeout_s=90, what="catch-up from storage")
             await serve_the_trainers_weights(trainer, d.base_url)
             assert version == 6
+
+            # A member replaced on its own address between two publishes, before any publish
+            # saw it gone (a pod recreated under its name): the new process holds none of the
+            # old one's group, so it gets a group of its own instead of a broadcast that would
+            # wait on the dead one until the timeout.
+            await train_and_publish([a.base_url, b2.base_url, d.base_url])
+            a_group = publisher.sender.group_of(a.base_url)
+            a.process.kill()
+            a.process.wait(timeout=30)
+            a2 = engine("--port", str(a.port))
+            await wait_for(lambda: healthy([a2.base_url, b2.base_url, d.base_url]), timeout_s=60)
+            await train_and_publish([a2.base_url, b2.base_url, d.base_url])
+            assert publisher.sender.group_of(a2.base_url) not in (None, a_group)
         finally:
             await publisher.aclose()
             await client.aclose()
