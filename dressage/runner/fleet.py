@@ -102,6 +102,8 @@ class LocalFleet:
         """The engines listed for the proxy, by name."""
         self._started = 0
         self._routed_version: str | None = None
+        self._last_view: dict[str, Any] | None = None
+        """The proxy's last view of the engine an `add` waits for (reported when it times out)."""
 
     @property
     def running(self) -> list[str]:
@@ -119,11 +121,12 @@ class LocalFleet:
         self._write()
         return list(urls)
 
-    async def add(self, model: Path, *, routable_deadline_s: float = 180.0) -> FleetChange:
+    async def add(self, model: Path, *, routable_deadline_s: float = 90.0) -> FleetChange:
         """Start one more engine on `model` under `JOINING_VERSION`, list it once it serves,
         and return once the proxy routes to it (it serves the current weights), so the next
         change of a schedule finds it in service; `ok` False if that took longer than
-        `routable_deadline_s` (the engine stays listed)."""
+        `routable_deadline_s` (the engine stays listed; `detail` has the proxy's last view of
+        it, which says why it was not routed to)."""
         started = time.monotonic()
         child = self._spawn(model, JOINING_VERSION)
         url = await child.wait_for(ENGINE_READY, self.startup_deadline_s)
@@ -143,12 +146,14 @@ class LocalFleet:
                 "serving_s": round(serving, 3),
                 "routed_s": None if routed is None else round(routed - started, 3),
                 "routed_version": None if routed is None else self._routed_version,
+                **({} if routed is not None else {"proxy_view": self._last_view}),
             },
         )
 
     async def _routable(self, url: str, deadline_s: float) -> float | None:
         """When the proxy first listed `url` as routable (`time.monotonic()`), None past the
         deadline (or without a proxy to ask)."""
+        self._last_view = None
         if self.proxy_url is None:
             return None
         end = time.monotonic() + deadline_s
@@ -157,7 +162,10 @@ class LocalFleet:
                 with contextlib.suppress(httpx.HTTPError, ValueError):
                     body = (await client.get(f"{self.proxy_url}/dressage/engines")).json()
                     for engine in body.get("engines", []):
-                        if engine.get("url") == url and engine.get("routable"):
+                        if engine.get("url") != url:
+                            continue
+                        self._last_view = engine
+                        if engine.get("routable"):
                             self._routed_version = engine.get("weight_version")
                             return time.monotonic()
                 await asyncio.sleep(0.2)
