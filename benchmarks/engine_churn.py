@@ -17,21 +17,26 @@ below (`dressage run --churn`, `dressage.runner.fleet`), one after the other:
     add@12      engine-4
     drain@14    engine-2
 
-leaving two engines for the last 10 steps, in which every drained turn finishes and is
-trained. Figures per run: trained samples per second of step wall time (steps after the
-3 warm-up steps), and with churn that over the run without (the ratio); tokens the drains
-moved (`dressage_proxy_drained_tokens_total`) against the drained tokens the trained samples
-hold (their segment records' `drained_tokens`), and the difference: tokens lost (of which
-the proxy counts those whose turn failed after the move, by reason; the rest were in groups
-dropped, retried for another member's failure, or not trained by the end); trainer
-restarts (the run resumed from a checkpoint, or did not train every step in one process);
-groups dropped by reason; failed prompt-group attempts by reason (a killed engine's turns
-already holding tokens come back 502 `engine_failed` and their group is retried) and the
-turns an engine failure hit in the proxy, by reason; the largest version span of a trained
-sample; the time each change took (an `add` until the proxy routes to the engine, i.e. it
-serves the current weights; a `drain` until the proxy answered, then the engine's exit).
+one change at a time (an `add` returns once the engine is routed to, 5-10 s here, so the
+last drain lands near step 20), leaving two engines and about 20 steps in which every drained
+turn finishes and its group is trained: a long-tail group waits for its longest member and
+then for the groups ahead of it, so a drain near the end of a run leaves drained tokens in
+groups not trained yet, which would read as lost.
 
-    python benchmarks/engine_churn.py [--quick] [--steps 24] [--syncs disk,distributed]
+Figures per run: trained samples per second of step wall time (steps after the 3 warm-up
+steps), and with churn that over the run without (the ratio); tokens the drains moved
+(`dressage_proxy_drained_tokens_total`) against the drained tokens the trained samples hold
+(their segment records' `drained_tokens`), and the difference: tokens lost (of which the
+proxy counts those whose turn failed after the move, by reason; the rest were in groups
+dropped, retried for another member's failure, or not trained by the end); trainer restarts
+(the run resumed from a checkpoint, or did not train every step in one process); groups
+dropped by reason; failed prompt-group attempts by reason (a killed engine's turns already
+holding tokens come back 502 `engine_failed` and their group is retried) and the turns an
+engine failure hit in the proxy, by reason; the largest version span of a trained sample;
+the time each change took (an `add` until the proxy routes to the engine, i.e. it serves the
+current weights; a `drain` until the proxy answered, then the engine's exit).
+
+    python benchmarks/engine_churn.py [--quick] [--steps 40] [--syncs disk,distributed]
         [--churn SCHEDULE] [--out PATH]
 
 `--quick` (the smoke test's): 9 steps, `disk` only, `kill@2,add@3,drain@5`. Writes
@@ -65,7 +70,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "engine_churn.json"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "engine_churn_quick.json"
 SCHEDULE = "kill@4,add@5,drain@8,add@9,add@12,drain@14"
 QUICK_SCHEDULE = "kill@2,add@3,drain@5"
-STEPS = 24
+STEPS = 40
 QUICK_STEPS = 9
 WARMUP_STEPS = 3
 """Left out of rates: partial async's first steps train groups generated before the first
