@@ -422,7 +422,11 @@ class Kubelet:
         release = (body.get("spec", {}).get("inference") or {}).get("sglangVersion")
         return str(release or InferenceSpec.model_fields["sglang_version"].default)
 
-    def _argv(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> tuple[list[str], Obj]:
+    def _argv(
+        self, pod: _Pod, container: Obj, mounts: dict[str, Path], *, argv_paths: bool = True
+    ) -> tuple[list[str], Obj]:
+        """`container`'s command line and environment here; `argv_paths` False keeps mount
+        paths in the command line (a hook's program names URL paths like a mount's)."""
         env = resolve_env(self.cluster, pod.manifest, pod.name, pod.uid, container)
         own = {p["containerPort"] for p in container.get("ports") or []}
         for name, value in env.items():
@@ -431,7 +435,7 @@ class Kubelet:
         argv = [expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]]
         paths = mount_map(container, mounts)
         dns = self._dns()
-        argv = [rewrite(a, paths, dns) for a in argv]
+        argv = [rewrite(a, paths if argv_paths else [], dns) for a in argv]
         env = {k: rewrite(v, paths, dns) for k, v in env.items()}
         out: list[str] = []
         for i, arg in enumerate(argv):
@@ -464,7 +468,6 @@ class Kubelet:
                         replace_file(path, rewrite(path.read_text(), paths, dns))
 
     def _full_env(self, pod: _Pod, env: dict[str, str]) -> dict[str, str]:
-        """A process's environment in the pod: the node's, then the container's."""
         return {
             "PATH": os.environ.get("PATH", ""),
             "PYTHONPATH": os.pathsep.join(
@@ -510,7 +513,7 @@ class Kubelet:
         state.process = self._popen(pod, container, mounts)
         hook = pre_stop_argv(container)
         if hook is not None:
-            argv, env = self._argv(pod, hook, mounts)
+            argv, env = self._argv(pod, hook, mounts, argv_paths=False)
             state.pre_stop = (argv, self._full_env(pod, env))
         state.started = "startupProbe" not in container
         state.ready = "readinessProbe" not in container and state.started
