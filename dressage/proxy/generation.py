@@ -54,7 +54,6 @@ on the hot path, and its CPU per request is most of what the proxy adds to a gen
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,15 +69,7 @@ from dressage.data.spans import (
     spans_to_sglang,
 )
 from dressage.engine.protocol import error_message
-from dressage.engine.sglang_support import (
-    LATER_SAMPLING_PARAM_KEYS,
-    NULL_REFUSING_KEYS,
-    NULL_SAMPLING_DEFAULTS,
-    ROUTED_EXPERTS,
-    SAMPLING_SEED,
-    SGLANG_MIN_VERSION,
-    supports,
-)
+from dressage.engine.sglang_support import SGLANG_MIN_VERSION
 from dressage.proxy import errors
 from dressage.proxy.drain import (
     LOST_AFTER_TOKENS,
@@ -89,6 +80,7 @@ from dressage.proxy.drain import (
     interruption,
 )
 from dressage.proxy.errors import ProxyError, invalid
+from dressage.proxy.release_body import body_for_release, refused_field
 from dressage.proxy.routing import EnginePool, EngineState
 from dressage.proxy.sessions import Session
 from dressage.proxy.staleness import StalenessRefusal, VersionRule
@@ -574,61 +566,6 @@ class Generator:
 def _message(raw: bytes) -> str:
     """The error text of an engine's error body, in any of SGLang's shapes."""
     return error_message(raw[:2000])
-
-
-_UNKNOWN_FIELD = re.compile(r"^unknown field `(\w+)`")
-_FIELD_PREFIX = re.compile(r"^((?:sampling_params\.)?\w+(?:\[\d+\])?):")
-
-
-def refused_field(message: str) -> str | None:
-    """The request field an engine's refusal names, when it names one: 0.5.23's schema gate
-    (`unknown field `stop_regex`, ...`: a `sampling_params` key, the only map it refuses
-    unknown keys of) or the embedded engine's `field: problem`."""
-    unknown = _UNKNOWN_FIELD.match(message)
-    if unknown is not None:
-        return f"sampling_params.{unknown.group(1)}"
-    prefix = _FIELD_PREFIX.match(message)
-    return prefix.group(1) if prefix is not None else None
-
-
-def body_for_release(body: dict[str, Any], release: str) -> dict[str, Any]:
-    """`body` as SGLang release `release` takes it (pure).
-
-    - `sampling_seed` is left out for a release without it (before 0.5.3: a TypeError, HTTP
-      500, there): a seed only ever changes sampling on servers started with
-      `--enable-deterministic-inference`, which such a release does not have;
-    - any other `sampling_params` key the release lacks (`stop_regex` before 0.5.23, ...) is
-      refused with 400 naming it: the agent asked for a behaviour this engine cannot give;
-    - a `null` that means the default is left out for a release that cannot take it (before
-      0.5.23 a null temperature, top_p, top_k, ... is a TypeError), so it means the default
-      there too; a later key's `null` is its default everywhere and left out likewise;
-    - `return_routed_experts` is left out for a release without it (before 0.5.7; such a release
-      ignores the field, the embedded engine playing it refuses it): the turn is recorded
-      without routes, and the trainer routes those tokens with its own router.
-    """
-    if body.get("return_routed_experts") and not supports(release, ROUTED_EXPERTS):
-        body = {k: v for k, v in body.items() if k != "return_routed_experts"}
-    params: dict[str, Any] = body["sampling_params"]
-    drop = []
-    for key, value in params.items():
-        feature = LATER_SAMPLING_PARAM_KEYS.get(key)
-        if feature is not None and (value is None or not supports(release, feature)):
-            if value is not None and feature is not SAMPLING_SEED:
-                raise invalid(
-                    f"sampling_params.{key}: the engine runs SGLang {release}, which has no "
-                    f"{key} ({feature.what}; SGLang >= {feature.since})",
-                    f"sampling_params.{key}",
-                )
-            drop.append(key)
-        elif (
-            value is None
-            and key in NULL_REFUSING_KEYS
-            and not supports(release, NULL_SAMPLING_DEFAULTS)
-        ):
-            drop.append(key)
-    if not drop:
-        return body
-    return {**body, "sampling_params": {k: v for k, v in params.items() if k not in drop}}
 
 
 def _failure_name(exc: BaseException) -> str:

@@ -118,7 +118,7 @@ def _body(**params: Any) -> dict[str, Any]:
 
 
 def test_a_body_is_sent_to_each_release_as_it_takes_it() -> None:
-    from dressage.proxy.generation import body_for_release
+    from dressage.proxy.release_body import body_for_release
 
     both = _body(max_new_tokens=4, top_k=None, temperature=0.5, sampling_seed=3)
     assert body_for_release(both, "0.5.23") is both
@@ -149,6 +149,6 @@ def test_a_body_is_sent_to_each_release_as_it_takes_it() -> None:
     ],
 )
 def test_the_field_an_engine_refusal_names_is_found(message: str, field: str | None) -> None:
-    from dressage.proxy.generation import refused_field
+    from dressage.proxy.release_body import refused_field
 
     assert refused_field(message) == field
