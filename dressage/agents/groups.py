@@ -43,7 +43,7 @@ async def collect_group(
     )
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
-        await asyncio.gather(*(client.discard(s) for s in sessions))
+        await asyncio.gather(*(client.discard(s, instance_id=group_id) for s in sessions))
         await client.segments(group_id)
         first = next((e for e in errors if isinstance(e, GroupFailed)), errors[0])
         if isinstance(first, asyncio.CancelledError | GroupFailed):
@@ -120,7 +120,7 @@ class GroupAgent(abc.ABC, Generic[P]):
             session = TrajectorySession(session_id, group_id, seed, member)
             reward = await self.trajectory(index, prompt, session)
             rewards[session_id] = reward if isinstance(reward, Scored) else Scored(reward)
-            await self.client.finalize(session_id, rewards[session_id].value)
+            await self.client.finalize(session_id, rewards[session_id].value, instance_id=group_id)
 
         group = await collect_group(self.client, group_id, self.group_size, run)
         return with_reward_metadata(group, rewards)
