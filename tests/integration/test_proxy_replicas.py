@@ -1,0 +1,193 @@
+"""Two real proxy processes over one embedded engine behind one rollout client: the control
+calls fan out to both, and a replica killed mid-rollout costs only the groups it held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dressage.agents.groups import GroupAgent, TrajectorySession
+from dressage.engine.testing import start_engine
+from dressage.proxy.affinity import replica_for
+from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
+from dressage.proxy.testing import start_proxy
+from dressage.rollout.retry import RetryPolicy
+from dressage.rollout.sync_rollout import SyncCollector
+from tests.integration.proxy_support import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+async def _health(url: str) -> dict[str, object]:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as probe:
+        return dict((await probe.get("/health")).json())
+
+
+async def test_pause_continue_and_the_version_reach_every_replica_and_a_dead_one_is_counted(
+    tmp_path: Path,
+) -> None:
+    dead = _closed_port_url()
+    with (
+        start_engine(cache_dir=tmp_path) as engine,
+        start_proxy([engine.base_url]) as p0,
+        start_proxy([engine.base_url]) as p1,
+    ):
+        client = ProxyRolloutClient([p0.base_url, p1.base_url, dead])
+        try:
+            await client.pause("in_place")
+            assert [(await _health(p.base_url))["paused"] for p in (p0, p1)] == [True, True]
+            await client.resume("v0")
+            for p in (p0, p1):
+                health = await _health(p.base_url)
+                assert health["paused"] is False
+                assert health["weight_version"] == "v0"
+            view = await client.engines()
+            assert view.weight_version == "v0"
+            assert [(e.url, e.healthy) for e in view.engines] == [(engine.base_url, True)]
+            # Every fan-out left the dead replica out and counted it (the pause once: its second
+            # step goes only to the replicas that closed their gates), and none failed for it.
+            assert client.unreachable[dead] == 3
+            assert set(client.unreachable) == {dead}
+        finally:
+            await client.aclose()
+
+
+async def test_a_replica_answering_an_error_fails_the_fan_out_after_all_were_asked(
+    tmp_path: Path,
+) -> None:
+    with (
+        start_engine(cache_dir=tmp_path) as engine,
+        start_proxy([engine.base_url]) as p0,
+        start_proxy([engine.base_url], env={**os.environ, "DRESSAGE_PROXY_TOKEN": "secret"}) as p1,
+    ):
+        client = ProxyRolloutClient([p0.base_url, p1.base_url])
+        try:
+            with pytest.raises(RolloutError, match=f"proxy replica {p1.base_url}") as refused:
+                await client.resume("v0")
+            assert refused.value.status == 401
+            # The replica that answered still took the continue.
+            assert (await _health(p0.base_url))["weight_version"] == "v0"
+        finally:
+            await client.aclose()
+
+
+class CountingAgent(GroupAgent[list[int]]):
+    """One generation per trajectory; remembers which replica each successful group used."""
+
+    def prompt(self, index: int) -> list[int]:
+        return [1, 5 + index % 7, 6]
+
+    async def trajectory(self, index: int, prompt: list[int], session: TrajectorySession) -> float:
+        await self.client.generate(
+            prompt,
+            self.sampling,
+            session_id=session.session_id,
+            instance_id=session.group_id,
+            seed=session.seed,
+        )
+        return 1.0
+
+
+async def test_a_killed_replica_costs_only_its_groups_which_are_retried_and_counted(
+    tmp_path: Path,
+) -> None:
+    """Two replicas; one is killed while both have generations in flight. The batch still
+    completes: the killed replica's groups fail (counted by reason) and are retried under new
+    attempt ids, which hash afresh; every group that ran on the survivor is trained from its
+    first attempt."""
+    with (
+        start_engine(cache_dir=tmp_path, min_step_interval_ms=20) as engine,
+        start_proxy([engine.base_url]) as p0,
+        start_proxy([engine.base_url]) as p1,
+    ):
+        replicas = [p0.base_url, p1.base_url]
+        client = ProxyRolloutClient(replicas)
+        agent = CountingAgent(
+            client=client,
+            group_size=2,
+            sampling=SamplingSettings(max_new_tokens=60, ignore_eos=True),
+            run_tag="kill",
+        )
+        collector = SyncCollector(
+            agent,
+            batch_size=12,
+            concurrency=12,
+            retry=RetryPolicy(max_retries=12, backoff_s=0.05, max_backoff_s=0.2),
+        )
+        try:
+            batch_task = asyncio.create_task(collector.next_batch())
+
+            async def both_generating() -> bool:
+                loads = [int((await _health(url))["inflight"]) for url in replicas]
+                return all(n > 0 for n in loads)
+
+            await wait_for(both_generating, timeout_s=120, what="generations on both replicas")
+            p1.process.kill()
+            p1.process.wait(timeout=30)
+            batch = await asyncio.wait_for(batch_task, timeout=300)
+        finally:
+            await client.aclose()
+    groups = {g.group_id for g in batch.groups}
+    assert len(groups) == 12
+    for group in batch.groups:
+        assert len({s.parent_traj_id for s in group.samples}) == 2
+    first_attempts = {f"kill-p{i}-a0" for i in range(12)}
+    on_survivor = {g for g in first_attempts if replica_for(g, replicas) == p0.base_url}
+    on_killed = first_attempts - on_survivor
+    assert on_survivor
+    assert on_killed
+    # Nothing of the survivor's was lost: each of its groups trained from its first attempt.
+    assert on_survivor <= groups
+    # The killed replica's first attempts failed, were counted by reason and retried.
+    assert not on_killed & groups
+    failed: Counter[str] = collector.stats.totals.failed_attempts
+    assert sum(failed.values()) >= len(on_killed)
+    assert collector.stats.totals.retries >= len(on_killed)
+    assert collector.stats.groups_dropped == 0
+    assert set(failed) <= {"ServerDisconnected", "connection refused", "ClientOSError"}, failed
+
+
+async def test_a_pause_of_two_replicas_resumes_every_turn_at_full_length(tmp_path: Path) -> None:
+    """An engine paused by one replica aborts the generations of both; every replica's gate is
+    closed before any engine is paused, so each takes the abort for a pause's and resumes the
+    turn (a replica whose gate were still open would end it short, as a client's abort)."""
+    with (
+        start_engine(cache_dir=tmp_path, min_step_interval_ms=20) as engine,
+        start_proxy([engine.base_url], "--dressage-partial-rollout") as p0,
+        start_proxy([engine.base_url], "--dressage-partial-rollout") as p1,
+    ):
+        replicas = [p0.base_url, p1.base_url]
+        client = ProxyRolloutClient(replicas)
+        sampling = SamplingSettings(max_new_tokens=40, ignore_eos=True)
+        try:
+            tasks = [
+                asyncio.create_task(
+                    client.generate([1, 5, 6], sampling, session_id=f"s{i}", instance_id=f"g{i}")
+                )
+                for i in range(16)
+            ]
+
+            async def both_generating() -> bool:
+                loads = [int((await _health(url))["inflight"]) for url in replicas]
+                return all(n > 0 for n in loads)
+
+            await wait_for(both_generating, timeout_s=120, what="generations on both replicas")
+            await client.pause("abort")
+            await client.resume("v0")
+            outputs = await asyncio.wait_for(asyncio.gather(*tasks), timeout=300)
+        finally:
+            await client.aclose()
+    assert [len(o) for o in outputs] == [40] * 16
