@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -191,3 +192,39 @@ async def test_a_pause_of_two_replicas_resumes_every_turn_at_full_length(tmp_pat
         finally:
             await client.aclose()
     assert [len(o) for o in outputs] == [40] * 16
+
+
+async def test_the_engines_drain_hook_drains_it_on_every_replica(tmp_path: Path) -> None:
+    """The engine pod's `preStop` program, run as the kubelet runs it, with both replicas in
+    `DRESSAGE_PROXY_URL`: each replica stops routing to the engine."""
+    from dressage_operator.children.engine import DRAIN_HOOK, ENGINE_URL_ENV, PROXY_URL_ENV
+
+    with (
+        start_engine(cache_dir=tmp_path) as engine,
+        start_engine(cache_dir=tmp_path) as other,
+        start_proxy([engine.base_url, other.base_url]) as p0,
+        start_proxy([engine.base_url, other.base_url]) as p1,
+    ):
+        env = {
+            **os.environ,
+            ENGINE_URL_ENV: engine.base_url,
+            PROXY_URL_ENV: f"{p0.base_url},{p1.base_url}",
+        }
+        hook = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            DRAIN_HOOK,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(hook.communicate(), timeout=120)
+        assert hook.returncode == 0, out
+        assert out.decode().count("drained:") == 2, out
+        for p in (p0, p1):
+            async with httpx.AsyncClient(base_url=p.base_url, timeout=30) as probe:
+                engines = (await probe.get("/dressage/engines")).json()["engines"]
+            by_url = {e["url"]: e for e in engines}
+            assert by_url[engine.base_url]["draining"] is True
+            assert by_url[engine.base_url]["routable"] is False
+            assert by_url[other.base_url]["routable"] is True
