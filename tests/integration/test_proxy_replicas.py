@@ -5,6 +5,7 @@ calls fan out to both, and a replica killed mid-rollout costs only the groups it
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sys
@@ -16,12 +17,15 @@ import pytest
 
 from dressage.agents.groups import GroupAgent, TrajectorySession
 from dressage.engine.testing import start_engine
+from dressage.orchestrator.publish import WeightPublisher
 from dressage.proxy.affinity import replica_for
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.proxy.testing import start_proxy
 from dressage.rollout.retry import RetryPolicy
 from dressage.rollout.sync_rollout import SyncCollector
+from dressage.testing import free_port
 from tests.integration.proxy_support import wait_for
+from tests.scripted_http import Answer, scripted_server
 
 pytestmark = pytest.mark.integration
 
@@ -228,3 +232,72 @@ async def test_the_engines_drain_hook_drains_it_on_every_replica(tmp_path: Path)
             assert by_url[engine.base_url]["draining"] is True
             assert by_url[engine.base_url]["routable"] is False
             assert by_url[other.base_url]["routable"] is True
+
+
+async def test_every_replicas_gate_closes_before_any_replica_pauses_the_engines() -> None:
+    """The order the client keeps, seen by two scripted replicas on loopback: the gate-only
+    pause (`"engines": false`) reaches both before the full pause reaches either, and the
+    second replica answers its gate-only pause late, so a client that did not wait would show
+    it here."""
+    seen: list[tuple[str, dict[str, object]]] = []
+
+    def replica(name: str, delay_s: float) -> Answer:
+        async def answer(path: str, body: bytes) -> object:
+            request = json.loads(body or b"{}")
+            if request.get("engines") is False:
+                await asyncio.sleep(delay_s)
+            seen.append((name, request))
+            return {"paused": True, "epoch": 1, "engines": {}}
+
+        return answer
+
+    async with (
+        scripted_server(replica("a", 0.0)) as a,
+        scripted_server(replica("b", 0.3)) as b,
+    ):
+        client = ProxyRolloutClient([a, b])
+        try:
+            await client.pause("abort")
+        finally:
+            await client.aclose()
+    gates = [i for i, (_, r) in enumerate(seen) if r.get("engines") is False]
+    pauses = [i for i, (_, r) in enumerate(seen) if "engines" not in r]
+    assert sorted(name for name, r in seen if "engines" not in r) == ["a", "b"]
+    assert len(gates) == 2
+    assert max(gates) < min(pauses), seen
+
+
+async def test_a_restarted_replica_is_told_the_current_version_by_the_catch_up(
+    tmp_path: Path,
+) -> None:
+    """The publisher states the version to every replica; one that restarts has lost it, the
+    merged engine set then says None, and the next catch-up states it to every replica."""
+    port = free_port()
+    with (
+        start_engine(cache_dir=tmp_path) as engine,
+        start_proxy([engine.base_url]) as p0,
+    ):
+        with start_proxy([engine.base_url], "--port", str(port)) as p1:
+            client = ProxyRolloutClient([p0.base_url, p1.base_url])
+            publisher = WeightPublisher(proxy=client, catch_up_interval_s=None)
+            try:
+                await publisher.sync(tmp_path / "weights", "v0")
+                for p in (p0, p1):
+                    assert (await _health(p.base_url))["weight_version"] == "v0"
+                p1.process.kill()
+                p1.process.wait(timeout=30)
+            except BaseException:
+                await publisher.aclose()
+                await client.aclose()
+                raise
+        try:
+            with start_proxy([engine.base_url], "--port", str(port)) as again:
+                assert again.base_url == p1.base_url
+                assert (await _health(again.base_url))["weight_version"] is None
+                assert (await client.engines()).weight_version is None
+                assert await publisher.catch_up() == []  # the engine already serves v0
+                assert (await _health(again.base_url))["weight_version"] == "v0"
+                assert (await client.engines()).weight_version == "v0"
+        finally:
+            await publisher.aclose()
+            await client.aclose()
