@@ -162,7 +162,10 @@ async def test_a_killed_replica_costs_only_its_groups_which_are_retried_and_coun
     assert sum(failed.values()) >= len(on_killed)
     assert collector.stats.totals.retries >= len(on_killed)
     assert collector.stats.groups_dropped == 0
-    assert set(failed) <= {"ServerDisconnected", "connection refused", "ClientOSError"}, failed
+    # The turns in flight on the killed replica fail with their own reason, the connection
+    # lost (`ServerDisconnected`), not the reason of the group's cleanup on the gone replica
+    # (`connection refused`, which retries hashed to it until it is gone also meet).
+    assert set(failed) - {"connection refused"}, failed
 
 
 async def test_a_pause_of_two_replicas_resumes_every_turn_at_full_length(tmp_path: Path) -> None:
