@@ -304,3 +304,28 @@ async def test_a_restarted_replica_is_told_the_current_version_by_the_catch_up(
         finally:
             await publisher.aclose()
             await client.aclose()
+
+
+async def test_the_gate_only_pause_and_the_mark_only_drain_name_a_bad_value(
+    tmp_path: Path,
+) -> None:
+    with start_engine(cache_dir=tmp_path) as engine, start_proxy([engine.base_url]) as p:
+        async with httpx.AsyncClient(base_url=p.base_url, timeout=30) as http:
+            bad = await http.post("/pause_generation", json={"mode": "abort", "engines": "no"})
+            assert bad.status_code == 400
+            assert bad.json()["error"]["param"] == "engines"
+            gate = await http.post("/pause_generation", json={"mode": "abort", "engines": False})
+            assert gate.status_code == 200
+            assert gate.json()["engines"] == {}  # no engine was commanded
+            assert (await _health(p.base_url))["paused"] is True
+            await http.post("/continue_generation", json={})
+            bad = await http.post(
+                "/dressage/engines/drain", json={"url": engine.base_url, "abort": 1}
+            )
+            assert bad.status_code == 400
+            assert bad.json()["error"]["param"] == "abort"
+            mark = await http.post(
+                "/dressage/engines/drain", json={"url": engine.base_url, "abort": False}
+            )
+            assert mark.status_code == 200
+            assert mark.json()["routable"] is False
