@@ -223,7 +223,7 @@ class ProxyRolloutClient:
 
     def replica_url(self, instance_id: str) -> str:
         """The URL of the replica that holds group `instance_id`'s sessions."""
-        if len(self.replicas) == 1:
+        if self._dns is None and len(self.replicas) == 1:
             return self.replicas[0]
         url = self._pinned.get(instance_id)
         if url is None:

@@ -80,6 +80,23 @@ async def test_a_dns_source_is_resolved_again_and_a_group_keeps_its_replica() ->
     assert client.replicas == ("http://10.0.0.1:8000", "http://10.0.0.3:8000")
 
 
+async def test_a_group_started_while_one_replica_resolved_keeps_it_when_a_second_comes() -> None:
+    now = [0.0]
+    dns = FakeDns(["10.0.0.1"])
+    client = ProxyRolloutClient(
+        "dns+http://job-proxy-replicas.ns.svc:8000", resolver=dns, clock=lambda: now[0]
+    )
+    groups = [f"g{i}" for i in range(40)]
+    for group in groups:
+        assert await client._replica(group) == "http://10.0.0.1:8000"
+    dns.answers = ["10.0.0.1", "10.0.0.2"]
+    now[0] += REPLICA_REFRESH_S
+    for group in groups:
+        assert await client._replica(group) == "http://10.0.0.1:8000"
+    # Once its segments are read a group lets go; the next one with its id hashes afresh.
+    assert {replica_for(g, client.replicas) for g in groups} == set(client.replicas)
+
+
 async def test_a_dns_source_that_never_resolves_fails_the_call_naming_it() -> None:
     client = ProxyRolloutClient("dns+http://job-proxy-replicas.ns.svc:8000", resolver=FakeDns([]))
     with pytest.raises(RolloutError, match=r"job-proxy-replicas\.ns\.svc resolves to no address"):
