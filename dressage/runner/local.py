@@ -235,23 +235,29 @@ class LocalRun:
         return list(urls)
 
     async def _start_proxy(self, engine_urls: list[str], model_dir: Path) -> str:
-        argv = python_module(
-            "proxy", "--config", str(self.options.manifest),
-            "--engine-urls", ",".join(engine_urls),
-            "--host", "127.0.0.1", "--port", "0",
-            "--model", str(model_dir),
-        )  # fmt: skip
-        child = ChildProcess(
-            "proxy",
-            argv,
-            log_path=self.root / "logs" / "proxy.log",
-            cpus=self.spec.local.engine_cpus,
-        )
-        self.children.append(child)
-        child.start()
-        url = await child.wait_for(PROXY_READY, STARTUP_DEADLINE_S)
-        self.out(f"proxy ready: {url}")
-        return url
+        """Start `spec.proxy.replicas` proxies (one by default); their URLs, comma-separated,
+        as the rollout client takes them (it hashes each prompt group onto one replica)."""
+        urls = []
+        for replica in range(self.spec.proxy.replicas):
+            argv = python_module(
+                "proxy", "--config", str(self.options.manifest),
+                "--engine-urls", ",".join(engine_urls),
+                "--host", "127.0.0.1", "--port", "0",
+                "--model", str(model_dir),
+            )  # fmt: skip
+            name = "proxy" if replica == 0 else f"proxy-{replica}"
+            child = ChildProcess(
+                name,
+                argv,
+                log_path=self.root / "logs" / f"{name}.log",
+                cpus=self.spec.local.engine_cpus,
+            )
+            self.children.append(child)
+            child.start()
+            url = await child.wait_for(PROXY_READY, STARTUP_DEADLINE_S)
+            self.out(f"{name} ready: {url}")
+            urls.append(url)
+        return ",".join(urls)
 
     def shutdown(self, *, report: bool = True) -> None:
         """Stop children (proxy first, then engines), the metrics server; write the report
