@@ -12,8 +12,10 @@ and any replica lost would fail nearly every group in flight.
 Rendezvous hashing keeps no ring: each key's replica depends only on the key and the replica
 set, so every client (the trainer's, a separate rollout process) agrees without talking, and
 removing a replica moves only the keys it held (each to its next-highest replica) while adding
-one takes only the keys it now scores highest on. The replicas are named by stable URLs (one
-per StatefulSet pod on a cluster), so the hash does not move when a replica restarts.
+one takes only the keys it now scores highest on. On a cluster the replicas are the addresses
+of a headless Service (pod IPs, which change when a pod is replaced), so the client pins each
+group to the replica it started on until its segment read (`dressage.proxy.client`): a
+replaced replica's new address takes only groups started after it appeared.
 """
 
 from __future__ import annotations

@@ -202,6 +202,12 @@ class Kubelet:
                     thread.join(timeout=15)
         for pod in pods:
             self._kill(pod, signal.SIGKILL)
+        for pod in pods:
+            for state in list(pod.containers.values()):
+                if state.process is not None:
+                    # Reaped here, not by a pod thread that may have timed out: a Popen left
+                    # unwaited warns ("still running") when it is collected in a later test.
+                    state.process.wait(timeout=30)
 
     def evict(self, name: str, reason: str = "Evicted") -> None:
         """Kill the pod's processes at once and fail it, as a node lost or an eviction does."""
