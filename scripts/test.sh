@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: set up, lint, type-check, test.
-# pytest runs the suite once without the contract tier (in $DRESSAGE_TEST_WORKERS parallel
-# processes when set, pytest-xdist, one test file per process at a time; default 0: in one
-# process, since the cluster-shaped operator tests are timing-sensitive when two run beside
-# each other on two cores), then the contract tier once per SGLang
-# release of the matrix (dressage.api.sglang.SGLANG_TESTED_RELEASES), each in a subprocess
-# with that release's environment (scripts/sglang-compat.sh). Every run goes ahead even when
-# an earlier one failed; the script fails when any of them did.
+# pytest runs the suite once without the contract tier, then the contract tier once per SGLang
+# release of the matrix (dressage.api.sglang.SGLANG_TESTED_RELEASES), each in a subprocess with
+# that release's environment (scripts/sglang-compat.sh). Each pytest run uses
+# $DRESSAGE_TEST_WORKERS processes (pytest-xdist, default 2; 0 runs in one process) with
+# `--dist loadfile`: a test file per process at a time, except the cluster-shaped operator
+# files, which share one group (tests/conftest.py, SERIAL_FILES) so that two of them never run
+# side by side. Every run goes ahead even when an earlier one failed; the script fails when any
+# of them did.
 # Extra arguments are pytest options for every run (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,12 +25,12 @@ lint-imports --no-cache
 
 failed=()
 echo "== pytest (all but the contract tier)"
-python -m pytest --ignore=tests/contract -n "${DRESSAGE_TEST_WORKERS:-0}" --dist loadfile "$@" \
-  || failed+=("the suite")
+workers=(-n "${DRESSAGE_TEST_WORKERS:-2}" --dist loadfile)
+python -m pytest --ignore=tests/contract "${workers[@]}" "$@" || failed+=("the suite")
 read -r -a releases <<< "$(python -c \
   'from dressage.api.sglang import SGLANG_TESTED_RELEASES as r; print(*r)')"
 for release in "${releases[@]}"; do
-  bash scripts/sglang-compat.sh "$release" -- -q "$@" || failed+=("the contract tier on SGLang $release")
+  bash scripts/sglang-compat.sh "$release" -- -q "${workers[@]}" "$@" || failed+=("the contract tier on SGLang $release")
 done
 
 if [ ${#failed[@]} -gt 0 ]; then

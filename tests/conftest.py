@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from _pytest.mark.expression import Expression
+from xdist.remote import Producer
+from xdist.scheduler import LoadFileScheduling, Scheduling
 
 TESTS = Path(__file__).resolve().parent
 TIERS = {
@@ -29,6 +31,20 @@ TIERS = {
 ADDED = ("slow", "integration")
 """Markers a test module may add to its tier's (the operator's and the contract tier's
 end-to-end tests are `integration` too)."""
+SERIAL = "cluster-shaped"
+SERIAL_FILES = frozenset(
+    {
+        "operator/test_cluster_run.py",
+        "operator/test_cluster_weight_sync.py",
+        "operator/test_autoscaling_e2e.py",
+        "operator/test_operator_code_e2e.py",
+    }
+)
+"""Test files that run a whole job on the test kubelet (operator, trainer, engines and proxy as
+processes, probes with their timeouts). Under pytest-xdist with `--dist loadfile` (as
+`scripts/test.sh` runs it) they are one work unit (`SuiteScheduling`), so one process runs
+them one after another and two of them never compete for the same two cores; every other file
+is a unit of its own."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,6 +62,29 @@ def tier_of(path: Path) -> str | None:
     except ValueError:
         return None
     return TIERS.get(relative.parts[0]) if len(relative.parts) > 1 else None
+
+
+def work_unit_of(nodeid: str) -> str:
+    """The pytest-xdist work unit of a test (its node id, relative to the repository):
+    `SERIAL` for the cluster-shaped files, else its file under `tests/`."""
+    path = nodeid.split("::", 1)[0]
+    prefix = f"{TESTS.name}/"
+    relative = path[len(prefix) :] if path.startswith(prefix) else path
+    return SERIAL if relative in SERIAL_FILES else relative
+
+
+class SuiteScheduling(LoadFileScheduling):
+    """`--dist loadfile` with the cluster-shaped files (`SERIAL_FILES`) as one unit. (xdist's
+    own `loadgroup` cannot express this under pytest 9: it renames node ids through an
+    attribute pytest 9 no longer reads, so its groups never form.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return work_unit_of(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """The suite's scheduler for `--dist loadfile`; xdist's own for any other mode."""
+    return SuiteScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -67,14 +67,17 @@ class BlackboxRollout(GroupAgent[Prompt]):
 
     async def trajectory(self, index: int, prompt: Prompt, session: TrajectorySession) -> Scored:
         await self.client.create_session(session.session_id, session.group_id)
-        output = await self._run_agent(session.session_id, prompt)
+        output = await self._run_agent(session, prompt)
         return await scored(self.task, prompt, output)
 
-    async def _run_agent(self, session_id: str, prompt: Prompt) -> str:
+    async def _run_agent(self, session: TrajectorySession, prompt: Prompt) -> str:
         question = prompt.text
         env = dict(
             os.environ,
-            OPENAI_BASE_URL=self.client.session_base_url(session_id),
+            # The replica that holds the session's group (`dressage.proxy.affinity`).
+            OPENAI_BASE_URL=self.client.session_base_url(
+                session.session_id, instance_id=session.group_id
+            ),
             OPENAI_API_KEY=self.api_key,
             AGENT_MAX_TOKENS=str(self.sampling.max_new_tokens),
             AGENT_TEMPERATURE=str(self.sampling.temperature),
@@ -100,7 +103,7 @@ class BlackboxRollout(GroupAgent[Prompt]):
             raise
         if process.returncode != 0:
             stderr = err.decode(errors="replace")
-            code = await self.client.refusal(session_id)
+            code = await self.client.refusal(session.session_id, instance_id=session.group_id)
             if code is not None:
                 tail = stderr.strip().splitlines()[-1:] or [""]
                 raise RolloutError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
@@ -35,7 +36,8 @@ async def collect_group(
 
     Each trajectory gets its own proxy session (`<group_id>-t<i>`) in instance `group_id`. If
     any trajectory fails, the group is incomplete: its sessions are discarded, what finished is
-    drained, and the first error is raised, so the collector retries the whole prompt group.
+    drained (best effort), and the first error is raised, so the collector retries the whole
+    prompt group.
     """
     sessions = [f"{group_id}-t{i}" for i in range(group_size)]
     results = await asyncio.gather(
@@ -43,8 +45,11 @@ async def collect_group(
     )
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
-        await asyncio.gather(*(client.discard(s) for s in sessions))
-        await client.segments(group_id)
+        await asyncio.gather(*(client.discard(s, instance_id=group_id) for s in sessions))
+        # Best effort, as the discards: when the proxy replica that held the group is gone,
+        # there is nothing to drain, and the group's failure keeps its own reason.
+        with contextlib.suppress(RolloutError):
+            await client.segments(group_id)
         first = next((e for e in errors if isinstance(e, GroupFailed)), errors[0])
         if isinstance(first, asyncio.CancelledError | GroupFailed):
             raise first  # a GroupFailed keeps its reason (a proxy refusal, a reward failure)
@@ -120,7 +125,7 @@ class GroupAgent(abc.ABC, Generic[P]):
             session = TrajectorySession(session_id, group_id, seed, member)
             reward = await self.trajectory(index, prompt, session)
             rewards[session_id] = reward if isinstance(reward, Scored) else Scored(reward)
-            await self.client.finalize(session_id, rewards[session_id].value)
+            await self.client.finalize(session_id, rewards[session_id].value, instance_id=group_id)
 
         group = await collect_group(self.client, group_id, self.group_size, run)
         return with_reward_metadata(group, rewards)

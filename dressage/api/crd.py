@@ -101,8 +101,8 @@ PROXY_RULES: list[Schema] = [
     {
         "rule": f"!has(self.replicas) || self.replicas <= {MAX_PROXY_REPLICAS}",
         "message": (
-            f"proxy.replicas: at most {MAX_PROXY_REPLICAS} is supported: a session lives in "
-            "one proxy's memory and the proxy Service would spread its requests over replicas"
+            f"proxy.replicas: at most {MAX_PROXY_REPLICAS} is supported: every replica pauses "
+            "and drains every engine"
         ),
         "fieldPath": ".replicas",
         "reason": "FieldValueForbidden",

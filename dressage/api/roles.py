@@ -41,18 +41,20 @@ def _engine_arg(arg: str) -> str:
     return arg
 
 
-MAX_PROXY_REPLICAS = 1
-"""A session (its turns, its finalize and its segment reads) lives in one proxy's memory and the
-proxy Service does not route a session's requests to one replica, so a job runs one proxy."""
+MAX_PROXY_REPLICAS = 16
+"""Every replica pauses, continues and drains every engine (the trainer's client and each
+engine's drain hook fan out to all of them), so each replica adds a command per engine to
+every publish and drain; past a handful of replicas that costs more than another replica's
+request rate gains."""
 
 
 def _proxy_replicas(replicas: int) -> int:
     if replicas > MAX_PROXY_REPLICAS:
         raise PydanticCustomError(
             "proxy_replicas",
-            "{replicas} proxy replicas: at most {limit} is supported, because a session lives "
-            "in one proxy's memory and the proxy Service would send its turns, finalize and "
-            "segment reads to different replicas; raise proxy.maxConcurrency instead",
+            "{replicas} proxy replicas: at most {limit} is supported, because every replica "
+            "pauses and drains every engine on each publish and drain; raise "
+            "proxy.maxConcurrency instead",
             {"replicas": replicas, "limit": MAX_PROXY_REPLICAS},
         )
     return replicas
@@ -152,10 +154,13 @@ class ProxySpec(ApiModel):
     """The rollout proxy between agents and engines."""
 
     replicas: ProxyReplicas = 1
-    """Number of proxy pods behind the proxy Service: 1. A session's turns, finalize and
-    segment reads must reach the proxy that holds it in memory, and the ClusterIP Service does
-    not route them to one replica, so more than one is refused until the proxy has sticky
-    routing; one proxy serves `maxConcurrency` generations."""
+    """Number of proxy pods (1 to 16). A prompt group's sessions live in one replica's memory:
+    the trainer's proxy client sends every request of a group to the replica that rendezvous
+    hashing on the group id picks among the ready pods of the `<job>-proxy-replicas` headless
+    Service, and fans pause, continue and weight-version changes out to every replica; each
+    engine's drain hook drains it on every replica. A replica lost costs only the groups it
+    held (retried). Each replica admits `maxConcurrency` generations. Changing it between 1
+    and more restarts the trainer gang (its proxy address changes)."""
     image: ImageRef | None = None
     """Proxy image; defaults to the runtime image of the operator's release."""
     partial_rollout: bool = False

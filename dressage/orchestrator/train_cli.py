@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from dressage.api.loader import JobValidationError, load_job
 from dressage.data.samples import DRAINED_TOKENS
+from dressage.proxy.affinity import dns_target, parse_replica_urls
 
 if TYPE_CHECKING:
     from dressage.api.job import AsyncRLJob
@@ -72,7 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"AsyncRLJob manifest (${JOB_CONFIG_ENV})",
     )
     parser.add_argument("--engine-urls", default=None, help=f"comma-separated (${ENGINE_URLS_ENV})")
-    parser.add_argument("--proxy-url", default=None, help=f"rollout proxy URL (${PROXY_URL_ENV})")
+    parser.add_argument(
+        "--proxy-url",
+        default=None,
+        help=f"rollout proxy URL, or its replicas' URLs comma-separated, or "
+        f"dns+http://HOST:PORT of their headless Service (${PROXY_URL_ENV})",
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -144,6 +150,11 @@ def resolve_wiring(args: argparse.Namespace, environ: Mapping[str, str]) -> Wiri
             f"dressage train needs --engine-urls (or ${ENGINE_URLS_ENV}) and --proxy-url "
             f"(or ${PROXY_URL_ENV})"
         )
+    try:
+        if dns_target(proxy_url) is None:
+            parse_replica_urls(proxy_url)
+    except ValueError as exc:
+        raise ValueError(f"--proxy-url (${PROXY_URL_ENV}): {exc}") from None
     port = args.metrics_port
     if port is None:
         port = _env_int(environ, METRICS_PORT_ENV)

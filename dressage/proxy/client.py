@@ -1,17 +1,31 @@
 """The proxy's client: the endpoints that agents, collectors and the weight publisher call.
 
 One `ProxyRolloutClient` per process, created and closed by whoever wires the job (the
-orchestrator). Every HTTP failure becomes a `RolloutError` carrying the proxy's stable error
-name (`dressage.proxy.errors`), so the collectors count failures by reason and retry the whole
+orchestrator), over one proxy or several replicas of it. With replicas, every request of one
+prompt group (its sessions' turns, finalize, refusal and discard, the OpenAI base URL a
+blackbox agent gets, and the group's segment read) goes to the replica that rendezvous hashing
+gives the group's id (`dressage.proxy.affinity`); the control calls (pause, continue, the
+weight version, the engine set) go to every replica (`_fan_out`): a replica that takes no
+connection or does not answer is counted in `unreachable`, logged, and left out, so a publish
+proceeds for the others (the groups it held fail anyway and are retried); one that answers an
+error fails the call, as a single proxy's error does; no replica answering fails it.
+
+Every HTTP failure becomes a `RolloutError` carrying the proxy's stable error name
+(`dressage.proxy.errors`), so the collectors count failures by reason and retry the whole
 prompt group; an error name that the proxy's staleness refusals answer
 (`dressage.proxy.staleness.staleness_error_names`) marks it as a staleness failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
-from collections.abc import Mapping, Sequence
+import socket
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +34,22 @@ import aiohttp
 from dressage.data.codec import record_to_sample
 from dressage.data.groups import GroupFailed
 from dressage.data.samples import Sample
+from dressage.proxy.affinity import dns_target, parse_replica_urls, replica_for, replica_urls_of
 from dressage.proxy.staleness import staleness_error_names
+
+log = logging.getLogger("dressage.proxy.client")
+
+REPLICA_REFRESH_S = 5.0
+"""Seconds between two resolutions of a `dns+http://` replica source."""
+
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+"""`(host, port) -> addresses`: how a `dns+http://HOST:PORT` source is resolved."""
+
+
+async def resolve_addresses(host: str, port: int) -> Sequence[str]:
+    """Every address `host` resolves to (the A/AAAA records of a headless Service)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
 
 
 class RolloutError(GroupFailed):
@@ -88,6 +117,35 @@ class EngineSet:
         return cls(_label(version), engines)
 
 
+def merge_engine_sets(views: Sequence[EngineSet]) -> EngineSet:
+    """The engine set of several proxy replicas, which follow one engine list but each judge
+    the engines' health and read their versions on their own: every engine any replica lists
+    (in first-seen order); healthy or routable where any replica finds it so; its version as
+    the first replica that finds it healthy reads it (else the first that lists it). The set's
+    weight version is the replicas' common one, or None when they disagree: a replica that
+    restarted has lost the version, and the publisher's catch-up, seeing None, states it to
+    every replica again."""
+    if not views:
+        raise ValueError("no engine set to merge")
+    targets = {view.weight_version for view in views}
+    by_url: dict[str, list[EngineView]] = {}
+    for view in views:
+        for engine in view.engines:
+            by_url.setdefault(engine.url, []).append(engine)
+    merged = []
+    for url, seen in by_url.items():
+        healthy = [e for e in seen if e.healthy]
+        merged.append(
+            EngineView(
+                url=url,
+                healthy=bool(healthy),
+                routable=any(e.routable for e in seen),
+                weight_version=(healthy or seen)[0].weight_version,
+            )
+        )
+    return EngineSet(targets.pop() if len(targets) == 1 else None, tuple(merged))
+
+
 def _label(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -105,13 +163,78 @@ class ProxyRolloutClient:
     connection and every waiting request whenever a request starts or ends, so hundreds of
     long generations in flight cost milliseconds of CPU per request (see the README's
     long-tail benchmark).
+
+    `base_url`: the proxy's URL, or its replicas' URLs (a sequence, or one comma-separated
+    string as `DRESSAGE_PROXY_URL` carries them), or `dns+http://HOST:PORT`: every address of
+    HOST (a headless Service of the proxy pods), resolved again every `REPLICA_REFRESH_S`.
+    Every session-bound call names the session's group (`instance_id`), which picks the
+    replica (`replica_url`); a group keeps the replica it started on until its segments are
+    read, so a replica that joins the resolved set (a restarted pod under a new address) takes
+    only groups that start after it.
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 600.0, token: str | None = None):
-        self.base_url = base_url.rstrip("/")
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        *,
+        timeout_s: float = 600.0,
+        token: str | None = None,
+        resolver: Resolver = resolve_addresses,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._dns = dns_target(base_url) if isinstance(base_url, str) else None
+        self.replicas: tuple[str, ...] = () if self._dns else parse_replica_urls(base_url)
+        """The proxy replicas' URLs (one for a single proxy; for a `dns+` source, as last
+        resolved)."""
+        self.base_url = str(base_url).rstrip("/") if self._dns else self.replicas[0]
         self.timeout_s = timeout_s
+        self.unreachable: Counter[str] = Counter()
+        """Per replica URL, the control calls it did not answer (left out of a fan-out)."""
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
+        self._pinned: dict[str, str] = {}
+        """Group id -> the replica its sessions live on, from its first call to its segment
+        read."""
+        self._resolver = resolver
+        self._clock = clock
+        self._resolved_at: float | None = None
+
+    async def _refresh(self) -> None:
+        """Resolve a `dns+` source when it is due; a failed resolution keeps the last answer
+        (RolloutError when there is none)."""
+        if self._dns is None:
+            return
+        now = self._clock()
+        if self._resolved_at is not None and now - self._resolved_at < REPLICA_REFRESH_S:
+            return
+        scheme, host, port = self._dns
+        try:
+            urls = replica_urls_of(scheme, await self._resolver(host, port), port)
+        except OSError as exc:
+            urls = ()
+            log.warning("proxy replicas %s: cannot resolve %s: %s", self.base_url, host, exc)
+        self._resolved_at = now
+        if urls:
+            if urls != self.replicas and self.replicas:
+                log.info("proxy replicas now %s", ", ".join(urls))
+            self.replicas = urls
+        elif not self.replicas:
+            raise RolloutError(f"proxy replicas {self.base_url}: {host} resolves to no address")
+
+    def replica_url(self, instance_id: str) -> str:
+        """The URL of the replica that holds group `instance_id`'s sessions."""
+        if self._dns is None and len(self.replicas) == 1:
+            return self.replicas[0]
+        url = self._pinned.get(instance_id)
+        if url is None:
+            if not self.replicas:
+                raise RolloutError(f"proxy replicas {self.base_url}: none resolved yet")
+            url = self._pinned[instance_id] = replica_for(instance_id, self.replicas)
+        return url
+
+    async def _replica(self, instance_id: str) -> str:
+        await self._refresh()
+        return self.replica_url(instance_id)
 
     async def aclose(self) -> None:
         sessions, self._sessions = list(self._sessions.values()), {}
@@ -138,11 +261,13 @@ class ProxyRolloutClient:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         control: bool = False,
+        base: str | None = None,
     ) -> tuple[int, bytes]:
-        """`method path` on the proxy: the answer's status and body, or a `RolloutError`."""
+        """`method path` on the proxy (replica `base`, default the first): the answer's status
+        and body, or a `RolloutError` (its `status` None when no answer came)."""
         try:
             async with self._session(control).request(
-                method, self.base_url + path, json=body, params=params, headers=headers
+                method, (base or self.replicas[0]) + path, json=body, params=params, headers=headers
             ) as response:
                 return response.status, await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -155,17 +280,71 @@ class ProxyRolloutClient:
         *,
         headers: Mapping[str, str] | None = None,
         control: bool = False,
+        base: str | None = None,
     ) -> Any:
         status, data = await self._request(
-            "POST", path, body=body, headers=headers, control=control
+            "POST", path, body=body, headers=headers, control=control, base=base
         )
         return self._answer(f"POST {path}", status, data)
 
     async def _get(
-        self, path: str, *, params: Mapping[str, str] | None = None, control: bool = False
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        control: bool = False,
+        base: str | None = None,
     ) -> Any:
-        status, data = await self._request("GET", path, params=params, control=control)
+        status, data = await self._request("GET", path, params=params, control=control, base=base)
         return self._answer(f"GET {path}", status, data)
+
+    async def _fan_out(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        replicas: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """`method path` on every replica (of `replicas`, default all) at once, on the control
+        session: the answers of those that answered, by URL.
+
+        A replica that takes no connection or does not answer in time is counted in
+        `unreachable`, logged and left out: its sessions are lost with it (their groups fail
+        and are retried), and the others must not wait for it. A replica that answers an error
+        raises that error once every replica was asked, so none is skipped because another
+        refused (a continue must reach all). No replica answering raises the first failure."""
+        if replicas is None:
+            await self._refresh()
+        targets = list(self.replicas if replicas is None else replicas)
+
+        async def call(url: str) -> Any:
+            if method == "GET":
+                return await self._get(path, control=True, base=url)
+            return await self._post(path, body or {}, control=True, base=url)
+
+        results = await asyncio.gather(*(call(url) for url in targets), return_exceptions=True)
+        answers: dict[str, Any] = {}
+        refused: RolloutError | None = None
+        lost: list[RolloutError] = []
+        for url, result in zip(targets, results, strict=True):
+            if isinstance(result, RolloutError) and result.status is None:
+                self.unreachable[url] += 1
+                log.warning("proxy replica %s did not answer %s %s: %s", url, method, path, result)
+                lost.append(result)
+            elif isinstance(result, BaseException):
+                if not isinstance(result, RolloutError):
+                    raise result  # a cancellation, or a bug
+                refused = refused or RolloutError(
+                    f"proxy replica {url}: {result}", status=result.status, code=result.code
+                )
+            else:
+                answers[url] = result
+        if refused is not None:
+            raise refused
+        if not answers:
+            raise lost[0]
+        return answers
 
     @staticmethod
     def _answer(what: str, status: int, data: bytes) -> Any:
@@ -209,17 +388,27 @@ class ProxyRolloutClient:
             params["sampling_seed"] = seed
         body = {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
         data = await self._post(
-            "/generate", body, headers={"X-Session-Id": session_id, "X-Instance-Id": instance_id}
+            "/generate",
+            body,
+            headers={"X-Session-Id": session_id, "X-Instance-Id": instance_id},
+            base=await self._replica(instance_id),
         )
         return [int(t) for t in data["output_ids"]]
 
     async def create_session(self, session_id: str, instance_id: str) -> None:
         """Open a session ahead of an agent that cannot send `X-Instance-Id` itself."""
-        await self._post("/sessions", {"session_id": session_id, "instance_id": instance_id})
+        await self._post(
+            "/sessions",
+            {"session_id": session_id, "instance_id": instance_id},
+            base=await self._replica(instance_id),
+        )
 
-    async def refusal(self, session_id: str) -> str | None:
-        """The stable error name the proxy stopped `session_id` with, if it did."""
-        status, data = await self._request("GET", f"/sessions/{session_id}")
+    async def refusal(self, session_id: str, *, instance_id: str) -> str | None:
+        """The stable error name the proxy stopped `session_id` (of group `instance_id`) with,
+        if it did."""
+        status, data = await self._request(
+            "GET", f"/sessions/{session_id}", base=await self._replica(instance_id)
+        )
         if status != 200:
             return None
         refusal = json.loads(data).get("refusal")
@@ -228,45 +417,73 @@ class ProxyRolloutClient:
         code = refusal.get("code") or refusal.get("type")
         return str(code) if code else None
 
-    def session_base_url(self, session_id: str) -> str:
-        """An OpenAI base URL that carries the session in its path, for unmodified agents."""
-        return f"{self.base_url}/s/{session_id}/v1"
+    def session_base_url(self, session_id: str, *, instance_id: str) -> str:
+        """An OpenAI base URL that carries the session in its path, for unmodified agents: on
+        the replica that holds the session's group `instance_id`."""
+        return f"{self.replica_url(instance_id)}/s/{session_id}/v1"
 
-    async def finalize(self, session_id: str, reward: float | None) -> None:
-        await self._post(f"/sessions/{session_id}/finalize", {"reward": reward})
+    async def finalize(self, session_id: str, reward: float | None, *, instance_id: str) -> None:
+        await self._post(
+            f"/sessions/{session_id}/finalize",
+            {"reward": reward},
+            base=await self._replica(instance_id),
+        )
 
-    async def discard(self, session_id: str) -> None:
+    async def discard(self, session_id: str, *, instance_id: str) -> None:
         """Forget a session (best effort: a failed trajectory's session may not exist)."""
         try:
-            await self._request("DELETE", f"/sessions/{session_id}")
+            await self._request(
+                "DELETE", f"/sessions/{session_id}", base=await self._replica(instance_id)
+            )
         except RolloutError:
             return
 
     async def segments(self, instance_id: str) -> list[Sample]:
-        """Drain the finished segment records of `instance_id` as training samples."""
-        data = await self._get("/segments", params={"instance_id": instance_id, "drain": "true"})
+        """Drain the finished segment records of `instance_id` as training samples: the
+        group's last call, which ends its hold on its replica."""
+        try:
+            data = await self._get(
+                "/segments",
+                params={"instance_id": instance_id, "drain": "true"},
+                base=await self._replica(instance_id),
+            )
+        finally:
+            self._pinned.pop(instance_id, None)
         return [record_to_sample(r) for r in data["segments"]]
 
     async def pause(self, mode: str = "in_place") -> None:
-        await self._post("/pause_generation", {"mode": mode}, control=True)
+        """Pause generation on every replica. With several, every replica's gate is closed
+        first (`"engines": false`) and only then are the engines paused: an engine paused by
+        one replica aborts the generations of all, and a replica whose gate were still open
+        would take such an abort for a client's and end the turn short instead of resuming
+        it."""
+        reached = None
+        if len(self.replicas) > 1:
+            gated = await self._fan_out(
+                "POST", "/pause_generation", {"mode": mode, "engines": False}
+            )
+            reached = list(gated)
+        await self._fan_out("POST", "/pause_generation", {"mode": mode}, replicas=reached)
 
     async def resume(self, weight_version: str | None = None) -> None:
-        """Continue generation; with `weight_version`, the proxy routes only to engines that
-        serve it from now on."""
+        """Continue generation on every replica; with `weight_version`, they route only to
+        engines that serve it from now on."""
         body = {} if weight_version is None else {"weight_version": weight_version}
-        await self._post("/continue_generation", body, control=True)
+        await self._fan_out("POST", "/continue_generation", body)
 
     async def engines(self) -> EngineSet:
-        """The engines behind the proxy and the weight version it routes to."""
-        return EngineSet.from_json(await self._get("/dressage/engines", control=True))
+        """The engines behind the proxy replicas and the weight version they route to
+        (`merge_engine_sets`)."""
+        answers = await self._fan_out("GET", "/dressage/engines")
+        return merge_engine_sets([EngineSet.from_json(a) for a in answers.values()])
 
     async def set_weight_version(self, weight_version: str) -> EngineSet:
-        """Tell the proxy the job's current weight version (it reads every engine's version
-        and routes only to those serving it); answers the engine set after the change."""
-        data = await self._post(
-            "/dressage/weight_version", {"weight_version": weight_version}, control=True
+        """Tell every replica the job's current weight version (each reads every engine's
+        version and routes only to those serving it); answers the engine set after it."""
+        answers = await self._fan_out(
+            "POST", "/dressage/weight_version", {"weight_version": weight_version}
         )
-        return EngineSet.from_json(data)
+        return merge_engine_sets([EngineSet.from_json(a) for a in answers.values()])
 
 
 def _failure(exc: BaseException) -> str:

@@ -86,10 +86,19 @@ brought it to V. `GET /dressage/engines`: the current version and each engine (`
 `sglang_version`). With `--engine-urls-file` the engine set follows that file while the proxy
 runs (see `dressage.proxy.config`).
 
-`POST /dressage/engines/drain {"url", "timeout_s"?}`: the engine takes no new turn, its
-generations in flight are aborted and continue on other engines (partial rollout keeps their
-tokens), and the answer comes once none is left on it (504 `drain_timeout` otherwise);
-`POST /dressage/engines/undrain {"url"}` routes to it again (`dressage.proxy.drain`).
+`POST /dressage/engines/drain {"url", "timeout_s"?, "abort"?}`: the engine takes no new turn,
+its generations in flight are aborted and continue on other engines (partial rollout keeps
+their tokens), and the answer comes once none is left on it (504 `drain_timeout` otherwise);
+with `"abort": false` it only stops routing there and answers at once (the first step of a
+drain over several proxy replicas). `POST /dressage/engines/undrain {"url"}` routes to it again
+(`dressage.proxy.drain`).
+
+Several replicas of the proxy may serve one engine set (`spec.proxy.replicas`): the client
+sends every call of a prompt group to one replica (`dressage.proxy.affinity`) and fans the
+control calls out to all of them (`dressage.proxy.client`); `/pause_generation {"mode",
+"engines": false}` closes a replica's gate without pausing the engines, so that every gate is
+closed before any engine is paused. Each replica follows the same engine list; the gateway's
+`/workers` changes the list of the one replica it reaches.
 
 `GET /workers`, `POST /workers {"url"}`, `DELETE /workers/{id}` and `POST /abort_request`
 (SGLang Model Gateway's, for slime and miles pointed at the proxy as their router): the

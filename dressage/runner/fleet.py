@@ -94,8 +94,9 @@ class LocalFleet:
         self.cpus = cpus
         self.startup_deadline_s = startup_deadline_s
         self.urls_file = root / "engines.txt"
-        self.proxy_url: str | None = None
-        """Where `drain` reaches the proxy (set once the proxy serves)."""
+        self.proxy_urls: list[str] = []
+        """The proxy replicas (set once they serve): `drain` drains on every one, `add` waits
+        until every one routes to the new engine."""
         self.children: dict[str, ChildProcess] = {}
         """Every engine started, by name, running or not (in start order)."""
         self.urls: dict[str, str] = {}
@@ -154,20 +155,19 @@ class LocalFleet:
         """When the proxy first listed `url` as routable (`time.monotonic()`), None past the
         deadline (or without a proxy to ask)."""
         self._last_view = None
-        if self.proxy_url is None:
+        if not self.proxy_urls:
             return None
         end = time.monotonic() + deadline_s
         async with httpx.AsyncClient(timeout=10.0) as client:
             while time.monotonic() < end:
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    body = (await client.get(f"{self.proxy_url}/dressage/engines")).json()
-                    for engine in body.get("engines", []):
-                        if engine.get("url") != url:
-                            continue
-                        self._last_view = engine
-                        if engine.get("routable"):
-                            self._routed_version = engine.get("weight_version")
-                            return time.monotonic()
+                views = await asyncio.gather(
+                    *(_engine_view(client, proxy, url) for proxy in self.proxy_urls)
+                )
+                pending = [v for v in views if v is None or not v.get("routable")]
+                if not pending:
+                    self._routed_version = views[0].get("weight_version") if views[0] else None
+                    return time.monotonic()
+                self._last_view = pending[0]
                 await asyncio.sleep(0.2)
         return None
 
@@ -187,24 +187,37 @@ class LocalFleet:
 
     async def drain(self, name: str, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> FleetChange:
         """Drain engine `name` through the proxy, then stop it (SIGTERM) and unlist it. The
-        engine stops even when the drain failed (`ok` False, the proxy's answer in `detail`),
-        as an engine pod does once its `preStop` hook returned."""
+        engine stops even when the drain failed (`ok` False, the proxies' answers in
+        `detail`), as an engine pod does once its `preStop` hook returned. With several proxy
+        replicas it does what the hook does: mark the engine draining on every replica
+        (`"abort": false`), then drain it on each, since one replica's abort ends the engine's
+        generations of all of them."""
         child, url = self._listed(name)
-        if self.proxy_url is None:
-            raise RuntimeError("the fleet drains through the proxy: set proxy_url first")
+        if not self.proxy_urls:
+            raise RuntimeError("the fleet drains through the proxy: set proxy_urls first")
         started = time.monotonic()
-        detail: dict[str, Any]
-        try:
-            async with httpx.AsyncClient(timeout=timeout_s + _HTTP_MARGIN_S) as client:
-                answer = await client.post(
-                    f"{self.proxy_url}/dressage/engines/drain",
-                    json={"url": url, "timeout_s": timeout_s},
+        async with httpx.AsyncClient(timeout=timeout_s + _HTTP_MARGIN_S) as client:
+
+            async def call(proxy: str, body: dict[str, Any]) -> dict[str, Any]:
+                try:
+                    answer = await client.post(f"{proxy}/dressage/engines/drain", json=body)
+                except httpx.HTTPError as exc:
+                    return {"proxy": proxy, "error": f"{type(exc).__name__}: {exc}"}
+                return {
+                    "proxy": proxy,
+                    "status": answer.status_code,
+                    "answer": _json_or_text(answer),
+                }
+
+            if len(self.proxy_urls) > 1:
+                await asyncio.gather(
+                    *(call(p, {"url": url, "abort": False}) for p in self.proxy_urls)
                 )
-            detail = {"status": answer.status_code, "answer": _json_or_text(answer)}
-            ok = answer.status_code == 200
-        except httpx.HTTPError as exc:
-            detail = {"error": f"{type(exc).__name__}: {exc}"}
-            ok = False
+            answers = await asyncio.gather(
+                *(call(p, {"url": url, "timeout_s": timeout_s}) for p in self.proxy_urls)
+            )
+        ok = all(a.get("status") == 200 for a in answers)
+        detail: dict[str, Any] = dict(answers[0]) if len(answers) == 1 else {"replicas": answers}
         detail["drain_seconds"] = round(time.monotonic() - started, 3)
         detail["exit_code"] = await asyncio.to_thread(child.stop, STOP_GRACE_S)
         self._unlist(name)
@@ -330,8 +343,8 @@ class ChurnDriver:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
-        if self.fleet.proxy_url is not None:
-            self.proxy = await read_proxy_churn_figures(self.fleet.proxy_url)
+        if self.fleet.proxy_urls:
+            self.proxy = await read_proxy_churn_figures(self.fleet.proxy_urls)
         self._write()
 
     def summary(self) -> dict[str, Any]:
@@ -350,37 +363,59 @@ class ChurnDriver:
         self.path.write_text(json.dumps(self.summary(), indent=2) + "\n", encoding="utf-8")
 
 
-async def read_proxy_churn_figures(proxy_url: str) -> dict[str, Any]:
-    """The proxy's counters of what churn cost: turns and tokens moved by drains, the moved
-    tokens whose turn then failed (by reason), turns an engine failure hit (by reason),
-    generations resent; empty when the proxy does not answer."""
-    try:
-        async with httpx.AsyncClient(timeout=10.0) as client:
-            answer = await client.get(f"{proxy_url}/metrics")
-        answer.raise_for_status()
-    except httpx.HTTPError:
-        return {}
+async def read_proxy_churn_figures(proxy_urls: Sequence[str]) -> dict[str, Any]:
+    """The proxies' counters of what churn cost, summed over the replicas: turns and tokens
+    moved by drains, the moved tokens whose turn then failed (by reason), turns an engine
+    failure hit (by reason), generations resent; a replica that does not answer adds
+    nothing (`replicas_read` says how many did)."""
     figures: dict[str, Any] = {
         "drained_turns": 0.0,
         "drained_tokens": 0.0,
         "engine_retries": 0.0,
         "engine_failed_turns": {},
         "drained_tokens_lost": {},
+        "replicas_read": 0,
     }
     plain = {
         PROXY_DRAINED_TURNS: "drained_turns",
         PROXY_DRAINED_TOKENS: "drained_tokens",
         PROXY_ENGINE_RETRIES: "engine_retries",
     }
-    for family in text_string_to_metric_families(answer.text):
-        for sample in family.samples:
-            if sample.name in plain:
-                figures[plain[sample.name]] = sample.value
-            elif sample.name == PROXY_ENGINE_FAILED_TURNS:
-                figures["engine_failed_turns"][sample.labels["reason"]] = sample.value
-            elif sample.name == PROXY_DRAINED_TOKENS_LOST:
-                figures["drained_tokens_lost"][sample.labels["reason"]] = sample.value
+    by_reason = {
+        PROXY_ENGINE_FAILED_TURNS: "engine_failed_turns",
+        PROXY_DRAINED_TOKENS_LOST: "drained_tokens_lost",
+    }
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        for proxy in proxy_urls:
+            try:
+                answer = await client.get(f"{proxy}/metrics")
+                answer.raise_for_status()
+            except httpx.HTTPError:
+                continue
+            figures["replicas_read"] += 1
+            for family in text_string_to_metric_families(answer.text):
+                for sample in family.samples:
+                    if sample.name in plain:
+                        figures[plain[sample.name]] += sample.value
+                    elif sample.name in by_reason:
+                        counts = figures[by_reason[sample.name]]
+                        reason = sample.labels["reason"]
+                        counts[reason] = counts.get(reason, 0.0) + sample.value
     return figures
+
+
+async def _engine_view(client: httpx.AsyncClient, proxy: str, url: str) -> dict[str, Any] | None:
+    """One proxy's entry for engine `url` in `GET /dressage/engines` (None: not listed, or
+    the proxy did not answer)."""
+    try:
+        body = (await client.get(f"{proxy}/dressage/engines")).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    for engine in body.get("engines", []):
+        if engine.get("url") == url:
+            found: dict[str, Any] = engine
+            return found
+    return None
 
 
 def _json_or_text(answer: httpx.Response) -> Any:

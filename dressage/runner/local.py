@@ -156,7 +156,7 @@ class LocalRun:
         proxy_url = await self._start_proxy(model_dir)
         fleet = self.fleet
         assert fleet is not None
-        fleet.proxy_url = proxy_url
+        fleet.proxy_urls = proxy_url.split(",")
         if self.options.churn:
             self.churn = ChurnDriver(fleet, self.options.churn, model=model_dir, out=self.out)
             self.out(f"churn: {', '.join(str(e) for e in self.options.churn)}")
@@ -260,24 +260,31 @@ class LocalRun:
         return urls
 
     async def _start_proxy(self, model_dir: Path) -> str:
+        """Start `spec.proxy.replicas` proxies (one by default), each reading the fleet's
+        engine URLs file; their URLs, comma-separated, as the rollout client takes them (it
+        hashes each prompt group onto one replica)."""
         assert self.fleet is not None
-        argv = python_module(
-            "proxy", "--config", str(self.options.manifest),
-            "--engine-urls-file", str(self.fleet.urls_file),
-            "--host", "127.0.0.1", "--port", "0",
-            "--model", str(model_dir),
-        )  # fmt: skip
-        child = ChildProcess(
-            "proxy",
-            argv,
-            log_path=self.root / "logs" / "proxy.log",
-            cpus=self.spec.local.engine_cpus,
-        )
-        self.children.append(child)
-        child.start()
-        url = await child.wait_for(PROXY_READY, STARTUP_DEADLINE_S)
-        self.out(f"proxy ready: {url}")
-        return url
+        urls = []
+        for replica in range(self.spec.proxy.replicas):
+            argv = python_module(
+                "proxy", "--config", str(self.options.manifest),
+                "--engine-urls-file", str(self.fleet.urls_file),
+                "--host", "127.0.0.1", "--port", "0",
+                "--model", str(model_dir),
+            )  # fmt: skip
+            name = "proxy" if replica == 0 else f"proxy-{replica}"
+            child = ChildProcess(
+                name,
+                argv,
+                log_path=self.root / "logs" / f"{name}.log",
+                cpus=self.spec.local.engine_cpus,
+            )
+            self.children.append(child)
+            child.start()
+            url = await child.wait_for(PROXY_READY, STARTUP_DEADLINE_S)
+            self.out(f"{name} ready: {url}")
+            urls.append(url)
+        return ",".join(urls)
 
     def shutdown(self, *, report: bool = True) -> None:
         """Stop children (proxy first, then engines), the metrics server; write the report

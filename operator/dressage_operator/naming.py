@@ -88,7 +88,22 @@ def engine_url(job: str, namespace: str, index: int) -> str:
 
 
 def proxy_url(job: str, namespace: str) -> str:
+    """The proxy's ClusterIP Service: any replica (what is not bound to a session)."""
     return f"http://{proxy(job)}.{namespace}.svc:{PROXY_PORT}"
+
+
+def proxy_replicas_service(job: str) -> str:
+    """Name of the headless Service whose A records are the job's ready proxy pods."""
+    return f"{job}-proxy-replicas"
+
+
+def proxy_urls(job: str, namespace: str, replicas: int) -> str:
+    """What the trainer's proxy client and the engines' drain hook are given as the proxy
+    (`DRESSAGE_PROXY_URL`): one replica, the ClusterIP Service; several, `dns+http://` of the
+    headless Service, every ready proxy pod by its address (`dressage.proxy.affinity`)."""
+    if replicas == 1:
+        return proxy_url(job, namespace)
+    return f"dns+http://{proxy_replicas_service(job)}.{namespace}.svc:{PROXY_PORT}"
 
 
 def metrics_url(job: str, namespace: str) -> str:

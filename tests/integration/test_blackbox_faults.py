@@ -39,22 +39,22 @@ class Proxy:
     def __init__(self, refusal: str | None = None) -> None:
         self.refused = refusal
 
-    def session_base_url(self, session_id: str) -> str:
+    def session_base_url(self, session_id: str, *, instance_id: str) -> str:
         return f"http://127.0.0.1:9/s/{session_id}/v1"
 
     async def create_session(self, session_id: str, instance_id: str) -> None:
         return None
 
-    async def finalize(self, session_id: str, reward: float) -> None:
+    async def finalize(self, session_id: str, reward: float, *, instance_id: str) -> None:
         raise AssertionError("a failed trajectory is not finalized")
 
     async def segments(self, group_id: str) -> list[Any]:
         return []
 
-    async def discard(self, session_id: str) -> None:
+    async def discard(self, session_id: str, *, instance_id: str) -> None:
         return None
 
-    async def refusal(self, session_id: str) -> str | None:
+    async def refusal(self, session_id: str, *, instance_id: str) -> str | None:
         return self.refused
 
 

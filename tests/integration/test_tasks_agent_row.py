@@ -38,22 +38,22 @@ class RecordingProxy:
     def __init__(self) -> None:
         self.rewards: dict[str, float] = {}
 
-    def session_base_url(self, session_id: str) -> str:
+    def session_base_url(self, session_id: str, *, instance_id: str) -> str:
         return f"http://127.0.0.1:9/s/{session_id}/v1"
 
     async def create_session(self, session_id: str, instance_id: str) -> None:
         return None
 
-    async def finalize(self, session_id: str, reward: float) -> None:
+    async def finalize(self, session_id: str, reward: float, *, instance_id: str) -> None:
         self.rewards[session_id] = reward
 
     async def segments(self, group_id: str) -> list[Any]:
         return [_Segment(s) for s in self.rewards]
 
-    async def discard(self, session_id: str) -> None:
+    async def discard(self, session_id: str, *, instance_id: str) -> None:
         return None
 
-    async def refusal(self, session_id: str) -> str | None:
+    async def refusal(self, session_id: str, *, instance_id: str) -> str | None:
         return None
 
 

@@ -64,7 +64,7 @@ from dressage.api.job import InferenceSpec
 from dressage.testing import PROJECT_ROOT, free_port
 
 from .kubelet_engine import sglang_as_embedded
-from .kubelet_hooks import HookResult, grace_period_s, pre_stop_argv, run_hook
+from .kubelet_hooks import SIGTERM_WAIT_S, HookResult, grace_period_s, pre_stop_argv, run_hook
 from .kubelet_probes import ProbeResult, run_probe
 from .kubelet_processes import signal_container
 from .kubelet_status import pod_status
@@ -79,9 +79,6 @@ from .kubelet_wiring import (
 )
 
 Obj = dict[str, Any]
-SIGTERM_WAIT_S = 10.0
-"""How long a deleted pod's processes get after SIGTERM before SIGKILL (capped below the grace
-period, see `Kubelet._terminate`)."""
 
 
 @dataclass
@@ -136,8 +133,7 @@ class Kubelet:
         """How often a ConfigMap's changes reach the running pods that mount it (a kubelet
         takes up to its sync period plus its cache's TTL, about a minute)."""
         self.probes: list[ProbeResult] = []
-        self.hooks: list[HookResult] = []
-        """Every `preStop` hook run, in the order they ended."""
+        self.hooks: list[HookResult] = []  # every `preStop` hook run, in the order they ended
         self.terminated: list[str] = []
         """The pods whose graceful termination (hooks, SIGTERM, SIGKILL) is over, in order."""
         self.ports: dict[tuple[str, int], int] = {}
@@ -170,6 +166,12 @@ class Kubelet:
                     thread.join(timeout=15)
         for pod in pods:
             self._kill(pod, signal.SIGKILL)
+        for pod in pods:
+            for state in list(pod.containers.values()):
+                if state.process is not None:
+                    # Reaped here, not by a pod thread that may have timed out: a Popen left
+                    # unwaited warns ("still running") when it is collected in a later test.
+                    state.process.wait(timeout=30)
 
     def evict(self, name: str, reason: str = "Evicted") -> None:
         """Kill the pod's processes at once and fail it, as a node lost or an eviction does."""
@@ -315,9 +317,7 @@ class Kubelet:
 
     def _terminate(self, pod: _Pod) -> None:
         """A graceful delete (`kubelet_hooks`): each running container's `preStop` hook, within
-        the pod's grace period, then SIGTERM, then SIGKILL. The wait after SIGTERM is capped
-        at `SIGTERM_WAIT_S`, so a process that ignores SIGTERM costs a test seconds, not the
-        rest of its pod's grace period."""
+        the pod's grace period, then SIGTERM, then SIGKILL after at most `SIGTERM_WAIT_S`."""
         deadline = time.monotonic() + grace_period_s(pod.manifest)
         for state in list(pod.containers.values()):
             process = state.process

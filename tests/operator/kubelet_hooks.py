@@ -24,6 +24,9 @@ from typing import Any
 
 DEFAULT_GRACE_PERIOD_S = 30.0
 """`terminationGracePeriodSeconds` when a pod does not set it (the API server's default)."""
+SIGTERM_WAIT_S = 10.0
+"""How long a deleted pod's processes get after SIGTERM before SIGKILL: capped below the grace
+period, so a process that ignores SIGTERM costs a test seconds, not the rest of its pod's."""
 
 
 @dataclass(frozen=True)

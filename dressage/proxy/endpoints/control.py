@@ -2,9 +2,13 @@
 (`/dressage/engines`, `/dressage/weight_version`), `/health`, `/metrics`.
 
 Pause closes the proxy's gate (new generations wait) and then pauses every engine; continue
-resumes the engines and then opens the gate. The answer reports each engine's result, 502
-`engine_error` when one did not take the command. Engines whose SGLang release predates the
-pause modes (before 0.5.6) get the body they act on, `{}`: every pause aborts there.
+resumes the engines and then opens the gate. `{"mode", "engines": false}` closes the gate only:
+with several proxy replicas in front of one engine set, the client closes every replica's gate
+before any replica pauses the engines, since an engine's pause aborts the generations of all
+replicas and a replica must know such an abort for a pause's (`dressage.proxy.client`).
+The answer reports each engine's result, 502 `engine_error` when one did not take the
+command. Engines whose SGLang release predates the pause modes (before 0.5.6) get the body
+they act on, `{}`: every pause aborts there.
 
 The current weight version. The weight publisher states the job's current version, on
 `/continue_generation` `{"weight_version": V}` after a publish and on
@@ -52,7 +56,12 @@ async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -
     mode = body.get("mode", "abort")
     if mode not in PAUSE_MODES:
         raise invalid("mode must be abort, in_place or retract", "mode")
+    to_engines = body.get("engines", True)
+    if not isinstance(to_engines, bool):
+        raise invalid("engines must be true or false (false: close the gate only)", "engines")
     state.gate.pause()
+    if not to_engines:
+        return _control_answer(_Results({}, set()), state)
     failures = await _broadcast(state, "/pause_generation", {"mode": mode}, legacy_body={})
     return _control_answer(failures, state)
 

@@ -1,6 +1,10 @@
-"""`POST /dressage/engines/drain {"url", "timeout_s"?}`: take an engine out of routing, move its
-generations in flight to other engines, and answer once none is left on it (the drain itself
-is described in `dressage.proxy.drain`). `POST /dressage/engines/undrain {"url"}` routes to it
+"""`POST /dressage/engines/drain {"url", "timeout_s"?, "abort"?}`: take an engine out of routing,
+move its generations in flight to other engines, and answer once none is left on it (the drain
+itself is described in `dressage.proxy.drain`). `"abort": false` only takes the engine out of
+routing and answers at once: with several proxy replicas, the engine's `preStop` hook first
+marks it draining on every replica, then drains it on each, since the abort one replica sends
+ends the engine's generations of all replicas, and a replica must know them for a drain's to
+resume them. `POST /dressage/engines/undrain {"url"}` routes to it
 again (a drain started by mistake, a scale-down taken back before the pod went).
 
 The answer: 200 `{"url", "draining": true, "drained": true, "aborted_generations",
@@ -43,9 +47,17 @@ async def drain(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -
     timeout_s = body.get("timeout_s", DEFAULT_DRAIN_TIMEOUT_S)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
         raise invalid("timeout_s must be a positive number of seconds", "timeout_s")
+    abort = body.get("abort", True)
+    if not isinstance(abort, bool):
+        raise invalid("abort must be true or false (false: stop routing to it only)", "abort")
     engine = state.pool.start_drain(url)
     if engine is None:
         raise _unknown(state, url)
+    if not abort:
+        log.info("engine %s marked draining: no new turn goes there", url)
+        return json_response(
+            {"url": url, "draining": True, "routable": False, "inflight": engine.inflight}
+        )
     connections = state.connections
     assert connections is not None, "engines are drained only while the app serves"
     aborted = engine.inflight

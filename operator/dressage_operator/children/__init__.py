@@ -11,7 +11,9 @@ Roles and how they are wired:
 - inference: one SGLang Pod per replica, `<job>-engine-<i>`, addressed individually through the
   headless `<job>-engine` Service (the proxy balances across them and health-checks them; a
   failed engine is replaced alone).
-- proxy: a Deployment `<job>-proxy` behind a ClusterIP Service `<job>-proxy`.
+- proxy: a Deployment `<job>-proxy` behind a ClusterIP Service `<job>-proxy` and a headless
+  Service `<job>-proxy-replicas` of its ready pods (the replicas the trainer's client hashes
+  prompt groups onto, and an engine's drain hook drains on).
 - weight sync (`spec.inference.weightSync: distributed`): trainer rank 0 serves the
   weight-update group's rendezvous on `spec.inference.weightSyncPort` (declared on the trainer
   pods and their Service as `weight-sync`) at its stable name

@@ -107,25 +107,53 @@ ENGINE_URL_ENV = "DRESSAGE_ENGINE_URL"
 """The engine's own URL as the proxy lists it (the `preStop` hook drains that engine)."""
 PROXY_URL_ENV = "DRESSAGE_PROXY_URL"
 DRAIN_HOOK = f"""\
-import json, os, sys, urllib.request
+import json, os, socket, sys, threading, urllib.request
 engine = os.environ["{ENGINE_URL_ENV}"]
-body = json.dumps({{"url": engine, "timeout_s": {ENGINE_DRAIN_TIMEOUT_SECONDS}}}).encode()
+proxies = [u.strip().rstrip("/") for u in os.environ["{PROXY_URL_ENV}"].split(",") if u.strip()]
+if proxies and proxies[0].startswith("dns+"):
+    scheme, _, authority = proxies[0][4:].partition("://")
+    host, _, port = authority.rpartition(":")
+    try:
+        found = {{i[4][0] for i in socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)}}
+    except OSError as exc:
+        print("cannot resolve the proxy replicas:", exc, file=sys.stderr)
+        found = set()
+    proxies = sorted(f"{{scheme}}://[{{a}}]:{{port}}" if ":" in a else f"{{scheme}}://{{a}}:{{port}}"
+                     for a in found)
 headers = {{"content-type": "application/json"}}
 token = os.environ.get("{PROXY_TOKEN_ENV}")
 if token:
     headers["authorization"] = "Bearer " + token
-url = os.environ["{PROXY_URL_ENV}"] + "/dressage/engines/drain"
-request = urllib.request.Request(url, body, headers)
-try:
-    with urllib.request.urlopen(request, timeout={ENGINE_DRAIN_TIMEOUT_SECONDS + 5}) as reply:
-        print("drained:", reply.read().decode()[:500])
-except Exception as exc:
-    print("drain failed:", exc, file=sys.stderr)
+def call(proxy, body, timeout):
+    request = urllib.request.Request(
+        proxy + "/dressage/engines/drain", json.dumps(body).encode(), headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            print(proxy, "drained:" if body.get("abort", True) else "marked:",
+                  reply.read().decode()[:500])
+    except Exception as exc:
+        print(proxy, "drain failed:", exc, file=sys.stderr)
+def every(body, timeout):
+    threads = [threading.Thread(target=call, args=(p, body, timeout)) for p in proxies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+if len(proxies) > 1:
+    every({{"url": engine, "abort": False}}, 5)
+drain = {{"url": engine, "timeout_s": {ENGINE_DRAIN_TIMEOUT_SECONDS}}}
+every(drain, {ENGINE_DRAIN_TIMEOUT_SECONDS + 5})
 """
 """The `preStop` hook's program (the engine image's Python, standard library only, so any
-SGLang image runs it): ask the proxy to drain this engine and wait for its answer. A failure
-(the proxy gone, the engine no longer listed) is printed and the pod stops anyway: the hook
-never holds a termination beyond its bound."""
+SGLang image runs it): ask the proxy to drain this engine and wait for its answer. With several
+proxy replicas (`{PROXY_URL_ENV}` lists them, comma-separated, or names their headless Service
+as `dns+http://HOST:PORT`, resolved here to the ready replicas) every replica must drain its
+own turns on the engine: the hook first marks the engine draining on each (`"abort": false`,
+so no replica routes a new turn there and each knows the coming abort for a drain's), then
+drains it on all at once. A failure (a proxy gone, the engine no longer listed) is printed and
+the pod stops anyway: the hook never holds a termination beyond its bound (5 s to mark it
+draining, then the drain's)."""
 
 
 def engine_lifecycle() -> Obj:
@@ -185,7 +213,9 @@ def build_engine_pod(
                 "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
                 "HOME": ENGINE_HOME,
                 ENGINE_URL_ENV: naming.engine_url(owner.name, owner.namespace, index),
-                PROXY_URL_ENV: naming.proxy_url(owner.name, owner.namespace),
+                PROXY_URL_ENV: naming.proxy_urls(
+                    owner.name, owner.namespace, job.spec.proxy.replicas
+                ),
                 **(NCCL_ENV if distributed_sync(job) and job.spec.trainer.gpus_per_node else {}),
             },
             inference.template,

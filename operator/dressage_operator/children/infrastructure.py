@@ -46,7 +46,15 @@ def build_config_map(job: AsyncRLJob, owner: Owner, leaving: Sequence[int] = ())
     )
 
 
-def _headless_service(job: AsyncRLJob, owner: Owner, name: str, role: str, ports: list[Obj]) -> Obj:
+def _headless_service(
+    job: AsyncRLJob,
+    owner: Owner,
+    name: str,
+    role: str,
+    ports: list[Obj],
+    *,
+    not_ready: bool = True,
+) -> Obj:
     return finish(
         {
             "apiVersion": "v1",
@@ -55,7 +63,7 @@ def _headless_service(job: AsyncRLJob, owner: Owner, name: str, role: str, ports
             "spec": {
                 "clusterIP": "None",
                 # Rendezvous and engine discovery need DNS before the pods are ready.
-                "publishNotReadyAddresses": True,
+                "publishNotReadyAddresses": not_ready,
                 "selector": naming.selector(owner.name, role),
                 "ports": ports,
             },
@@ -95,6 +103,23 @@ def build_proxy_service(job: AsyncRLJob, owner: Owner) -> Obj:
                 "ports": [{"name": "http", "port": naming.PROXY_PORT, "targetPort": "http"}],
             },
         }
+    )
+
+
+def build_proxy_replicas_service(job: AsyncRLJob, owner: Owner) -> Obj:
+    """`<job>-proxy-replicas`: a headless Service of the proxy pods. Its A records are the
+    ready replicas, which the trainer's proxy client hashes each prompt group onto and fans
+    pause, continue and version changes out to, and which an engine's drain hook drains on
+    (`naming.proxy_urls`); the ClusterIP Service stays for what is bound to no session."""
+    ports = [{"name": "http", "port": naming.PROXY_PORT, "targetPort": "http"}]
+    # Only ready replicas: a starting proxy must not be hashed onto before it listens.
+    return _headless_service(
+        job,
+        owner,
+        naming.proxy_replicas_service(owner.name),
+        naming.ROLE_PROXY,
+        ports,
+        not_ready=False,
     )
 
 
@@ -142,6 +167,7 @@ def build_infrastructure(
         build_trainer_service(job, owner),
         build_engine_service(job, owner),
         build_proxy_service(job, owner),
+        build_proxy_replicas_service(job, owner),
     ]
     if config is not None and config.network_policies:
         objs.append(build_network_policy(job, owner))

@@ -63,6 +63,8 @@ def trainer_inputs(job: AsyncRLJob) -> dict[str, Any]:
     wire["inference"] = {"weightUpdateTimeoutSeconds": inference.get("weightUpdateTimeoutSeconds")}
     proxy: dict[str, Any] = wire.get("proxy", {})
     wire["proxy"] = {k: v for k, v in proxy.items() if k not in POD_ONLY}
+    if job.spec.proxy.replicas > 1:
+        wire["proxy"]["replicated"] = True  # the proxy address (`naming.proxy_urls`) changes
     return wire
 
 
@@ -77,6 +79,8 @@ def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
     model = job.spec.model
     inputs["model"] = {"dtype": model.dtype, "tokenizer": model.tokenizer}
     inputs["mountPath"] = job.spec.storage.mount_path
+    if job.spec.proxy.replicas > 1:
+        inputs["proxyReplicated"] = True  # the drain hook's proxy address changes
     if job.spec.rollout.routing_replay != "off":
         # Only when on, so that the engines of jobs without it keep their hash.
         inputs["returnRoutedExperts"] = True

@@ -59,7 +59,9 @@ def trainer_env(job: AsyncRLJob, owner: Owner, index: int) -> dict[str, str]:
         # The engines at the pod's creation. Rank 0's disk publisher takes the engine set from
         # the proxy (it follows `inference.replicas`); the list serves what needs a fixed set.
         "DRESSAGE_ENGINE_URLS": ",".join(engine_urls(job, owner)),
-        "DRESSAGE_PROXY_URL": naming.proxy_url(owner.name, owner.namespace),
+        "DRESSAGE_PROXY_URL": naming.proxy_urls(
+            owner.name, owner.namespace, job.spec.proxy.replicas
+        ),
         "DRESSAGE_METRICS_PORT": str(naming.METRICS_PORT),
         # The run directory on the job's storage: weights/<version>/ (which the engines load
         # from the same mount with disk sync), checkpoints/ and the model cache.

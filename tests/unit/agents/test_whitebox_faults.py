@@ -54,10 +54,10 @@ class Proxy:
     async def generate(self, ids: Sequence[int], sampling: Any, **kwargs: Any) -> list[int]:
         return self.codec.encode_answer("1")
 
-    async def finalize(self, session_id: str, reward: float) -> None:
+    async def finalize(self, session_id: str, reward: float, *, instance_id: str) -> None:
         raise AssertionError("a failed trajectory is not finalized")
 
-    async def discard(self, session_id: str) -> None:
+    async def discard(self, session_id: str, *, instance_id: str) -> None:
         self.discarded.append(session_id)
 
     async def segments(self, group_id: str) -> list[Any]:

@@ -32,13 +32,15 @@ def _cel(rule: dict[str, Any], value: Any, old: Any = None) -> bool:
     return bool(program.evaluate(activation))
 
 
-def test_one_proxy_at_most_with_the_reason() -> None:
+def test_proxy_replicas_up_to_the_cap_with_the_reason() -> None:
     rule = _rule("proxy", ".replicas")
     assert _cel(rule, {})
     assert _cel(rule, {"replicas": 1})
-    assert not _cel(rule, {"replicas": 2})
-    assert "one proxy's memory" in rule["message"]
-    assert _spec_schema()["properties"]["proxy"]["properties"]["replicas"]["maximum"] == 1
+    assert _cel(rule, {"replicas": 2})
+    assert _cel(rule, {"replicas": 16})
+    assert not _cel(rule, {"replicas": 17})
+    assert "every replica pauses and drains every engine" in rule["message"]
+    assert _spec_schema()["properties"]["proxy"]["properties"]["replicas"]["maximum"] == 16
 
 
 def test_the_proxy_token_secret_cannot_change_while_the_job_exists() -> None:

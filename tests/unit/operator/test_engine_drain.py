@@ -53,7 +53,7 @@ def test_every_engine_pod_drains_itself_through_the_proxy_before_it_stops() -> N
         if isinstance(node, ast.Import)
         for alias in node.names
     }
-    assert imported == {"json", "os", "sys", "urllib.request"}
+    assert imported == {"json", "os", "socket", "sys", "threading", "urllib.request"}
 
 
 def test_the_grace_period_outlasts_the_drain_and_the_hooks_own_bound() -> None:
@@ -61,7 +61,7 @@ def test_the_grace_period_outlasts_the_drain_and_the_hooks_own_bound() -> None:
     # needs the rest of the grace period to end after SIGTERM.
     assert ENGINE_DRAIN_TIMEOUT_SECONDS <= DEFAULT_DRAIN_TIMEOUT_S
     assert f'"timeout_s": {ENGINE_DRAIN_TIMEOUT_SECONDS}' in DRAIN_HOOK
-    assert f"timeout={ENGINE_DRAIN_TIMEOUT_SECONDS + 5}" in DRAIN_HOOK
+    assert f"every(drain, {ENGINE_DRAIN_TIMEOUT_SECONDS + 5})" in DRAIN_HOOK
     assert ENGINE_GRACE_PERIOD_SECONDS >= ENGINE_DRAIN_TIMEOUT_SECONDS + 5 + 15
 
 

@@ -10,6 +10,7 @@ from dressage_operator.settle import settle
 from dressage_operator.validation import spec_errors
 
 from dressage.api.crd import render_crd
+from dressage.api.job import MAX_PROXY_REPLICAS
 from dressage.api.status import AsyncRLJobStatus
 
 from .support import CONFIG, NOW, OWNER, condition
@@ -78,15 +79,21 @@ def test_disk_sync_without_storage_names_the_distributed_alternative() -> None:
     assert "'distributed'" in message
 
 
-def test_more_than_one_proxy_is_refused_because_sessions_live_in_one_replica() -> None:
+def test_several_proxy_replicas_are_accepted_up_to_the_cap_and_more_is_named() -> None:
     job, errors = spec_errors(_body(proxy={"replicas": 2}), "ns/job-a")
+    assert not errors
+    assert job is not None
+    assert job.spec.proxy.replicas == 2
+    job, errors = spec_errors(_body(proxy={"replicas": MAX_PROXY_REPLICAS + 1}), "ns/job-a")
     assert job is None
     (field, message), *_ = errors
     assert field == "spec.proxy.replicas"
-    assert "a session lives in one proxy's memory" in message
+    assert f"at most {MAX_PROXY_REPLICAS}" in message
+    _, errors = spec_errors(_body(proxy={"replicas": 0}), "ns/job-a")
+    assert errors[0][0] == "spec.proxy.replicas"
     crd = yaml.safe_load(render_crd())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     proxy = schema["properties"]["proxy"]
-    assert proxy["properties"]["replicas"]["maximum"] == 1
+    assert proxy["properties"]["replicas"]["maximum"] == MAX_PROXY_REPLICAS
     (rule,) = [r for r in proxy["x-kubernetes-validations"] if r["fieldPath"] == ".replicas"]
-    assert "one proxy's memory" in rule["message"]
+    assert "every replica pauses" in rule["message"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import kubernetes_validate
 import pytest
 import yaml
 from dressage_operator import children, naming
@@ -15,7 +16,7 @@ from dressage.api.job import (
 from dressage.orchestrator import train_cli
 from dressage.proxy import cli as proxy_cli
 
-from .support import CONFIG, EXAMPLES, OWNER, hub_job, pod_specs
+from .support import CONFIG, EXAMPLES, K8S_VERSION, OWNER, env_of, hub_job, pod_specs
 
 
 def test_one_proxy_follows_the_engine_list_file() -> None:
@@ -50,3 +51,51 @@ def test_the_proxy_token_reaches_the_proxy_trainers_and_engines_by_reference() -
             {"env": [{"name": "DRESSAGE_PROXY_TOKEN", "value": "plain"}]}
         )
     assert train_cli.PROXY_TOKEN_ENV == proxy_cli._TOKEN_ENV == children.PROXY_TOKEN_ENV
+
+
+def test_several_proxy_replicas_are_rendered_behind_a_headless_service_of_ready_pods() -> None:
+    job = hub_job()
+    job.spec.proxy.replicas = 3
+    deployment = children.build_proxy_deployment(job, OWNER, CONFIG)
+    assert deployment["spec"]["replicas"] == 3
+    services = {
+        o["metadata"]["name"]: o
+        for o in children.build_infrastructure(job, OWNER)
+        if o["kind"] == "Service"
+    }
+    replicas = services[naming.proxy_replicas_service("job-a")]
+    cluster_ip = services[naming.proxy("job-a")]
+    for service in (replicas, cluster_ip):
+        kubernetes_validate.validate(service, K8S_VERSION, strict=True)
+        # Both select exactly the proxy Deployment's pods.
+        assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+    assert replicas["spec"]["clusterIP"] == "None"
+    # A starting replica is not hashed onto: only ready pods are in its answers.
+    assert replicas["spec"]["publishNotReadyAddresses"] is False
+    assert cluster_ip["spec"]["type"] == "ClusterIP"
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+def test_trainers_and_engines_reach_every_replica_through_the_headless_service() -> None:
+    one = hub_job()
+    many = hub_job()
+    many.spec.proxy.replicas = 2
+    expected = {
+        1: "http://job-a-proxy.ns.svc:8000",
+        2: "dns+http://job-a-proxy-replicas.ns.svc:8000",
+    }
+    for job in (one, many):
+        specs = pod_specs(job)
+        for role in ("trainer", "engine"):
+            env = env_of(specs[role]["containers"][0])
+            assert env["DRESSAGE_PROXY_URL"] == expected[job.spec.proxy.replicas], role
+    # Going from one proxy to several changes that address: the trainer gang and the engines
+    # are replaced; the count among several is not in their hash (the DNS answer follows it).
+    assert children.trainer_spec_hash(one) != children.trainer_spec_hash(many)
+    assert children.engine_spec_hash(one) != children.engine_spec_hash(many)
+    more = hub_job()
+    more.spec.proxy.replicas = 4
+    assert children.trainer_spec_hash(more) == children.trainer_spec_hash(many)
+    assert children.engine_spec_hash(more) == children.engine_spec_hash(many)

@@ -149,6 +149,15 @@ def test_trainer_environment_overrides_are_applied(tmp_path: Path) -> None:
         trainer_cli.resolve_wiring(args, {})
     with pytest.raises(ValueError, match=trainer_cli.METRICS_PORT_ENV):
         trainer_cli.resolve_wiring(args, {**env, trainer_cli.METRICS_PORT_ENV: "x"})
+    # Proxy replicas: a list or the headless Service's dns+ form; a bad one is named.
+    for replicas in ("http://p0:2,http://p1:2", "dns+http://job-a-proxy-replicas.ns.svc:8000"):
+        wired = trainer_cli.resolve_wiring(args, {**env, trainer_cli.PROXY_URL_ENV: replicas})
+        assert wired.proxy_url == replicas
+    for bad, why in (("http://p:2,p1:2", "'p1:2' is not an http"), ("dns+http://h", "HOST:PORT")):
+        with pytest.raises(
+            ValueError, match=f"--proxy-url \\(\\${trainer_cli.PROXY_URL_ENV}\\).*{why}"
+        ):
+            trainer_cli.resolve_wiring(args, {**env, trainer_cli.PROXY_URL_ENV: bad})
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
