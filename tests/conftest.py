@@ -34,6 +34,7 @@ end-to-end tests are `integration` too)."""
 SERIAL = "cluster-shaped"
 SERIAL_FILES = frozenset(
     {
+        "operator/test_cluster_churn.py",
         "operator/test_cluster_run.py",
         "operator/test_cluster_weight_sync.py",
         "operator/test_autoscaling_e2e.py",

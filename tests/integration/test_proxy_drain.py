@@ -168,7 +168,11 @@ async def test_the_engine_pods_prestop_hook_drains_it_through_the_proxy(
             )
             out, err = await asyncio.wait_for(hook.communicate(), timeout=60)
             assert hook.returncode == 0, err.decode()
-            assert out.decode().startswith("drained:"), (out.decode(), err.decode())
+            # One line per proxy replica (here one), naming the replica it drained on.
+            assert out.decode().startswith(f"{proxy.base_url} drained:"), (
+                out.decode(),
+                err.decode(),
+            )
             assert '"drained":true' in out.decode()
             response = await asyncio.wait_for(task, timeout=120)
             assert response.status_code == 200, response.text
@@ -181,7 +185,7 @@ async def test_the_engine_pods_prestop_hook_drains_it_through_the_proxy(
     hook = await asyncio.create_subprocess_exec(*command, env=gone, stdout=PIPE, stderr=PIPE)
     out, err = await asyncio.wait_for(hook.communicate(), timeout=60)
     assert hook.returncode == 0
-    assert err.decode().startswith("drain failed:"), err.decode()
+    assert err.decode().startswith(f"{gone['DRESSAGE_PROXY_URL']} drain failed:"), err.decode()
 
 
 async def test_draining_an_unknown_engine_is_a_404_naming_the_engines(
