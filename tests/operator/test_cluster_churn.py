@@ -22,7 +22,6 @@ proxy follows, drops the engine one reconcile later, after the drain has begun.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from pathlib import Path
@@ -30,22 +29,29 @@ from typing import Any
 
 import httpx
 import pytest
-from dressage_operator.testing import EmulatedCluster, operator_env
+from dressage_operator.testing import EmulatedCluster
 from prometheus_client.parser import text_string_to_metric_families
 
-from dressage.model import build_tiny_model
-from dressage.testing import free_port
-from tests.hub_cache import write_hub_cache
-
-from .conftest import Operator
+from .cluster_job import (
+    JOB,
+    PROXY_PORT,
+    TRAINER,
+    cluster,
+    healthy_engines,
+    held_until,
+    job_manifest,
+    job_status,
+    kubelet,
+    one_more_step,
+    served_versions,
+    start_operator,
+    steps_done,
+)
 from .kubelet import Kubelet
-from .test_cluster_run import JOB, PROXY_PORT, TOKEN, TRAINER, _manifest, _status, _versions
-from .test_cluster_run import cluster as cluster
-from .test_cluster_run import kubelet as kubelet
-from .test_cluster_weight_sync import _healthy, _held_until, _one_more_step
 from .waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+__all__ = ["cluster", "kubelet"]  # the fixtures
 STEPS = 40
 RELEASE = "0.5.23"
 _STEP_LINE = re.compile(
@@ -57,7 +63,7 @@ def _churn_job() -> dict[str, Any]:
     """Long generations (the `long_tail` task: fixed lengths, a fifth of them 8x the median
     of 16 tokens) resumed across pauses and drains, with staleness controls wide enough that
     no drop or refusal hides a drained token."""
-    manifest = _manifest(RELEASE)
+    manifest = job_manifest(RELEASE, STEPS)
     spec = manifest["spec"]
     spec["inference"]["weightSync"] = "distributed"
     spec["task"] = {
@@ -74,7 +80,6 @@ def _churn_job() -> dict[str, Any]:
     spec["proxy"]["recordTokenVersions"] = True
     spec["staleness"] = {"keepVersions": 6, "maxPartialRolloutPreempts": 5}
     spec["rollout"].update(mode="partial_async", concurrency=4, maxNewTokens=128)
-    spec["training"]["steps"] = STEPS
     return manifest
 
 
@@ -111,62 +116,50 @@ def test_engines_evicted_added_drained_and_removed_cost_no_restart_and_no_draine
     cluster: EmulatedCluster, kubelet: Kubelet, tmp_path: Path
 ) -> None:
     c = cluster
-    claim = kubelet.root / "claims" / "shared"
-    write_hub_cache(claim / "models" / ".hf-home", "acme/tiny", build_tiny_model(tmp_path / "m"))
-    encoded = base64.b64encode(TOKEN.encode()).decode()
-    c.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "proxy-token"},
-            "data": {"token": encoded},
-        }
-    )
-    env = operator_env(
-        c,
-        tmp_path / "kubeconfig",
-        DRESSAGE_OPERATOR_METRICS_PORT=str(free_port()),
-        DRESSAGE_OPERATOR_NETWORK_POLICIES="true",
-    )
-    operator = Operator(c, env)
-    operator.start()
+    operator = start_operator(c, kubelet, tmp_path)
     figures: dict[str, Any] = {}
     try:
         kubelet.start()
         c.create(_churn_job())
-        wait_until(lambda: _steps_done(kubelet) >= 1, 240, "a first trainer step")
+        wait_until(lambda: steps_done(kubelet) >= 1, 240, "a first trainer step")
 
         # 1. A crash: engine 1 evicted, replaced by the operator.
         old = _pod_uid(c, f"{JOB}-engine-1")
         kubelet.evict(f"{JOB}-engine-1")
-        _one_more_step(kubelet, "a trainer step after the eviction")
-        _held_until(
+        one_more_step(kubelet, "a trainer step after the eviction")
+        held_until(
             kubelet,
-            lambda: _recreated(c, kubelet, f"{JOB}-engine-1", old) and len(_healthy(kubelet)) == 2,
+            lambda: (
+                _recreated(c, kubelet, f"{JOB}-engine-1", old)
+                and len(healthy_engines(kubelet)) == 2
+            ),
             "engine 1 replaced and taken in by the proxy",
         )
-        _one_more_step(kubelet, "a publish to the replacement")
+        one_more_step(kubelet, "a publish to the replacement")
 
         # 2. A scale-up to 3.
         c.patch(c.job_path(JOB), {"spec": {"inference": {"replicas": 3}}})
-        _held_until(
+        held_until(
             kubelet,
-            lambda: kubelet.ready(f"{JOB}-engine-2") and len(_healthy(kubelet)) == 3,
+            lambda: kubelet.ready(f"{JOB}-engine-2") and len(healthy_engines(kubelet)) == 3,
             "the added engine taken in by the proxy",
         )
-        _one_more_step(kubelet, "a publish to the added engine")
+        one_more_step(kubelet, "a publish to the added engine")
 
         # 3. A graceful delete the operator did not make (a node drain): engine 0's hook
         # drains it while the trainer trains, and the operator recreates it.
         old = _pod_uid(c, f"{JOB}-engine-0")
         c.delete(c.path("v1", "pods", f"{JOB}-engine-0"))
         wait_until(lambda: len(kubelet.hooks) >= 1, 120, "engine 0's preStop hook")
-        _held_until(
+        held_until(
             kubelet,
-            lambda: _recreated(c, kubelet, f"{JOB}-engine-0", old) and len(_healthy(kubelet)) == 3,
+            lambda: (
+                _recreated(c, kubelet, f"{JOB}-engine-0", old)
+                and len(healthy_engines(kubelet)) == 3
+            ),
             "engine 0 recreated and taken in by the proxy",
         )
-        _one_more_step(kubelet, "a publish to the recreated engine")
+        one_more_step(kubelet, "a publish to the recreated engine")
 
         # 4. A scale-down to 2: engine 2's hook drains it.
         c.patch(c.job_path(JOB), {"spec": {"inference": {"replicas": 2}}})
@@ -174,10 +167,10 @@ def test_engines_evicted_added_drained_and_removed_cost_no_restart_and_no_draine
         # The churn's hooks (the job's end deletes the remaining pods, whose hooks run too).
         hooks = list(kubelet.hooks[:2])
         moved = wait_until(lambda: _proxy_figures(kubelet), 60, "the proxy's counters")
-        held_at = _steps_done(kubelet)
+        held_at = steps_done(kubelet)
         assert held_at <= STEPS - 3, f"the job ran too far before the last drain ({held_at})"
         status = wait_until(
-            lambda: _status(c).get("phase") in ("Succeeded", "Failed") and _status(c),
+            lambda: job_status(c).get("phase") in ("Succeeded", "Failed") and job_status(c),
             400,
             "the job to finish",
         )
@@ -211,12 +204,8 @@ def test_engines_evicted_added_drained_and_removed_cost_no_restart_and_no_draine
     # Every token a drained engine had generated reached a trained sample.
     assert figures["drained_tokens_trained"] == figures["drained_tokens_moved"], figures
     for pod in (f"{JOB}-engine-0", f"{JOB}-engine-1"):
-        served = _versions(
+        served = served_versions(
             [p for p in kubelet.probes if p.pod == pod and p.kind == "livenessProbe"]
         )
         assert served, pod
         assert served[-1] != "v0", (pod, served)
-
-
-def _steps_done(kubelet: Kubelet) -> int:
-    return len(_STEP_LINE.findall(kubelet.log_text(TRAINER, "trainer")))

@@ -18,79 +18,36 @@ answers within its timeout throughout, publishes included.
 
 from __future__ import annotations
 
-import base64
 import json
-import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import kubernetes_validate
 import pytest
-from dressage_operator.testing import EmulatedCluster, emulated_cluster, operator_env
+from dressage_operator.testing import EmulatedCluster
 
 from dressage.api.sglang import SGLANG_TESTED_RELEASES
-from dressage.model import build_tiny_model
-from dressage.testing import free_port
-from tests.hub_cache import write_hub_cache
 
-from .conftest import NAMESPACE, Operator
-from .kubelet import Kubelet, ProbeResult
+from .cluster_job import (
+    JOB,
+    TRAINER,
+    cluster,
+    job_manifest,
+    job_status,
+    kubelet,
+    proxy_health,
+    served_versions,
+    start_operator,
+    steps_done,
+)
+from .kubelet import Kubelet
 from .waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+__all__ = ["cluster", "kubelet"]  # the fixtures
 K8S_VERSION = "1.33.0"
-JOB = "cl"
 STEPS = 9
-TOKEN = "s3cret-token"
-TRAINER = f"{JOB}-trainer-0"
-PROXY_PORT = 8000
-
-
-def _manifest(release: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "dressage.io/v1alpha1",
-        "kind": "AsyncRLJob",
-        "metadata": {"name": JOB},
-        "spec": {
-            "model": {"source": "acme/tiny", "dtype": "float32", "hubOffline": True},
-            "task": {"name": "arithmetic", "params": {"maxOperand": 9}},
-            "trainer": {"nodes": 1, "gpusPerNode": 0},
-            "inference": {"replicas": 2, "sglangVersion": release},
-            "proxy": {"tokenSecret": {"name": "proxy-token", "key": "token"}},
-            "rollout": {
-                "mode": "fully_async",
-                "groupSize": 2,
-                "batchSize": 2,
-                "concurrency": 2,
-                "maxNewTokens": 3,
-            },
-            "training": {"steps": STEPS, "learningRate": 1e-3},
-            "storage": {"persistentVolumeClaim": "shared"},
-        },
-    }
-
-
-@pytest.fixture
-def cluster() -> Iterator[EmulatedCluster]:
-    """An API emulation of its own for each run: every release's run creates the same job."""
-    with emulated_cluster(NAMESPACE) as c:
-        yield c
-
-
-@pytest.fixture
-def kubelet(cluster: EmulatedCluster, tmp_path: Path) -> Iterator[Kubelet]:
-    node = Kubelet(cluster, tmp_path / "node")
-    yield node
-    node.stop()
-
-
-def _status(c: EmulatedCluster) -> dict[str, Any]:
-    body = c.get(c.job_path(JOB)) or {}
-    status: dict[str, Any] = body.get("status") or {}
-    return status
 
 
 def _children(c: EmulatedCluster) -> list[dict[str, Any]]:
@@ -110,69 +67,29 @@ def _children(c: EmulatedCluster) -> list[dict[str, Any]]:
     return out
 
 
-def _steps_done(kubelet: Kubelet) -> int:
-    log = kubelet.log_text(f"{JOB}-trainer-0", "trainer")
-    return len(re.findall(r"^step \d+ version", log, flags=re.MULTILINE))
-
-
-def _proxy_health(kubelet: Kubelet) -> dict[str, Any] | None:
-    """The proxy's `/health` (its engines, and whether generation is paused), None when it
-    does not answer."""
-    url = f"http://127.0.0.1:{kubelet.port(f'{JOB}-proxy-0', PROXY_PORT)}/health"
-    try:
-        body: dict[str, Any] = httpx.get(url, timeout=10).json()
-    except (httpx.HTTPError, ValueError):
-        return None
-    return body
-
-
-def _versions(results: list[ProbeResult]) -> list[str]:
-    seen: list[str] = []
-    for r in results:
-        # The kubelet keeps the start of a probe's body; the version comes early in it.
-        found = re.search(r'"weight_version":\s*"([^"]*)"', r.body) if r.ok else None
-        if found is not None and (not seen or seen[-1] != found[1]):
-            seen.append(found[1])
-    return seen
-
-
 @pytest.mark.parametrize("release", SGLANG_TESTED_RELEASES, ids=lambda r: f"sglang-{r}")
 def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passing(
     cluster: EmulatedCluster, kubelet: Kubelet, tmp_path: Path, release: str
 ) -> None:
     c = cluster
-    claim = kubelet.root / "claims" / "shared"
-    write_hub_cache(claim / "models" / ".hf-home", "acme/tiny", build_tiny_model(tmp_path / "m"))
-    encoded = base64.b64encode(TOKEN.encode()).decode()
-    c.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "proxy-token"},
-            "data": {"token": encoded},
-        }
-    )
-    env = operator_env(
+    operator = start_operator(
         c,
-        tmp_path / "kubeconfig",
-        DRESSAGE_OPERATOR_METRICS_PORT=str(free_port()),
-        DRESSAGE_OPERATOR_NETWORK_POLICIES="true",
+        kubelet,
+        tmp_path,
         DRESSAGE_OPERATOR_SCRAPE_URL_TEMPLATE=(
-            f"http://127.0.0.1:{kubelet.port(f'{JOB}-trainer-0', 9400)}/metrics"
+            f"http://127.0.0.1:{kubelet.port(TRAINER, 9400)}/metrics"
         ),
     )
-    operator = Operator(c, env)
-    operator.start()
     try:
         kubelet.start()
-        c.create(_manifest(release))
+        c.create(job_manifest(release, STEPS))
         children = wait_until(
             lambda: len(_children(c)) >= 9 and _children(c), 60, "the job's 9 children"
         )
         for obj in children:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
-        wait_until(lambda: _steps_done(kubelet) >= 2, 120, "two trainer steps")
+        wait_until(lambda: steps_done(kubelet) >= 2, 120, "two trainer steps")
         old_engine = c.get(c.path("v1", "pods", f"{JOB}-engine-1"))
         assert old_engine is not None
         old_uid = old_engine["metadata"]["uid"]
@@ -180,9 +97,9 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
         kubelet.evict(f"{JOB}-engine-1")
         # The trainer publishes after the eviction, the proxy not knowing yet or having marked
         # the dead engine down: either way the publish leaves it out.
-        at_eviction = _steps_done(kubelet)
+        at_eviction = steps_done(kubelet)
         wait_until(
-            lambda: _steps_done(kubelet) > at_eviction, 120, "a trainer step after the eviction"
+            lambda: steps_done(kubelet) > at_eviction, 120, "a trainer step after the eviction"
         )
         # Then the trainer is held until the proxy takes the replacement in, so the job cannot
         # end first and its next publish is to the replacement too.
@@ -200,13 +117,13 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
             wait_until(replaced, 120, "engine 1 replaced and ready")
 
             def taken_in() -> bool:
-                health = _proxy_health(kubelet)
+                health = proxy_health(kubelet)
                 if health is not None and health["paused"]:
                     # Held in the middle of a publish (the proxy judges no engine while it is
                     # paused): let the publish finish, and hold the trainer again.
                     kubelet.thaw(TRAINER)
                     wait_until(
-                        lambda: (_proxy_health(kubelet) or {}).get("paused") is False,
+                        lambda: (proxy_health(kubelet) or {}).get("paused") is False,
                         60,
                         "the publish to finish",
                     )
@@ -215,7 +132,7 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
                 return health is not None and sum(e["healthy"] for e in health["engines"]) == 2
 
             wait_until(taken_in, 120, "the proxy to take the replacement in")
-            held_at = _steps_done(kubelet)
+            held_at = steps_done(kubelet)
             assert held_at <= STEPS - 2, f"the job ran too far before it was held ({held_at})"
         finally:
             kubelet.thaw(TRAINER)
@@ -223,13 +140,13 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
         assert new_engine is not None
         kubernetes_validate.validate(new_engine, K8S_VERSION, strict=True)  # with its status
         status = wait_until(
-            lambda: _status(c).get("phase") in ("Succeeded", "Failed") and _status(c),
+            lambda: job_status(c).get("phase") in ("Succeeded", "Failed") and job_status(c),
             180,
             "the job to finish",
         )
     finally:
         operator.stop()
-    trainer_log = kubelet.log_text(f"{JOB}-trainer-0", "trainer")
+    trainer_log = kubelet.log_text(TRAINER, "trainer")
     assert status["phase"] == "Succeeded", f"{json.dumps(status)}\n{trainer_log[-3000:]}"
     assert f"step {STEPS} version v{STEPS}" in trainer_log, trainer_log[-3000:]
     assert status["inference"]["restarts"] >= 1
@@ -239,7 +156,7 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
     assert (status.get("staleness") or {}).get("step", 0) >= 1, json.dumps(status)
 
     # The model was staged once from the offline cache, as files, and read by every pod.
-    staged = claim / "models" / "acme--tiny"
+    staged = kubelet.root / "claims" / "shared" / "models" / "acme--tiny"
     assert (staged / ".dressage-staged.json").is_file()
     assert not (staged / "model.safetensors").is_symlink()
     stage_logs = [
@@ -270,11 +187,11 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
     assert bad == [], bad[:5]
     assert len(steady) >= 20
     engine0 = [p for p in steady if p.pod == f"{JOB}-engine-0" and p.kind == "livenessProbe"]
-    versions = _versions(engine0)
+    versions = served_versions(engine0)
     assert len(versions) >= 3, versions  # the base model and at least two published versions
     replacement = [p for p in probes if p.uid == new_engine["metadata"]["uid"]]
     assert any(p.kind == "startupProbe" and p.ok for p in replacement)
     # The publishes after the thaw brought the replacement to a published version.
-    served = _versions([p for p in replacement if p.kind == "livenessProbe"])
+    served = served_versions([p for p in replacement if p.kind == "livenessProbe"])
     assert served, "the replacement answered no liveness probe with a version"
     assert served[-1] != "v0", served
