@@ -48,9 +48,10 @@ def test_the_quick_mode_measures_a_run_with_churn_next_to_one_without(tmp_path: 
     assert all(e["ok"] for e in churned["events"]), churned["events"]
     assert churned["not_carried_out"] == []
     assert churned["engines_at_end"] == ["engine-2"]
-    assert churned["drained_turns"] > 0
-    # What the trained samples hold of the drained tokens never exceeds what was moved; the
-    # quick run may end before the last drained turns are trained.
+    # Whether a turn is in flight on the drained engine when the drain comes is the run's
+    # timing (a drain that moves turns is pinned by tests/integration/test_proxy_drain.py and
+    # the cluster churn test). What the trained samples hold of the drained tokens never
+    # exceeds what was moved; the quick run may end before the last drained turns are trained.
     assert 0 <= churned["drained_tokens_trained"] <= churned["drained_tokens_moved"]
     fixed = results["runs"]["churn-disk-fixed"]
     assert fixed["drained_turns"] == 0

@@ -34,7 +34,7 @@ from .kubelet import Kubelet
 from .waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-STEPS = 9
+STEPS = 16
 __all__ = ["cluster", "kubelet"]  # the fixtures
 
 
