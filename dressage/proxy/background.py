@@ -36,20 +36,28 @@ async def health_loop(state: ProxyState, connections: EngineConnections) -> None
     """Every `health_interval_s`: take up changes of the engine URLs file, then check every
     engine (`check_engine`); an engine is routed to only while it passes.
 
-    No engine is judged while generation is paused for a weight update, nor by a probe that a
-    pause overlapped: SGLang 0.5.2's `/health` generates a token, so it blocks while the engine
-    is paused (`tokenizer_manager.generate_request` waits on `is_pause_cond`) and would time
-    out, marking every engine down exactly when the generations parked at the gate are about
-    to resume. (0.5.23's `/health` answers at once, paused or not.)
+    A pause for a weight update can make a probe fail that would pass otherwise: SGLang
+    0.5.2's `/health` generates a token, so it blocks while the engine is paused
+    (`tokenizer_manager.generate_request` waits on `is_pause_cond`) and would time out,
+    marking every engine down exactly when the generations parked at the gate are about to
+    resume. (0.5.23's `/health` answers at once, paused or not.) So a failure that a pause
+    overlapped is not held against an engine, and while paused only the engines not yet
+    taken in are probed: a pass is a pass whenever it came, which lets an engine join while
+    publishes follow each other with gaps shorter than one probe.
     """
     interval = state.config.health_interval_s
     while True:
         reload_engine_set(state)
-        if not state.gate.paused:
-            await asyncio.gather(
-                *(check_engine(state, connections, url) for url in state.pool.urls)
-            )
+        urls = state.pool.urls
+        if state.gate.paused:
+            urls = [url for url in urls if not _healthy(state, url)]
+        await asyncio.gather(*(check_engine(state, connections, url) for url in urls))
         await asyncio.sleep(interval)
+
+
+def _healthy(state: ProxyState, url: str) -> bool:
+    engine = state.pool.get(url)
+    return engine is not None and engine.healthy
 
 
 def reload_engine_set(state: ProxyState) -> None:
@@ -80,7 +88,10 @@ def reload_engine_set(state: ProxyState) -> None:
 
 async def check_engine(state: ProxyState, connections: EngineConnections, url: str) -> None:
     """Probe one engine's `/health`, and once it passes read its release (when not known) and
-    its weight version. A result a pause overlapped is dropped (see `health_loop`)."""
+    its weight version. A failure a pause overlapped is dropped (see `health_loop`); a pass
+    stands. The version read is applied only when no newer read (the one every continue
+    makes, `refresh_weight_versions`) was applied meanwhile, so a read that a weight update
+    overtook never labels an engine with the version it had before."""
     gate = state.gate
     epoch = gate.epoch
     timeout_s = max(PROBE_TIMEOUT_FLOOR_S, min(5.0, state.config.health_interval_s * 2))
@@ -90,7 +101,7 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
         reason = f"health check answered HTTP {reply.status}"
     except UpstreamError as exc:
         ok, reason = False, f"health check failed: {type(exc).__name__}: {exc}"
-    if gate.paused or gate.epoch != epoch:
+    if not ok and (gate.paused or gate.epoch != epoch):
         return
     engine = state.pool.get(url)
     if engine is None:
@@ -100,8 +111,8 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
             engine.release = await _release(connections, url)
         reads = state.pool.version_reads
         version = await read_weight_version(connections, url, engine)
-        if gate.paused or gate.epoch != epoch:
-            return
+        if state.pool.get(url) is not engine:
+            return  # left (or left and came back) while its version was read
         if state.pool.version_reads == reads:  # else a newer read has already been applied
             engine.weight_version = version
         state.pool.mark_up(url)

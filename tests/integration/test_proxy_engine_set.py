@@ -8,6 +8,8 @@ kubelet updates a mounted ConfigMap key: a new file renamed over the old one.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -224,3 +226,67 @@ def test_the_engine_list_or_its_file_is_required_and_not_both(tmp_path: Path) ->
     for argv in ([], ["--engine-urls", "http://a", "--engine-urls-file", str(listing)]):
         with pytest.raises(ValidationError, match="engine_urls"):
             build_config(parser.parse_args(argv), {})
+
+
+class SlowToAnswerEngine(VersionedEngine):
+    """A healthy engine whose `/health` takes `health_s` to answer, as on a loaded node."""
+
+    def __init__(self, version: str, health_s: float) -> None:
+        super().__init__(version)
+        self.health_s = health_s
+
+    async def answer(self, path: str, body: bytes) -> object:
+        if path == "/health":
+            await asyncio.sleep(self.health_s)
+        return await super().answer(path, body)
+
+
+async def test_an_engine_joins_while_publishes_follow_each_other_without_a_gap(
+    tmp_path: Path,
+) -> None:
+    """Publishes back to back leave gaps between pauses shorter than a health check of the
+    joining engine, so every check of it overlaps a pause. A check that passed is trusted
+    whatever overlapped it (only a failure may be a pause's doing: SGLang 0.5.2's `/health`
+    blocks while paused), so the engine is taken in, and routed to once it has the version."""
+    first, joining = VersionedEngine("v1"), SlowToAnswerEngine("v1", health_s=0.3)
+    listing = tmp_path / "engines"
+    async with scripted_server(first.answer) as url_a, scripted_server(joining.answer) as url_b:
+        write_engines(listing, [url_a])
+        args = ("--engine-urls-file", str(listing), "--health-interval-s", "0.05")
+        with start_proxy([], *args) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.base_url, timeout=30) as client:
+                stated = await client.post(
+                    "/dressage/weight_version", json={"weight_version": "v1"}
+                )
+                assert stated.status_code == 200, stated.text
+                publishing = asyncio.Event()
+                publishes = 0
+
+                async def publish_without_a_gap() -> None:
+                    nonlocal publishes
+                    while True:
+                        assert (await client.post("/pause_generation", json={})).status_code == 200
+                        publishing.set()
+                        await asyncio.sleep(0.1)  # the weight update
+                        resumed = await client.post(
+                            "/continue_generation", json={"weight_version": "v1"}
+                        )
+                        assert resumed.status_code == 200, resumed.text
+                        publishes += 1
+                        await asyncio.sleep(0.02)  # the trainer's next step
+
+                publisher = asyncio.create_task(publish_without_a_gap())
+                try:
+                    await publishing.wait()
+                    write_engines(listing, [url_a, url_b])
+
+                    async def joined() -> bool:
+                        engines = {e["url"]: e for e in (await engine_view(client))["engines"]}
+                        return url_b in engines and bool(engines[url_b]["routable"])
+
+                    await wait_for(joined, timeout_s=20, what="the joining engine to be routed to")
+                    assert publishes > 0
+                finally:
+                    publisher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await publisher
