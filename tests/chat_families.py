@@ -43,10 +43,6 @@ class Family:
     """The stop token the model ends a reply with calls with (default `eos`)."""
 
 
-def _args(arguments: dict[str, Any]) -> str:
-    return json.dumps(arguments)
-
-
 # --- Qwen3 (Qwen/Qwen3-8B): ChatML, <think>, Hermes-style calls, tools in the system turn;
 # earlier turns' reasoning is dropped once a newer user message follows them.
 
@@ -96,7 +92,9 @@ def _qwen3_reply(reasoning: str | None, content: str, calls: Calls) -> str:
     for i, (name, arguments) in enumerate(calls):
         if i or content:
             text += "\n"
-        text += f'<tool_call>\n{{"name": "{name}", "arguments": {_args(arguments)}}}\n</tool_call>'
+        text += (
+            f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+        )
     return text
 
 
@@ -202,7 +200,7 @@ def _llama_reply(reasoning: str | None, content: str, calls: Calls) -> str:
     if not calls:
         return content
     return "<|python_tag|>" + "; ".join(
-        f'{{"name": "{n}", "parameters": {_args(a)}}}' for n, a in calls
+        f'{{"name": "{n}", "parameters": {json.dumps(a)}}}' for n, a in calls
     )
 
 
@@ -257,7 +255,7 @@ MISTRAL_TEMPLATE = (
 def _mistral_reply(reasoning: str | None, content: str, calls: Calls) -> str:
     if not calls:
         return content
-    body = ", ".join(f'{{"name": "{n}", "arguments": {_args(a)}}}' for n, a in calls)
+    body = ", ".join(f'{{"name": "{n}", "arguments": {json.dumps(a)}}}' for n, a in calls)
     return f"[TOOL_CALLS] [{body}]"
 
 
@@ -322,7 +320,7 @@ def _ds_reply(reasoning: str | None, content: str, calls: Calls) -> str:
         text += (
             "<｜tool▁calls▁begin｜>"
             + "".join(
-                f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{_args(a)}\n```<｜tool▁call▁end｜>"
+                f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{json.dumps(a)}\n```<｜tool▁call▁end｜>"
                 for n, a in calls
             )
             + "<｜tool▁calls▁end｜>"
@@ -470,7 +468,7 @@ def _kimi_reply(reasoning: str | None, content: str, calls: Calls) -> str:
         text += (
             "<|tool_calls_section_begin|>"
             + "".join(
-                f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{_args(a)}"
+                f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{json.dumps(a)}"
                 "<|tool_call_end|>"
                 for i, (n, a) in enumerate(calls)
             )
@@ -549,7 +547,7 @@ def _harmony_reply(reasoning: str | None, content: str, calls: Calls) -> str:
         name, arguments = calls[0]  # harmony writes one call per message, then stops
         messages.append(
             f"<|channel|>commentary to=functions.{name} <|constrain|>json"
-            f"<|message|>{_args(arguments)}"
+            f"<|message|>{json.dumps(arguments)}"
         )
     else:
         messages.append(f"<|channel|>final<|message|>{content}")
@@ -579,15 +577,13 @@ GPT_OSS = Family(
 
 FAMILIES = (QWEN3, QWEN3_CODER, LLAMA3, MISTRAL, DEEPSEEK_R1, GLM45, KIMI_K2, GPT_OSS)
 
-_CHARS = string.printable
-
 
 def build_family(family: Family, out_dir: Path) -> Path:
     """Write the family's `tokenizer.json`, `tokenizer_config.json` and
     `generation_config.json` into `out_dir` (a checkpoint directory for `--model`)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {"<unk>": 0} | {ch: i + 1 for i, ch in enumerate(dict.fromkeys(_CHARS))}
+    vocab = {"<unk>": 0} | {ch: i + 1 for i, ch in enumerate(dict.fromkeys(string.printable))}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tokenizer.decoder = decoders.Fuse()

@@ -2,8 +2,9 @@
 
 `client.EngineClient` speaks that API (shapes in `protocol`, which release has what in
 `sglang_support`); SGLang servers serve it on a cluster and the embedded CPU engine
-(`dressage engine serve`, modules `model`, `sampling`, `scheduler`, `server`, `endpoints`)
-serves the same subset locally, as the SGLang release it is told to play does (`releases`).
+(`dressage engine serve`, modules `model`, `sampling`, `scheduler`, `pacing`, `server`,
+`endpoints`) serves the same subset locally, as the SGLang release it is told to play does
+(`releases`).
 This package's top level imports no torch.
 """
 

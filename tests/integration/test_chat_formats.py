@@ -206,14 +206,16 @@ async def test_each_family_gets_reasoning_and_parallel_calls_streamed_or_not(
             )
         assert (final.choices[0].message.content or "").strip() == "It is sunny in Paris."
         assert final.choices[0].finish_reason == "stop"
-        print("NEWSEG", family.name, final.model_extra["dressage"]["new_segment"])  # type: ignore[index]
+        # Every family's template renders the echoed reply as the model wrote it, so the
+        # second turn extends the first's tokens: its prompt is the first prompt, then the
+        # model's own output, in one segment.
+        assert final.model_extra["dressage"]["new_segment"] is None  # type: ignore[index]
         (first_prompt, second_prompt) = served.model.prompts[0], served.model.prompts[2]
-        if final.model_extra["dressage"]["new_segment"] is None:  # type: ignore[index]
-            assert second_prompt[: len(first_prompt)] == first_prompt
-            assert (
-                second_prompt[len(first_prompt) :][: len(served.model.outputs[0])]
-                == (served.model.outputs[0])
-            )
+        assert second_prompt[: len(first_prompt)] == first_prompt
+        assert (
+            second_prompt[len(first_prompt) :][: len(served.model.outputs[0])]
+            == served.model.outputs[0]
+        )
         records = await _records(served.proxy, "whole")
     assert sum(r["turns"] for r in records) == 2
     for record in records:
