@@ -439,6 +439,23 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         ],
         width=8,
     )
+    d.timeseries(
+        "Drained tokens moved / trained / lost",
+        "Tokens a draining engine generated that the proxy kept in their turns (partial "
+        "rollout) and moved to another engine, those the trainer then trained, and those lost "
+        "as their turn then failed (by reason; the group is retried). Over a run moved = "
+        "trained + lost, except for groups dropped or not trained yet.",
+        [
+            (_rate(m.PROXY_DRAINED_TOKENS, POD, "job_name"), "{{job_name}} moved"),
+            (_rate(m.TRAINED_DRAINED_TOKENS, POD, "job_name"), "{{job_name}} trained"),
+            (
+                _rate(m.PROXY_DRAINED_TOKENS_LOST, POD, "job_name, reason"),
+                "{{job_name}} lost {{reason}}",
+            ),
+        ],
+        unit="ops",
+        width=24,
+    )
 
     _figure_panels(d, declaration)
 

@@ -228,6 +228,14 @@ class StepFigures:
     """The figures of one step, as the collector and the trainer filled them.
 
     Subclass it to add figures (tests do); every consumer takes the declaration it iterates.
+
+    Not declared here: the batch's samples by output version span,
+    `staleness/version_span_samples/N` (`dressage.data.samples.version_span_histogram`). It
+    has one key per span the batch holds, which `benchmarks/long_tail.py` reads from the
+    history key by key, while a figure has one key: one value, or a labelled gauge's values
+    per label under that key, and those the latest batch's only, where this distribution is a
+    count to add up over steps. So it stays in the step record's extras: in the history, not
+    on `/metrics`, the status or the dashboard.
     """
 
     # --- counted by the collector while it assembled the batch ---------------------------
@@ -356,6 +364,22 @@ class StepFigures:
     )
     samples: int = counter(
         "samples", "Samples trained on", source=FigureSource.TRAINER, metric="trained_samples"
+    )
+    drained_tokens: int = counter(
+        "tokens",
+        "Trained response tokens generated on an engine that a drain then took their turn from "
+        "(partial rollout continued the turn on another engine); over a run they add up to the "
+        "proxy's `dressage_proxy_drained_tokens_total` unless a group holding them was dropped "
+        "or is not trained yet",
+        source=FigureSource.TRAINER,
+        metric="trained_drained_tokens",
+        status=True,
+    )
+    drained_samples: int = counter(
+        "samples",
+        "Trained samples holding drained tokens (`drained_tokens`)",
+        source=FigureSource.TRAINER,
+        metric="trained_drained_samples",
     )
 
     def since(self: F, before: StepFigures) -> F:

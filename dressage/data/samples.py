@@ -39,15 +39,12 @@ from dressage.data.versions import normalized_versions, version_span
 VERSION_SPAN_MEAN: Final = figure("version_span_mean").key
 VERSION_SPAN_MAX: Final = figure("version_span_max").key
 VERSION_SPAN_MIN: Final = figure("version_span_min").key
+DRAINED_TOKENS: Final = figure("drained_tokens").key
+DRAINED_SAMPLES: Final = figure("drained_samples").key
 VERSION_SPAN_SAMPLES: Final = "staleness/version_span_samples/"
-DRAINED_TOKENS: Final = "drained_tokens"
-"""Trainer figure: the batch's response tokens generated on an engine that was then drained
-(the samples' `metadata["drained_tokens"]`, from their segment records)."""
-DRAINED_SAMPLES: Final = "drained_samples"
-"""Trainer figure: the batch's samples holding such tokens."""
 """Prefix of the batch's span histogram: `staleness/version_span_samples/N` counts the samples
 whose output spans N versions (a step record's extras: one key per span the batch has, so not a
-declared figure)."""
+declared figure; `StepFigures` says why)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ STALENESS_FAILURES: Final = figure("staleness_failures").metric
 ROLLOUT_RETRIES: Final = figure("retries").metric
 ROLLOUT_GROUPS_COMPLETED: Final = figure("groups").metric
 TRAINED_SAMPLES: Final = figure("samples").metric
+TRAINED_DRAINED_TOKENS: Final = figure("drained_tokens").metric
+"""Counter: trained tokens a drained engine generated, against `PROXY_DRAINED_TOKENS` moved."""
 ROLLOUT_FAILED_ATTEMPTS: Final = figure("failed_attempts").metric
 """Counter labelled by `reason`: failed prompt-group attempts (each retry counts one)."""
 ROLLOUT_FAILED_GROUPS: Final = figure("failed_groups").metric

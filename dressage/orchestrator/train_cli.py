@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dressage.api.loader import JobValidationError, load_job
-from dressage.data.samples import DRAINED_TOKENS
 from dressage.proxy.affinity import dns_target, parse_replica_urls
 
 if TYPE_CHECKING:
@@ -255,7 +254,7 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
         def sink(record: StepRecord) -> None:
             reward = record.figures.reward or 0.0
             span = record.figures.version_span_max
-            drained = int(record.extras.get(DRAINED_TOKENS, 0))
+            drained = record.figures.drained_tokens
             print(
                 f"step {record.step} version {record.version} reward {reward:.3f} "
                 f"span_max {'-' if span is None else int(span)} drained_tokens {drained}",

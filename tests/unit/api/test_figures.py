@@ -83,7 +83,7 @@ def test_names_are_unique_and_every_field_is_a_declared_figure() -> None:
 
 def test_the_status_shows_exactly_the_status_figures_under_their_keys() -> None:
     wire = StalenessStatus().to_wire()
-    expected = {"droppedGroups", "droppedGroupsByReason", "stalenessFailures"}
+    expected = {"droppedGroups", "droppedGroupsByReason", "stalenessFailures", "drainedTokens"}
     assert set(wire) == expected  # gauges stay out until measured
     keys = {info.alias for info in StalenessStatus.model_fields.values()}
     for f in status_figures():
@@ -137,6 +137,29 @@ def test_trainer_figures_are_taken_by_key_and_nothing_else() -> None:
     assert "staleness/version_span_mean" not in record  # not measured: left out
     assert record["staleness/version_span_max"] == 2.0
     assert {f.key for f in figures_of() if f.source is FigureSource.TRAINER} == trainer_keys()
+
+
+def test_the_drained_token_counts_are_declared_trainer_figures_under_their_record_keys() -> None:
+    """The trainer's drained-token counts reach `/metrics` and the status like every figure,
+    under the record keys the history and the churn benchmark read."""
+    from dressage_operator.staleness import parse_staleness
+
+    from dressage.data.samples import DRAINED_SAMPLES, DRAINED_TOKENS
+    from dressage.orchestrator.loop import StepRecord
+    from dressage.orchestrator.metrics import RunMetrics
+
+    measured = {DRAINED_TOKENS: 7.0, DRAINED_SAMPLES: 2.0, "loss": 0.1}
+    assert (DRAINED_TOKENS, DRAINED_SAMPLES) == ("drained_tokens", "drained_samples")
+    assert {DRAINED_TOKENS, DRAINED_SAMPLES} <= trainer_keys()
+    figures = StepFigures().with_trainer_figures(measured)
+    record = StepRecord(step=1, version="v1", figures=figures, extras={"loss": 0.1}).to_dict()
+    assert (record["drained_tokens"], record["drained_samples"]) == (7, 2)
+    run = RunMetrics("j")
+    run.observe(StepRecord(step=1, version="v1", figures=figures), version_ordinal=1)
+    exposition = generate_latest(run.registry).decode()
+    assert f"{names.TRAINED_DRAINED_TOKENS} 7.0" in exposition.splitlines()
+    assert "dressage_trained_drained_samples_total 2.0" in exposition.splitlines()
+    assert parse_staleness(exposition, "t").to_wire()["drainedTokens"] == 7
 
 
 @dataclass
