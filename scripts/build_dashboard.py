@@ -214,8 +214,10 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
     )
     d.timeseries(
         "Staleness failures / s",
-        "Rollouts failed by the staleness controls (partial rollouts refused with HTTP 502 "
-        "partial_rollout_staleness_exceeded), by job.",
+        "Prompt-group attempts the proxy's staleness controls refused, one per failed "
+        "attempt: the partial-rollout span limit (HTTP 502 partial_rollout_staleness_exceeded) "
+        "or, without partial rollout, a trajectory whose version changed (HTTP 409 "
+        "version_changed_without_partial_rollout); by job.",
         [(_rate(m.STALENESS_FAILURES, POD, "job_name"), "{{job_name}}")],
         unit="ops",
         width=8,
