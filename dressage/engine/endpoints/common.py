@@ -15,6 +15,7 @@ from dressage.asgi import (
     Handler,
     HttpRequest,
     StreamAnswer,
+    json_response,
 )
 from dressage.engine.validation import Refusal, bad_request, describe_validation_error
 
@@ -22,10 +23,6 @@ log = logging.getLogger("dressage.engine")
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body accepted (a prompt of millions of token ids); beyond it, HTTP 413."""
-
-
-def json_response(data: Any, status: int = 200) -> Answer:
-    return Answer(orjson.dumps(data), status)
 
 
 def error_response(message: str, status: int = 400) -> Answer:

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from dressage.asgi import Answer, HttpRequest
-from dressage.engine.endpoints.common import empty_response, json_response, parse, read_body
+from dressage.asgi import Answer, HttpRequest, json_response
+from dressage.engine.endpoints.common import empty_response, parse, read_body
 from dressage.engine.endpoints.state import EngineState
 from dressage.engine.protocol import AbortRequest, PauseGenerationRequest
 

@@ -19,11 +19,10 @@ from typing import Any
 
 import orjson
 
-from dressage.asgi import Answer, HttpRequest, StreamAnswer
+from dressage.asgi import Answer, HttpRequest, StreamAnswer, json_response
 from dressage.engine.endpoints.common import (
     empty_response,
     error_response,
-    json_response,
     read_body,
 )
 from dressage.engine.endpoints.state import EngineState

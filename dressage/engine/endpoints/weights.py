@@ -27,11 +27,10 @@ from collections.abc import AsyncIterator
 
 import torch
 
-from dressage.asgi import Answer, HttpRequest
+from dressage.asgi import Answer, HttpRequest, json_response
 from dressage.engine import flat_bucket
 from dressage.engine.endpoints.common import (
     group_answer,
-    json_response,
     parse,
     read_body,
     text_response,
