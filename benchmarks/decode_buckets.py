@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, load_average
+from _runs import ROOT, load_average, write_result
 
 from dressage.engine.model import Decoder, KVCache, ModelShape, load_weights
 from dressage.engine.model import decoder as engine_decoder
@@ -104,22 +104,17 @@ def main() -> int:
             f"batch {batch:>4}: {row['buckets_ms_per_step']:6.2f} ms/step in buckets, "
             f"{row['padded_ms_per_step']:6.2f} ms padded ({row['padded_over_buckets']:.2f}x)"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "decode_buckets",
-                "steps": steps,
-                "snapshots": snapshots,
-                "machine": {"cpus": os.cpu_count()},
-                "load_average": [load, load_average()],
-                "results": rows,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_result(
+        args.out,
+        {
+            "benchmark": "decode_buckets",
+            "steps": steps,
+            "snapshots": snapshots,
+            "machine": {"cpus": os.cpu_count()},
+            "load_average": [load, load_average()],
+            "results": rows,
+        },
     )
-    print(f"wrote {args.out}")
     return 0
 
 

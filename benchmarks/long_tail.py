@@ -77,6 +77,7 @@ from _runs import (
     percentile,
     run_job,
     step_seconds,
+    write_result,
 )
 
 from dressage.api.job import TaskSpec
@@ -426,7 +427,7 @@ def main() -> int:
         results = json.loads(args.render.read_text())
         if args.compare is not None:
             results["compare_with"] = _repo_path(args.compare)
-            args.render.write_text(json.dumps(results, indent=2) + "\n")
+            write_result(args.render, results, announce=False)
         return publish(results, args.render, update=args.update_readme)
 
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -518,8 +519,7 @@ def main() -> int:
         "learning": learning,
         "compare_with": _repo_path(args.compare) if args.compare is not None else None,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_result(out, results, announce=False)
     print(f"wrote {out} ({elapsed / 60:.1f} min)")
     return publish(results, out, update=args.update_readme)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -40,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _runs import write_result  # noqa: E402
 from proxy_overhead import cpu_seconds  # noqa: E402
 
 from dressage.engine.testing import start_engine  # noqa: E402
@@ -159,9 +159,7 @@ def main() -> int:
     for n, cores in busy_medians.items():
         shown = ", ".join(f"{k} {v:.2f}" for k, v in cores.items())
         print(f"median cores busy with {n} replica(s): {shown}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    write_result(out, result)
     return 0
 
 

@@ -31,7 +31,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, load_average
+from _runs import ROOT, load_average, write_result
 
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
 
@@ -132,24 +132,19 @@ def main() -> int:
             f"  {row['client']:<30} {row['cpu_ms_per_request']:>7.3f} ms CPU/request, "
             f"{row['wall_s']:>6.1f} s"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "rollout_client",
-                "concurrency": args.concurrency,
-                "requests": requests,
-                "slow_every": args.slow_every,
-                "slow_s": args.slow_s,
-                "machine": {"cpus": os.cpu_count()},
-                "load_average": [load, load_average()],
-                "results": rows,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_result(
+        args.out,
+        {
+            "benchmark": "rollout_client",
+            "concurrency": args.concurrency,
+            "requests": requests,
+            "slow_every": args.slow_every,
+            "slow_s": args.slow_s,
+            "machine": {"cpus": os.cpu_count()},
+            "load_average": [load, load_average()],
+            "results": rows,
+        },
     )
-    print(f"wrote {args.out}")
     return 0
 
 

@@ -33,7 +33,6 @@ the machine's load average around each run.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -43,7 +42,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, base_job, fmt, load_average, mean, median, merged, run_job, step_seconds
+from _runs import (
+    ROOT,
+    base_job,
+    fmt,
+    load_average,
+    mean,
+    median,
+    merged,
+    run_job,
+    step_seconds,
+    write_result,
+)
 
 JOB = ROOT / "examples" / "local-moe.yaml"
 ARMS = ("record", "replay")
@@ -152,7 +162,6 @@ def write(
     *,
     complete: bool,
 ) -> None:
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "benchmark": "routing_replay",
         "job": str(JOB.relative_to(ROOT)),
@@ -173,7 +182,7 @@ def write(
             for key, arms in results.items()
         },
     }
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    write_result(args.out, payload, announce=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -62,8 +61,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as `python benchmarks/weight_sync.py`
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from _runs import write_result  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from transformers import LlamaConfig  # noqa: E402
 
@@ -418,9 +419,7 @@ def main() -> int:
         "rows": rows,
         "fleet": fleet,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(args.out, result)
     return 0
 
 
