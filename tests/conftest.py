@@ -18,6 +18,7 @@ import pytest
 from _pytest.mark.expression import Expression
 from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling, Scheduling
+from xdist.workermanage import WorkerController
 
 TESTS = Path(__file__).resolve().parent
 TIERS = {
@@ -74,13 +75,55 @@ def work_unit_of(nodeid: str) -> str:
     return SERIAL if relative in SERIAL_FILES else relative
 
 
+LONG_UNITS = (
+    SERIAL,
+    "integration/test_run_learning.py",
+    "integration/test_run_user_code.py",
+    "integration/test_engine_churn_benchmark.py",
+    "integration/test_run_weight_sync.py",
+    "integration/test_async_rollout.py",
+    "integration/test_long_tail_benchmark.py",
+    "integration/test_rollout_process.py",
+    "integration/test_trainer_fsdp.py",
+    "integration/test_trainer_cli.py",
+    "integration/test_fleet_weight_sync.py",
+    "integration/test_publish_engine_set.py",
+    "integration/test_run_local.py",
+    "integration/test_gpu_check.py",
+    "integration/test_trainer_reshard.py",
+)
+"""The work units that take a minute or more, longest first (as measured by `--durations` on
+two cores). They are handed out before every other unit: xdist otherwise hands out the units
+with the most tests first, which puts these (few tests, each a whole run) last, and one of
+them starting when everything else is done leaves a process idle for minutes."""
+
+
+def longest_first(units: list[str]) -> list[str]:
+    """`units` with those of `LONG_UNITS` first, in its order; the rest keep their order."""
+    rank = {unit: i for i, unit in enumerate(LONG_UNITS)}
+    return sorted(units, key=lambda unit: rank.get(unit, len(rank)))
+
+
 class SuiteScheduling(LoadFileScheduling):
-    """`--dist loadfile` with the cluster-shaped files (`SERIAL_FILES`) as one unit. (xdist's
-    own `loadgroup` cannot express this under pytest 9: it renames node ids through an
-    attribute pytest 9 no longer reads, so its groups never form.)"""
+    """`--dist loadfile` with the cluster-shaped files (`SERIAL_FILES`) as one unit, and the
+    long units handed out first (`LONG_UNITS`). (xdist's own `loadgroup` cannot express the
+    former under pytest 9: it renames node ids through an attribute pytest 9 no longer reads,
+    so its groups never form.)"""
+
+    _ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         return work_unit_of(nodeid)
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        # The first assignment comes right after xdist filled its work queue.
+        if not self._ordered:
+            self._ordered = True
+            units = dict(self.workqueue)
+            self.workqueue.clear()
+            for unit in longest_first(list(units)):
+                self.workqueue[unit] = units[unit]
+        super()._assign_work_unit(node)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:

@@ -1,8 +1,9 @@
-"""The suite's own scheduling: which test files pytest-xdist keeps in one process."""
+"""The suite's own scheduling: which test files pytest-xdist keeps in one process, and which
+units it hands out first."""
 
 from __future__ import annotations
 
-from tests.conftest import SERIAL, SERIAL_FILES, TESTS, work_unit_of
+from tests.conftest import LONG_UNITS, SERIAL, SERIAL_FILES, TESTS, longest_first, work_unit_of
 
 
 def test_every_serial_file_exists_and_is_in_the_serial_unit() -> None:
@@ -28,4 +29,19 @@ def test_serial_files_are_one_unit_and_any_other_file_a_unit_of_its_own() -> Non
         "operator/test_operator_e2e.py",
         "operator/test_operator_e2e.py",
         "unit/test_suite_groups.py",
+    ]
+
+
+def test_every_long_unit_exists() -> None:
+    for unit in LONG_UNITS:
+        assert unit == SERIAL or (TESTS / unit).is_file(), f"{unit} is in LONG_UNITS, not in tests/"
+
+
+def test_long_units_come_first_in_their_order_and_the_rest_keep_theirs() -> None:
+    units = ["unit/test_a.py", "integration/test_run_user_code.py", "chart/test_b.py", SERIAL]
+    assert longest_first(units) == [
+        SERIAL,
+        "integration/test_run_user_code.py",
+        "unit/test_a.py",
+        "chart/test_b.py",
     ]
