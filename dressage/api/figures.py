@@ -316,6 +316,7 @@ class StepFigures:
         "Largest number of weight versions a trajectory of the batch spans",
         namespace="staleness",
         status=True,
+        line=("span_max", "d"),
     )
     version_span_min: float | None = gauge(
         "versions",
@@ -374,6 +375,7 @@ class StepFigures:
         source=FigureSource.TRAINER,
         metric="trained_drained_tokens",
         status=True,
+        line=("drained_tokens", "d"),
     )
     drained_samples: int = counter(
         "samples",
@@ -514,3 +516,19 @@ def totals(
             else:
                 sums[f.key] += f.value_type(record[f.key])
     return {f.key: f.record_value(sums[f.key]) for f in counted}
+
+
+def line_parts(figures: StepFigures) -> list[str]:
+    """`label value` for every figure the declaration gives a step-line label (`line`), in
+    declaration order, `-` for a figure the step did not measure: what both `dressage run`'s
+    and `dressage train`'s step lines show after the step, its reward and version."""
+    parts = []
+    for f in figures_of(type(figures)):
+        if f.line is None:
+            continue
+        label, spec = f.line
+        value: float | None = figures.total(f.name) if f.counted else getattr(figures, f.name)
+        if value is not None and spec.endswith("d"):
+            value = int(value)
+        parts.append(f"{label} {'-' if value is None else format(value, spec)}")
+    return parts

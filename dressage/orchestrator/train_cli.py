@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dressage.api.figures import line_parts
 from dressage.api.loader import JobValidationError, load_job
 from dressage.proxy.affinity import dns_target, parse_replica_urls
 
@@ -253,11 +254,9 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
 
         def sink(record: StepRecord) -> None:
             reward = record.figures.reward or 0.0
-            span = record.figures.version_span_max
-            drained = record.figures.drained_tokens
+            figures = " ".join(line_parts(record.figures))
             print(
-                f"step {record.step} version {record.version} reward {reward:.3f} "
-                f"span_max {'-' if span is None else int(span)} drained_tokens {drained}",
+                f"step {record.step} version {record.version} reward {reward:.3f} {figures}",
                 flush=True,
             )
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from dressage.api.figures import StepFigures, figures_of
+from dressage.api.figures import StepFigures, line_parts
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
 from dressage.engine.releases import stand_in_release
 from dressage.model import default_cache_dir
@@ -392,7 +392,7 @@ def _earlier_user_code_errors(report: Path) -> list[dict[str, Any]]:
 
 def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:
     """One line per step: step, reward (and its recent mean), version, then every figure the
-    declaration gives a `line` label (drops, logprob diff, span, entropy, clip), and seconds."""
+    declaration gives a `line` label (`figures.line_parts`), and seconds."""
     recent = rewards[-10:]
     seconds = record.rollout_seconds + record.train_seconds + record.publish_seconds
     parts = [
@@ -401,17 +401,6 @@ def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:
         f"(last {len(recent)}: {sum(recent) / max(len(recent), 1):.3f})",
         f"version {record.version}",
     ]
-    for figure in figures_of(type(record.figures)):
-        if figure.line is None:
-            continue
-        label, spec = figure.line
-        value: float | None = (
-            record.figures.total(figure.name)
-            if figure.counted
-            else getattr(record.figures, figure.name)
-        )
-        if value is not None and spec.endswith("d"):
-            value = int(value)
-        parts.append(f"{label} {'-' if value is None else format(value, spec)}")
+    parts += line_parts(record.figures)
     parts.append(f"{seconds:.1f}s")
     return "  ".join(parts)

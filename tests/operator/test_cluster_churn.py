@@ -55,7 +55,8 @@ __all__ = ["cluster", "kubelet"]  # the fixtures
 STEPS = 40
 RELEASE = "0.5.23"
 _STEP_LINE = re.compile(
-    r"^step (\d+) version \S+ reward \S+ span_max (\S+) drained_tokens (\d+)$", re.MULTILINE
+    r"^step (\d+) version \S+ reward \S+ .*\bspan_max (\S+) .*\bdrained_tokens (\d+)\b",
+    re.MULTILINE,
 )
 
 

@@ -25,6 +25,7 @@ from dressage.api.figures import (
     counter,
     figure,
     figures_of,
+    line_parts,
     status_figures,
     totals,
     trainer_keys,
@@ -205,8 +206,9 @@ def test_a_figure_declared_in_one_line_reaches_every_consumer(tmp_path: Path) ->
     assert report["steps"][0]["widgets_refused"] == 3
     assert report["summary"]["widgets_refused"] == 3
 
-    # The step line.
+    # The step lines: `dressage run`'s, and `dressage train`'s (the same parts).
     assert "widgets 3" in progress_line(record, 10, [0.5])
+    assert "widgets 3" in line_parts(record.figures)
 
     # The job's status, as the operator reads it from the job's /metrics ...
     staleness = parse_staleness(exposition, "t", declaration=WithWidgets)
