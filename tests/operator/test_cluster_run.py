@@ -47,7 +47,10 @@ from .waiting import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 __all__ = ["cluster", "kubelet"]  # the fixtures
 K8S_VERSION = "1.33.0"
-STEPS = 9
+STEPS = 16
+"""Enough that the trainer cannot run out of steps while the test waits for the replacement to
+be ready and taken in (at nine, a loaded machine's trainer once finished first: each thaw that
+lets a held publish finish lets steps through)."""
 
 
 def _children(c: EmulatedCluster) -> list[dict[str, Any]]:
