@@ -48,7 +48,7 @@ from dressage.metrics import (
 )
 from dressage.proxy.drain import DEFAULT_DRAIN_TIMEOUT_S
 from dressage.runner.churn import ChurnAction, ChurnEvent, due, engine_name
-from dressage.runner.processes import ChildProcess
+from dressage.runner.processes import ChildProcess, stop_together
 
 ENGINE_READY = "engine ready on "
 JOINING_VERSION = "base"
@@ -224,9 +224,8 @@ class LocalFleet:
         return FleetChange("drain", name, url, ok, time.monotonic() - started, detail)
 
     def stop_all(self) -> None:
-        """Stop every engine still running (SIGTERM, then SIGKILL), newest first."""
-        for child in reversed(list(self.children.values())):
-            child.stop()
+        """Stop every engine still running (SIGTERM to all, then SIGKILL), newest first."""
+        stop_together(list(reversed(self.children.values())))
 
     # --- internals
 

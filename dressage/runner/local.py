@@ -45,7 +45,12 @@ from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipe
 from dressage.runner.churn import ChurnEvent
 from dressage.runner.fleet import ChurnDriver, LocalFleet
 from dressage.runner.preflight import check_cpus
-from dressage.runner.processes import ChildProcess, pin_this_process, python_module
+from dressage.runner.processes import (
+    ChildProcess,
+    pin_this_process,
+    python_module,
+    stop_together,
+)
 from dressage.runner.report import (
     REPORT,
     History,
@@ -289,8 +294,7 @@ class LocalRun:
     def shutdown(self, *, report: bool = True) -> None:
         """Stop children (proxy first, then engines), the metrics server; write the report
         (unless `report` is False: a run refused for its configuration leaves none)."""
-        for child in reversed(self.children):
-            child.stop()
+        stop_together(list(reversed(self.children)))
         self.children.clear()
         if self.fleet is not None:
             self.fleet.stop_all()

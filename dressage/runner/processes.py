@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -118,16 +119,25 @@ class ChildProcess:
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         """SIGTERM the child's process group, then SIGKILL after `grace_s`; its exit code."""
+        self.terminate()
+        return self.reap(time.monotonic() + grace_s)
+
+    def terminate(self) -> None:
+        """SIGTERM the child's process group if it still runs (`reap` then waits for it)."""
+        if self.process is not None and self.process.poll() is None:
+            self._signal(self.process, signal.SIGTERM)
+
+    def reap(self, deadline: float) -> int | None:
+        """Wait for the child until `deadline` (`time.monotonic()`), SIGKILL its group if it
+        is still there then; its exit code."""
         process = self.process
         if process is None:
             return None
-        if process.poll() is None:
-            self._signal(process, signal.SIGTERM)
-            try:
-                process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self._signal(process, signal.SIGKILL)
-                process.wait(timeout=grace_s)
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self._signal(process, signal.SIGKILL)
+            process.wait(timeout=10.0)
         if self._reader is not None:
             self._reader.join(timeout=5)
         return process.returncode
@@ -136,6 +146,18 @@ class ChildProcess:
     def _signal(process: subprocess.Popen[str], sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
+
+
+def stop_together(children: Sequence[ChildProcess], grace_s: float = 10.0) -> None:
+    """Stop `children` at once: SIGTERM to all, then wait for each within one shared `grace_s`
+    and SIGKILL whatever is left. Each child's own shutdown (closing its server, its
+    connections) runs beside the others', so stopping N children takes about as long as the
+    slowest, not their sum."""
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        child.reap(deadline)
 
 
 def pin_this_process(cpus: Sequence[int]) -> None:

@@ -5,12 +5,13 @@ as well as the ones it starts later. Each test starts a real process."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from dressage.runner.processes import ChildProcess, available_cpus
+from dressage.runner.processes import ChildProcess, available_cpus, stop_together
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,3 +106,58 @@ def test_pin_this_process_refuses_cores_it_cannot_use() -> None:
         check=True,
     )
     assert "are not available here" in out.stdout, out.stderr
+
+
+SIGTERM_WAITS_FOR_SIBLINGS = textwrap.dedent(
+    """
+    import pathlib, signal, sys, time
+    here, name, siblings = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    def on_term(*_):
+        (here / name).touch()
+        # Exits only once every sibling got its SIGTERM too: stopped one after the other,
+        # the first would wait here until it is killed.
+        end = time.monotonic() + 60
+        while not all((here / s).exists() for s in siblings) and time.monotonic() < end:
+            time.sleep(0.01)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    print("ready", flush=True)
+    while True:
+        time.sleep(1)
+    """
+)
+IGNORES_SIGTERM = textwrap.dedent(
+    """
+    import signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready", flush=True)
+    while True:
+        time.sleep(1)
+    """
+)
+
+
+async def test_stop_together_signals_every_child_before_waiting_and_kills_the_stubborn(
+    tmp_path: Path,
+) -> None:
+    names = ["a", "b", "c"]
+    children = [
+        ChildProcess(
+            name,
+            [sys.executable, "-c", SIGTERM_WAITS_FOR_SIBLINGS, str(tmp_path), name, *names],
+            log_path=tmp_path / f"{name}.log",
+        )
+        for name in names
+    ]
+    stubborn = ChildProcess(
+        "stubborn", [sys.executable, "-c", IGNORES_SIGTERM], log_path=tmp_path / "stubborn.log"
+    )
+    for child in [*children, stubborn]:
+        child.start()
+        await child.wait_for("ready", 60)
+
+    stop_together([*children, stubborn], grace_s=5)
+
+    assert [child.process.returncode for child in children if child.process] == [0, 0, 0]
+    assert stubborn.process is not None
+    assert stubborn.process.returncode == -signal.SIGKILL
