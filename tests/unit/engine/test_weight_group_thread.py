@@ -15,10 +15,12 @@ from dressage.engine.weight_group import in_daemon_thread
 async def test_a_cancelled_wait_drops_the_threads_late_failure() -> None:
     started, release = threading.Event(), threading.Event()
     failures: list[Any] = []
+    threads: list[threading.Thread] = []
     previous = threading.excepthook
     threading.excepthook = failures.append
 
     def rendezvous() -> None:
+        threads.append(threading.current_thread())
         started.set()
         release.wait()
         raise TimeoutError("wait timeout: the rank never came")
@@ -30,9 +32,10 @@ async def test_a_cancelled_wait_drops_the_threads_late_failure() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         release.set()
-        for thread in threading.enumerate():
-            if thread.name == "weight-group":
-                thread.join(timeout=30)
+        # Only this test's thread: other tests in the process may leave theirs waiting out a
+        # rendezvous timeout.
+        threads[0].join(timeout=30)
+        assert not threads[0].is_alive()
     finally:
         threading.excepthook = previous
     assert failures == []
