@@ -37,12 +37,14 @@ refused; the trained samples' mean response length against the distribution's (t
 dropped for staleness are the ones with a long member); the engine tokens generated and the
 CPU each process spent per trained sample, and the seconds per step its threads waited for a
 core (what other work on the machine took); reward against wall clock. Per setting the
-medians over repeats (drops and refusals per run, spans summed). About 30 s per run and 29
-runs with the defaults. Ten seconds of steps are too few for the reward to tell settings
-apart: `--learning-seconds S` then runs the best sync setup and the fastest async setting
-once more, S seconds each, for reward curves long enough to compare.
+medians over repeats (drops and refusals per run, spans summed). About 45 s per run (startup,
+warm-up steps and shutdown included) and 20 runs with the defaults, about 15 minutes on two
+idle cores; `--repeats 3` gives medians of three in about 22. Ten seconds of steps are too
+few for the reward to tell settings apart: `--learning-seconds S` then runs the best sync
+setup and the fastest async setting once more, S seconds each, for reward curves long enough
+to compare.
 
-    python benchmarks/long_tail.py [--quick] [--repeats 3] [--seconds 10] [--settings ...]
+    python benchmarks/long_tail.py [--quick] [--repeats 2] [--seconds 10] [--settings ...]
         [--keep-versions 3] [--compare PATH] [--learning-seconds S] [--out PATH] [--update-readme]
     python benchmarks/long_tail.py --render PATH [--compare PATH] [--update-readme]
 
@@ -385,7 +387,7 @@ def run_setting(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 repeat, 5 s runs")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3; quick 1)")
+    parser.add_argument("--repeats", type=int, default=None, help="rounds (default 2; quick 1)")
     parser.add_argument(
         "--seconds", type=float, default=None, help="step wall time per run (default 10; quick 5)"
     )
@@ -430,7 +432,7 @@ def main() -> int:
             write_result(args.render, results, announce=False)
         return publish(results, args.render, update=args.update_readme)
 
-    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.repeats = args.repeats or (1 if args.quick else 2)
     args.seconds = args.seconds or (5.0 if args.quick else 10.0)
     default_placements = "separate" if args.quick else ",".join(SYNC_PLACEMENTS)
     placements_arg = args.sync_placements or default_placements
