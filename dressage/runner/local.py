@@ -45,12 +45,7 @@ from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipe
 from dressage.runner.churn import ChurnEvent
 from dressage.runner.fleet import ChurnDriver, LocalFleet
 from dressage.runner.preflight import check_cpus
-from dressage.runner.processes import (
-    ChildProcess,
-    pin_this_process,
-    python_module,
-    stop_together,
-)
+from dressage.runner.processes import ChildProcess, pin_this_process, python_module, stop_together
 from dressage.runner.report import (
     REPORT,
     History,
@@ -292,8 +287,9 @@ class LocalRun:
         return ",".join(urls)
 
     def shutdown(self, *, report: bool = True) -> None:
-        """Stop children (proxy first, then engines), the metrics server; write the report
-        (unless `report` is False: a run refused for its configuration leaves none)."""
+        """Stop children (the proxies together, then the engines together), the metrics server;
+        write the report (unless `report` is False: a run refused for its configuration leaves
+        none)."""
         stop_together(list(reversed(self.children)))
         self.children.clear()
         if self.fleet is not None:

@@ -1,9 +1,10 @@
 """Child processes of a local run: start, wait for a readiness line, stop cleanly.
 
 Each child runs in its own process group (so a terminal's Ctrl-C reaches only the runner, which
-then stops the children in order) with its output written to a log file and scanned for a
-readiness marker such as `engine ready on http://...`. `stop()` sends SIGTERM to the group,
-waits, and sends SIGKILL to whatever is left.
+then stops the children) with its output written to a log file and scanned for a readiness
+marker such as `engine ready on http://...`. `stop()` sends SIGTERM to the group, waits, and
+sends SIGKILL to whatever is left; `stop_together` does the same for several children with one
+shared wait, so their shutdowns overlap.
 """
 
 from __future__ import annotations

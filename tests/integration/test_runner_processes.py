@@ -1,6 +1,7 @@
-"""Where a local run's child processes run: a child started with `cpus` runs (with every thread
-it starts) on those cores only, and `pin_this_process` pins the threads a process already runs
-as well as the ones it starts later. Each test starts a real process."""
+"""A local run's child processes: a child started with `cpus` runs (with every thread it starts)
+on those cores only, `pin_this_process` pins the threads a process already runs as well as the
+ones it starts later, and `stop_together` signals every child before it waits. Each test starts
+a real process."""
 
 from __future__ import annotations
 
