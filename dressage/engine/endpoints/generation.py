@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import orjson
@@ -334,14 +334,30 @@ async def _wait_unpaused(state: EngineState, request: HttpRequest) -> bool:
     False when the client went away meanwhile."""
     if not state.paused:
         return True
-    unpaused = asyncio.create_task(state.unpaused.wait())
-    gone = asyncio.create_task(request.disconnected())
+    return await wait_unpaused(state.unpaused, request.disconnected())
+
+
+async def wait_unpaused(unpaused: asyncio.Event, disconnected: Awaitable[None]) -> bool:
+    """Wait until `unpaused` is set and still set when this request wakes; False once
+    `disconnected` (the client's going away) completes first.
+
+    A pause that ends and starts again before the request wakes (pause, continue, pause)
+    keeps it waiting: SGLang (0.5.2 and 0.5.23 `tokenizer_manager.py`) waits with
+    `is_pause_cond.wait_for(lambda: not self.is_pause)`, which checks the flag again on
+    waking. Only the client's going away ends the wait early."""
+    gone = asyncio.ensure_future(disconnected)
     try:
-        await asyncio.wait({unpaused, gone}, return_when=asyncio.FIRST_COMPLETED)
+        while not unpaused.is_set():
+            woken = asyncio.create_task(unpaused.wait())
+            try:
+                await asyncio.wait({woken, gone}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+            if gone.done():
+                return False
+        return True
     finally:
-        unpaused.cancel()
         gone.cancel()
-    return state.unpaused.is_set()
 
 
 async def _abort_on_disconnect(state: EngineState, request: HttpRequest, rid: str) -> None:
