@@ -10,6 +10,7 @@ The fixtures `cluster` and `kubelet` live here; a test file imports them by name
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,9 +160,36 @@ def held_until(kubelet: Kubelet, condition: Callable[[], Any], what: str) -> Non
                 return False
             return bool(condition())
 
-        wait_until(settled, 180, what)
+        try:
+            wait_until(settled, 180, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{situation(kubelet)}") from None
     finally:
         kubelet.thaw(TRAINER)
+
+
+def situation(kubelet: Kubelet, log_lines: int = 12) -> str:
+    """What a failed hold prints: the proxy's `/health`, each pod's phase and readiness with
+    its latest probe of each kind, and the log tail of every container that is not ready."""
+    out = [f"proxy /health: {json.dumps(proxy_health(kubelet))}"]
+    pods = dict(kubelet.pods)  # copies of the kubelet's own (it mutates them as it syncs)
+    probes = list(kubelet.probes)
+    for name, pod in sorted(pods.items()):
+        ready = {c.name: c.ready for c in pod.containers.values()}
+        out.append(f"{name}: {pod.phase}, ready {ready}")
+        latest: dict[tuple[str, str], ProbeResult] = {}
+        for probe in probes:
+            if probe.pod == name and probe.uid == pod.uid:
+                latest[(probe.container, probe.kind)] = probe
+        for (container_name, kind), probe in sorted(latest.items()):
+            verdict = "ok" if probe.ok else f"failed: {probe.detail[:160]}"
+            out.append(f"  {container_name} {kind}: {verdict}")
+        for container in pod.containers.values():
+            if not container.ready:
+                tail = kubelet.log_text(name, container.name).splitlines()[-log_lines:]
+                out.append(f"  {container.name} log tail:")
+                out.extend(f"    {line}" for line in tail)
+    return "\n".join(out)
 
 
 def one_more_step(kubelet: Kubelet, what: str) -> None:
