@@ -25,7 +25,7 @@ from dressage.engine.endpoints.common import (
     error_response,
     read_body,
 )
-from dressage.engine.endpoints.state import EngineState
+from dressage.engine.endpoints.state import EngineState, until_set
 from dressage.engine.protocol import GenerateRequest, SamplingParams
 from dressage.engine.releases import HEALTH_CHECK_TIMEOUT_S, ReleaseProfile
 from dressage.engine.scheduler import Request
@@ -312,7 +312,7 @@ class _Run:
         state, rid = self.state, self.request.rid
         final = False
         try:
-            await state.unpaused.wait()
+            await state.until_unpaused()
             async with state.model_lock.reading():
                 self.submit()
                 try:
@@ -338,25 +338,15 @@ async def _wait_unpaused(state: EngineState, request: HttpRequest) -> bool:
 
 
 async def wait_unpaused(unpaused: asyncio.Event, disconnected: Awaitable[None]) -> bool:
-    """Wait until `unpaused` is set and still set when this request wakes; False once
-    `disconnected` (the client's going away) completes first.
-
-    A pause that ends and starts again before the request wakes (pause, continue, pause)
-    keeps it waiting: SGLang (0.5.2 and 0.5.23 `tokenizer_manager.py`) waits with
-    `is_pause_cond.wait_for(lambda: not self.is_pause)`, which checks the flag again on
-    waking. Only the client's going away ends the wait early."""
+    """Wait until `unpaused` is set and still set when this request wakes (`until_set`);
+    False once `disconnected` (the client's going away) completes first."""
+    woken = asyncio.ensure_future(until_set(unpaused))
     gone = asyncio.ensure_future(disconnected)
     try:
-        while not unpaused.is_set():
-            woken = asyncio.create_task(unpaused.wait())
-            try:
-                await asyncio.wait({woken, gone}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                woken.cancel()
-            if gone.done():
-                return False
-        return True
+        await asyncio.wait({woken, gone}, return_when=asyncio.FIRST_COMPLETED)
+        return not gone.done()
     finally:
+        woken.cancel()
         gone.cancel()
 
 
@@ -393,7 +383,7 @@ async def health_generate(state: EngineState, request: HttpRequest) -> Answer:
     params = SamplingParams(max_new_tokens=1, temperature=0.0, sampling_seed=0)
 
     async def check() -> None:
-        await state.unpaused.wait()
+        await state.until_unpaused()
         async with state.model_lock.reading():
             state.scheduler.submit(Request(rid=rid, prompt_ids=[bos], params=params, emit=emit))
             await done

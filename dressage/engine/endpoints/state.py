@@ -59,6 +59,10 @@ class EngineState:
     def paused(self) -> bool:
         return not self.unpaused.is_set()
 
+    async def until_unpaused(self) -> None:
+        """Return once generation is not paused (at once when it is not)."""
+        await until_set(self.unpaused)
+
     def ready(self) -> bool:
         return self.scheduler.loaded and self.scheduler.alive
 
@@ -70,3 +74,13 @@ class EngineState:
             return False
         waiting = self.scheduled - self.config.max_batch_size
         return waiting >= 0 and waiting + 1 > limit
+
+
+async def until_set(event: asyncio.Event) -> None:
+    """Return once `event` is set and still set when this waiter runs. A pause that ends and
+    starts again before the waiter runs (pause, continue, pause) keeps it waiting: SGLang
+    (0.5.2 and 0.5.23 `tokenizer_manager.py`) waits with
+    `is_pause_cond.wait_for(lambda: not self.is_pause)`, which checks the flag again on
+    waking, where a bare `Event.wait()` returns for a set that was already undone."""
+    while not event.is_set():
+        await event.wait()
