@@ -207,16 +207,21 @@ def write_report(
 
 
 def plot_history(run_root: Path, steps: Sequence[Mapping[str, Any]]) -> list[Path]:
-    """One PNG per figure in `PLOTS` (matplotlib's Agg backend, no display needed)."""
+    """One PNG per figure in `PLOTS` (matplotlib's Agg canvas, no display and no pyplot state).
+
+    The margins are fixed rather than fitted (`tight_layout` draws every figure twice): the
+    plots are a run's last act, paid by every run, short ones included."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     written: list[Path] = []
     xs = [int(s["step"]) for s in steps]
     for filename, (key, title) in PLOTS.items():
-        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+        fig = Figure(figsize=(6, 3.5), dpi=100)
+        fig.subplots_adjust(left=0.11, right=0.97, top=0.9, bottom=0.15)
+        ax = fig.add_subplot()
         points = [(x, float(s[key])) for x, s in zip(xs, steps, strict=True) if key in s]
         if points:
             px, py = zip(*points, strict=True)
@@ -229,9 +234,7 @@ def plot_history(run_root: Path, steps: Sequence[Mapping[str, Any]]) -> list[Pat
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        fig.tight_layout()
         out = run_root / filename
         fig.savefig(out)
-        plt.close(fig)
         written.append(out)
     return written

@@ -9,11 +9,13 @@ the job's shared storage, laid out as the hub writes it, and the job stages offl
 init containers stage it from there.
 The proxy's bearer token comes from a Secret (`secretKeyRef`). Engine pods run the embedded
 engine in place of SGLang (`kubelet_engine.sglang_as_embedded` maps the flags it needs and
-refuses any other one), playing the job's SGLang release; the run is repeated for every tested
-release. Every child is validated against the Kubernetes schemas. The job trains, engine 1
-is evicted mid-run and the operator replaces it without a trainer gang restart,
-weights are published every step, and every liveness and readiness probe the operator declared
-answers within its timeout throughout, publishes included.
+refuses any other one), playing the oldest tested SGLang release: the cluster churn and the
+distributed weight-sync jobs play the newest, so each release runs a whole cluster job, and
+what differs between releases is pinned per release by the engine, weight-sync and `dressage
+run` tests and the contract tier. Every child is validated against the Kubernetes schemas.
+The job trains, engine 1 is evicted mid-run and the operator replaces it without a trainer
+gang restart, weights are published every step, and every liveness and readiness probe the
+operator declared answers within its timeout throughout, publishes included.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def _children(c: EmulatedCluster) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("release", SGLANG_TESTED_RELEASES, ids=lambda r: f"sglang-{r}")
+@pytest.mark.parametrize("release", SGLANG_TESTED_RELEASES[:1], ids=lambda r: f"sglang-{r}")
 def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passing(
     cluster: EmulatedCluster, kubelet: Kubelet, tmp_path: Path, release: str
 ) -> None:

@@ -2,7 +2,9 @@
 broadcasts every step's weights to the engine pods over per-engine gloo groups, and the engine
 set changes under it (engine 1 evicted and replaced, a replica added, one removed) with no
 trainer gang restart; every engine that joins serves a published version, and the job ends
-with every step trained.
+with every step trained. The engines play the newest tested SGLang release (what a cluster
+installs today); both releases' weight-update protocols run end to end in
+`tests/integration/test_run_weight_sync.py` and `test_fleet_weight_sync.py`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def _distributed(release: str) -> dict[str, Any]:
     return manifest
 
 
-@pytest.mark.parametrize("release", SGLANG_TESTED_RELEASES, ids=lambda r: f"sglang-{r}")
+@pytest.mark.parametrize("release", SGLANG_TESTED_RELEASES[-1:], ids=lambda r: f"sglang-{r}")
 def test_distributed_weight_sync_follows_evictions_scale_up_and_scale_down_without_a_restart(
     cluster: EmulatedCluster, kubelet: Kubelet, tmp_path: Path, release: str
 ) -> None:
