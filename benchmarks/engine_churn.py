@@ -39,7 +39,7 @@ current weights; a `drain` until the proxy answered, then the engine's exit).
     python benchmarks/engine_churn.py [--quick] [--steps 40] [--syncs disk,distributed]
         [--churn SCHEDULE] [--out PATH]
 
-`--quick` (the smoke test's): 9 steps of 4 groups, `disk` only, `kill@2,add@3,drain@5`. Writes
+`--quick` (the smoke test's): 9 steps, `disk` only, `kill@2,add@3,drain@5`. Writes
 `benchmarks/results/engine_churn.json` (`engine_churn_quick.json` with `--quick`).
 """
 
@@ -76,9 +76,6 @@ WARMUP_STEPS = 3
 """Left out of rates: partial async's first steps train groups generated before the first
 publish (`benchmarks/long_tail.py`)."""
 QUICK_WARMUP_STEPS = 1
-QUICK_ROLLOUT = {"batchSize": 4, "concurrency": 8}
-"""The quick mode's batches: a quarter of the job's, so that the smoke test's steps are short;
-its figures are not the benchmark's."""
 SYNCS = ("disk", "distributed")
 KEEP_VERSIONS = 12
 """Wide enough that no batch-level drop hides a drained token; the proxy's span limit is off."""
@@ -87,7 +84,7 @@ RESUMING = "resuming at step "
 """What `dressage run` prints when it resumes from a checkpoint (a trainer restart)."""
 
 
-def job_for(sync: str, churn: bool, *, quick: bool = False) -> dict[str, Any]:
+def job_for(sync: str, churn: bool) -> dict[str, Any]:
     name = f"churn-{sync}-{'churn' if churn else 'fixed'}"
     return merged(
         base_job(JOB),
@@ -96,7 +93,6 @@ def job_for(sync: str, churn: bool, *, quick: bool = False) -> dict[str, Any]:
             "spec": {
                 "inference": {"replicas": 2, "weightSync": sync},
                 "staleness": {"keepVersions": KEEP_VERSIONS, "maxPartialRolloutPreempts": None},
-                **({"rollout": QUICK_ROLLOUT} if quick else {}),
             },
         },
     )
@@ -199,7 +195,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dressage-churn-") as tmp:
         for sync in syncs:
             for churn in (False, True):
-                job = job_for(sync, churn, quick=args.quick)
+                job = job_for(sync, churn)
                 name = str(job["metadata"]["name"])
                 loads.append(load_average())
                 result = run_job(
