@@ -29,7 +29,7 @@ import kubernetes_validate
 import pytest
 from dressage_operator.testing import EmulatedCluster
 
-from dressage.api.sglang import SGLANG_TESTED_RELEASES
+from dressage.api.sglang import SGLANG_OLDEST_TESTED
 
 from .cluster_job import (
     JOB,
@@ -71,7 +71,7 @@ def _children(c: EmulatedCluster) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("release", SGLANG_TESTED_RELEASES[:1], ids=lambda r: f"sglang-{r}")
+@pytest.mark.parametrize("release", [SGLANG_OLDEST_TESTED], ids=lambda r: f"sglang-{r}")
 def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passing(
     cluster: EmulatedCluster, kubelet: Kubelet, tmp_path: Path, release: str
 ) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from dressage_operator.testing import EmulatedCluster
 
-from dressage.api.sglang import SGLANG_TESTED_RELEASES
+from dressage.api.sglang import SGLANG_NEWEST_TESTED
 
 from .cluster_job import (
     JOB,
@@ -46,7 +46,7 @@ def _distributed(release: str) -> dict[str, Any]:
     return manifest
 
 
-@pytest.mark.parametrize("release", SGLANG_TESTED_RELEASES[-1:], ids=lambda r: f"sglang-{r}")
+@pytest.mark.parametrize("release", [SGLANG_NEWEST_TESTED], ids=lambda r: f"sglang-{r}")
 def test_distributed_weight_sync_follows_evictions_scale_up_and_scale_down_without_a_restart(
     cluster: EmulatedCluster, kubelet: Kubelet, tmp_path: Path, release: str
 ) -> None:
