@@ -1,9 +1,10 @@
 """What `dressage run` checks before it builds a model or starts an engine.
 
-The job's own settings for this machine (`--steps`, the cores in `spec.local`, the `--device`)
-and its task (`dressage.tasks.preflight`: the dataset read and checked, the environment built,
-the reward dry-called). Each problem is a `ConfigurationError` naming the field or flag, which
-`dressage run` reports with exit code 2, nothing started and no report written.
+The job's own settings for this machine (`--steps`, the cores in `spec.local`), its task
+(`dressage.tasks.preflight`: the dataset read and checked, the environment built, the reward
+dry-called), then the `--device`, the one check that imports torch. Each problem is a
+`ConfigurationError` naming the field or flag, which `dressage run` reports with exit code 2,
+nothing started and no report written.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ def check_local_run(job: AsyncRLJob, *, steps: int | None, device: str) -> Prefl
     check_cpus(local.engine_cpus, "spec.local.engineCpus")
     check_cpus(local.trainer_cpus, "spec.local.trainerCpus")
     check_cpus(local.rollout_cpus, "spec.local.rolloutCpus")
-    from dressage.engine.cli import device_problem  # imports torch
+    checked = preflight(job.spec.task)
+    # Last: it imports torch (about 3 CPU-seconds), which none of the checks above needs, so
+    # a mistake in the job's task or data is reported without that wait.
+    from dressage.engine.cli import device_problem
 
     problem = device_problem(device)
     if problem is not None:
         raise ConfigurationError(f"--device: {problem}")
-    return preflight(job.spec.task)
+    return checked
 
 
 def check_cpus(cpus: list[int] | None, field: str) -> None:
