@@ -207,13 +207,12 @@ def write_report(
 
 
 def plot_history(run_root: Path, steps: Sequence[Mapping[str, Any]]) -> list[Path]:
-    """One PNG per figure in `PLOTS` (matplotlib's Agg canvas, no display and no pyplot state).
+    """One PNG per figure in `PLOTS`, drawn on `matplotlib.figure.Figure` directly: saving a
+    PNG renders it with Agg whatever the backend, so no display, no pyplot state and no
+    process-wide backend choice.
 
     The margins are fixed rather than fitted (`tight_layout` draws every figure twice): the
     plots are a run's last act, paid by every run, short ones included."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
     written: list[Path] = []
