@@ -111,6 +111,8 @@ class _Pod:
     """Volume name -> its host directory."""
     projected: dict[str, dict[str, str]] = field(default_factory=dict)
     """ConfigMap volume name -> the ConfigMap data its files hold."""
+    rewritten: dict[str, dict[str, str]] = field(default_factory=dict)
+    """ConfigMap volume name -> its files' text as written (the data with names rewritten)."""
 
 
 class Kubelet:
@@ -381,6 +383,11 @@ class Kubelet:
         the pod's containers go on running. Names in them are rewritten as at start."""
         with self._lock:
             pods = [p for p in self.pods.values() if p.phase == "Running" and not p.stopping]
+        if not pods:
+            return
+        # A name that resolves only once its pod exists (an engine added with the ConfigMap
+        # that lists it) is rewritten on a later pass, as cluster DNS answers once it can.
+        dns = self._dns()
         for pod in pods:
             for volume in pod.manifest["spec"].get("volumes") or []:
                 if "configMap" not in volume or volume["name"] not in pod.projected:
@@ -388,12 +395,14 @@ class Kubelet:
                 cm = self.cluster.get(
                     self.cluster.path("v1", "configmaps", volume["configMap"]["name"])
                 )
-                data = dict((cm or {}).get("data") or {})
-                if cm is None or data == pod.projected[volume["name"]]:
-                    continue
-                self._project(pod, volume["name"], data)
+                if cm is not None:
+                    self._project(pod, volume["name"], dict(cm.get("data") or {}), dns)
 
-    def _project(self, pod: _Pod, volume: str, data: dict[str, str]) -> None:
+    def _project(
+        self, pod: _Pod, volume: str, data: dict[str, str], dns: dict[str, dict[int, int]]
+    ) -> None:
+        """Write each key of `data` whose text, names rewritten with `dns`, differs from its
+        file's; remove the keys `data` no longer has."""
         directory = pod.mounts[volume]
         mounting = [
             c
@@ -401,13 +410,16 @@ class Kubelet:
             if any(m["name"] == volume for m in c.get("volumeMounts") or [])
         ]
         paths = mount_map(mounting[0], pod.mounts) if mounting else []
-        dns = self._dns()
+        written = pod.rewritten.setdefault(volume, {})
         with self._files_lock:
             for key, text in data.items():
-                if pod.projected[volume].get(key) != text:
-                    replace_file(directory / key, rewrite(text, paths, dns))
+                out = rewrite(text, paths, dns)
+                if written.get(key) != out:
+                    replace_file(directory / key, out)
+                    written[key] = out
             for key in pod.projected[volume].keys() - data.keys():
                 (directory / key).unlink(missing_ok=True)
+                written.pop(key, None)
             pod.projected[volume] = data
 
     def _dns(self) -> dict[str, dict[int, int]]:
@@ -463,9 +475,11 @@ class Kubelet:
         with self._files_lock:
             for volume in pod.manifest["spec"].get("volumes") or []:
                 if "configMap" in volume:
+                    written = pod.rewritten.setdefault(volume["name"], {})
                     for key in pod.projected.get(volume["name"], {}):
                         path = mounts[volume["name"]] / key
-                        replace_file(path, rewrite(path.read_text(), paths, dns))
+                        written[key] = rewrite(path.read_text(), paths, dns)
+                        replace_file(path, written[key])
 
     def _full_env(self, pod: _Pod, env: dict[str, str]) -> dict[str, str]:
         return {
