@@ -49,7 +49,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -63,7 +62,7 @@ from dressage_operator.testing import EmulatedCluster
 from dressage.api.job import InferenceSpec
 from dressage.testing import PROJECT_ROOT, free_port
 
-from .kubelet_engine import sglang_as_embedded
+from .kubelet_command import local_ports, local_program
 from .kubelet_hooks import SIGTERM_WAIT_S, HookResult, grace_period_s, pre_stop_argv, run_hook
 from .kubelet_probes import ProbeResult, run_probe
 from .kubelet_processes import signal_container
@@ -449,24 +448,8 @@ class Kubelet:
         dns = self._dns()
         argv = [rewrite(a, paths if argv_paths else [], dns) for a in argv]
         env = {k: rewrite(v, paths, dns) for k, v in env.items()}
-        out: list[str] = []
-        for i, arg in enumerate(argv):
-            before = argv[i - 1] if i else ""
-            flag, eq, value = arg.partition("=")
-            if before in ("--port", "--master-port") and arg.isdigit() and int(arg) in own:
-                arg = str(self.port(pod.name, int(arg)))
-            elif eq and flag in ("--port", "--master-port") and value.isdigit():
-                arg = f"{flag}={self.port(pod.name, int(value))}" if int(value) in own else arg
-            elif before == "--host" and arg == "0.0.0.0":
-                arg = "127.0.0.1"
-            out.append(arg)
-        if out[:3] == ["python", "-m", "sglang.launch_server"]:
-            out = [sys.executable, *sglang_as_embedded(out[3:], self._job_release(pod))]
-        elif out and out[0] == "python":
-            out = [sys.executable, *out[1:]]
-        elif out and out[0] == "torchrun":
-            out = [sys.executable, "-m", "torch.distributed.run", *out[1:]]
-        return out, env
+        out = local_ports(argv, own, lambda port: self.port(pod.name, port))
+        return local_program(out, lambda: self._job_release(pod)), env
 
     def _rewrite_config_files(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> None:
         """ConfigMap files name in-pod paths and Service names too: rewrite them in place."""
