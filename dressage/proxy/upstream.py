@@ -143,6 +143,10 @@ class _Connection(asyncio.Protocol):
     def send(self, head: bytes, body: bytes) -> asyncio.Future[Reply]:
         assert self.transport is not None
         assert self._waiter is None
+        if self.gone:
+            # The engine reset it between the connect (or its last reply) and this request:
+            # the loop has seen the close, `connection_lost` may not have run yet.
+            raise ConnectionLost("the engine closed the connection before the request was sent")
         self._waiter = asyncio.get_running_loop().create_future()
         self._chunks = []
         self._headers_done = False
@@ -151,8 +155,13 @@ class _Connection(asyncio.Protocol):
         return self._waiter
 
     @property
+    def gone(self) -> bool:
+        """Closed, or closing: its transport takes no more writes."""
+        return self.closed or (self.transport is not None and self.transport.is_closing())
+
+    @property
     def reusable(self) -> bool:
-        return self._keep_alive and not self.closed and self._waiter is None
+        return self._keep_alive and not self.gone and self._waiter is None
 
     def close(self) -> None:
         self.closed = True
@@ -221,11 +230,11 @@ class EngineConnections:
         head += b"\r\n"
         self._busy.add(connection)
         loop = asyncio.get_running_loop()
-        reply = connection.send(head, body)
         timer = None
-        if timeout_s is not None:
-            timer = loop.call_later(timeout_s, _expire, reply, timeout_s)
         try:
+            reply = connection.send(head, body)
+            if timeout_s is not None:
+                timer = loop.call_later(timeout_s, _expire, reply, timeout_s)
             result = await reply
         except BaseException:
             connection.close()  # a reply may still be on its way: never reuse it
@@ -256,7 +265,7 @@ class EngineConnections:
             now = self._clock()
             while idle:
                 connection = idle.pop()
-                if connection.closed:
+                if connection.gone:
                     continue
                 if now - connection.idle_since > self.idle_expiry_s:
                     connection.close()

@@ -161,6 +161,25 @@ async def test_connection_close_replies_and_idle_expiry_open_new_connections() -
     await connections.close()
 
 
+async def test_a_connection_closing_unseen_is_never_written_to() -> None:
+    """An engine that resets a connection (its process ending) leaves it closing for a loop
+    iteration before `connection_lost` runs. Such a connection is not handed out again, and a
+    request written to it is `ConnectionLost` (which the proxy's engine commands resend), not
+    the event loop's RuntimeError about a closed handle."""
+    connections = EngineConnections()
+    async with serve(_echo) as server:
+        await connections.request("GET", server.url, "/a")
+        (idle,) = [c for pool in connections._idle.values() for c in pool]  # the one kept
+        assert idle.transport is not None
+        idle.transport.close()  # closing now; `connection_lost` comes on a later iteration
+        with pytest.raises(ConnectionLost, match="before the request was sent"):
+            idle.send(b"GET /b HTTP/1.1\r\nhost: x\r\n\r\n", b"")
+        reply = await connections.request("GET", server.url, "/c")
+        assert reply.status == 200
+        assert server.connections == 2  # a new connection, not the closing one
+    await connections.close()
+
+
 async def test_a_refused_connection_is_connect_failed() -> None:
     connections = EngineConnections()
     with pytest.raises(ConnectFailed, match="cannot connect"):
