@@ -411,14 +411,15 @@ class Kubelet:
         paths = mount_map(mounting[0], pod.mounts) if mounting else []
         written = pod.rewritten.setdefault(volume, {})
         with self._files_lock:
+            # Removed keys go first: a reader that sees a key's new text sees the whole update.
+            for key in pod.projected[volume].keys() - data.keys():
+                (directory / key).unlink(missing_ok=True)
+                written.pop(key, None)
             for key, text in data.items():
                 out = rewrite(text, paths, dns)
                 if written.get(key) != out:
                     replace_file(directory / key, out)
                     written[key] = out
-            for key in pod.projected[volume].keys() - data.keys():
-                (directory / key).unlink(missing_ok=True)
-                written.pop(key, None)
             pod.projected[volume] = data
 
     def _dns(self) -> dict[str, dict[int, int]]:
