@@ -15,11 +15,11 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 import dressage
 
@@ -34,12 +34,41 @@ def free_port() -> int:
         return port
 
 
+class ChildProcess(Protocol):
+    """What the helpers and tests use of a started process: `subprocess.Popen`'s interface,
+    which a process forked by `dressage.forkserver.ForkServer` offers too."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stdout(self) -> IO[str] | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
+Spawn = Callable[[Sequence[str], Mapping[str, str]], ChildProcess]
+"""Starts a command line with exactly this environment, its stdout and stderr on one text
+pipe (`ChildProcess.stdout`)."""
+
+
+def popen(cmd: Sequence[str], env: Mapping[str, str]) -> ChildProcess:
+    """`Spawn` as a fresh process (`subprocess.Popen`)."""
+    return subprocess.Popen(
+        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(env)
+    )
+
+
 @dataclass
 class ReadyProcess:
     """A running process and the URL from its ready line."""
 
     url: str
-    process: subprocess.Popen[str]
+    process: ChildProcess
     output: list[str]
     """Every line the process printed (stdout and stderr), for failure messages."""
 
@@ -52,17 +81,17 @@ def run_until_ready(
     *,
     env: Mapping[str, str] | None = None,
     startup_timeout_s: float = 60.0,
+    spawn: Spawn = popen,
 ) -> Iterator[ReadyProcess]:
-    """Run `cmd` for the duration of the `with` block once it printed `marker` + URL."""
+    """Run `cmd` for the duration of the `with` block once it printed `marker` + URL
+    (`spawn` starts it: a fresh process unless told otherwise)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PROJECT_ROOT), full_env.get("PYTHONPATH", "")) if p
     )
     full_env["PYTHONUNBUFFERED"] = "1"
-    process = subprocess.Popen(
-        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env
-    )
+    process = spawn(cmd, full_env)
     output: list[str] = []
     found = threading.Event()
     url: list[str] = []
@@ -98,7 +127,7 @@ def run_until_ready(
             process.stdout.close()
 
 
-def stop_process(process: subprocess.Popen[Any], *, grace_s: float) -> int:
+def stop_process(process: subprocess.Popen[Any] | ChildProcess, *, grace_s: float) -> int:
     """SIGTERM `process` if it still runs, SIGKILL it after `grace_s`; its exit code."""
     if process.poll() is None:
         process.terminate()

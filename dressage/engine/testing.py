@@ -8,13 +8,17 @@ The engine runs as `python -m dressage engine serve --port 0 ...` on loopback; t
 its `engine ready on URL` line (or `engine listening on URL` with `start_unloaded=True`), drains
 its output in the background so it never blocks on a full pipe, and terminates it on exit
 (SIGTERM, then SIGKILL after a grace period). No torch import here.
+
+Within `engines_forked_from(server)` (the test suite's default, `tests/conftest.py`) the same
+command line is forked from a warm `dressage.forkserver.ForkServer` instead of run by a fresh
+interpreter: the engine parses the same arguments and serves the same routes, and starts
+without importing torch again. The benchmarks start fresh processes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,13 +27,19 @@ from pathlib import Path
 import httpx
 
 from dressage.engine.sglang_support import WEIGHT_VERSION_ROUTES
-from dressage.testing import run_until_ready
+from dressage.forkserver import ForkServer
+from dressage.testing import ChildProcess, Spawn, popen, run_until_ready
+
+ENGINE_PRELOAD = ("torch", "dressage.cli", "dressage.engine.server", "dressage.engine.model")
+"""What a fork server for engines imports once, before it forks any."""
+
+_fork_server: ForkServer | None = None
 
 
 @dataclasses.dataclass
 class EngineProcess:
     base_url: str
-    process: subprocess.Popen[str]
+    process: ChildProcess
     output: list[str]
     """Every line the engine printed (stdout and stderr), for failure messages."""
 
@@ -103,10 +113,23 @@ def start_engine(
     )
     marker = "engine listening on " if start_unloaded else "engine ready on "
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+    spawn: Spawn = popen if _fork_server is None else _fork_server.spawn
     with run_until_ready(
-        "engine", cmd, marker, env=env, startup_timeout_s=startup_timeout_s
+        "engine", cmd, marker, env=env, startup_timeout_s=startup_timeout_s, spawn=spawn
     ) as ready:
         yield EngineProcess(base_url=ready.url, process=ready.process, output=ready.output)
+
+
+@contextmanager
+def engines_forked_from(server: ForkServer | None) -> Iterator[ForkServer | None]:
+    """Within the block, `start_engine` forks its engines from `server` (None: starts each as
+    a fresh process)."""
+    global _fork_server
+    before, _fork_server = _fork_server, server
+    try:
+        yield server
+    finally:
+        _fork_server = before
 
 
 def weight_version_of(base_url: str, timeout_s: float = 10.0) -> str | None:

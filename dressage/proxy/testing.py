@@ -10,12 +10,11 @@ The proxy runs as `python -m dressage proxy --port 0 ...` on loopback; the helpe
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from dressage.testing import run_until_ready
+from dressage.testing import ChildProcess, run_until_ready
 
 _MARKER = "proxy ready on "
 
@@ -23,7 +22,7 @@ _MARKER = "proxy ready on "
 @dataclasses.dataclass
 class ProxyProcess:
     base_url: str
-    process: subprocess.Popen[str]
+    process: ChildProcess
     output: list[str]
     """Every line the proxy printed (stdout and stderr), for failure messages."""
 

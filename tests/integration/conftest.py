@@ -1,5 +1,6 @@
-"""Fixtures shared by the integration tests: the tiny model, built once per test module, and
-the SGLang releases the embedded engine plays."""
+"""Fixtures shared by the integration tests: the tiny model, built once per test module, the
+SGLang releases the embedded engine plays, and the fork server every engine of the tier starts
+from (`tests/engine_forks.py`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dressage.api.sglang import SGLANG_TESTED_RELEASES
 from dressage.engine.model import ModelWeights, load_weights
 from dressage.engine.releases import PROFILES, ReleaseProfile
 from dressage.model import BUILTIN_TINY, resolve_model_source
+from tests.engine_forks import engine_fork_server  # noqa: F401 (every engine forked: see there)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,418 @@
+"""A fork server: one warm interpreter that has imported the heavy modules once (torch, the
+engine) and forks each `python -m MODULE ...` command a test starts, instead of a fresh
+interpreter importing them again.
+
+Importing torch costs about 2.5 CPU-seconds on a small machine, and most of a test engine's
+start is that import. A forked command runs exactly as `python -m MODULE ARGS` would
+(`runpy.run_module(MODULE, run_name="__main__")`, `sys.argv` set as the interpreter sets it),
+with the environment and working directory its caller gives and its output (stdout and
+stderr) on a pipe its caller reads; it starts in about 0.2 CPU-seconds.
+
+What differs from a fresh process, by construction: the modules the server preloaded are
+already imported, so what a library reads from the environment at import time has the
+server's value (the OpenMP runtime's `OMP_NUM_THREADS`: the engine sets its thread count itself,
+`--threads`), and the hash seed and the `random` module's state are the server's. The server
+runs single-threaded (no thread is running when it forks), with OpenBLAS at one thread.
+Only tests use it; the product and the benchmarks start fresh processes.
+
+Protocol, one Unix stream connection per command: the caller sends one JSON line
+`{"argv": [...], "env": {...}, "cwd": ...}` with the write end of its output pipe attached
+(`SCM_RIGHTS`); the server answers `{"pid": N}` and, when the command exits, `{"exit": CODE}`
+(negative: killed by that signal, as `subprocess` reports it), then closes the connection. A
+connection its caller closes first means the caller is gone: the server kills its command.
+
+    server = ForkServer(Path(tmp), preload=("torch", "dressage.engine.server"))
+    process = server.spawn([sys.executable, "-m", "dressage", "engine", "serve", ...], env)
+    ...
+    server.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+SOCKET_NAME = "forkserver.sock"
+STARTUP_TIMEOUT_S = 120.0
+"""How long a server may take to import its preloaded modules and listen."""
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start a command, or went away while one ran."""
+
+
+def python_module_of(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """`(module, args)` of a `python -m module args...` command line; ValueError for any other
+    (the server runs modules of this interpreter only)."""
+    if len(argv) < 3 or argv[1] != "-m" or Path(argv[0]).name not in _PYTHON_NAMES:
+        raise ValueError(f"not a `python -m MODULE ...` command line: {list(argv)[:4]}")
+    return argv[2], list(argv[3:])
+
+
+_PYTHON_NAMES = {"python", "python3", Path(sys.executable).name}
+
+
+class ForkedProcess:
+    """A command the fork server started: the part of `subprocess.Popen`'s interface tests use
+    (`pid`, `stdout`, `returncode`, `poll`, `wait`, `send_signal`, `terminate`, `kill`).
+
+    Its exit code arrives on the connection to the server; signals go to its pid directly."""
+
+    def __init__(self, pid: int, stdout: IO[str], connection: socket.socket) -> None:
+        self.pid = pid
+        self.stdout: IO[str] | None = stdout
+        self.returncode: int | None = None
+        self._connection = connection
+        self._pending = b""
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        return self._read_exit(timeout=0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            code = self._read_exit(timeout=left)
+            if code is not None:
+                return code
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __del__(self) -> None:
+        # Dropped without being waited for: the connection goes quietly (the server then
+        # kills the command, as it does when its caller dies).
+        self._connection.close()
+
+    def _read_exit(self, *, timeout: float | None) -> int | None:
+        with self._lock:
+            if self.returncode is not None:
+                return self.returncode
+            self._connection.settimeout(timeout)
+            try:
+                chunk = self._connection.recv(4096)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not chunk:
+                self._connection.close()
+                raise ForkServerError(f"the fork server went away while pid {self.pid} ran")
+            self._pending += chunk
+            if not self._pending.endswith(b"\n"):
+                return None
+            message = json.loads(self._pending)
+            self.returncode = int(message["exit"])
+            self._connection.close()
+            return self.returncode
+
+
+class ForkServer:
+    """A fork server process, started on the first `spawn` (so a test session that starts no
+    engine pays nothing) and stopped by `close`, which also kills what it still runs."""
+
+    def __init__(self, directory: Path, *, preload: Sequence[str]) -> None:
+        self.directory = directory
+        self.preload = tuple(preload)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def socket_path(self) -> Path:
+        return self.directory / SOCKET_NAME
+
+    def spawn(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None
+    ) -> ForkedProcess:
+        """Start `argv` (a `python -m MODULE ...` command line) with exactly `env` as its
+        environment, in `cwd` (default: this process's), its output on a pipe (`stdout`)."""
+        python_module_of(argv)
+        self._ensure_started()
+        read_end, write_end = os.pipe()
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connection.connect(str(self.socket_path))
+            request = {"argv": list(argv), "env": dict(env), "cwd": cwd or os.getcwd()}
+            line = json.dumps(request).encode() + b"\n"
+            socket.send_fds(connection, [line], [write_end])
+            os.close(write_end)
+            write_end = -1
+            reply = _read_line(connection)
+            if "pid" not in reply:
+                raise ForkServerError(f"the fork server refused {list(argv)[:4]}: {reply}")
+        except BaseException:
+            connection.close()
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+            raise
+        stdout = open(read_end, encoding="utf-8", errors="replace")  # noqa: SIM115 (the caller owns it)
+        return ForkedProcess(int(reply["pid"]), stdout, connection)
+
+    def close(self) -> None:
+        with self._lock:
+            process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._process is not None and self._process.poll() is None:
+                return
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.socket_path.unlink(missing_ok=True)
+            env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+            log = (self.directory / "forkserver.log").open("ab")
+            argv = [sys.executable, "-m", "dressage.forkserver", str(self.socket_path)]
+            with log:
+                self._process = subprocess.Popen(
+                    [*argv, *self.preload],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while not self.socket_path.exists():
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    raise ForkServerError(
+                        f"the fork server did not start (exit {self._process.poll()}): "
+                        + (self.directory / "forkserver.log").read_text()[-2000:]
+                    )
+                time.sleep(0.05)
+
+
+def _read_line(connection: socket.socket) -> dict[str, Any]:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = connection.recv(4096)
+        if not chunk:
+            raise ForkServerError("the fork server closed the connection")
+        data += chunk
+    reply: dict[str, Any] = json.loads(data)
+    return reply
+
+
+# --- the server process
+
+
+@dataclass
+class _Child:
+    connection: socket.socket
+    """Its caller's connection (open until the child's exit is reported)."""
+    pidfd: int
+    caller_present: bool = True
+    """False once the caller closed its end: nobody waits for the exit code."""
+
+
+class _Server:
+    """The server's loop: accept requests, fork, report exits. Single-threaded, so a fork
+    copies a process in which no other thread holds a lock."""
+
+    def __init__(self, path: str) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path + ".tmp")
+        self.listener.listen(64)
+        os.rename(path + ".tmp", path)  # the caller waits for the path: listening by then
+        self.selector.register(self.listener, selectors.EVENT_READ, ("accept", 0))
+        self.children: dict[int, _Child] = {}
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.selector.select():
+                kind, pid = key.data
+                if kind == "accept":
+                    connection, _ = self.listener.accept()
+                    self._start(connection)
+                elif kind == "exited":
+                    self._reap(pid)
+                else:
+                    self._caller_gone(pid)
+
+    def stop(self) -> None:
+        """Kill every command still running and report each one's exit to its caller."""
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self._reap(pid)
+
+    def _start(self, connection: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 1)
+            while not message.endswith(b"\n"):
+                chunk = connection.recv(1 << 20)
+                if not chunk:
+                    raise ValueError("request ended before its newline")
+                message += chunk
+            if len(fds) != 1:
+                raise ValueError("a request carries exactly one file descriptor, its output")
+            argv, env, cwd = parse_request(message)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            with contextlib.suppress(OSError):
+                connection.sendall(json.dumps({"error": str(exc)}).encode() + b"\n")
+            connection.close()
+            for fd in fds:
+                os.close(fd)
+            return
+        output = fds[0]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _run_child(argv, env, cwd, output, inherited=self._own_fds(connection))
+        os.close(output)
+        child = _Child(connection, os.pidfd_open(pid))
+        self.children[pid] = child
+        connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        self.selector.register(child.pidfd, selectors.EVENT_READ, ("exited", pid))
+        self.selector.register(connection, selectors.EVENT_READ, ("caller", pid))
+
+    def _own_fds(self, connection: socket.socket) -> list[int]:
+        fds = [self.listener.fileno(), connection.fileno(), self.selector.fileno()]
+        for child in self.children.values():
+            fds += [child.connection.fileno(), child.pidfd]
+        return [fd for fd in fds if fd >= 0]
+
+    def _reap(self, pid: int) -> None:
+        child = self.children.pop(pid)
+        _, status = os.waitpid(pid, 0)
+        self.selector.unregister(child.pidfd)
+        os.close(child.pidfd)
+        if child.caller_present:
+            self.selector.unregister(child.connection)
+            with contextlib.suppress(OSError):
+                exit_code = os.waitstatus_to_exitcode(status)
+                child.connection.sendall(json.dumps({"exit": exit_code}).encode() + b"\n")
+        child.connection.close()
+
+    def _caller_gone(self, pid: int) -> None:
+        child = self.children[pid]
+        try:
+            data = child.connection.recv(4096)
+        except OSError:
+            data = b""
+        if data:
+            return  # a caller says nothing after its request; what it sends is ignored
+        child.caller_present = False
+        self.selector.unregister(child.connection)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def parse_request(message: bytes) -> tuple[list[str], dict[str, str], str]:
+    """A request's `(argv, env, cwd)`; ValueError naming the field at fault."""
+    request = json.loads(message)
+    if not isinstance(request, dict):
+        raise ValueError("a request is a JSON object")
+    argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise ValueError("argv: a list of strings")
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ValueError("env: an object of strings")
+    if not isinstance(cwd, str):
+        raise ValueError("cwd: a string")
+    python_module_of(argv)
+    return argv, env, cwd
+
+
+def _run_child(
+    argv: list[str], env: dict[str, str], cwd: str, output: int, *, inherited: list[int]
+) -> None:
+    """In the forked child: become `python -m MODULE ARGS` with the request's environment,
+    working directory and output, run it, and exit with its code. Never returns."""
+    code = 1
+    try:
+        for fd in inherited:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(devnull)
+        os.close(output)
+        for stream in (sys.stdout, sys.stderr):
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(line_buffering=True, write_through=True)
+        module, args = python_module_of(argv)
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = [module, *args]  # run_module sets argv[0] to the module's file
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except KeyboardInterrupt:
+            # As the interpreter does: the traceback, then die of SIGINT itself.
+            traceback.print_exc()
+            sys.stderr.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code & 0xFF)
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m dressage.forkserver SOCKET [MODULE ...]`: preload the modules, then serve."""
+    if not argv:
+        print("usage: python -m dressage.forkserver SOCKET [MODULE ...]", file=sys.stderr)
+        return 2
+    path, preload = argv[0], argv[1:]
+    for name in preload:
+        importlib.import_module(name)
+    server = _Server(path)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve()
+    finally:
+        server.stop()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

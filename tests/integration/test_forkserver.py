@@ -1,0 +1,128 @@
+"""`dressage.forkserver`: a command forked from the warm server runs as `python -m MODULE`
+would, with its caller's argv, environment and working directory, its output on its caller's
+pipe, and its exit reported as `subprocess` reports one; a command whose caller went away, or
+whose server closed, is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dressage.engine import EngineClient
+from dressage.engine.testing import engines_forked_from, start_engine
+from dressage.forkserver import ForkedProcess, ForkServer, python_module_of
+from tests.integration.engine_support import greedy, prompt_for
+
+PROBE = [sys.executable, "-m", "tests.forkserver_probe"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    server = ForkServer(tmp_path_factory.mktemp("fs"), preload=("json",))
+    yield server
+    server.close()
+
+
+def exited_within(pid: int, timeout_s: float) -> bool:
+    """Whether process `pid` (not necessarily our child) ends within `timeout_s`."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        return bool(ready)
+    finally:
+        os.close(fd)
+
+
+def read_all(process: ForkedProcess) -> list[str]:
+    assert process.stdout is not None
+    with process.stdout:
+        return process.stdout.read().splitlines()
+
+
+def test_a_forked_command_runs_with_its_callers_argv_env_and_cwd(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    process = server.spawn([*PROBE, "a b", "exit", "3"], {"PROBE": "x"}, cwd=str(tmp_path))
+    lines = read_all(process)
+    assert process.wait(timeout=30) == 3
+    seen = json.loads(lines[0])
+    assert seen["argv"][1:] == ["a b", "exit", "3"]
+    assert seen["argv"][0].endswith("forkserver_probe.py")
+    assert seen["cwd"] == str(tmp_path)
+    assert seen["probe"] == "x"
+    assert seen["env_keys"] == ["PROBE"]  # exactly the caller's environment
+    assert seen["stdin"] == ""
+    assert lines[1] == "to stderr"  # stderr shares the output pipe
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT])
+def test_a_signalled_command_reports_the_signal_as_popen_does(
+    server: ForkServer, sig: signal.Signals
+) -> None:
+    process = server.spawn([*PROBE, "wait"], {})
+    assert process.stdout is not None
+    assert json.loads(process.stdout.readline())["argv"][1:] == ["wait"]
+    assert process.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.wait(timeout=0.2)
+    process.send_signal(sig)
+    assert process.wait(timeout=30) == -sig
+    assert process.poll() == -sig
+    process.kill()  # a no-op once it exited, as for Popen
+    process.stdout.close()
+
+
+def test_a_command_whose_caller_went_away_is_killed(server: ForkServer) -> None:
+    process = server.spawn([*PROBE, "wait"], {})
+    assert process.stdout is not None
+    process.stdout.readline()
+    pid = process.pid
+    process.stdout.close()
+    del process  # its connection closes, as when its caller dies
+    assert exited_within(pid, 30)
+
+
+def test_closing_the_server_kills_what_it_runs(tmp_path: Path) -> None:
+    server = ForkServer(tmp_path / "fs", preload=())
+    process = server.spawn([*PROBE, "wait"], {})
+    assert process.stdout is not None
+    process.stdout.readline()
+    server.close()
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    process.stdout.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["python", "script.py"], [sys.executable, "-c", "print(1)"], ["bash", "-m", "x"], []],
+)
+def test_only_python_module_commands_are_forked(server: ForkServer, argv: list[str]) -> None:
+    with pytest.raises(ValueError, match="python -m MODULE"):
+        python_module_of(argv)
+    with pytest.raises(ValueError, match="python -m MODULE"):
+        server.spawn(argv, {})
+
+
+async def test_a_forked_engine_decodes_as_a_fresh_one(
+    cache_dir: Path, engine_fork_server: ForkServer | None
+) -> None:
+    """The suite's engines are forked (tests/engine_forks.py): a forked engine and a fresh one
+    give the same greedy tokens."""
+    outputs = []
+    for server in (engine_fork_server, None):
+        with engines_forked_from(server), start_engine(cache_dir=cache_dir) as engine:
+            assert isinstance(engine.process, ForkedProcess) == (server is not None)
+            async with EngineClient(engine.base_url) as client:
+                outputs.append((await client.generate(greedy(prompt_for(3), 12))).output_ids)
+    assert outputs[0] == outputs[1]
