@@ -178,6 +178,13 @@ class ForkServer:
             process, self._process = self._process, None
         if process is None:
             return
+        assert process.stdin is not None
+        process.stdin.close()  # the server kills what it runs and exits
+        try:
+            process.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            pass
         process.terminate()
         try:
             process.wait(timeout=30)
@@ -197,7 +204,7 @@ class ForkServer:
             with log:
                 self._process = subprocess.Popen(
                     [*argv, *self.preload],
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE,  # its end tells the server this process is gone
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
@@ -246,13 +253,20 @@ class _Server:
         self.listener.listen(64)
         os.rename(path + ".tmp", path)  # the caller waits for the path: listening by then
         self.selector.register(self.listener, selectors.EVENT_READ, ("accept", 0))
+        # Stdin is a pipe from the process that started the server: its end (that process
+        # exited, even killed) ends the server, so no server outlives its test session.
+        self.selector.register(sys.stdin.fileno(), selectors.EVENT_READ, ("parent", 0))
         self.children: dict[int, _Child] = {}
 
     def serve(self) -> None:
+        """Serve until the parent's end of stdin closes."""
         while True:
             for key, _ in self.selector.select():
                 kind, pid = key.data
-                if kind == "accept":
+                if kind == "parent":
+                    if not os.read(sys.stdin.fileno(), 4096):
+                        return
+                elif kind == "accept":
                     connection, _ = self.listener.accept()
                     self._start(connection)
                 elif kind == "exited":

@@ -1,6 +1,8 @@
-"""The contract tier imports SGLang's pure-Python modules once, up front: their import
-emits deprecation warnings from torch and other dependencies that are SGLang's, not ours,
-and the suite turns every warning into an error.
+"""The contract tier imports SGLang's pure-Python modules once, up front (`pytest_configure`,
+in each process that runs tests, not in a pytest-xdist controller): their import emits
+deprecation warnings from torch and other dependencies that are SGLang's, not ours, and the
+suite turns every warning into an error. The tier's engines start forked from a fork server
+(`tests/engine_forks.py`), as the integration tier's do.
 
 The tier runs in an environment where exactly one SGLang release is importable; the
 `sglang_release` fixture names it, so one test body can state what each release does.
@@ -38,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.engine_forks import engine_fork_server  # noqa: F401 (every engine forked: see there)
 
 SGLANG_MODULES = (
     "sglang.srt.sampling.sampling_params",
@@ -156,8 +160,15 @@ def _import_sglang() -> None:
 
 
 _check_expected_release()
-if importlib.util.find_spec("sglang") is not None:
-    _import_sglang()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # SGLang's modules take seconds of CPU to import (torch, transformers). A pytest-xdist
+    # controller runs no test, so only the processes that do (the workers, or the one process
+    # without xdist) import them, before any test module is.
+    controller = bool(config.getoption("numprocesses", None)) and not hasattr(config, "workerinput")
+    if not controller and importlib.util.find_spec("sglang") is not None:
+        _import_sglang()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -126,3 +126,29 @@ async def test_a_forked_engine_decodes_as_a_fresh_one(
             async with EngineClient(engine.base_url) as client:
                 outputs.append((await client.generate(greedy(prompt_for(3), 12))).output_ids)
     assert outputs[0] == outputs[1]
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from dressage.forkserver import ForkServer
+server = ForkServer(Path(sys.argv[1]), preload=())
+process = server.spawn([sys.executable, "-m", "tests.forkserver_probe", "wait"], {})
+process.stdout.readline()
+print(server._process.pid, process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_server_whose_parent_died_exits_and_kills_what_it_runs(tmp_path: Path) -> None:
+    """A test process killed outright leaves neither its fork server nor its engines behind."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path / "fs")], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    server_pid, command_pid = (int(x) for x in parent.stdout.readline().split())
+    parent.kill()
+    parent.wait(timeout=30)
+    parent.stdout.close()
+    assert exited_within(command_pid, 30)
+    assert exited_within(server_pid, 30)
