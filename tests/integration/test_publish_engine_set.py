@@ -89,8 +89,17 @@ async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
             assert await engine_version(second.base_url) == "v1"
 
             # The first engine's process is replaced on the same address, at base weights.
+            # The proxy is let see the old process gone first, as it does when SGLang takes
+            # its usual seconds to start: a forked test engine can come back within one probe
+            # interval, and until the next probe the proxy's view is still the old process's.
             port = first.port
             replaced.close()
+
+            async def gone(url: str) -> bool:
+                view = (await engines_of(proxy.base_url)).get(url)
+                return view is not None and not view["routable"]
+
+            await wait_for(lambda: gone(first.base_url), timeout_s=60, what="old process gone")
             first = stack.enter_context(engine(cache_dir, engine_release, "--port", str(port)))
             await wait_for(lambda: caught_up(first.base_url), timeout_s=60, what="restart")
             assert await engine_version(first.base_url) == "v1"
