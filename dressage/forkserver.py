@@ -16,10 +16,18 @@ runs single-threaded (no thread is running when it forks), with OpenBLAS at one 
 Only tests use it; the product and the benchmarks start fresh processes.
 
 Protocol, one Unix stream connection per command: the caller sends one JSON line
-`{"argv": [...], "env": {...}, "cwd": ...}` with the write end of its output pipe attached
-(`SCM_RIGHTS`); the server answers `{"pid": N}` and, when the command exits, `{"exit": CODE}`
-(negative: killed by that signal, as `subprocess` reports it), then closes the connection. A
-connection its caller closes first means the caller is gone: the server kills its command.
+`{"argv": [...], "env": {...}, "cwd": ..., "new_session": false, "cpus": null}` with the file
+its output goes to attached (`SCM_RIGHTS`: the write end of a pipe, or a log file); the server
+answers `{"pid": N}` and, when the command exits, `{"exit": CODE}` (negative: killed by that
+signal, as `subprocess` reports it), then closes the connection. `new_session` starts the
+command in a session and process group of its own (`subprocess`'s `start_new_session`), `cpus`
+pins it to those cores. A connection its caller closes first means the caller is gone: the
+server kills its command (its process group, with `new_session`), as a child that dies with
+its parent.
+
+A process the server was not started by reaches it by its socket (`ForkClient`): the suite
+names its server in `DRESSAGE_FORK_SERVER` (`FORK_SERVER_ENV`), and a `dressage run` a test
+starts forks its engines and proxies there too (`dressage.runner.processes`).
 
     server = ForkServer(Path(tmp), preload=("torch", "dressage.engine.server"))
     process = server.spawn([sys.executable, "-m", "dressage", "engine", "serve", ...], env)
@@ -48,6 +56,9 @@ from pathlib import Path
 from typing import IO, Any
 
 SOCKET_NAME = "forkserver.sock"
+FORK_SERVER_ENV = "DRESSAGE_FORK_SERVER"
+"""Names the socket of a fork server that commands of this interpreter may be forked from;
+only the test suite sets it."""
 STARTUP_TIMEOUT_S = 120.0
 """How long a server may take to import its preloaded modules and listen."""
 
@@ -67,13 +78,22 @@ def python_module_of(argv: Sequence[str]) -> tuple[str, list[str]]:
 _PYTHON_NAMES = {"python", "python3", Path(sys.executable).name}
 
 
+def forkable(argv: Sequence[str]) -> bool:
+    """Whether a fork server can run `argv` (a `python -m MODULE ...` command line)."""
+    try:
+        python_module_of(argv)
+    except ValueError:
+        return False
+    return True
+
+
 class ForkedProcess:
     """A command the fork server started: the part of `subprocess.Popen`'s interface tests use
     (`pid`, `stdout`, `returncode`, `poll`, `wait`, `send_signal`, `terminate`, `kill`).
 
     Its exit code arrives on the connection to the server; signals go to its pid directly."""
 
-    def __init__(self, pid: int, stdout: IO[str], connection: socket.socket) -> None:
+    def __init__(self, pid: int, stdout: IO[str] | None, connection: socket.socket) -> None:
         self.pid = pid
         self.stdout: IO[str] | None = stdout
         self.returncode: int | None = None
@@ -146,32 +166,28 @@ class ForkServer:
         return self.directory / SOCKET_NAME
 
     def spawn(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None = None,
+        *,
+        output: int | None = None,
+        new_session: bool = False,
+        cpus: Sequence[int] | None = None,
     ) -> ForkedProcess:
         """Start `argv` (a `python -m MODULE ...` command line) with exactly `env` as its
-        environment, in `cwd` (default: this process's), its output on a pipe (`stdout`)."""
+        environment, in `cwd` (default: this process's), its output on a pipe (`stdout`), or
+        written to the file descriptor `output` (`stdout` is then None)."""
         python_module_of(argv)
         self._ensure_started()
-        read_end, write_end = os.pipe()
-        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            connection.connect(str(self.socket_path))
-            request = {"argv": list(argv), "env": dict(env), "cwd": cwd or os.getcwd()}
-            line = json.dumps(request).encode() + b"\n"
-            socket.send_fds(connection, [line], [write_end])
-            os.close(write_end)
-            write_end = -1
-            reply = _read_line(connection)
-            if "pid" not in reply:
-                raise ForkServerError(f"the fork server refused {list(argv)[:4]}: {reply}")
-        except BaseException:
-            connection.close()
-            os.close(read_end)
-            if write_end >= 0:
-                os.close(write_end)
-            raise
-        stdout = open(read_end, encoding="utf-8", errors="replace")  # noqa: SIM115 (the caller owns it)
-        return ForkedProcess(int(reply["pid"]), stdout, connection)
+        return spawn_at(
+            self.socket_path, argv, env, cwd, output=output, new_session=new_session, cpus=cpus
+        )
+
+    def start(self) -> None:
+        """Start the server now (else the first `spawn` does), so that other processes can
+        reach it by `socket_path`."""
+        self._ensure_started()
 
     def close(self) -> None:
         with self._lock:
@@ -219,6 +235,84 @@ class ForkServer:
                 time.sleep(0.05)
 
 
+class ForkClient:
+    """A fork server that another process started, reached by its socket path (the
+    `FORK_SERVER_ENV` variable's value): `spawn` as `ForkServer.spawn`."""
+
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> ForkClient | None:
+        """The server `env` names in `FORK_SERVER_ENV`, None when it names none."""
+        path = env.get(FORK_SERVER_ENV, "")
+        return cls(Path(path)) if path else None
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None = None,
+        *,
+        output: int | None = None,
+        new_session: bool = False,
+        cpus: Sequence[int] | None = None,
+    ) -> ForkedProcess:
+        return spawn_at(
+            self.socket_path, argv, env, cwd, output=output, new_session=new_session, cpus=cpus
+        )
+
+
+def spawn_at(
+    socket_path: Path,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | None = None,
+    *,
+    output: int | None = None,
+    new_session: bool = False,
+    cpus: Sequence[int] | None = None,
+) -> ForkedProcess:
+    """Ask the server listening on `socket_path` to fork `argv` (see `ForkServer.spawn`);
+    `ForkServerError` when it cannot be reached or refuses."""
+    python_module_of(argv)
+    if output is None:
+        read_end, write_end = os.pipe()
+    else:
+        read_end, write_end = -1, os.dup(output)
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            connection.connect(str(socket_path))
+        except OSError as exc:
+            raise ForkServerError(f"no fork server listens on {socket_path}: {exc}") from exc
+        request = {
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": cwd or os.getcwd(),
+            "new_session": new_session,
+            "cpus": None if cpus is None else sorted(set(cpus)),
+        }
+        line = json.dumps(request).encode() + b"\n"
+        socket.send_fds(connection, [line], [write_end])
+        os.close(write_end)
+        write_end = -1
+        reply = _read_line(connection)
+        if "pid" not in reply:
+            raise ForkServerError(f"the fork server refused {list(argv)[:4]}: {reply}")
+    except BaseException:
+        connection.close()
+        if read_end >= 0:
+            os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+        raise
+    stdout = (
+        None if read_end < 0 else open(read_end, encoding="utf-8", errors="replace")  # noqa: SIM115 (the caller owns it)
+    )
+    return ForkedProcess(int(reply["pid"]), stdout, connection)
+
+
 def _read_line(connection: socket.socket) -> dict[str, Any]:
     data = b""
     while not data.endswith(b"\n"):
@@ -238,6 +332,8 @@ class _Child:
     connection: socket.socket
     """Its caller's connection (open until the child's exit is reported)."""
     pidfd: int
+    group: bool = False
+    """It leads a process group of its own (`new_session`): killed as a group."""
     caller_present: bool = True
     """False once the caller closed its end: nobody waits for the exit code."""
 
@@ -276,9 +372,12 @@ class _Server:
 
     def stop(self) -> None:
         """Kill every command still running and report each one's exit to its caller."""
-        for pid in list(self.children):
+        for pid, child in list(self.children.items()):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+                if child.group:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
             self._reap(pid)
 
     def _start(self, connection: socket.socket) -> None:
@@ -292,7 +391,7 @@ class _Server:
                 message += chunk
             if len(fds) != 1:
                 raise ValueError("a request carries exactly one file descriptor, its output")
-            argv, env, cwd = parse_request(message)
+            request = parse_request(message)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             with contextlib.suppress(OSError):
                 connection.sendall(json.dumps({"error": str(exc)}).encode() + b"\n")
@@ -305,9 +404,9 @@ class _Server:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _run_child(argv, env, cwd, output, inherited=self._own_fds(connection))
+            _run_child(request, output, inherited=self._own_fds(connection))
         os.close(output)
-        child = _Child(connection, os.pidfd_open(pid))
+        child = _Child(connection, os.pidfd_open(pid), group=request.new_session)
         self.children[pid] = child
         connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         self.selector.register(child.pidfd, selectors.EVENT_READ, ("exited", pid))
@@ -342,11 +441,25 @@ class _Server:
         child.caller_present = False
         self.selector.unregister(child.connection)
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            if child.group:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
 
 
-def parse_request(message: bytes) -> tuple[list[str], dict[str, str], str]:
-    """A request's `(argv, env, cwd)`; ValueError naming the field at fault."""
+@dataclass(frozen=True)
+class Request:
+    """One command to fork (see the module doc's protocol)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    new_session: bool = False
+    cpus: list[int] | None = None
+
+
+def parse_request(message: bytes) -> Request:
+    """A request's fields; ValueError naming the field at fault."""
     request = json.loads(message)
     if not isinstance(request, dict):
         raise ValueError("a request is a JSON object")
@@ -357,20 +470,34 @@ def parse_request(message: bytes) -> tuple[list[str], dict[str, str], str]:
         raise ValueError("env: an object of strings")
     if not isinstance(cwd, str):
         raise ValueError("cwd: a string")
+    new_session = request.get("new_session", False)
+    if not isinstance(new_session, bool):
+        raise ValueError("new_session: true or false")
+    cpus = request.get("cpus")
+    if cpus is not None and (
+        not isinstance(cpus, list)
+        or not cpus
+        or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus)
+    ):
+        raise ValueError("cpus: null or a non-empty list of core numbers")
     python_module_of(argv)
-    return argv, env, cwd
+    return Request(argv, env, cwd, new_session, cpus)
 
 
-def _run_child(
-    argv: list[str], env: dict[str, str], cwd: str, output: int, *, inherited: list[int]
-) -> None:
+def _run_child(request: Request, output: int, *, inherited: list[int]) -> None:
     """In the forked child: become `python -m MODULE ARGS` with the request's environment,
-    working directory and output, run it, and exit with its code. Never returns."""
+    working directory, output, session and cores, run it, and exit with its code. Never
+    returns."""
     code = 1
+    argv, env, cwd = request.argv, request.env, request.cwd
     try:
         for fd in inherited:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        if request.new_session:
+            os.setsid()
+        if request.cpus is not None:
+            os.sched_setaffinity(0, request.cpus)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         devnull = os.open(os.devnull, os.O_RDONLY)

@@ -11,6 +11,7 @@ the line starting with `marker` and return the URL after it, and on exit termina
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import threading
@@ -125,6 +126,19 @@ def run_until_ready(
         reader.join(timeout=5)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def exited_within(pid: int, timeout_s: float) -> bool:
+    """Whether process `pid` (not necessarily a child of this one) ends within `timeout_s`."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        return bool(ready)
+    finally:
+        os.close(fd)
 
 
 def stop_process(process: subprocess.Popen[Any] | ChildProcess, *, grace_s: float) -> int:

@@ -5,6 +5,12 @@ then stops the children) with its output written to a log file and scanned for a
 marker such as `engine ready on http://...`. `stop()` sends SIGTERM to the group, waits, and
 sends SIGKILL to whatever is left; `stop_together` does the same for several children with one
 shared wait, so their shutdowns overlap.
+
+A child is a fresh interpreter, except where the environment names a fork server
+(`dressage.forkserver.FORK_SERVER_ENV`, which only the test suite sets): a `python -m` child is
+then forked from that warm server, in a session of its own and on its cores as a fresh one
+would be, and the server kills it when the runner dies (its connection to the server closes)
+as Linux does a fresh child (`PR_SET_PDEATHSIG`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 import dressage
+from dressage.forkserver import ForkClient, ForkedProcess, forkable
 
 PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
 
@@ -49,7 +56,7 @@ class ChildProcess:
         self.log_path = log_path
         self.env = env
         self.cpus = None if cpus is None else sorted(set(cpus))
-        self.process: subprocess.Popen[str] | None = None
+        self.process: subprocess.Popen[str] | ForkedProcess | None = None
         self.tail: deque[str] = deque(maxlen=40)
         self._lines: list[str] = []
         self._new_line = threading.Event()
@@ -62,16 +69,20 @@ class ChildProcess:
         )
         env["PYTHONUNBUFFERED"] = "1"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            self.argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_child_setup(self.cpus),
-        )
+        server = ForkClient.from_environment(env)
+        if server is not None and forkable(self.argv):
+            self.process = server.spawn(self.argv, env, new_session=True, cpus=self.cpus)
+        else:
+            self.process = subprocess.Popen(
+                self.argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_child_setup(self.cpus),
+            )
         log = self.log_path.open("a", encoding="utf-8")
         self._reader = threading.Thread(
             target=self._drain, args=(self.process.stdout, log), name=f"{self.name}-output"
@@ -144,7 +155,7 @@ class ChildProcess:
         return process.returncode
 
     @staticmethod
-    def _signal(process: subprocess.Popen[str], sig: signal.Signals) -> None:
+    def _signal(process: subprocess.Popen[str] | ForkedProcess, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -18,7 +17,15 @@ import pytest
 
 from dressage.engine import EngineClient
 from dressage.engine.testing import engines_forked_from, start_engine
-from dressage.forkserver import ForkedProcess, ForkServer, python_module_of
+from dressage.forkserver import (
+    FORK_SERVER_ENV,
+    ForkClient,
+    ForkedProcess,
+    ForkServer,
+    ForkServerError,
+    python_module_of,
+)
+from dressage.testing import exited_within
 from tests.integration.engine_support import greedy, prompt_for
 
 PROBE = [sys.executable, "-m", "tests.forkserver_probe"]
@@ -29,19 +36,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
     server = ForkServer(tmp_path_factory.mktemp("fs"), preload=("json",))
     yield server
     server.close()
-
-
-def exited_within(pid: int, timeout_s: float) -> bool:
-    """Whether process `pid` (not necessarily our child) ends within `timeout_s`."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout_s)
-        return bool(ready)
-    finally:
-        os.close(fd)
 
 
 def read_all(process: ForkedProcess) -> list[str]:
@@ -91,6 +85,57 @@ def test_a_command_whose_caller_went_away_is_killed(server: ForkServer) -> None:
     process.stdout.close()
     del process  # its connection closes, as when its caller dies
     assert exited_within(pid, 30)
+
+
+def test_a_command_in_a_session_of_its_own_writes_to_its_file_on_its_cores(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    core = sorted(os.sched_getaffinity(0))[-1]
+    log = tmp_path / "probe.log"
+    with log.open("ab") as out:
+        process = server.spawn(
+            [*PROBE, "exit", "0"], {}, output=out.fileno(), new_session=True, cpus=[core]
+        )
+    assert process.stdout is None
+    assert process.wait(timeout=30) == 0
+    seen = json.loads(log.read_text().splitlines()[0])
+    assert seen["sid"] == seen["pgid"] == seen["pid"] == process.pid
+    assert seen["cpus"] == [core]
+    # Without a session of its own it stays in the server's.
+    plain = server.spawn([*PROBE, "exit", "0"], {})
+    (line, *_) = read_all(plain)
+    assert json.loads(line)["sid"] != plain.pid
+    assert plain.wait(timeout=30) == 0
+
+
+def test_a_client_in_another_process_reaches_the_server_its_environment_names(
+    server: ForkServer,
+) -> None:
+    client = ForkClient.from_environment({FORK_SERVER_ENV: str(server.socket_path)})
+    assert client is not None
+    assert ForkClient.from_environment({}) is None
+    process = client.spawn([*PROBE, "exit", "4"], {"PROBE": "y"})
+    (line, *_) = read_all(process)
+    assert json.loads(line)["probe"] == "y"
+    assert process.wait(timeout=30) == 4
+
+
+def test_a_client_naming_no_server_gets_an_error_naming_the_socket(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing.sock"
+    with pytest.raises(ForkServerError, match=str(missing)):
+        ForkClient(missing).spawn([*PROBE], {})
+
+
+def test_a_session_command_whose_caller_went_away_is_killed_with_its_group(
+    server: ForkServer,
+) -> None:
+    process = server.spawn([*PROBE, "child", "wait"], {}, new_session=True)
+    assert process.stdout is not None
+    seen = json.loads(process.stdout.readline())
+    process.stdout.close()
+    del process
+    assert exited_within(seen["pid"], 30)
+    assert exited_within(seen["child"], 30)
 
 
 def test_closing_the_server_kills_what_it_runs(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ a real process."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from dressage.forkserver import FORK_SERVER_ENV, ForkedProcess, ForkServer
 from dressage.runner.processes import ChildProcess, available_cpus, stop_together
+from dressage.testing import exited_within
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,6 +60,33 @@ def test_a_child_without_cpus_keeps_the_parents_cores(tmp_path: Path) -> None:
     _wait_exit(child)
     cores = sorted(os.sched_getaffinity(0))
     assert (tmp_path / "probe.log").read_text().strip() == f"main {cores} thread {cores}"
+
+
+async def test_a_python_module_child_is_forked_from_the_server_its_environment_names(
+    tmp_path: Path, engine_fork_server: ForkServer | None
+) -> None:
+    """The suite names its fork server in the environment (tests/engine_forks.py); a child
+    forked there runs as a fresh one would: in a session of its own, on its cores, its output
+    in its log, stopped by SIGTERM to its group."""
+    if engine_fork_server is None:
+        pytest.skip("DRESSAGE_TEST_FRESH_ENGINES: no fork server")
+    core = available_cpus()[-1]
+    env = dict(os.environ, **{FORK_SERVER_ENV: str(engine_fork_server.socket_path)})
+    child = ChildProcess(
+        "probe",
+        [sys.executable, "-m", "tests.forkserver_probe", "child", "wait"],
+        log_path=tmp_path / "probe.log",
+        env=env,
+        cpus=[core],
+    )
+    child.start()
+    assert isinstance(child.process, ForkedProcess)
+    seen = json.loads("{" + await child.wait_for("{", 60))
+    assert seen["sid"] == seen["pgid"] == seen["pid"] == child.process.pid
+    assert seen["cpus"] == [core]
+    assert child.stop(grace_s=30) == -signal.SIGTERM
+    assert exited_within(seen["child"], 30)  # the group's SIGTERM reached its `sleep` too
+    assert json.loads((tmp_path / "probe.log").read_text().splitlines()[0]) == seen
 
 
 def test_pin_this_process_pins_running_and_later_threads() -> None:

@@ -1,5 +1,6 @@
 """Fixtures: a Kubernetes API emulation (kmock over real HTTP), the operator running against
-it under kopf, and a real HTTP server standing in for the job's trainer `/metrics`."""
+it under kopf, a real HTTP server standing in for the job's trainer `/metrics`, and the fork
+server the test kubelet starts its `python -m` containers from (`tests/engine_forks.py`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dressage_operator.testing import (
 from kopf.testing import KopfRunner
 
 from dressage.testing import free_port
+from tests.engine_forks import engine_fork_server  # noqa: F401 (containers forked: see there)
 
 NAMESPACE = "e2e"
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,7 +64,7 @@ from dressage.testing import PROJECT_ROOT, free_port
 from .kubelet_command import local_ports, local_program
 from .kubelet_hooks import SIGTERM_WAIT_S, HookResult, grace_period_s, pre_stop_argv, run_hook
 from .kubelet_probes import ProbeResult, run_probe
-from .kubelet_processes import signal_container
+from .kubelet_processes import Process, signal_container, start_container
 from .kubelet_status import pod_status
 from .kubelet_wiring import (
     desired_pods,
@@ -83,7 +82,7 @@ Obj = dict[str, Any]
 @dataclass
 class _Container:
     name: str
-    process: subprocess.Popen[bytes] | None = None
+    process: Process | None = None
     log: Path | None = None
     restarts: int = 0
     started: bool = False
@@ -477,7 +476,7 @@ class Kubelet:
             **env,
         }
 
-    def _popen(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> subprocess.Popen[bytes]:
+    def _popen(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> Process:
         argv, env = self._argv(pod, container, mounts)
         self._rewrite_config_files(pod, container, mounts)
         full = self._full_env(pod, env)
@@ -487,15 +486,7 @@ class Kubelet:
         with log.open("ab") as out:
             out.write(f"$ {' '.join(argv)}\n".encode())
             out.flush()
-            return subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=full,
-                cwd=pod.root,
-                start_new_session=True,
-            )
+            return start_container(argv, full, pod.root, out.fileno())
 
     def _run_to_end(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> int:
         state = _Container(container["name"])

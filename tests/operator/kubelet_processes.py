@@ -1,4 +1,5 @@
-"""Signals to a test container's processes, as a kubelet's cgroup handling delivers them."""
+"""A test container's main process: how it starts (fresh, or forked from the suite's warm fork
+server), and the signals a kubelet's cgroup handling delivers to it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,32 @@ import signal
 import subprocess
 from pathlib import Path
 
+from dressage.forkserver import ForkClient, ForkedProcess, forkable
 
-def signal_container(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+Process = subprocess.Popen[bytes] | ForkedProcess
+"""A container's main process: a fresh one, or one forked from the suite's fork server."""
+
+
+def start_container(argv: list[str], env: dict[str, str], cwd: Path, output: int) -> Process:
+    """Start a container's command with exactly `env`, in `cwd`, its output written to the file
+    descriptor `output`, in a session of its own. A `python -m` command is forked from the
+    suite's warm server when the environment names one (tests/engine_forks.py), so an engine or
+    a torchrun launcher starts without importing torch again."""
+    server = ForkClient.from_environment(os.environ)
+    if server is not None and forkable(argv):
+        return server.spawn(argv, env, str(cwd), output=output, new_session=True)
+    return subprocess.Popen(
+        argv,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+
+
+def signal_container(process: Process, sig: signal.Signals) -> None:
     """Signal a running container. SIGTERM goes to the container's process group (its main
     process and what it did not detach); SIGKILL, SIGSTOP and SIGCONT to every process the
     container started, detached ones too (torchrun starts its workers in sessions of their

@@ -41,8 +41,14 @@ def _request(**fields: object) -> bytes:
 
 
 def test_a_request_gives_argv_env_and_cwd() -> None:
-    argv, env, cwd = parse_request(_request(env={"A": "1"}, cwd="/tmp"))
-    assert (argv, env, cwd) == (["python", "-m", "m"], {"A": "1"}, "/tmp")
+    request = parse_request(_request(env={"A": "1"}, cwd="/tmp"))
+    assert (request.argv, request.env, request.cwd) == (["python", "-m", "m"], {"A": "1"}, "/tmp")
+    assert (request.new_session, request.cpus) == (False, None)
+
+
+def test_a_request_may_ask_for_a_session_and_cores() -> None:
+    request = parse_request(_request(new_session=True, cpus=[1, 0]))
+    assert (request.new_session, request.cpus) == (True, [1, 0])
 
 
 @pytest.mark.parametrize(
@@ -54,6 +60,11 @@ def test_a_request_gives_argv_env_and_cwd() -> None:
         ({"env": ["A=1"]}, "env"),
         ({"cwd": None}, "cwd"),
         ({"argv": ["python", "x.py"]}, "python -m MODULE"),
+        ({"new_session": "yes"}, "new_session"),
+        ({"cpus": []}, "cpus"),
+        ({"cpus": [0, -1]}, "cpus"),
+        ({"cpus": [True]}, "cpus"),
+        ({"cpus": "0"}, "cpus"),
     ],
 )
 def test_a_malformed_request_names_its_field(fields: dict[str, object], field: str) -> None:
