@@ -52,7 +52,12 @@ def render_markdown(
         f"{results['keep_versions']}` and {results['concurrency']} groups in flight. "
         "Best sync placement: "
         f"`{results.get('best_sync_placement')}`"
-        + (f" (round 0, samples/s: {searched})." if searched else ".")
+        + (f" (round 0, samples/s: {searched})" if searched else "")
+        + (
+            f"; async placement: `{results['async_placement']}`."
+            if results.get("async_placement")
+            else "."
+        )
     )
     lines += [
         "",

@@ -108,6 +108,10 @@ def test_each_setting_gets_the_jobs_mode_staleness_and_placement() -> None:
     assert "maxPartialRolloutPreempts" not in sync["staleness"]
     assert "engineCpus" not in sync["local"]
     assert "trainerCpus" not in sync["local"]
+    beside = long_tail.job_for(long_tail.BY_KEY["async"], "trainer-core", 0, max_steps=50)
+    assert beside["spec"]["rollout"]["separateProcess"] is True
+    assert beside["spec"]["local"]["rolloutCpus"] == spec["local"]["trainerCpus"] == [1]
+    assert spec["local"]["rolloutCpus"] == spec["local"]["engineCpus"] == [0]
     inline = long_tail.job_for(long_tail.BY_KEY["async"], "inline", 0, max_steps=50)["spec"]
     assert inline["rollout"]["separateProcess"] is False
     assert inline["staleness"]["admission"] is False
