@@ -17,7 +17,8 @@ Only tests use it; the product and the benchmarks start fresh processes.
 
 Protocol, one Unix stream connection per command: the caller sends one JSON line
 `{"argv": [...], "env": {...}, "cwd": ..., "new_session": false, "cpus": null}` with the file
-its output goes to attached (`SCM_RIGHTS`: the write end of a pipe, or a log file); the server
+its output goes to attached (`SCM_RIGHTS`: the write end of a pipe, or a log file), and a second
+one when its standard error goes elsewhere; the server
 answers `{"pid": N}` and, when the command exits, `{"exit": CODE}` (negative: killed by that
 signal, as `subprocess` reports it), then closes the connection. `new_session` starts the
 command in a session and process group of its own (`subprocess`'s `start_new_session`), `cpus`
@@ -38,20 +39,15 @@ starts forks its engines and proxies there too (`dressage.runner.processes`).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
-import runpy
-import selectors
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -93,9 +89,16 @@ class ForkedProcess:
 
     Its exit code arrives on the connection to the server; signals go to its pid directly."""
 
-    def __init__(self, pid: int, stdout: IO[str] | None, connection: socket.socket) -> None:
+    def __init__(
+        self,
+        pid: int,
+        stdout: IO[str] | None,
+        connection: socket.socket,
+        stderr: IO[str] | None = None,
+    ) -> None:
         self.pid = pid
         self.stdout: IO[str] | None = stdout
+        self.stderr: IO[str] | None = stderr
         self.returncode: int | None = None
         self._connection = connection
         self._pending = b""
@@ -172,16 +175,25 @@ class ForkServer:
         cwd: str | None = None,
         *,
         output: int | None = None,
+        separate_stderr: bool = False,
         new_session: bool = False,
         cpus: Sequence[int] | None = None,
     ) -> ForkedProcess:
         """Start `argv` (a `python -m MODULE ...` command line) with exactly `env` as its
         environment, in `cwd` (default: this process's), its output on a pipe (`stdout`), or
-        written to the file descriptor `output` (`stdout` is then None)."""
+        written to the file descriptor `output` (`stdout` is then None); with
+        `separate_stderr` its standard error on a pipe of its own (`stderr`)."""
         python_module_of(argv)
         self._ensure_started()
         return spawn_at(
-            self.socket_path, argv, env, cwd, output=output, new_session=new_session, cpus=cpus
+            self.socket_path,
+            argv,
+            env,
+            cwd,
+            output=output,
+            separate_stderr=separate_stderr,
+            new_session=new_session,
+            cpus=cpus,
         )
 
     def start(self) -> None:
@@ -216,7 +228,7 @@ class ForkServer:
             self.socket_path.unlink(missing_ok=True)
             env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
             log = (self.directory / "forkserver.log").open("ab")
-            argv = [sys.executable, "-m", "dressage.forkserver", str(self.socket_path)]
+            argv = [sys.executable, "-m", "dressage.forkserver_loop", str(self.socket_path)]
             with log:
                 self._process = subprocess.Popen(
                     [*argv, *self.preload],
@@ -255,11 +267,19 @@ class ForkClient:
         cwd: str | None = None,
         *,
         output: int | None = None,
+        separate_stderr: bool = False,
         new_session: bool = False,
         cpus: Sequence[int] | None = None,
     ) -> ForkedProcess:
         return spawn_at(
-            self.socket_path, argv, env, cwd, output=output, new_session=new_session, cpus=cpus
+            self.socket_path,
+            argv,
+            env,
+            cwd,
+            output=output,
+            separate_stderr=separate_stderr,
+            new_session=new_session,
+            cpus=cpus,
         )
 
 
@@ -270,6 +290,7 @@ def spawn_at(
     cwd: str | None = None,
     *,
     output: int | None = None,
+    separate_stderr: bool = False,
     new_session: bool = False,
     cpus: Sequence[int] | None = None,
 ) -> ForkedProcess:
@@ -280,6 +301,7 @@ def spawn_at(
         read_end, write_end = os.pipe()
     else:
         read_end, write_end = -1, os.dup(output)
+    err_read, err_write = os.pipe() if separate_stderr else (-1, -1)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         try:
@@ -294,23 +316,26 @@ def spawn_at(
             "cpus": None if cpus is None else sorted(set(cpus)),
         }
         line = json.dumps(request).encode() + b"\n"
-        socket.send_fds(connection, [line], [write_end])
-        os.close(write_end)
-        write_end = -1
+        socket.send_fds(connection, [line], [fd for fd in (write_end, err_write) if fd >= 0])
+        for fd in (write_end, err_write):
+            if fd >= 0:
+                os.close(fd)
+        write_end = err_write = -1
         reply = _read_line(connection)
         if "pid" not in reply:
             raise ForkServerError(f"the fork server refused {list(argv)[:4]}: {reply}")
     except BaseException:
         connection.close()
-        if read_end >= 0:
-            os.close(read_end)
-        if write_end >= 0:
-            os.close(write_end)
+        for fd in (read_end, write_end, err_read, err_write):
+            if fd >= 0:
+                os.close(fd)
         raise
-    stdout = (
-        None if read_end < 0 else open(read_end, encoding="utf-8", errors="replace")  # noqa: SIM115 (the caller owns it)
-    )
-    return ForkedProcess(int(reply["pid"]), stdout, connection)
+    return ForkedProcess(int(reply["pid"]), _reader(read_end), connection, _reader(err_read))
+
+
+def _reader(fd: int) -> IO[str] | None:
+    """A text reader of the pipe end `fd` (None for -1, no pipe); the caller owns it."""
+    return None if fd < 0 else open(fd, encoding="utf-8", errors="replace")
 
 
 def _read_line(connection: socket.socket) -> dict[str, Any]:
@@ -322,238 +347,3 @@ def _read_line(connection: socket.socket) -> dict[str, Any]:
         data += chunk
     reply: dict[str, Any] = json.loads(data)
     return reply
-
-
-# --- the server process
-
-
-@dataclass
-class _Child:
-    connection: socket.socket
-    """Its caller's connection (open until the child's exit is reported)."""
-    pidfd: int
-    group: bool = False
-    """It leads a process group of its own (`new_session`): killed as a group."""
-    caller_present: bool = True
-    """False once the caller closed its end: nobody waits for the exit code."""
-
-
-class _Server:
-    """The server's loop: accept requests, fork, report exits. Single-threaded, so a fork
-    copies a process in which no other thread holds a lock."""
-
-    def __init__(self, path: str) -> None:
-        self.selector = selectors.DefaultSelector()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path + ".tmp")
-        self.listener.listen(64)
-        os.rename(path + ".tmp", path)  # the caller waits for the path: listening by then
-        self.selector.register(self.listener, selectors.EVENT_READ, ("accept", 0))
-        # Stdin is a pipe from the process that started the server: its end (that process
-        # exited, even killed) ends the server, so no server outlives its test session.
-        self.selector.register(sys.stdin.fileno(), selectors.EVENT_READ, ("parent", 0))
-        self.children: dict[int, _Child] = {}
-
-    def serve(self) -> None:
-        """Serve until the parent's end of stdin closes."""
-        while True:
-            for key, _ in self.selector.select():
-                kind, pid = key.data
-                if kind == "parent":
-                    if not os.read(sys.stdin.fileno(), 4096):
-                        return
-                elif kind == "accept":
-                    connection, _ = self.listener.accept()
-                    self._start(connection)
-                elif kind == "exited":
-                    self._reap(pid)
-                else:
-                    self._caller_gone(pid)
-
-    def stop(self) -> None:
-        """Kill every command still running and report each one's exit to its caller."""
-        for pid, child in list(self.children.items()):
-            with contextlib.suppress(ProcessLookupError):
-                if child.group:
-                    os.killpg(pid, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
-            self._reap(pid)
-
-    def _start(self, connection: socket.socket) -> None:
-        fds: list[int] = []
-        try:
-            message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 1)
-            while not message.endswith(b"\n"):
-                chunk = connection.recv(1 << 20)
-                if not chunk:
-                    raise ValueError("request ended before its newline")
-                message += chunk
-            if len(fds) != 1:
-                raise ValueError("a request carries exactly one file descriptor, its output")
-            request = parse_request(message)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            with contextlib.suppress(OSError):
-                connection.sendall(json.dumps({"error": str(exc)}).encode() + b"\n")
-            connection.close()
-            for fd in fds:
-                os.close(fd)
-            return
-        output = fds[0]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _run_child(request, output, inherited=self._own_fds(connection))
-        os.close(output)
-        child = _Child(connection, os.pidfd_open(pid), group=request.new_session)
-        self.children[pid] = child
-        connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-        self.selector.register(child.pidfd, selectors.EVENT_READ, ("exited", pid))
-        self.selector.register(connection, selectors.EVENT_READ, ("caller", pid))
-
-    def _own_fds(self, connection: socket.socket) -> list[int]:
-        fds = [self.listener.fileno(), connection.fileno(), self.selector.fileno()]
-        for child in self.children.values():
-            fds += [child.connection.fileno(), child.pidfd]
-        return [fd for fd in fds if fd >= 0]
-
-    def _reap(self, pid: int) -> None:
-        child = self.children.pop(pid)
-        _, status = os.waitpid(pid, 0)
-        self.selector.unregister(child.pidfd)
-        os.close(child.pidfd)
-        if child.caller_present:
-            self.selector.unregister(child.connection)
-            with contextlib.suppress(OSError):
-                exit_code = os.waitstatus_to_exitcode(status)
-                child.connection.sendall(json.dumps({"exit": exit_code}).encode() + b"\n")
-        child.connection.close()
-
-    def _caller_gone(self, pid: int) -> None:
-        child = self.children[pid]
-        try:
-            data = child.connection.recv(4096)
-        except OSError:
-            data = b""
-        if data:
-            return  # a caller says nothing after its request; what it sends is ignored
-        child.caller_present = False
-        self.selector.unregister(child.connection)
-        with contextlib.suppress(ProcessLookupError):
-            if child.group:
-                os.killpg(pid, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-
-
-@dataclass(frozen=True)
-class Request:
-    """One command to fork (see the module doc's protocol)."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    new_session: bool = False
-    cpus: list[int] | None = None
-
-
-def parse_request(message: bytes) -> Request:
-    """A request's fields; ValueError naming the field at fault."""
-    request = json.loads(message)
-    if not isinstance(request, dict):
-        raise ValueError("a request is a JSON object")
-    argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        raise ValueError("argv: a list of strings")
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise ValueError("env: an object of strings")
-    if not isinstance(cwd, str):
-        raise ValueError("cwd: a string")
-    new_session = request.get("new_session", False)
-    if not isinstance(new_session, bool):
-        raise ValueError("new_session: true or false")
-    cpus = request.get("cpus")
-    if cpus is not None and (
-        not isinstance(cpus, list)
-        or not cpus
-        or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus)
-    ):
-        raise ValueError("cpus: null or a non-empty list of core numbers")
-    python_module_of(argv)
-    return Request(argv, env, cwd, new_session, cpus)
-
-
-def _run_child(request: Request, output: int, *, inherited: list[int]) -> None:
-    """In the forked child: become `python -m MODULE ARGS` with the request's environment,
-    working directory, output, session and cores, run it, and exit with its code. Never
-    returns."""
-    code = 1
-    argv, env, cwd = request.argv, request.env, request.cwd
-    try:
-        for fd in inherited:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if request.new_session:
-            os.setsid()
-        if request.cpus is not None:
-            os.sched_setaffinity(0, request.cpus)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        os.close(devnull)
-        os.close(output)
-        for stream in (sys.stdout, sys.stderr):
-            if hasattr(stream, "reconfigure"):
-                stream.reconfigure(line_buffering=True, write_through=True)
-        module, args = python_module_of(argv)
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(cwd)
-        sys.argv = [module, *args]  # run_module sets argv[0] to the module's file
-        try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            if exc.code is not None and not isinstance(exc.code, int):
-                print(exc.code, file=sys.stderr)
-        except KeyboardInterrupt:
-            # As the interpreter does: the traceback, then die of SIGINT itself.
-            traceback.print_exc()
-            sys.stderr.flush()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        except BaseException:
-            traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code & 0xFF)
-
-
-def main(argv: Sequence[str]) -> int:
-    """`python -m dressage.forkserver SOCKET [MODULE ...]`: preload the modules, then serve."""
-    if not argv:
-        print("usage: python -m dressage.forkserver SOCKET [MODULE ...]", file=sys.stderr)
-        return 2
-    path, preload = argv[0], argv[1:]
-    for name in preload:
-        importlib.import_module(name)
-    server = _Server(path)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        server.serve()
-    finally:
-        server.stop()
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

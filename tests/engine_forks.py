@@ -3,7 +3,8 @@ test process: `start_engine` then costs about 0.2 CPU-seconds instead of the 2.5
 interpreter spends importing torch. The engine runs the same command line through the same
 entry point. The server's socket is named in `DRESSAGE_FORK_SERVER` for the session, so a
 `dressage run` a test starts forks its engines and proxies there too
-(`dressage.runner.processes`). `DRESSAGE_TEST_FRESH_ENGINES=1` starts every engine as a fresh
+(`dressage.runner.processes`), and `run_command` forks the `dressage run` and `dressage train`
+commands tests run. `DRESSAGE_TEST_FRESH_ENGINES=1` starts every engine and command as a fresh
 process instead, as the benchmarks and the product do.
 
 A tier's conftest takes the fixture by importing it."""
@@ -11,12 +12,16 @@ A tier's conftest takes the fixture by importing it."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO
 
 import pytest
 
 from dressage.engine.testing import ENGINE_PRELOAD, engines_forked_from
-from dressage.forkserver import FORK_SERVER_ENV, ForkServer
+from dressage.forkserver import FORK_SERVER_ENV, ForkClient, ForkServer, forkable
 
 FRESH_ENGINES = "DRESSAGE_TEST_FRESH_ENGINES"
 
@@ -36,3 +41,56 @@ def engine_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[For
     finally:
         os.environ.pop(FORK_SERVER_ENV, None)
         server.close()
+
+
+def run_command(
+    argv: list[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    timeout: float,
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=...)`,
+    with a `python -m` command forked from the session's fork server when there is one (a
+    `dressage run` or `dressage train` then starts without importing torch again). On timeout
+    the command is killed and `subprocess.TimeoutExpired` raised, as `subprocess.run` does."""
+    environment = dict(os.environ if env is None else env)
+    server = ForkClient.from_environment(os.environ)
+    if server is None or not forkable(argv):
+        return subprocess.run(
+            argv,
+            env=environment,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    directory = None if cwd is None else str(cwd)
+    process = server.spawn(argv, environment, directory, separate_stderr=True)
+    outputs: dict[str, str] = {}
+    readers = [
+        threading.Thread(target=_read_to_end, args=(stream, name, outputs), daemon=True)
+        for name, stream in (("stdout", process.stdout), ("stderr", process.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+        raise subprocess.TimeoutExpired(argv, timeout) from None
+    finally:
+        for reader in readers:
+            reader.join(timeout=30)
+    return subprocess.CompletedProcess(
+        argv, code, outputs.get("stdout", ""), outputs.get("stderr", "")
+    )
+
+
+def _read_to_end(stream: IO[str] | None, name: str, into: dict[str, str]) -> None:
+    if stream is None:
+        return
+    with stream:
+        into[name] = stream.read()

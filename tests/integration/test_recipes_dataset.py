@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from dressage.trainer.testing import small_model
+from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_a_dataset_job_with_a_user_reward_trains(tmp_path: Path) -> None:
         )
     )
     # Run from the job's directory, as a user would: its modules and files are found there.
-    done = subprocess.run(
+    done = run_command(
         [
             sys.executable,
             "-m",
@@ -84,10 +84,7 @@ def test_a_dataset_job_with_a_user_reward_trains(tmp_path: Path) -> None:
         ],
         cwd=job_dir,
         env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"),
-        capture_output=True,
-        text=True,
         timeout=400,
-        check=False,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     history = [

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ def test_a_local_recipe_trains_two_steps(recipe: str, tmp_path: Path) -> None:
     job = tmp_path / recipe
     job.write_text(yaml.safe_dump(manifest))
     # From the repository root, as the recipes say; the environment module sits in examples/.
-    done = subprocess.run(
+    done = run_command(
         [
             *(sys.executable, "-m", "dressage", "run", str(job), "--steps", "2"),
             *("--workdir", str(tmp_path / "runs")),
@@ -51,11 +52,7 @@ def test_a_local_recipe_trains_two_steps(recipe: str, tmp_path: Path) -> None:
             PYTHONUNBUFFERED="1",
             OMP_NUM_THREADS="1",
         ),
-        capture_output=True,
-        text=True,
         timeout=400,
-        check=False,
-        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     history_file = tmp_path / "runs" / manifest["metadata"]["name"] / "history.jsonl"

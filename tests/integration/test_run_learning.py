@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.engine_forks import run_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def test_local_tiny_reward_rises_clearly(tmp_path: Path) -> None:
     )
     cmd = [sys.executable, "-m", "dressage", "run", str(ROOT / "examples" / "local-tiny.yaml")]
     cmd += ["--workdir", str(tmp_path / "runs"), "--metrics-port", "0"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    done = run_command(cmd, env=env, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     report = json.loads((tmp_path / "runs" / "local-tiny" / "report.json").read_text())

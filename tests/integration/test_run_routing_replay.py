@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from dressage.trainer.testing import small_moe_model
+from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_every_step_reports_routing_from_the_rollouts_routes(mode: str, tmp_path
     manifest.write_text(yaml.safe_dump(job))
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "dressage", "run", str(manifest), "--workdir", str(tmp_path)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    done = run_command(cmd, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     history = [
         json.loads(line)

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from dressage.trainer.testing import small_model
+from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,14 +122,11 @@ def _dataset(path: str, **more: Any) -> dict[str, Any]:
 
 
 def _run(job_dir: Path, manifest: Path, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_command(
         [sys.executable, "-m", "dressage", "run", manifest.name, "--workdir", "runs"],
         cwd=job_dir,  # as a user runs it: their modules and files are found there
         env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"),
-        capture_output=True,
-        text=True,
         timeout=timeout,
-        check=False,
     )
 
 

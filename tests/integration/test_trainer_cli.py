@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import yaml
 from dressage.engine.testing import start_engine, weight_version_of
 from dressage.proxy.testing import start_proxy
 from dressage.trainer.testing import small_model
+from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def _torchrun(job: Path, workdir: Path, engine: str, proxy: str, steps: int) -> 
         "--steps", str(steps),
     ]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = run_command(cmd, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
 from dressage.trainer.testing import small_model, synthetic_batch
+from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def _launch(model: Path, out: Path, *extra: str, worker: str = "dressage.trainer
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         "-m", worker, "--model", str(model), "--out", str(out), *extra,
     ]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = run_command(cmd, env=env, timeout=300)
     finished = all((out / f"done-rank{r}").is_file() for r in (0, 1))
     assert finished, done.stdout[-3000:] + done.stderr[-3000:]
     return out

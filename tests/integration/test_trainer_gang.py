@@ -18,7 +18,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import torch
 
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
 from dressage.trainer.testing import small_model, synthetic_batch
+from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_two_gloo_ranks_keep_identical_weights_equal_to_one_process(tmp_path: Pa
         "-m", "dressage.trainer.testing",
         "--model", str(model), "--out", str(out), "--steps", str(STEPS),
     ]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = run_command(cmd, env=env, timeout=300)
     output = done.stdout + done.stderr
     if done.returncode != 0:
         results = [out / "rank0.pt", out / "rank1.pt", out / "metrics.json"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 
 from dressage.trainer.distributed import DistEnv
 from dressage.trainer.testing import gathered_state, reshard_run, small_model
+from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def _launch(ranks: int, model: Path, out: Path, *runs: tuple[Path, int]) -> None
     ]  # fmt: skip
     for run, until in runs:
         cmd += ["--reshard-run", str(run), str(until)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = run_command(cmd, env=env, timeout=300)
     finished = all((out / f"done-rank{r}").is_file() for r in range(ranks))
     assert finished, done.stdout[-3000:] + done.stderr[-3000:]
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from dressage.forkserver import parse_request, python_module_of
+from dressage.forkserver import python_module_of
+from dressage.forkserver_loop import base_sys_path, child_sys_path, parse_request
 
 
 @pytest.mark.parametrize("python", [sys.executable, "python", "python3", "/usr/bin/python3"])
@@ -75,3 +76,13 @@ def test_a_malformed_request_names_its_field(fields: dict[str, object], field: s
 def test_a_request_that_is_not_an_object_is_refused() -> None:
     with pytest.raises(ValueError, match="JSON object"):
         parse_request(b"[1, 2]\n")
+
+
+def test_a_forked_commands_path_is_a_fresh_interpreters_in_its_directory() -> None:
+    """A fresh `python -m` puts its working directory first, then the `PYTHONPATH` entries,
+    then the standard library and site-packages; the server's own first entries make way."""
+    server = ["/srv", "/srv/extra", "/usr/lib/python3.11", "/venv/site-packages"]
+    base = base_sys_path(server, "/srv/extra")
+    assert base == ["/usr/lib/python3.11", "/venv/site-packages"]
+    assert child_sys_path(base, "/job", "/a:/b") == ["/job", "/a", "/b", *base]
+    assert child_sys_path(base, "/job", "") == ["/job", *base]
