@@ -29,6 +29,7 @@ from dressage.testing import exited_within
 from tests.integration.engine_support import greedy, prompt_for
 
 PROBE = [sys.executable, "-m", "tests.forkserver_probe"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,36 @@ def test_a_forked_command_runs_with_its_callers_argv_env_and_cwd(
     assert seen["env_keys"] == ["PROBE"]  # exactly the caller's environment
     assert seen["stdin"] == ""
     assert lines[1] == "to stderr"  # stderr shares the output pipe
+
+
+def test_a_forked_command_has_a_fresh_interpreters_path_and_may_keep_stderr_apart(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    """As `python -m` in its directory: the directory first, then `PYTHONPATH`; its standard
+    error on a pipe of its own when asked (as `subprocess.run(capture_output=True)`)."""
+    extra = tmp_path / "extra"
+    env = {"PYTHONPATH": f"{extra}{os.pathsep}{ROOT}"}
+    process = server.spawn([*PROBE], env, cwd=str(tmp_path), separate_stderr=True)
+    assert process.stderr is not None
+    with process.stderr:
+        errors = process.stderr.read()
+    (line,) = read_all(process)
+    assert process.wait(timeout=30) == 0
+    assert json.loads(line)["path"] == [str(tmp_path), str(extra), str(ROOT)]
+    assert errors == "to stderr\n"
+    fresh = subprocess.run(
+        [*PROBE], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(fresh.stdout)["path"] == json.loads(line)["path"]
+
+
+def test_a_forked_command_ends_as_the_interpreter_does(server: ForkServer) -> None:
+    """Its running non-daemon threads are joined, then its exit hooks run, as at a fresh
+    interpreter's exit."""
+    process = server.spawn([*PROBE, "linger", "exit", "5"], {})
+    lines = read_all(process)
+    assert process.wait(timeout=30) == 5
+    assert lines[-2:] == ["thread done", "atexit ran"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT])
