@@ -2,12 +2,14 @@
 # The whole test suite from a fresh machine: set up, lint, type-check, test.
 # pytest runs the suite once without the contract tier, then the contract tier once per SGLang
 # release of the matrix (dressage.api.sglang.SGLANG_TESTED_RELEASES), each in a subprocess with
-# that release's environment (scripts/sglang-compat.sh). Each pytest run uses
-# $DRESSAGE_TEST_WORKERS processes (pytest-xdist, default 2; 0 runs in one process) with
-# `--dist loadfile`: a test file per process at a time, except the cluster-shaped operator
-# files, which share one group (tests/conftest.py, SERIAL_FILES) so that two of them never run
-# side by side. Every run goes ahead even when an earlier one failed; the script fails when any
-# of them did.
+# that release's environment (scripts/sglang-compat.sh). The suite uses $DRESSAGE_TEST_WORKERS
+# processes (pytest-xdist, default 2; 0 runs in one process) with `--dist loadfile`: a test
+# file per process at a time, except the cluster-shaped operator files, which share one group
+# (tests/conftest.py, SERIAL_FILES) so that two of them never run side by side. The releases'
+# contract tiers run side by side, one process each (their output printed one after the
+# other): each spends much of its time waiting, and one process per release imports SGLang
+# once instead of once per worker. Every run goes ahead even when an earlier one failed; the
+# script fails when any of them did.
 # Extra arguments are pytest options for every run (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +31,18 @@ workers=(-n "${DRESSAGE_TEST_WORKERS:-2}" --dist loadfile)
 python -m pytest --ignore=tests/contract "${workers[@]}" "$@" || failed+=("the suite")
 read -r -a releases <<< "$(python -c \
   'from dressage.api.sglang import SGLANG_TESTED_RELEASES as r; print(*r)')"
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+pids=()
 for release in "${releases[@]}"; do
-  bash scripts/sglang-compat.sh "$release" -- -q "${workers[@]}" "$@" || failed+=("the contract tier on SGLang $release")
+  bash scripts/sglang-compat.sh "$release" -- -q "$@" > "$logs/$release.log" 2>&1 &
+  pids+=("$!")
+done
+for i in "${!releases[@]}"; do
+  status=0
+  wait "${pids[$i]}" || status=$?
+  cat "$logs/${releases[$i]}.log"
+  [ "$status" -eq 0 ] || failed+=("the contract tier on SGLang ${releases[$i]}")
 done
 
 if [ ${#failed[@]} -gt 0 ]; then
