@@ -40,9 +40,9 @@ refused; the trained samples' mean response length against the distribution's (t
 dropped for staleness are the ones with a long member); the engine tokens generated and the
 CPU each process spent per trained sample, and the seconds per step its threads waited for a
 core (what other work on the machine took); reward against wall clock. Per setting the
-medians over repeats (drops and refusals per run, spans summed). About 45 s per run (startup,
-warm-up steps and shutdown included) and 20 runs with the defaults, about 15 minutes on two
-idle cores; `--repeats 3` gives medians of three in about 22. Ten seconds of steps are too
+medians over repeats (drops and refusals per run, spans summed). About 35 s per run (startup,
+warm-up steps and shutdown included) and 21 runs with the defaults, 12.4 minutes on two idle
+cores; `--repeats 3` gives medians of three in about 18. Ten seconds of steps are too
 few for the reward to tell settings apart: `--learning-seconds S` then runs the best sync
 setup and the fastest async setting once more, S seconds each, for reward curves long enough
 to compare.
