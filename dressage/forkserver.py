@@ -154,19 +154,18 @@ class ForkedProcess:
             return self.returncode
 
 
-class ForkServer:
-    """A fork server process, started on the first `spawn` (so a test session that starts no
-    engine pays nothing) and stopped by `close`, which also kills what it still runs."""
+class ForkClient:
+    """A fork server reached by its socket path: one that another process started (the
+    `FORK_SERVER_ENV` variable's value), or, as `ForkServer`, one this process starts."""
 
-    def __init__(self, directory: Path, *, preload: Sequence[str]) -> None:
-        self.directory = directory
-        self.preload = tuple(preload)
-        self._process: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
 
-    @property
-    def socket_path(self) -> Path:
-        return self.directory / SOCKET_NAME
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> ForkClient | None:
+        """The server `env` names in `FORK_SERVER_ENV`, None when it names none."""
+        path = env.get(FORK_SERVER_ENV, "")
+        return cls(Path(path)) if path else None
 
     def spawn(
         self,
@@ -182,19 +181,62 @@ class ForkServer:
         """Start `argv` (a `python -m MODULE ...` command line) with exactly `env` as its
         environment, in `cwd` (default: this process's), its output on a pipe (`stdout`), or
         written to the file descriptor `output` (`stdout` is then None); with
-        `separate_stderr` its standard error on a pipe of its own (`stderr`)."""
+        `separate_stderr` its standard error on a pipe of its own (`stderr`); with
+        `new_session` in a session of its own; with `cpus` pinned to those cores.
+        `ForkServerError` when the server cannot be reached or refuses."""
         python_module_of(argv)
-        self._ensure_started()
-        return spawn_at(
-            self.socket_path,
-            argv,
-            env,
-            cwd,
-            output=output,
-            separate_stderr=separate_stderr,
-            new_session=new_session,
-            cpus=cpus,
-        )
+        self._ready()
+        if output is None:
+            read_end, write_end = os.pipe()
+        else:
+            read_end, write_end = -1, os.dup(output)
+        err_read, err_write = os.pipe() if separate_stderr else (-1, -1)
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            try:
+                connection.connect(str(self.socket_path))
+            except OSError as exc:
+                raise ForkServerError(
+                    f"no fork server listens on {self.socket_path}: {exc}"
+                ) from exc
+            request = {
+                "argv": list(argv),
+                "env": dict(env),
+                "cwd": cwd or os.getcwd(),
+                "new_session": new_session,
+                "cpus": None if cpus is None else sorted(set(cpus)),
+            }
+            line = json.dumps(request).encode() + b"\n"
+            socket.send_fds(connection, [line], [fd for fd in (write_end, err_write) if fd >= 0])
+            for fd in (write_end, err_write):
+                if fd >= 0:
+                    os.close(fd)
+            write_end = err_write = -1
+            reply = _read_line(connection)
+            if "pid" not in reply:
+                raise ForkServerError(f"the fork server refused {list(argv)[:4]}: {reply}")
+        except BaseException:
+            connection.close()
+            for fd in (read_end, write_end, err_read, err_write):
+                if fd >= 0:
+                    os.close(fd)
+            raise
+        return ForkedProcess(int(reply["pid"]), _reader(read_end), connection, _reader(err_read))
+
+    def _ready(self) -> None:
+        """Make sure the server listens (a server another process started: nothing to do)."""
+
+
+class ForkServer(ForkClient):
+    """A fork server process, started on the first `spawn` (so a test session that starts no
+    engine pays nothing) and stopped by `close`, which also kills what it still runs."""
+
+    def __init__(self, directory: Path, *, preload: Sequence[str]) -> None:
+        super().__init__(directory / SOCKET_NAME)
+        self.directory = directory
+        self.preload = tuple(preload)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
 
     def start(self) -> None:
         """Start the server now (else the first `spawn` does), so that other processes can
@@ -219,6 +261,9 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=30)
+
+    def _ready(self) -> None:
+        self._ensure_started()
 
     def _ensure_started(self) -> None:
         with self._lock:
@@ -245,92 +290,6 @@ class ForkServer:
                         + (self.directory / "forkserver.log").read_text()[-2000:]
                     )
                 time.sleep(0.05)
-
-
-class ForkClient:
-    """A fork server that another process started, reached by its socket path (the
-    `FORK_SERVER_ENV` variable's value): `spawn` as `ForkServer.spawn`."""
-
-    def __init__(self, socket_path: Path) -> None:
-        self.socket_path = socket_path
-
-    @classmethod
-    def from_environment(cls, env: Mapping[str, str]) -> ForkClient | None:
-        """The server `env` names in `FORK_SERVER_ENV`, None when it names none."""
-        path = env.get(FORK_SERVER_ENV, "")
-        return cls(Path(path)) if path else None
-
-    def spawn(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        cwd: str | None = None,
-        *,
-        output: int | None = None,
-        separate_stderr: bool = False,
-        new_session: bool = False,
-        cpus: Sequence[int] | None = None,
-    ) -> ForkedProcess:
-        return spawn_at(
-            self.socket_path,
-            argv,
-            env,
-            cwd,
-            output=output,
-            separate_stderr=separate_stderr,
-            new_session=new_session,
-            cpus=cpus,
-        )
-
-
-def spawn_at(
-    socket_path: Path,
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    cwd: str | None = None,
-    *,
-    output: int | None = None,
-    separate_stderr: bool = False,
-    new_session: bool = False,
-    cpus: Sequence[int] | None = None,
-) -> ForkedProcess:
-    """Ask the server listening on `socket_path` to fork `argv` (see `ForkServer.spawn`);
-    `ForkServerError` when it cannot be reached or refuses."""
-    python_module_of(argv)
-    if output is None:
-        read_end, write_end = os.pipe()
-    else:
-        read_end, write_end = -1, os.dup(output)
-    err_read, err_write = os.pipe() if separate_stderr else (-1, -1)
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        try:
-            connection.connect(str(socket_path))
-        except OSError as exc:
-            raise ForkServerError(f"no fork server listens on {socket_path}: {exc}") from exc
-        request = {
-            "argv": list(argv),
-            "env": dict(env),
-            "cwd": cwd or os.getcwd(),
-            "new_session": new_session,
-            "cpus": None if cpus is None else sorted(set(cpus)),
-        }
-        line = json.dumps(request).encode() + b"\n"
-        socket.send_fds(connection, [line], [fd for fd in (write_end, err_write) if fd >= 0])
-        for fd in (write_end, err_write):
-            if fd >= 0:
-                os.close(fd)
-        write_end = err_write = -1
-        reply = _read_line(connection)
-        if "pid" not in reply:
-            raise ForkServerError(f"the fork server refused {list(argv)[:4]}: {reply}")
-    except BaseException:
-        connection.close()
-        for fd in (read_end, write_end, err_read, err_write):
-            if fd >= 0:
-                os.close(fd)
-        raise
-    return ForkedProcess(int(reply["pid"]), _reader(read_end), connection, _reader(err_read))
 
 
 def _reader(fd: int) -> IO[str] | None:
