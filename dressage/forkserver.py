@@ -74,15 +74,6 @@ def python_module_of(argv: Sequence[str]) -> tuple[str, list[str]]:
 _PYTHON_NAMES = {"python", "python3", Path(sys.executable).name}
 
 
-def forkable(argv: Sequence[str]) -> bool:
-    """Whether a fork server can run `argv` (a `python -m MODULE ...` command line)."""
-    try:
-        python_module_of(argv)
-    except ValueError:
-        return False
-    return True
-
-
 class ForkedProcess:
     """A command the fork server started: the part of `subprocess.Popen`'s interface tests use
     (`pid`, `stdout`, `returncode`, `poll`, `wait`, `send_signal`, `terminate`, `kill`).
@@ -166,6 +157,16 @@ class ForkClient:
         """The server `env` names in `FORK_SERVER_ENV`, None when it names none."""
         path = env.get(FORK_SERVER_ENV, "")
         return cls(Path(path)) if path else None
+
+    @classmethod
+    def for_command(cls, argv: Sequence[str], env: Mapping[str, str]) -> ForkClient | None:
+        """The server `env` names, when it can run `argv` (a `python -m MODULE ...` command
+        line); None when `argv` is to start as a fresh process."""
+        try:
+            python_module_of(argv)
+        except ValueError:
+            return None
+        return cls.from_environment(env)
 
     def spawn(
         self,

@@ -38,6 +38,9 @@ class _Server:
     copies a process in which no other thread holds a lock."""
 
     def __init__(self, path: str) -> None:
+        self.base_path = base_sys_path(sys.path, os.environ.get("PYTHONPATH", ""))
+        """This process's `sys.path` without what its own working directory and `PYTHONPATH`
+        put there: the part every command's path ends with."""
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path + ".tmp")
@@ -101,7 +104,9 @@ class _Server:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _run_child(request, fds[0], fds[-1], inherited=self._own_fds(connection))
+            _run_child(
+                request, fds[0], fds[-1], self.base_path, inherited=self._own_fds(connection)
+            )
         for fd in fds:
             os.close(fd)
         child = _Child(connection, os.pidfd_open(pid), group=request.new_session)
@@ -182,7 +187,9 @@ def parse_request(message: bytes) -> Request:
     return Request(argv, env, cwd, new_session, cpus)
 
 
-def _run_child(request: Request, output: int, errors: int, *, inherited: list[int]) -> None:
+def _run_child(
+    request: Request, output: int, errors: int, base_path: list[str], *, inherited: list[int]
+) -> None:
     """In the forked child: become `python -m MODULE ARGS` with the request's environment,
     working directory (and the `sys.path` they give a fresh interpreter), output (standard
     error to `errors`, which may be `output`), session and cores, run it, and exit with its
@@ -215,7 +222,7 @@ def _run_child(request: Request, output: int, errors: int, *, inherited: list[in
         os.environ.clear()
         os.environ.update(env)
         os.chdir(cwd)
-        sys.path[:] = child_sys_path(_BASE_PATH, os.getcwd(), env.get("PYTHONPATH", ""))
+        sys.path[:] = child_sys_path(base_path, os.getcwd(), env.get("PYTHONPATH", ""))
         sys.argv = [module, *args]  # run_module sets argv[0] to the module's file
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -249,11 +256,6 @@ def _shut_down() -> None:
         atexit._run_exitfuncs()
 
 
-_BASE_PATH: list[str] = []
-"""The server's `sys.path` without what its own working directory and `PYTHONPATH` put there:
-the part every command's path ends with (`main` fills it in)."""
-
-
 def base_sys_path(path: Sequence[str], pythonpath: str) -> list[str]:
     """An interpreter's `sys.path` (started with `-m`: its first entry is its working
     directory) without the entries its working directory and `PYTHONPATH` put there."""
@@ -274,7 +276,6 @@ def main(argv: Sequence[str]) -> int:
         print("usage: python -m dressage.forkserver_loop SOCKET [MODULE ...]", file=sys.stderr)
         return 2
     path, preload = argv[0], argv[1:]
-    _BASE_PATH[:] = base_sys_path(sys.path, os.environ.get("PYTHONPATH", ""))
     for name in preload:
         importlib.import_module(name)
     server = _Server(path)

@@ -21,7 +21,7 @@ from typing import IO
 import pytest
 
 from dressage.engine.testing import ENGINE_PRELOAD, engines_forked_from
-from dressage.forkserver import FORK_SERVER_ENV, ForkClient, ForkServer, forkable
+from dressage.forkserver import FORK_SERVER_ENV, ForkClient, ForkServer
 
 FRESH_ENGINES = "DRESSAGE_TEST_FRESH_ENGINES"
 
@@ -55,8 +55,8 @@ def run_command(
     `dressage run` or `dressage train` then starts without importing torch again). On timeout
     the command is killed and `subprocess.TimeoutExpired` raised, as `subprocess.run` does."""
     environment = dict(os.environ if env is None else env)
-    server = ForkClient.from_environment(os.environ)
-    if server is None or not forkable(argv):
+    server = ForkClient.for_command(argv, os.environ)
+    if server is None:
         return subprocess.run(
             argv,
             env=environment,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO
 
 import dressage
-from dressage.forkserver import ForkClient, ForkedProcess, forkable
+from dressage.forkserver import ForkClient, ForkedProcess
 
 PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
 
@@ -69,8 +69,8 @@ class ChildProcess:
         )
         env["PYTHONUNBUFFERED"] = "1"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        server = ForkClient.from_environment(env)
-        if server is not None and forkable(self.argv):
+        server = ForkClient.for_command(self.argv, env)
+        if server is not None:
             self.process = server.spawn(self.argv, env, new_session=True, cpus=self.cpus)
         else:
             self.process = subprocess.Popen(

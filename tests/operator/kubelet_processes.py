@@ -9,7 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from dressage.forkserver import ForkClient, ForkedProcess, forkable
+from dressage.forkserver import ForkClient, ForkedProcess
 
 Process = subprocess.Popen[bytes] | ForkedProcess
 """A container's main process: a fresh one, or one forked from the suite's fork server."""
@@ -20,8 +20,8 @@ def start_container(argv: list[str], env: dict[str, str], cwd: Path, output: int
     descriptor `output`, in a session of its own. A `python -m` command is forked from the
     suite's warm server when the environment names one (tests/engine_forks.py), so an engine or
     a torchrun launcher starts without importing torch again."""
-    server = ForkClient.from_environment(os.environ)
-    if server is not None and forkable(argv):
+    server = ForkClient.for_command(argv, os.environ)
+    if server is not None:
         return server.spawn(argv, env, str(cwd), output=output, new_session=True)
     return subprocess.Popen(
         argv,
