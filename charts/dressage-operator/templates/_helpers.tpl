@@ -53,10 +53,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-metrics" (include "dressage-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* repository:tag with the tag defaulting to the chart's appVersion. */}}
+{{/* repository:tag with the tag defaulting to the chart's appVersion. `global.imageRegistry`,
+when set, replaces everything before the repository's last path part
+(`ghcr.io/dressage/dressage-runtime` -> `<registry>/dressage-runtime`): the `--registry` that
+scripts/build-images.sh pushed the images to. */}}
 {{- define "dressage-operator.imageRef" -}}
 {{- $tag := default .root.Chart.AppVersion .image.tag }}
-{{- printf "%s:%s" .image.repository $tag }}
+{{- $repository := .image.repository }}
+{{- $registry := (.root.Values.global | default dict).imageRegistry | default "" | trimSuffix "/" }}
+{{- if $registry }}
+{{- $repository = printf "%s/%s" $registry (base $repository) }}
+{{- end }}
+{{- printf "%s:%s" $repository $tag }}
 {{- end }}
 
 {{/* PromQL matchers of the operator's scrape target in `up`. */}}
