@@ -47,6 +47,11 @@ class ConditionType(StrEnum):
     CHILDREN_APPLIED = "ChildrenApplied"
     """False while the API server refuses a child (pod, Service, ...); the message says which
     and quotes the server."""
+    PODS_HEALTHY = "PodsHealthy"
+    """False while a pod of the job does not start or keeps failing, as the scheduler or the
+    kubelet says it (Unschedulable, ImagePullBackOff, CreateContainerConfigError,
+    CrashLoopBackOff, OOMKilled, ...); the reason is the first pod's, the message names each
+    pod. True again once they recover."""
     SUSPENDED = "Suspended"
     SGLANG_RELEASE_UNTESTED = "SGLangReleaseUntested"
     """True when `spec.inference.sglangVersion` is newer than the newest tested SGLang release;

@@ -11,6 +11,9 @@ Lifecycle:
   lost trainer pod (one of `status.gangPods` gone, or being deleted, without having failed:
   force-deleted, its node lost) counts the same.
 - A failed engine pod is deleted and recreated alone; the trainer is not touched.
+- A pod that does not start or keeps failing (Unschedulable, ImagePullBackOff,
+  CreateContainerConfigError, CrashLoopBackOff, OOMKilled) is named on the top line, in
+  condition `PodsHealthy` and by a Warning Event (`pod_problems`); the phase stays.
 - Every trainer pod Succeeded -> Succeeded; engines and proxy are torn down.
 - `spec.suspend` deletes all pods and the proxy (Suspended); clearing it recreates them.
 - `activeDeadlineSeconds` past `status.startTime` -> Failed (DeadlineExceeded).
@@ -42,7 +45,7 @@ from dressage.api.status import (
     JobPhase,
     RoleStatus,
 )
-from dressage_operator import autoscale, children, naming, sglang_release
+from dressage_operator import autoscale, children, naming, pod_problems, sglang_release
 from dressage_operator.children import Obj, Owner
 from dressage_operator.conditions import Conditions, parse_timestamp, timestamp
 from dressage_operator.config import OperatorConfig
@@ -200,8 +203,24 @@ class _Decider:
         else:
             self.run_active()
         self.count()
+        self.name_pod_problems()
         self.autoscale()
         return self.plan
+
+    def name_pod_problems(self) -> None:
+        """What keeps the job's pods from starting or running, on the top line, in condition
+        `PodsHealthy` and as Events (`pod_problems`); nothing of a finished or suspended job,
+        whose pods are going."""
+        if self.st.phase.finished or self.st.phase is JobPhase.SUSPENDED:
+            self.conds.set(ConditionType.PODS_HEALTHY, True, "NotActive")
+            return
+        previous = self.conds.get(ConditionType.PODS_HEALTHY)
+        found = pod_problems.report([*self.trainers, *self.engines], previous, self.st.message)
+        self.st.message = found.message
+        self.conds.set(
+            ConditionType.PODS_HEALTHY, found.healthy, found.reason, found.condition_message
+        )
+        self.plan.events += [Event(*e) for e in found.events]
 
     def apply_scrape(self) -> None:
         scrape = self.obs.scrape
