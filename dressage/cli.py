@@ -14,7 +14,10 @@ from collections.abc import Sequence
 
 # name -> (module, one-line help). The module provides add_arguments() and run().
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "validate": ("dressage.api.cli", "validate AsyncRLJob manifests"),
+    "validate": (
+        "dressage.validate_cli",
+        "validate AsyncRLJob manifests (--cluster: as the operator and the API server would)",
+    ),
     "run": ("dressage.runner.cli", "run an AsyncRLJob locally (CPU, embedded engine)"),
     "engine": ("dressage.engine.cli", "the embedded CPU inference engine"),
     "proxy": ("dressage.proxy.cli", "the rollout proxy"),

@@ -29,18 +29,28 @@ from __future__ import annotations
 from typing import Any
 
 from dressage_operator.apirules import QUANTITY_MESSAGE, Cause, object_causes, pod_spec_causes
+from dressage_operator.apirules.pod_security import (
+    ENFORCE_LABEL,
+    RESTRICTED_VOLUME_TYPES,
+    restricted_violations,
+)
 
 Obj = dict[str, Any]
 
-__all__ = ["QUANTITY_MESSAGE", "BadRequest", "Cause", "pod_spec_refusals", "refusals"]
+__all__ = [
+    "ENFORCE_LABEL",
+    "QUANTITY_MESSAGE",
+    "RESTRICTED_VOLUME_TYPES",
+    "BadRequest",
+    "Cause",
+    "pod_spec_refusals",
+    "refusals",
+    "restricted_violations",
+]
 
 
 class BadRequest(Exception):
     """The object cannot be decoded (a quantity outside the grammar): a 400, no field."""
-
-
-def _quote(value: object) -> str:
-    return '"' + str(value).replace('"', '\\"') + '"'
 
 
 def _validation(causes: list[Cause]) -> list[Cause]:
@@ -55,107 +65,6 @@ def pod_spec_refusals(spec: Obj, path: str = "spec") -> list[Cause]:
     """What the emulated API server refuses in a pod spec at `path` (`spec`, or
     `spec.template.spec`). Raises `BadRequest` for a quantity outside the grammar."""
     return _validation(pod_spec_causes(spec, tuple(path.split("."))))
-
-
-ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
-RESTRICTED_VOLUME_TYPES = frozenset(
-    {
-        "configMap",
-        "csi",
-        "downwardAPI",
-        "emptyDir",
-        "ephemeral",
-        "persistentVolumeClaim",
-        "projected",
-        "secret",
-    }
-)
-
-
-def restricted_violations(spec: Obj, level: str = "restricted") -> list[str]:
-    """What the PodSecurity admission at `level` (`baseline` or `restricted`) finds wrong with
-    a pod spec, worded as it words it; empty when the pod is admitted."""
-    problems: list[str] = []
-    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-    pod_ctx = spec.get("securityContext") or {}
-
-    def ctx(c: Obj) -> Obj:
-        return c.get("securityContext") or {}
-
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(key):
-            problems.append(f"host namespaces ({key}=true)")
-    host_path = [v["name"] for v in spec.get("volumes") or () if "hostPath" in v]
-    if host_path:
-        problems.append(f"hostPath volumes (volumes {', '.join(map(_quote, host_path))})")
-    privileged = [c["name"] for c in containers if ctx(c).get("privileged")]
-    if privileged:
-        names = ", ".join(map(_quote, privileged))
-        problems.append(f"privileged (containers {names} must not set privileged=true)")
-    if level != "restricted":
-        return problems
-    kinds = [
-        v["name"]
-        for v in spec.get("volumes") or ()
-        if not (set(v) - {"name"}) <= RESTRICTED_VOLUME_TYPES and "hostPath" not in v
-    ]
-    if kinds:
-        problems.append(f"restricted volume types (volumes {', '.join(map(_quote, kinds))})")
-    escalating = [
-        c["name"] for c in containers if ctx(c).get("allowPrivilegeEscalation") is not False
-    ]
-    if escalating:
-        problems.append(
-            f"allowPrivilegeEscalation != false (containers {', '.join(map(_quote, escalating))}"
-            " must set securityContext.allowPrivilegeEscalation=false)"
-        )
-    undropped = [
-        c["name"]
-        for c in containers
-        if "ALL" not in ((ctx(c).get("capabilities") or {}).get("drop") or ())
-    ]
-    if undropped:
-        problems.append(
-            f"unrestricted capabilities (containers {', '.join(map(_quote, undropped))} must "
-            'set securityContext.capabilities.drop=["ALL"])'
-        )
-    added = [
-        c["name"]
-        for c in containers
-        if set((ctx(c).get("capabilities") or {}).get("add") or ()) - {"NET_BIND_SERVICE"}
-    ]
-    if added:
-        problems.append(
-            f"unrestricted capabilities (containers {', '.join(map(_quote, added))} must not "
-            "include capabilities other than NET_BIND_SERVICE in securityContext.capabilities.add)"
-        )
-    root_ok = pod_ctx.get("runAsNonRoot") is True
-    as_root = [
-        c["name"]
-        for c in containers
-        if ctx(c).get("runAsNonRoot") is False or not (root_ok or ctx(c).get("runAsNonRoot"))
-    ]
-    if as_root:
-        problems.append(
-            "runAsNonRoot != true (pod or containers "
-            f"{', '.join(map(_quote, as_root))} must set securityContext.runAsNonRoot=true)"
-        )
-    if pod_ctx.get("runAsUser") == 0 or any(ctx(c).get("runAsUser") == 0 for c in containers):
-        problems.append("runAsUser=0 (pod and containers must not set runAsUser=0)")
-    pod_seccomp = (pod_ctx.get("seccompProfile") or {}).get("type")
-    no_seccomp = [
-        c["name"]
-        for c in containers
-        if ((ctx(c).get("seccompProfile") or {}).get("type") or pod_seccomp)
-        not in ("RuntimeDefault", "Localhost")
-    ]
-    if no_seccomp:
-        problems.append(
-            "seccompProfile (pod or containers "
-            f"{', '.join(map(_quote, no_seccomp))} must set securityContext.seccompProfile.type "
-            'to "RuntimeDefault" or "Localhost")'
-        )
-    return problems
 
 
 def refusals(obj: Obj) -> list[Cause]:
