@@ -27,6 +27,7 @@ TIERS = {
     "contract": "contract",
     "operator": "operator",
     "chart": "chart",
+    "images": "images",
 }
 """Directory under `tests/` -> the marker its tests get (declared in pyproject.toml)."""
 ADDED = ("slow", "integration")

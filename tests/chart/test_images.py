@@ -1,11 +1,16 @@
 """The Dockerfiles in images/: hadolint-clean, pinned bases that run what the tests run (the
-default SGLang release, the tests' torch), OCI labels, non-root operator without torch. (No
-Docker engine here: the images are linted and inspected, not built.)"""
+default SGLang release, the tests' torch), OCI labels, non-root operator without torch, and the
+dependency lists they install before the project (images/requirements.py). These tests read
+the files; the images tier (tests/images) builds the images with podman on local stand-in bases
+and runs them."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +21,8 @@ from tests.chart.tools import CHART, ROOT, require_tool, run_tool
 
 IMAGES = ROOT / "images"
 DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
+STAND_IN_DOCKERFILES = sorted(IMAGES.glob("stand-in/*.Dockerfile"))
+"""The stand-in bases' recipes (scripts/build-stand-in-bases.sh), linted too."""
 OCI_LABELS = ("title", "description", "source", "licenses", "version", "revision")
 # An exact version tag: digits and dots, optionally with a suffix (e.g. -cu126), never latest.
 PINNED_TAG = re.compile(r"^[\w./-]+:v?\d+\.\d+\.\d+[\w.-]*$")
@@ -26,7 +33,11 @@ def test_every_image_has_a_dockerfile() -> None:
     assert (ROOT / ".dockerignore").is_file()
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize(
+    "dockerfile",
+    DOCKERFILES + STAND_IN_DOCKERFILES,
+    ids=lambda p: p.parent.name if p.name == "Dockerfile" else f"stand-in-{p.stem}",
+)
 def test_hadolint_passes(dockerfile: Path) -> None:
     hadolint = require_tool("hadolint")
     result = run_tool([hadolint, str(dockerfile)])
@@ -60,10 +71,10 @@ def test_bases_are_pinned_and_labels_present(dockerfile: Path) -> None:
 def test_operator_image_is_non_root_and_has_no_torch() -> None:
     text = (IMAGES / "operator" / "Dockerfile").read_text()
     assert re.search(r"^USER 65532:65532$", text, re.MULTILINE)
-    assert '"dressage[operator]==' in text
-    assert "[train]" not in text
-    # The build fails if torch ends up installed.
-    assert "find_spec('torch') is not None" in text
+    assert "--extra operator" in text
+    assert "--extra train" not in text
+    # The build fails if torch, the kubernetes client or tokenizers end up installed.
+    assert "for m in ('torch', 'kubernetes', 'tokenizers')" in text
 
 
 def test_runtime_image_uses_cuda_torch_and_installs_the_train_extra() -> None:
@@ -71,7 +82,7 @@ def test_runtime_image_uses_cuda_torch_and_installs_the_train_extra() -> None:
     (base,) = set(_base_images(text))
     assert base.startswith("pytorch/pytorch:")
     assert "-cuda" in base
-    assert '"dressage[train]==' in text
+    assert "--extra train" in text
     assert re.search(r"^USER 1000:1000$", text, re.MULTILINE)
 
 
@@ -99,3 +110,28 @@ def test_the_runtime_image_runs_the_torch_release_the_tests_run() -> None:
     (pin,) = re.findall(r'"torch==([\d.]+)"', (ROOT / "scripts" / "setup.sh").read_text())
     (base,) = set(_base_images((IMAGES / "runtime" / "Dockerfile").read_text()))
     assert base.startswith(f"pytorch/pytorch:{pin}-cuda"), (base, pin)
+
+
+def _requirements_module() -> Any:
+    spec = importlib.util.spec_from_file_location("image_requirements", IMAGES / "requirements.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_operator_image_installs_the_core_and_operator_extra_less_the_model_side() -> None:
+    """The operator image's dependency list: pyproject's core and `operator` extra, less the
+    packages only the proxy, the trainer and the chat layer import (the Dockerfile's
+    `--leave-out`); a name that leaves pyproject makes the build fail, not pass silently."""
+    text = (IMAGES / "operator" / "Dockerfile").read_text()
+    (leave_out,) = re.findall(r"--leave-out ([\w -]+?)\s*\\?\n", text)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    module = _requirements_module()
+    chosen = module.requirements(project, ["operator"], leave_out.split())
+    names = {module.requirement_name(r) for r in chosen}
+    assert {"kopf", "kubernetes-validate", "pydantic", "pyyaml", "httpx"} <= names
+    assert not names & {"tokenizers", "jinja2", "kubernetes", "torch", "transformers"}
+    with pytest.raises(SystemExit, match="no-such-package"):
+        module.requirements(project, ["operator"], ["no-such-package"])

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Build Dressage's images: the one way to build them, used by the tests (tests/images), the docs
+# and the release workflow.
+#
+#   bash scripts/build-images.sh [--registry R] [--tag T] [--push] [--only IMAGE ...]
+#       [--sglang-release RELEASE ...] [--base-python IMG] [--base-torch IMG]
+#       [--base-sglang IMG] [--stand-in-bases]
+#
+# Images, from images/<image>/Dockerfile with the repository as the build context:
+#   operator  R/dressage-operator:T
+#   runtime   R/dressage-runtime:T
+#   sglang    R/dressage-sglang:T-sglang<release>, one per --sglang-release (default: the
+#             release jobs default to, dressage.api.sglang.SGLANG_DEFAULT_VERSION)
+# R defaults to the chart's registry (charts/dressage-operator/values.yaml `image.repository`:
+# ghcr.io/dressage) and T to the project's version (pyproject.toml, the chart's appVersion),
+# the images the chart and the operator name by default. `--only` (repeatable) builds a subset.
+# The bases are the Dockerfiles' defaults (what a release builds on) unless named: --base-python
+# (operator), --base-torch (runtime), --base-sglang (sglang; `{release}` in it stands for the
+# release). --stand-in-bases builds or reuses local stand-ins for all three
+# (scripts/build-stand-in-bases.sh) for machines that cannot pull them.
+# Uses podman, else docker (DRESSAGE_CONTAINER_ENGINE names another); podman gets
+# images/podman/containers.conf unless CONTAINERS_CONF is set. Layers are reused while a
+# Dockerfile and its inputs are unchanged; a source change rebuilds only the project's layer.
+# Prints one `IMAGE=REFERENCE` line per image built (`sglang-<release>=...` for engines) on
+# stdout; the builds' own output goes to stderr. --push pushes each after building it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  sed -n '4,6p' "$0" | sed 's/^# *//' >&2
+  exit 2
+}
+registry=$(sed -n 's/^  repository: \(.*\)\/dressage-operator$/\1/p' charts/dressage-operator/values.yaml)
+tag=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
+version=$tag
+push=false
+stand_in=false
+only=()
+releases=()
+base_python=""
+base_torch=""
+base_sglang=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --registry|--tag|--only|--sglang-release|--base-python|--base-torch|--base-sglang)
+      [ $# -ge 2 ] || usage ;;&
+    --registry) registry=${2%/}; shift 2 ;;
+    --tag) tag=$2; shift 2 ;;
+    --push) push=true; shift ;;
+    --only)
+      case $2 in operator|runtime|sglang) only+=("$2") ;; *) echo "--only: operator, runtime or sglang" >&2; exit 2 ;; esac
+      shift 2 ;;
+    --sglang-release) releases+=("$2"); shift 2 ;;
+    --base-python) base_python=$2; shift 2 ;;
+    --base-torch) base_torch=$2; shift 2 ;;
+    --base-sglang) base_sglang=$2; shift 2 ;;
+    --stand-in-bases) stand_in=true; shift ;;
+    -h|--help) usage ;;
+    *) echo "build-images.sh: unknown argument: $1" >&2; usage ;;
+  esac
+done
+[ -n "$registry" ] && [ -n "$tag" ] || { echo "build-images.sh: no default registry or tag found" >&2; exit 1; }
+[ ${#only[@]} -gt 0 ] || only=(operator runtime sglang)
+if [ ${#releases[@]} -eq 0 ]; then
+  releases=("$(python3 -c 'import runpy
+print(runpy.run_path("dressage/api/sglang.py")["SGLANG_DEFAULT_VERSION"])')")
+fi
+wants() { [[ " ${only[*]} " == *" $1 "* ]]; }
+
+# shellcheck source=scripts/container-engine.sh
+. scripts/container-engine.sh
+
+if $stand_in; then
+  release_args=()
+  for release in "${releases[@]}"; do release_args+=(--release "$release"); done
+  wants sglang || release_args=(--no-sglang)
+  while IFS='=' read -r kind reference; do
+    case $kind in
+      python) base_python=${base_python:-$reference} ;;
+      torch) base_torch=${base_torch:-$reference} ;;
+      sglang-*) stand_in_sglang=${reference%:*}:{release}; base_sglang=${base_sglang:-$stand_in_sglang} ;;
+    esac
+  done < <(bash scripts/build-stand-in-bases.sh "${release_args[@]}")
+fi
+
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+build() {  # IMAGE REFERENCE [--build-arg ...]
+  local image=$1 reference=$2
+  shift 2
+  echo "build-images: $reference" >&2
+  # --network host: the RUN steps reach the package index through the machine's network
+  # (podman's default network needs more of the host than the test machines allow).
+  container_engine build --network host --file "images/$image/Dockerfile" \
+    --build-arg "VERSION=$version" --build-arg "REVISION=$revision" "$@" \
+    --tag "$reference" . >&2
+  if $push; then
+    container_engine push "$reference" >&2
+  fi
+}
+
+if wants operator; then
+  args=()
+  [ -z "$base_python" ] || args+=(--build-arg "PYTHON_IMAGE=$base_python")
+  build operator "$registry/dressage-operator:$tag" "${args[@]}"
+  echo "operator=$registry/dressage-operator:$tag"
+fi
+if wants runtime; then
+  args=()
+  [ -z "$base_torch" ] || args+=(--build-arg "TORCH_IMAGE=$base_torch")
+  build runtime "$registry/dressage-runtime:$tag" "${args[@]}"
+  echo "runtime=$registry/dressage-runtime:$tag"
+fi
+if wants sglang; then
+  for release in "${releases[@]}"; do
+    args=()
+    placeholder='{release}'
+    [ -z "$base_sglang" ] || args+=(--build-arg "SGLANG_IMAGE=${base_sglang//"$placeholder"/$release}")
+    build sglang "$registry/dressage-sglang:$tag-sglang$release" "${args[@]}"
+    echo "sglang-$release=$registry/dressage-sglang:$tag-sglang$release"
+  done
+fi

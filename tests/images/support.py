@@ -1,0 +1,170 @@
+"""Podman for the tests: whether it can run here, how to call it, and the project's images.
+
+The images tier (`tests/images`) and the test kubelet's container mode run Dressage's images
+with podman, the container engine Debian packages. This host's cgroups need podman's settings
+in `images/podman/containers.conf` (runc instead of crun, explicit ulimits); every call here
+names it with `CONTAINERS_CONF` (an environment variable the caller's own value overrides),
+so nothing under /etc changes.
+
+No registry can be pulled from on the test machines, so `ensure_images` builds the images
+with `scripts/build-images.sh --stand-in-bases` (Debian and Python made by debootstrap, the CPU
+torch, each tested SGLang release's Python package: `scripts/build-stand-in-bases.sh`), once per
+test session and process; a second call returns at once. Podman's layer cache makes a build on
+a machine that built them before take seconds. Processes of one session (pytest-xdist
+workers) build one after the other (a file lock), so the second finds every layer built.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTAINERS_CONF = ROOT / "images" / "podman" / "containers.conf"
+BUILD_SCRIPT = ROOT / "scripts" / "build-images.sh"
+REGISTRY = "localhost/dressage"
+"""Where the tests' images are tagged: never the chart's registry, so a stand-in build never
+replaces an image built from the real bases."""
+BUILD_TIMEOUT_S = 3600.0
+"""A first build here (the stand-in bases, then the three images) takes tens of minutes."""
+LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "dressage-images-build.lock"
+
+
+def podman_env() -> dict[str, str]:
+    """The environment every podman call of the tests runs with: this process's, with
+    `CONTAINERS_CONF` naming the project's settings unless it is already set."""
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
+    return env
+
+
+def podman(
+    *args: str, check: bool = True, timeout: float | None = 600, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `podman ARGS...` with the project's settings, output captured as text. With
+    `check`, a non-zero exit raises `PodmanError` carrying the command's output."""
+    executable = shutil.which("podman")
+    if executable is None:
+        raise PodmanError(["podman", *args], None, "", "podman is not on PATH")
+    result = subprocess.run(
+        [executable, *args],
+        env=podman_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        check=False,
+    )
+    if check and result.returncode != 0:
+        raise PodmanError(result.args, result.returncode, result.stdout, result.stderr)
+    return result
+
+
+class PodmanError(RuntimeError):
+    """A podman command that failed; the message holds its output."""
+
+    def __init__(self, args: list[str], returncode: int | None, stdout: str, stderr: str):
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        tail = (stdout + stderr).strip()[-4000:]
+        super().__init__(f"`{' '.join(args)}` exited with {returncode}:\n{tail}")
+
+
+@functools.cache
+def podman_unavailable_reason() -> str | None:
+    """Why podman cannot run containers here (for a skip message), None when it can: it must
+    be on PATH with runc beside it, and answer `podman info` with the project's settings."""
+    if shutil.which("podman") is None:
+        return (
+            "podman is not on PATH (Debian: apt-get install podman runc debootstrap; "
+            "scripts/install-tools.sh installs them as root)"
+        )
+    if shutil.which("runc") is None:
+        return "runc is not on PATH (images/podman/containers.conf names it as the runtime)"
+    try:
+        podman("info", "--format", "{{.Host.OCIRuntime.Name}}", timeout=120)
+    except (PodmanError, subprocess.TimeoutExpired) as exc:
+        return f"podman cannot run here: {exc}"
+    return None
+
+
+@dataclass(frozen=True)
+class Images:
+    """Local references of the project's images, built on the stand-in bases."""
+
+    operator: str
+    runtime: str
+    sglang: tuple[tuple[str, str], ...]
+    """(SGLang release, engine image) for each tested release, oldest first."""
+    build_seconds: float
+    """How long `ensure_images`' build took in this process (cached layers: seconds)."""
+
+    def sglang_image(self, release: str) -> str:
+        """The engine image of one tested SGLang release."""
+        return dict(self.sglang)[release]
+
+    def all(self) -> dict[str, str]:
+        """Every image by its build name (`operator`, `runtime`, `sglang-<release>`)."""
+        named = {"operator": self.operator, "runtime": self.runtime}
+        named.update({f"sglang-{release}": ref for release, ref in self.sglang})
+        return named
+
+
+def tested_releases() -> tuple[str, ...]:
+    from dressage.api.sglang import SGLANG_TESTED_RELEASES
+
+    return SGLANG_TESTED_RELEASES
+
+
+def build_command() -> list[str]:
+    """The build `ensure_images` runs: every image, every tested release, stand-in bases."""
+    command = ["bash", str(BUILD_SCRIPT), "--registry", REGISTRY, "--stand-in-bases"]
+    for release in tested_releases():
+        command += ["--sglang-release", release]
+    return command
+
+
+_lock = threading.Lock()
+
+
+@functools.cache
+def _built() -> Images:
+    reason = podman_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
+    started = time.monotonic()
+    with LOCK.open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        result = subprocess.run(
+            build_command(),
+            cwd=ROOT,
+            env=podman_env(),
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
+        )
+    if result.returncode != 0:
+        raise PodmanError(result.args, result.returncode, result.stdout, result.stderr)
+    built = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    return Images(
+        operator=built["operator"],
+        runtime=built["runtime"],
+        sglang=tuple((r, built[f"sglang-{r}"]) for r in tested_releases()),
+        build_seconds=time.monotonic() - started,
+    )
+
+
+def ensure_images() -> Images:
+    """The project's images, built (or found built) once per process; raises with the build's
+    output when it fails, and when podman cannot run (`podman_unavailable_reason`)."""
+    with _lock:
+        return _built()
