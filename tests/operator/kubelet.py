@@ -37,10 +37,12 @@ What it does, as a kubelet and cluster DNS would:
   `python -m sglang.launch_server` runs the embedded engine instead (`sglang_as_embedded`
   maps the flags it needs and refuses every other one), playing the SGLang release of the
   pod's job (`spec.inference.sglangVersion`, or the tested release that stands in for it), so
-  the operator's engines answer as that release's would.
+  the operator's engines answer as that release's would; in the container mode
+  (`runner=Containers(...)`, `kubelet_processes`) a container runs in its image with podman.
 
-Not emulated: resource limits, security contexts (checked against the schemas and the Pod
-Security Standard elsewhere), node placement, image pulls, more than one Deployment replica.
+Not emulated: resource limits, security contexts (but in the container mode; also checked
+against the schemas and the Pod Security Standard elsewhere), more than one node or Deployment
+replica; the node's scheduling, image pulls, crash loops and OOM kills: `kubelet_failures`.
 """
 
 from __future__ import annotations
@@ -61,16 +63,15 @@ from dressage_operator.testing import EmulatedCluster
 from dressage.api.job import InferenceSpec
 from dressage.testing import PROJECT_ROOT, free_port
 
-from .kubelet_command import local_ports, local_program
+from .kubelet_command import local_ports
+from .kubelet_failures import Node
 from .kubelet_hooks import SIGTERM_WAIT_S, HookResult, grace_period_s, pre_stop_argv, run_hook
 from .kubelet_probes import ProbeResult, run_probe
-from .kubelet_processes import Process, signal_container, start_container
-from .kubelet_status import pod_status
+from .kubelet_processes import LocalProcesses, Process, Runner, exec_command, signal_container
 from .kubelet_wiring import (
     desired_pods,
     dns_table,
     expand,
-    mount_map,
     replace_file,
     resolve_env,
     rewrite,
@@ -123,12 +124,16 @@ class Kubelet:
         *,
         node_env: dict[str, str] | None = None,
         probe_interval_s: float = 0.25,
+        runner: Runner | None = None,
     ) -> None:
         self.cluster = cluster
         self.root = Path(root)
+        self.runner = runner or LocalProcesses()
+        """How containers run: here (the default), or in their images (`Containers`)."""
         self.node_env = dict(node_env or {})
         """Extra environment of every container (what the node provides, e.g. no network)."""
         self.probe_interval_s = probe_interval_s
+        self.node = Node(self)  # its resources, pulls and failures (`kubelet_failures`)
         self.config_map_sync_s = 1.0
         """How often a ConfigMap's changes reach the running pods that mount it (a kubelet
         takes up to its sync period plus its cache's TTL, about a minute)."""
@@ -172,6 +177,7 @@ class Kubelet:
                     # Reaped here, not by a pod thread that may have timed out: a Popen left
                     # unwaited warns ("still running") when it is collected in a later test.
                     state.process.wait(timeout=30)
+        self.runner.close()
 
     def evict(self, name: str, reason: str = "Evicted") -> None:
         """Kill the pod's processes at once and fail it, as a node lost or an eviction does."""
@@ -271,6 +277,8 @@ class Kubelet:
         try:
             mounts = pod.mounts = self._volumes(pod)
             for container in spec.get("initContainers") or []:
+                if not self.node.admitted(pod, container):
+                    return
                 code = self._run_to_end(pod, container, mounts)
                 if code != 0:
                     self._set_status(pod, "Failed", ready=False, reason="InitContainerFailed")
@@ -278,6 +286,8 @@ class Kubelet:
                 if pod.stopping:
                     return
             for container in spec["containers"]:
+                if not self.node.admitted(pod, container):
+                    return
                 pod.containers[container["name"]] = _Container(container["name"])
                 self._start(pod, container, mounts)
             self._set_status(pod, "Running", ready=False)
@@ -303,6 +313,8 @@ class Kubelet:
                 if code is None:
                     continue
                 if policy == "Always" or (policy == "OnFailure" and code != 0):
+                    if not self.node.restart_due(pod, state, code):
+                        continue
                     state.restarts += 1
                     state.started = state.ready = False
                     self._start(pod, by_name[name], mounts)
@@ -323,7 +335,7 @@ class Kubelet:
             process = state.process
             if state.pre_stop is None or process is None or process.poll() is not None:
                 continue  # a container that is no longer running runs no hook
-            argv, env = state.pre_stop
+            argv, env = exec_command(process, *state.pre_stop)
             result = run_hook(
                 argv,
                 env,
@@ -407,7 +419,7 @@ class Kubelet:
             for c in pod.manifest["spec"]["containers"]
             if any(m["name"] == volume for m in c.get("volumeMounts") or [])
         ]
-        paths = mount_map(mounting[0], pod.mounts) if mounting else []
+        paths = self.runner.mount_map(mounting[0], pod.mounts) if mounting else []
         written = pod.rewritten.setdefault(volume, {})
         with self._files_lock:
             # Removed keys go first: a reader that sees a key's new text sees the whole update.
@@ -444,16 +456,16 @@ class Kubelet:
             if value.isdigit() and int(value) in own:
                 env[name] = str(self.port(pod.name, int(value)))
         argv = [expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]]
-        paths = mount_map(container, mounts)
+        paths = self.runner.mount_map(container, mounts)
         dns = self._dns()
         argv = [rewrite(a, paths if argv_paths else [], dns) for a in argv]
         env = {k: rewrite(v, paths, dns) for k, v in env.items()}
         out = local_ports(argv, own, lambda port: self.port(pod.name, port))
-        return local_program(out, lambda: self._job_release(pod)), env
+        return self.runner.program(container, out, lambda: self._job_release(pod)), env
 
     def _rewrite_config_files(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> None:
         """ConfigMap files name in-pod paths and Service names too: rewrite them in place."""
-        paths = mount_map(container, mounts)
+        paths = self.runner.mount_map(container, mounts)
         dns = self._dns()
         with self._files_lock:
             for volume in pod.manifest["spec"].get("volumes") or []:
@@ -486,7 +498,8 @@ class Kubelet:
         with log.open("ab") as out:
             out.write(f"$ {' '.join(argv)}\n".encode())
             out.flush()
-            return start_container(argv, full, pod.root, out.fileno())
+            own = {**self.node_env, **env}
+            return self.runner.start(pod, container, argv, own, full, out.fileno())
 
     def _run_to_end(self, pod: _Pod, container: Obj, mounts: dict[str, Path]) -> int:
         state = _Container(container["name"])
@@ -575,9 +588,7 @@ class Kubelet:
                     {"status": {"replicas": 1, "readyReplicas": replicas}},
                 )
             return
-        status = pod_status(
-            pod.manifest, phase, ready, list(pod.containers.values()), reason, message
-        )
+        status = self.node.pod_status(pod, phase, ready, reason, message)
         current = c.get(c.path("v1", "pods", pod.name))
         if current is None or current["metadata"]["uid"] != pod.uid:
             return
