@@ -155,7 +155,7 @@ def test_the_release_builds_the_images_with_the_build_scripts_own_flags() -> Non
     assert command.startswith("bash scripts/build-images.sh "), command
     flags = re.findall(r"(--[a-z][a-z-]*)", command)
     assert flags == ["--registry", "--tag", "--push"], flags
-    assert build["env"]["REGISTRY"] == "${{ steps.release.outputs.registry }}"
+    assert build["env"]["REGISTRY"] == "${{ needs.version.outputs.registry }}"
     assert BUILD_SCRIPT.is_file(), f"{BUILD_SCRIPT} is missing"
     result = run_tool(["bash", str(BUILD_SCRIPT), "--help"], timeout=60)
     usage = result.stdout + result.stderr
@@ -164,12 +164,14 @@ def test_the_release_builds_the_images_with_the_build_scripts_own_flags() -> Non
         assert re.search(rf"\[{flag}\b", usage), (flag, usage)
 
 
-def _run_step(step: dict[str, Any], cwd: Path, env: dict[str, str]) -> None:
+def _run_step(
+    step: dict[str, Any], cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     """A `run:` step as the runner runs it (bash -e), with the step's env given here: the
     scripts read their inputs from env only, never from `${{ }}` in the script."""
     script = step["run"]
     assert "${{" not in script, step["name"]
-    result = subprocess.run(
+    return subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", script],
         cwd=cwd,
         env={**os.environ, **env},
@@ -178,7 +180,30 @@ def _run_step(step: dict[str, Any], cwd: Path, env: dict[str, str]) -> None:
         timeout=300,
         check=False,
     )
-    assert result.returncode == 0, f"{step['name']}:\n{result.stdout}\n{result.stderr}"
+
+
+def test_the_release_takes_its_version_from_the_tag_only_when_the_project_has_it(
+    tmp_path: Path,
+) -> None:
+    """The images install the package, whose version is pyproject.toml's: a tag naming
+    another version stops the release before anything is built; the registry is the owner's,
+    lowered as GHCR names must be."""
+    (step,) = _steps(_workflow(RELEASE), "version")[1:]
+    project = re.search(r'^version = "(.*)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert project is not None
+    outputs = tmp_path / "outputs"
+    env = {"GITHUB_OUTPUT": str(outputs), "GITHUB_REPOSITORY_OWNER": "Dressage-Org"}
+    done = _run_step(step, ROOT, {**env, "VERSION_TAG": f"v{project[1]}"})
+    assert done.returncode == 0, done.stderr
+    assert outputs.read_text().splitlines() == [
+        f"version={project[1]}",
+        "registry=ghcr.io/dressage-org",
+    ]
+    outputs.write_text("")
+    done = _run_step(step, ROOT, {**env, "VERSION_TAG": "v99.0.0"})
+    assert done.returncode == 1
+    assert f"tag v99.0.0 but pyproject.toml says version {project[1]}" in done.stdout
+    assert outputs.read_text() == ""
 
 
 def test_the_release_packages_the_chart_with_the_tags_version(tmp_path: Path) -> None:
@@ -192,7 +217,8 @@ def test_the_release_packages_the_chart_with_the_tags_version(tmp_path: Path) ->
     shutil.copytree(CHART, tmp_path / "charts" / CHART.name)
     env = {"VERSION": version, "PATH": f"{Path(helm).parent}{os.pathsep}{os.environ['PATH']}"}
     for name in ("Engine image tag from the version", "Package the chart"):
-        _run_step(steps[name], tmp_path, env)
+        done = _run_step(steps[name], tmp_path, env)
+        assert done.returncode == 0, f"{name}:\n{done.stdout}\n{done.stderr}"
     assert "helm push" in steps["Push the chart to GHCR"]["run"]
     assert '"oci://$REGISTRY/charts"' in steps["Push the chart to GHCR"]["run"]
     package = tmp_path / "dist" / f"dressage-operator-{version}.tgz"
