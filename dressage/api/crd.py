@@ -146,6 +146,26 @@ INFERENCE_RULES: list[Schema] = [
         "reason": "FieldValueForbidden",
     },
 ]
+EMBEDDED = "has(self.engine) && self.engine == 'embedded'"
+INFERENCE_RULES += [
+    {
+        "rule": f"!({EMBEDDED}) || !has(self.tensorParallelSize) || self.tensorParallelSize == 1",
+        "message": (
+            "inference.tensorParallelSize must be 1 with engine 'embedded': the embedded "
+            "engine is one CPU process"
+        ),
+        "fieldPath": ".tensorParallelSize",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"!({EMBEDDED}) || !has(self.extraArgs) || size(self.extraArgs) == 0",
+        "message": (
+            "inference.extraArgs are SGLang server arguments: not accepted with engine 'embedded'"
+        ),
+        "fieldPath": ".extraArgs",
+        "reason": "FieldValueForbidden",
+    },
+]
 SCALE_SUBRESOURCE: Schema = {
     "specReplicasPath": ".spec.inference.replicas",
     "statusReplicasPath": ".status.inference.replicas",

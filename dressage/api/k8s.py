@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import AfterValidator, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic.alias_generators import to_snake
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dressage.api.base import ApiModel
 from dressage.api.images import IMAGE_REFERENCE_PATTERN, image_reference_problem
@@ -176,6 +177,105 @@ class PodSecuritySpec(ApiModel):
         return self
 
 
+Loc = tuple[str | int, ...]
+
+
+def field_errors(model: str, kind: str, problems: list[tuple[Loc, str]]) -> ValidationError:
+    """A validation error for each `(loc, message)`, located at `loc` below the model being
+    validated, for checks that a model validator makes: the manifest's error then names that
+    field, not its parent."""
+    details = [
+        InitErrorDetails(
+            type=PydanticCustomError(kind, "{message}", {"message": message}),
+            loc=loc,
+            input=None,
+        )
+        for loc, message in problems
+    ]
+    return ValidationError.from_exception_data(model, details)
+
+
+class SeccompProfile(ApiModel):
+    """A pod's seccomp profile: the two types the Restricted Pod Security Standard allows."""
+
+    type: Literal["RuntimeDefault", "Localhost"] = "RuntimeDefault"
+    """`RuntimeDefault` (the container runtime's profile, the operator's default) or
+    `Localhost` (a profile file on the node, named by `localhostProfile`)."""
+    localhost_profile: str | None = Field(default=None, min_length=1)
+    """The profile's path relative to the kubelet's seccomp directory (`Localhost` only)."""
+
+    @model_validator(mode="after")
+    def _check_localhost(self) -> SeccompProfile:
+        if (self.type == "Localhost") != (self.localhost_profile is not None):
+            raise field_errors(
+                "SeccompProfile",
+                "seccomp_profile",
+                [(("localhostProfile",), "required with type Localhost, and only with it")],
+            )
+        return self
+
+
+POD_SECURITY_CONTEXT_FIELDS = (
+    "runAsUser",
+    "runAsGroup",
+    "fsGroup",
+    "fsGroupChangePolicy",
+    "supplementalGroups",
+    "seccompProfile",
+)
+"""The pod-level `securityContext` fields a job's pod template may set: those the Restricted
+Pod Security Standard leaves to the pod (shared storage often needs the claim's owner as
+`runAsUser`, `fsGroup` or a supplemental group). The others are the operator's
+(`runAsNonRoot`, from `security.profile`) or outside what the job's pods may ask (SELinux
+options, sysctls, AppArmor, Windows options)."""
+
+
+class PodSecurityContext(ApiModel):
+    """The pod-level security settings a job may set, merged over the operator's own
+    (`security`): a field set here replaces the operator's value of it."""
+
+    run_as_user: int | None = Field(default=None, ge=1)
+    """UID of every container (never 0: the Restricted standard forbids root); replaces
+    `security.runAsUser`."""
+    run_as_group: int | None = Field(default=None, ge=0)
+    """Primary GID of every container's processes."""
+    fs_group: int | None = Field(default=None, ge=0)
+    """Group the kubelet gives the pod's volumes that support ownership management (the job's
+    claim among them), so `runAsUser` can write them; replaces `security.fsGroup`."""
+    fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = None
+    """When the kubelet changes the volumes' ownership to `fsGroup`: `OnRootMismatch` (the
+    operator's default: only when the volume's root does not match, so a large claim is not
+    walked at every start) or `Always`."""
+    supplemental_groups: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    """Further GIDs of every container's processes, such as the group that owns an NFS
+    export."""
+    seccomp_profile: SeccompProfile | None = None
+    """The pods' seccomp profile (default `RuntimeDefault`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_allowed_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        snake = {to_snake(f) for f in POD_SECURITY_CONTEXT_FIELDS}
+        for key in data:
+            if key not in POD_SECURITY_CONTEXT_FIELDS and key not in snake:
+                raise field_errors(
+                    "PodSecurityContext",
+                    "security_context_field",
+                    [
+                        (
+                            (str(key),),
+                            "not accepted in a job's pod template: only the pod-level fields the "
+                            "Restricted Pod Security Standard allows can be set "
+                            f"({', '.join(POD_SECURITY_CONTEXT_FIELDS)}); runAsNonRoot and the "
+                            "containers' settings follow security.profile",
+                        )
+                    ],
+                )
+        return data
+
+
 class PodTemplateOverrides(ApiModel):
     """Pod-level settings merged into the pods the operator creates for one role."""
 
@@ -201,3 +301,9 @@ class PodTemplateOverrides(ApiModel):
     """Extra pod annotations."""
     security: PodSecuritySpec = Field(default_factory=PodSecuritySpec)
     """Pod security: the Restricted Pod Security Standard unless relaxed explicitly."""
+    security_context: PodSecurityContext | None = None
+    """Pod-level `securityContext` fields merged over the operator's (`security`): `runAsUser`,
+    `runAsGroup`, `fsGroup`, `fsGroupChangePolicy`, `supplementalGroups` and
+    `seccompProfile`, the ones the Restricted Pod Security Standard allows. Shared storage
+    often needs them: a claim owned by another UID or group (an NFS export, a Filestore or
+    EFS access point). Any other field is refused by name."""

@@ -26,10 +26,13 @@ OPERATOR_ENV = frozenset(
         "DRESSAGE_ROLLOUT_MAX_RETRIES",
         "HOME",
         "DRESSAGE_PROXY_TOKEN",
+        "DRESSAGE_WEIGHT_SYNC_ADDRESS",
+        "DRESSAGE_WEIGHT_SYNC_PORT",
     }
 )
 """Environment variables the operator (or torchrun) sets in a job's pods: the rendezvous, the
-wiring between trainer, engines and proxy, the engines' writable home and the proxy token
+wiring between trainer, engines and proxy (the weight-update groups' meeting point among it),
+the engines' writable home and the proxy token
 (from `proxy.tokenSecret`, never a plain value that would land in the job's ConfigMap). A job's
 `template.env` cannot override them."""
 OPERATOR_ENGINE_FLAGS = {

@@ -22,9 +22,11 @@ from dressage.api.bounds import (
 )
 from dressage.api.k8s import (
     ImageRef,
+    Loc,
     PodTemplateOverrides,
     ResourceRequirements,
     SecretKeySelector,
+    field_errors,
 )
 from dressage.api.reserved import OPERATOR_ENGINE_FLAGS
 from dressage.api.sglang import SGLANG_PINNED_VERSION, check_release_in_range
@@ -102,9 +104,24 @@ class TrainerSpec(ApiModel):
     this long for rank 0's first batch, which includes model staging and engine warm-up."""
 
 
-class InferenceSpec(ApiModel):
-    """Inference engines: SGLang servers on a cluster, the embedded engine locally."""
+GPU_RESOURCE_SUFFIX = "/gpu"
+"""How an accelerator resource is named (`nvidia.com/gpu`, `amd.com/gpu`)."""
+EngineKind = Literal["sglang", "embedded"]
 
+
+class InferenceSpec(ApiModel):
+    """Inference engines: SGLang servers or Dressage's embedded CPU engine on a cluster, the
+    embedded engine locally."""
+
+    engine: EngineKind = "sglang"
+    """What the engine pods run. `sglang` (the default): SGLang servers from `image` (the
+    operator's SGLang image) on GPUs. `embedded`: Dressage's own engine (`python -m dressage
+    engine serve`) from the runtime image, on CPU: the same HTTP API (that of
+    `sglangVersion`), the same weight updates, no GPU, for small models on any cluster (kind,
+    minikube, a CPU node pool). With `embedded`, `tensorParallelSize` must be 1, `extraArgs`
+    empty and `resources` name no GPU, and with `weightSync: distributed` the trainer must be
+    on CPU (`trainer.gpusPerNode: 0`: the engine joins its weight-update group over gloo).
+    `dressage run` always runs the embedded engine."""
     replicas: int = Field(default=1, ge=1, le=MAX_INFERENCE_REPLICAS)
     """Number of engine servers; what `kubectl scale arj/NAME --replicas=N` sets (the job's
     scale subresource). With `autoscaling` it is the starting point, brought into the
@@ -148,6 +165,41 @@ class InferenceSpec(ApiModel):
     weight_sync_bucket_megabytes: int = Field(default=512, ge=1)
     """Largest bucket of one `/update_weights_from_distributed` request, in MiB (a single
     larger tensor goes alone): bounds the staging memory of the trainer and of each engine."""
+
+    @model_validator(mode="after")
+    def _check_embedded(self) -> InferenceSpec:
+        if self.engine != "embedded":
+            return self
+        problems: list[tuple[Loc, str]] = []
+        if self.tensor_parallel_size != 1:
+            problems.append(
+                (
+                    ("tensorParallelSize",),
+                    f"{self.tensor_parallel_size} with engine 'embedded': the embedded engine is "
+                    "one CPU process; set it to 1, or engine to 'sglang' for GPUs",
+                )
+            )
+        if self.extra_args:
+            problems.append(
+                (
+                    ("extraArgs",),
+                    "SGLang server arguments with engine 'embedded', which is not SGLang: "
+                    "remove them, or set engine to 'sglang'",
+                )
+            )
+        for kind in ("requests", "limits"):
+            for name in getattr(self.resources, kind):
+                if name.endswith(GPU_RESOURCE_SUFFIX):
+                    problems.append(
+                        (
+                            ("resources", kind, name),
+                            "a GPU with engine 'embedded', which computes on CPU: ask for "
+                            "cpu and memory, or set engine to 'sglang'",
+                        )
+                    )
+        if problems:
+            raise field_errors("InferenceSpec", "embedded_engine", problems)
+        return self
 
 
 class ProxySpec(ApiModel):

@@ -82,6 +82,17 @@ def check_release_in_range(version: str) -> None:
         )
 
 
+def stand_in_release(version: str) -> str:
+    """The tested release whose HTTP API the embedded engine serves when a job names SGLang
+    `version`: itself when tested, else the newest tested release not newer than it (the oldest
+    tested one for an older release)."""
+    if version in SGLANG_TESTED_RELEASES:
+        return version
+    wanted = parse_version(version)
+    older = [r for r in SGLANG_TESTED_RELEASES if parse_version(r) <= wanted]
+    return older[-1] if older else SGLANG_TESTED_RELEASES[0]
+
+
 def has_routed_experts(version: str) -> bool:
     """Whether SGLang release `version` can return the routed experts of a generation."""
     return parse_version(version) >= parse_version(ROUTED_EXPERTS_SINCE)

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dressage.api.sglang import SGLANG_NEWEST_TESTED, SGLANG_TESTED_RELEASES, parse_version
+from dressage.api.sglang import SGLANG_NEWEST_TESTED, SGLANG_TESTED_RELEASES
+from dressage.api.sglang import stand_in_release as api_stand_in_release
 from dressage.engine.sglang_support import BASE_SAMPLING_PARAM_KEYS, NULL_REFUSING_KEYS
 
 GET, POST, PUT = "GET", "POST", "PUT"
@@ -348,11 +349,7 @@ def deprecation_warning(alias: str, route: str) -> str:
 def stand_in_release(version: str) -> str:
     """The tested release whose profile plays SGLang `version`: itself when tested, else the
     newest tested release not newer than it (the oldest tested one for an older release)."""
-    if version in PROFILES:
-        return version
-    wanted = parse_version(version)
-    older = [r for r in SGLANG_TESTED_RELEASES if parse_version(r) <= wanted]
-    return older[-1] if older else SGLANG_TESTED_RELEASES[0]
+    return version if version in PROFILES else api_stand_in_release(version)
 
 
 def profile_for(release: str) -> ReleaseProfile:

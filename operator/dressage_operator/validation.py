@@ -20,6 +20,7 @@ def cluster_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
     the proxy are separate pods (`dressage run` has none of these limits)."""
     errors: list[tuple[str, str]] = []
     errors += storage_errors(job)
+    errors += embedded_engine_errors(job)
     model = job.spec.model
     tokenizer = model.tokenizer
     if tokenizer and type(model)(source=tokenizer).is_hub_id:
@@ -32,6 +33,28 @@ def cluster_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
             )
         )
     return errors
+
+
+def embedded_engine_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
+    """What the embedded engine cannot do in a pod of its own: join an NCCL weight-update
+    group. On a cluster it computes on CPU, so with distributed weight sync it meets a CPU
+    trainer over gloo; a GPU trainer's group is NCCL (the job model refuses the other
+    GPU-only settings with it: tensor parallelism, SGLang arguments, GPU resources)."""
+    spec = job.spec
+    gpus = spec.trainer.gpus_per_node
+    if spec.inference.engine != "embedded" or spec.inference.weight_sync != "distributed":
+        return []
+    if gpus == 0:
+        return []
+    return [
+        (
+            "spec.inference.weightSync",
+            f"'distributed' with spec.inference.engine 'embedded' and a GPU trainer "
+            f"(spec.trainer.gpusPerNode {gpus}): the embedded engine pods join their "
+            "weight-update groups over gloo on CPU, and a GPU trainer's groups are NCCL; set "
+            "spec.trainer.gpusPerNode to 0, or spec.inference.weightSync to 'disk'",
+        )
+    ]
 
 
 def storage_errors(job: AsyncRLJob) -> list[tuple[str, str]]:

@@ -1,11 +1,16 @@
-"""The SGLang engine pods: independent, addressed one by one, replaced one by one, each
-drained through the proxy before it stops (`engine_lifecycle`)."""
+"""The engine pods: independent, addressed one by one, replaced one by one, each drained
+through the proxy before it stops (`engine_lifecycle`).
+
+An engine pod runs SGLang (`spec.inference.engine: sglang`, on GPUs) or Dressage's embedded
+engine (`embedded`, on CPU, from the runtime image): the same HTTP API, probes and weight
+updates, another command line and resources."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from dressage.api.job import AsyncRLJob
+from dressage.api.sglang import stand_in_release
 from dressage.data.versions import INITIAL_VERSION
 from dressage_operator import naming, sglang_release
 from dressage_operator.children.pods import (
@@ -92,6 +97,58 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     return cmd + list(spec.inference.extra_args)
 
 
+EMBEDDED_REQUESTS = {"cpu": "1", "memory": "2Gi"}
+"""What an embedded engine pod requests unless `inference.resources` says otherwise: one core
+for its forward passes and room for a small model, its KV cache and torch."""
+
+
+def embedded_release(job: AsyncRLJob) -> str:
+    """The SGLang release whose HTTP API an embedded engine serves: the job's
+    `inference.sglangVersion`, or the tested release that stands in for it."""
+    return stand_in_release(job.spec.inference.sglang_version)
+
+
+def embedded_engine_command(job: AsyncRLJob, index: int) -> list[str]:
+    """The embedded engine's command line (`dressage engine serve`): the model every pod
+    reads, the engine port, the initial weight label and the API of `embedded_release`;
+    engine `index` samples from its own seed, as `dressage run` seeds its engines. A
+    built-in model is built into the engine's home directory."""
+    spec = job.spec
+    return [
+        "python",
+        "-m",
+        "dressage",
+        "engine",
+        "serve",
+        "--model",
+        model_path(job),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(naming.ENGINE_PORT),
+        "--weight-version",
+        engine_base_version(job),
+        "--seed",
+        str(spec.training.seed + index),
+        "--threads",
+        str(embedded_threads(job)),
+        "--sglang-release",
+        embedded_release(job),
+    ]
+
+
+def embedded_threads(job: AsyncRLJob) -> int:
+    """torch threads of an embedded engine: its CPU request (or limit) in whole cores, at
+    least one."""
+    resources = job.spec.inference.resources
+    cpu = resources.requests.get("cpu") or resources.limits.get("cpu") or "1"
+    try:
+        cores = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    except ValueError:
+        return 1
+    return max(1, int(cores))
+
+
 ENGINE_DRAIN_TIMEOUT_SECONDS = 20
 """The longest the engine pod's `preStop` hook waits for the proxy's drain
 (`dressage.proxy.drain`): it answers once the engine's generations came back aborted, which
@@ -173,7 +230,13 @@ ENGINE_GENERATE_TIMEOUT_SECONDS = 30
 """Above the generation check's own 20 s limit, so the probe sees its answer."""
 
 
-def engine_probes(sglang_version: str) -> Obj:
+EMBEDDED_STARTUP_PERIOD_SECONDS = 2
+EMBEDDED_STARTUP_FAILURES = 150
+"""With the period: five minutes for an embedded engine to import torch and load (or build)
+its small model; it is ready in seconds, so a short period lets the proxy take it in soon."""
+
+
+def engine_probes(sglang_version: str, embedded: bool = False) -> Obj:
     """The engine container's probes. The startup probe proves generation works (the model
     loaded and a token came back); liveness and readiness then use a route of that release
     that keeps answering while generation is paused and logs nothing
@@ -184,9 +247,11 @@ def engine_probes(sglang_version: str) -> Obj:
     return {
         "startupProbe": {
             "httpGet": {"path": ENGINE_GENERATE_CHECK, "port": "http"},
-            "periodSeconds": ENGINE_STARTUP_PERIOD_SECONDS,
+            "periodSeconds": (
+                EMBEDDED_STARTUP_PERIOD_SECONDS if embedded else ENGINE_STARTUP_PERIOD_SECONDS
+            ),
             "timeoutSeconds": ENGINE_GENERATE_TIMEOUT_SECONDS,
-            "failureThreshold": ENGINE_STARTUP_FAILURES,
+            "failureThreshold": EMBEDDED_STARTUP_FAILURES if embedded else ENGINE_STARTUP_FAILURES,
         },
         "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 6},
         "readinessProbe": {**live, "periodSeconds": 10, "failureThreshold": 3},
@@ -200,14 +265,23 @@ def build_engine_pod(
     index: int,
     role_spec: str | None = None,
 ) -> Obj:
-    """One SGLang engine; engines are independent and replaced one by one. `role_spec` is
-    the job's `engine_spec_hash`, when the caller has it already."""
+    """One engine; engines are independent and replaced one by one. `role_spec` is the job's
+    `engine_spec_hash`, when the caller has it already."""
     inference = job.spec.inference
     name = naming.engine_pod(owner.name, index)
+    embedded = inference.engine == "embedded"
+    resources = container_resources(
+        inference.resources, 0 if embedded else inference.tensor_parallel_size
+    )
+    if embedded:
+        requests = resources.setdefault("requests", {})
+        for key, value in EMBEDDED_REQUESTS.items():
+            if key not in inference.resources.limits:
+                requests.setdefault(key, value)
     container: Obj = {
-        "name": "sglang",
-        "image": inference.image or config.sglang_image,
-        "command": engine_command(job),
+        "name": "engine" if embedded else "sglang",
+        "image": inference.image or (config.runtime_image if embedded else config.sglang_image),
+        "command": embedded_engine_command(job, index) if embedded else engine_command(job),
         "env": container_env(
             {
                 "DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH,
@@ -223,8 +297,8 @@ def build_engine_pod(
         ),
         "lifecycle": engine_lifecycle(),
         "ports": [{"name": "http", "containerPort": naming.ENGINE_PORT}],
-        "resources": container_resources(inference.resources, inference.tensor_parallel_size),
-        **engine_probes(inference.sglang_version),
+        "resources": resources,
+        **engine_probes(embedded_release(job) if embedded else inference.sglang_version, embedded),
     }
     meta = object_meta(
         job,

@@ -13,6 +13,7 @@ from dressage.api.job import (
     KIND,
     STAGED_MODELS_DIR,
     AsyncRLJob,
+    PodSecurityContext,
     PodSecuritySpec,
     PodTemplateOverrides,
     ResourceRequirements,
@@ -211,11 +212,15 @@ def container_env(
     return env
 
 
-def pod_security_context(security: PodSecuritySpec) -> Obj:
+def pod_security_context(
+    security: PodSecuritySpec, overrides: PodSecurityContext | None = None
+) -> Obj:
     """The pod's security context: the Restricted Pod Security Standard's pod-level settings
-    unless the role is relaxed to `baseline` (then the image's own user). The kubelet makes the
-    job's storage group-owned by `fsGroup` so the pods' user can write it (only on a mismatch:
-    a large claim is not walked at every start)."""
+    unless the role is relaxed to `baseline` (then the image's own user), with the fields the
+    role's `template.securityContext` sets in place of the operator's (the job model admits
+    only those the Restricted standard allows). The kubelet makes the job's storage
+    group-owned by `fsGroup` so the pods' user can write it (by default only on a mismatch: a
+    large claim is not walked at every start)."""
     context: Obj = {
         "fsGroup": security.fs_group,
         "fsGroupChangePolicy": "OnRootMismatch",
@@ -223,6 +228,10 @@ def pod_security_context(security: PodSecuritySpec) -> Obj:
     }
     if security.profile == "restricted":
         context.update(runAsNonRoot=True, runAsUser=security.run_as_user)
+    if overrides is not None:
+        context.update(overrides.to_wire())
+        if not overrides.supplemental_groups:
+            context.pop("supplementalGroups", None)
     return context
 
 
@@ -256,7 +265,7 @@ def pod_spec(
         "containers": [container],
         "volumes": volumes + list(template.volumes),
         "enableServiceLinks": False,
-        "securityContext": pod_security_context(template.security),
+        "securityContext": pod_security_context(template.security, template.security_context),
         # The job's pods never talk to the Kubernetes API.
         "automountServiceAccountToken": False,
     }

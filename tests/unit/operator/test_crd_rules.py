@@ -104,3 +104,17 @@ def test_with_autoscaling_a_new_engine_count_outside_the_bounds_is_refused() -> 
     assert _cel(rule, narrowed, AUTOSCALED)
     assert _cel(rule, {"replicas": 9, "weightSync": "disk"}, {"replicas": 2, "weightSync": "disk"})
     assert "autoscaling.maxReplicas" in rule["message"]
+
+
+def test_the_embedded_engine_takes_no_tensor_parallelism_and_no_sglang_arguments() -> None:
+    """The job model's refusals for `engine: embedded`, also made by an API server that runs
+    the CRD's rules; a job without the field (SGLang, the default) is not concerned."""
+    tp = _rule("inference", ".tensorParallelSize")
+    args = _rule("inference", ".extraArgs")
+    for rule in (tp, args):
+        assert _cel(rule, {"replicas": 1})
+        assert _cel(rule, {"engine": "embedded", "tensorParallelSize": 1, "extraArgs": []})
+    assert _cel(tp, {"engine": "sglang", "tensorParallelSize": 4})
+    assert not _cel(tp, {"engine": "embedded", "tensorParallelSize": 2})
+    assert _cel(args, {"engine": "sglang", "extraArgs": ["--mem-fraction-static", "0.8"]})
+    assert not _cel(args, {"engine": "embedded", "extraArgs": ["--mem-fraction-static", "0.8"]})
