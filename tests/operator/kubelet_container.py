@@ -76,6 +76,7 @@ PODMAN_ENV = frozenset(
         "HOME",
         "TMPDIR",
         "LANG",
+        "TZ",
         "LD_LIBRARY_PATH",
         "LD_PRELOAD",
         "REGISTRIES_CONFIG_PATH",
@@ -89,7 +90,7 @@ PODMAN_ENV = frozenset(
         "NO_PROXY",
     }
 )
-PODMAN_ENV_PREFIXES = ("CONTAINERS_", "PODMAN_", "BUILDAH_", "XDG_", "LC_", "TZ")
+PODMAN_ENV_PREFIXES = ("CONTAINERS_", "PODMAN_", "BUILDAH_", "XDG_", "LC_")
 """Environment podman (or a library it uses) reads."""
 NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 
@@ -130,7 +131,8 @@ def podman_run(
     `labels` more labels of the container."""
     meta = pod.get("metadata", {})
     spec = pod.get("spec", {})
-    hostname = spec.get("hostname") or meta.get("name", name)
+    # As the kubelet names a pod's host: at most 63 characters, none trailing `-` or `.`.
+    hostname = (spec.get("hostname") or meta.get("name", name))[:63].rstrip("-.")
     args = ["run", "--rm", "--name", name, "--pull=never", "--network=host"]
     args += [f"--hostname={hostname}", f"--add-host={hostname}:127.0.0.1"]
     pod_labels = {

@@ -82,6 +82,8 @@ def test_the_run_is_removed_on_exit_never_pulls_and_sits_on_the_hosts_network() 
     assert "--label=io.kubernetes.container.name=main" in run.args
     named = _run({"command": ["python"]}, hostname="job-trainer-0", subdomain="job-trainer")
     assert "--hostname=job-trainer-0" in named.args
+    long = _run({"command": ["python"]}, hostname=f"{'a' * 62}-b")
+    assert f"--hostname={'a' * 62}" in long.args
 
 
 @pytest.mark.parametrize(
