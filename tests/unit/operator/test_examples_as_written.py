@@ -93,3 +93,13 @@ def test_the_cluster_examples_include_one_without_gpus_or_claims() -> None:
     assert kind.inference.engine == "embedded"
     assert kind.trainer.gpus_per_node == 0
     assert kind.storage.persistent_volume_claim is None
+
+
+def test_the_storage_example_is_the_readwritemany_claim_the_gpu_examples_name() -> None:
+    (claim,) = [p for p in (EXAMPLE_DIR / "storage").glob("*.yaml")]
+    pvc = yaml.safe_load(claim.read_text())
+    kubernetes_validate.validate(pvc, K8S_VERSION, strict=True)
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    named = {load_job(p).spec.storage.persistent_volume_claim for p in CLUSTER_EXAMPLES}
+    assert named - {None} == {pvc["metadata"]["name"]}
+    assert f"examples/storage/{claim.name}" in _header(EXAMPLE_DIR / "small-gpu.yaml")
