@@ -215,6 +215,8 @@ class SeccompProfile(ApiModel):
         return self
 
 
+MAX_POSIX_ID = 2147483647
+"""The largest user or group ID Kubernetes accepts (`IsValidUserID`, `IsValidGroupID`)."""
 POD_SECURITY_CONTEXT_FIELDS = (
     "runAsUser",
     "runAsGroup",
@@ -234,19 +236,21 @@ class PodSecurityContext(ApiModel):
     """The pod-level security settings a job may set, merged over the operator's own
     (`security`): a field set here replaces the operator's value of it."""
 
-    run_as_user: int | None = Field(default=None, ge=1)
+    run_as_user: int | None = Field(default=None, ge=1, le=MAX_POSIX_ID)
     """UID of every container (never 0: the Restricted standard forbids root); replaces
     `security.runAsUser`."""
-    run_as_group: int | None = Field(default=None, ge=0)
+    run_as_group: int | None = Field(default=None, ge=0, le=MAX_POSIX_ID)
     """Primary GID of every container's processes."""
-    fs_group: int | None = Field(default=None, ge=0)
+    fs_group: int | None = Field(default=None, ge=0, le=MAX_POSIX_ID)
     """Group the kubelet gives the pod's volumes that support ownership management (the job's
     claim among them), so `runAsUser` can write them; replaces `security.fsGroup`."""
     fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = None
     """When the kubelet changes the volumes' ownership to `fsGroup`: `OnRootMismatch` (the
     operator's default: only when the volume's root does not match, so a large claim is not
     walked at every start) or `Always`."""
-    supplemental_groups: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    supplemental_groups: list[Annotated[int, Field(ge=0, le=MAX_POSIX_ID)]] = Field(
+        default_factory=list
+    )
     """Further GIDs of every container's processes, such as the group that owns an NFS
     export."""
     seccomp_profile: SeccompProfile | None = None

@@ -70,6 +70,8 @@ def test_unset_fields_keep_the_operators_values() -> None:
         ({"sysctls": [{"name": "net.core.somaxconn", "value": "1024"}]}, "sysctls"),
         ({"seLinuxOptions": {"level": "s0"}}, "seLinuxOptions"),
         ({"runAsUser": 0}, "runAsUser"),
+        ({"fsGroup": 2**31}, "fsGroup"),  # above the largest ID Kubernetes accepts
+        ({"supplementalGroups": [-1]}, "supplementalGroups[0]"),
         ({"seccompProfile": {"type": "Unconfined"}}, "seccompProfile.type"),
         ({"seccompProfile": {"type": "Localhost"}}, "seccompProfile.localhostProfile"),
     ],
