@@ -132,14 +132,16 @@ class InferenceSpec(ApiModel):
     operator's README, Autoscaling). Needs `weightSync: disk`. `dressage run` ignores it and
     runs `replicas` engines."""
     tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
-    """GPUs per engine (SGLang `--tp-size`)."""
+    """GPUs per engine (SGLang `--tp-size`); 1 with the embedded engine."""
     image: ImageRef | None = None
-    """SGLang image; defaults to the SGLang image of the operator's release."""
+    """Engine image; defaults to the SGLang image of the operator's release, or with the
+    embedded engine to its runtime image."""
     extra_args: list[EngineArg] = Field(default_factory=list)
     """Extra SGLang server arguments, appended verbatim; not the flags the operator sets
     (`--model-path`, `--tp-size`, `--dtype`, `--host`, `--port`, ...)."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
-    """Container resources; the GPU limit is added from `tensorParallelSize`."""
+    """Container resources; the GPU limit is added from `tensorParallelSize`. The embedded
+    engine asks for no GPU and, unless set here, requests 1 CPU and 2Gi of memory."""
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
     """Pod overrides for the engine pods."""
     sglang_version: SGLangVersion = SGLANG_PINNED_VERSION
@@ -147,7 +149,8 @@ class InferenceSpec(ApiModel):
     the operator's SGLang image runs). The operator builds the engine command line and probes
     for it and passes only flags that release has; set it when `image` names another SGLang
     release. Tested: 0.5.2 to 0.5.23. An older release is refused; a newer one is accepted
-    as untested (condition SGLangReleaseUntested and a Warning Event)."""
+    as untested (condition SGLangReleaseUntested and a Warning Event). The embedded engine
+    serves the HTTP API of the tested release that stands in for it."""
     weight_update_timeout_seconds: float = Field(default=900.0, gt=0)
     """How long one engine may take to load a published checkpoint
     (`/update_weights_from_disk`): every tensor-parallel rank reads it from storage while

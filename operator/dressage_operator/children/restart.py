@@ -72,8 +72,8 @@ def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
     """What an engine pod runs from the job's spec: `spec.inference` (image, resources, tensor
     parallelism, extra arguments, template; not `NOT_RUN_BY_ENGINES`), the model's dtype and
     tokenizer, the storage's mount path, whether the engines return routed experts
-    (`spec.rollout.routingReplay` not `off`), and the job's queue and priority
-    (`spec.scheduling`)."""
+    (`spec.rollout.routingReplay` not `off`), an embedded engine's seed (`spec.training.seed`)
+    and the job's queue and priority (`spec.scheduling`)."""
     wire = _set_fields(job.spec.inference)
     inputs = {k: v for k, v in wire.items() if k not in NOT_RUN_BY_ENGINES}
     model = job.spec.model
@@ -84,6 +84,9 @@ def engine_inputs(job: AsyncRLJob) -> dict[str, Any]:
     if job.spec.rollout.routing_replay != "off":
         # Only when on, so that the engines of jobs without it keep their hash.
         inputs["returnRoutedExperts"] = True
+    if job.spec.inference.engine == "embedded":
+        # The embedded engine's command carries its sampling seed (SGLang's does not).
+        inputs["seed"] = job.spec.training.seed
     scheduling = _set_fields(job.spec.scheduling)
     if scheduling:
         # Only when set: a job without it keeps its engines' hash across an upgrade.

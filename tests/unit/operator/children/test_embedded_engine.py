@@ -137,3 +137,19 @@ def test_sglang_stays_the_default_engine() -> None:
     (container,) = children.build_engine_pod(job, OWNER, CONFIG, 0)["spec"]["containers"]
     assert container["name"] == "sglang"
     assert container["command"][:3] == ["python", "-m", "sglang.launch_server"]
+
+
+def test_a_new_seed_replaces_embedded_engines_only() -> None:
+    """The embedded engine's command carries `spec.training.seed`; SGLang's does not."""
+    seeded = _manifest()
+    seeded["spec"]["training"]["seed"] = 8
+    assert children.engine_spec_hash(_job()) != children.engine_spec_hash(
+        AsyncRLJob.model_validate(seeded)
+    )
+    sglang = []
+    for seed in (7, 8):
+        manifest = _manifest()
+        manifest["spec"]["inference"] = {"weightSync": "distributed"}
+        manifest["spec"]["training"]["seed"] = seed
+        sglang.append(AsyncRLJob.model_validate(manifest))
+    assert len({children.engine_spec_hash(j) for j in sglang}) == 1
