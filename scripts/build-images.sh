@@ -22,7 +22,7 @@
 # images/podman/containers.conf unless CONTAINERS_CONF is set. Layers are reused while a
 # Dockerfile and its inputs are unchanged; a source change rebuilds only the project's layer.
 # Prints one `IMAGE=REFERENCE` line per image built (`sglang-<release>=...` for engines) on
-# stdout; the builds' own output goes to stderr. --push pushes each after building it.
+# stdout, and `IMAGE.base=REFERENCE` for a base named here; the builds' own output goes to stderr. --push pushes each after building it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -103,19 +103,23 @@ if wants operator; then
   [ -z "$base_python" ] || args+=(--build-arg "PYTHON_IMAGE=$base_python")
   build operator "$registry/dressage-operator:$tag" "${args[@]}"
   echo "operator=$registry/dressage-operator:$tag"
+  [ -z "$base_python" ] || echo "operator.base=$base_python"
 fi
 if wants runtime; then
   args=()
   [ -z "$base_torch" ] || args+=(--build-arg "TORCH_IMAGE=$base_torch")
   build runtime "$registry/dressage-runtime:$tag" "${args[@]}"
   echo "runtime=$registry/dressage-runtime:$tag"
+  [ -z "$base_torch" ] || echo "runtime.base=$base_torch"
 fi
 if wants sglang; then
   for release in "${releases[@]}"; do
     args=()
     placeholder='{release}'
-    [ -z "$base_sglang" ] || args+=(--build-arg "SGLANG_IMAGE=${base_sglang//"$placeholder"/$release}")
+    base=${base_sglang//"$placeholder"/$release}
+    [ -z "$base" ] || args+=(--build-arg "SGLANG_IMAGE=$base")
     build sglang "$registry/dressage-sglang:$tag-sglang$release" "${args[@]}"
     echo "sglang-$release=$registry/dressage-sglang:$tag-sglang$release"
+    [ -z "$base" ] || echo "sglang-$release.base=$base"
   done
 fi

@@ -96,6 +96,20 @@ def podman_unavailable_reason() -> str | None:
     return None
 
 
+def require_podman() -> None:
+    """Skip the calling test when podman cannot run here, with the reason; on CI (`CI=true`)
+    fail instead: `.ci/run` installs podman (scripts/install-tools.sh), so there a missing or
+    broken podman is a broken machine, not a reason to test less."""
+    import pytest
+
+    reason = podman_unavailable_reason()
+    if reason is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI runs the images tier, and podman cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @dataclass(frozen=True)
 class Images:
     """Local references of the project's images, built on the stand-in bases."""
@@ -104,6 +118,8 @@ class Images:
     runtime: str
     sglang: tuple[tuple[str, str], ...]
     """(SGLang release, engine image) for each tested release, oldest first."""
+    bases: tuple[tuple[str, str], ...]
+    """(build name, stand-in base) of each image (`all()`'s names)."""
     build_seconds: float
     """How long `ensure_images`' build took in this process (cached layers: seconds)."""
 
@@ -159,6 +175,7 @@ def _built() -> Images:
         operator=built["operator"],
         runtime=built["runtime"],
         sglang=tuple((r, built[f"sglang-{r}"]) for r in tested_releases()),
+        bases=tuple((k.removesuffix(".base"), v) for k, v in built.items() if k.endswith(".base")),
         build_seconds=time.monotonic() - started,
     )
 
