@@ -33,7 +33,7 @@ from tests.operator.kubelet_processes import ContainerProcess, Containers, Podma
 from tests.operator.test_cluster_kind_example import kind_job
 from tests.operator.waiting import wait_until
 
-from .support import CONTAINERS_CONF, Images, ensure_images, podman, podman_unavailable_reason
+from .support import CONTAINERS_CONF, Images, ensure_images, podman, require_podman
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,9 +43,7 @@ STEPS = 3
 
 @pytest.fixture(scope="module")
 def images() -> Images:
-    reason = podman_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
+    require_podman()
     return ensure_images()
 
 

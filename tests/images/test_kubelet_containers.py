@@ -27,7 +27,7 @@ from tests.operator.kubelet_processes import (
 )
 from tests.operator.waiting import wait_until
 
-from .support import CONTAINERS_CONF, Images, ensure_images, podman, podman_unavailable_reason
+from .support import CONTAINERS_CONF, Images, ensure_images, podman, require_podman
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "kl"
@@ -75,9 +75,7 @@ pathlib.Path("/out/hook").write_text(f"{os.getuid()} {os.environ['PEER']}")
 
 @pytest.fixture(scope="module")
 def images() -> Images:
-    reason = podman_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
+    require_podman()
     return ensure_images()
 
 
