@@ -39,6 +39,7 @@ SERIAL_FILES = frozenset(
         "operator/test_cluster_churn.py",
         "operator/test_cluster_run.py",
         "operator/test_cluster_weight_sync.py",
+        "operator/test_first_failures.py",
         "operator/test_autoscaling_e2e.py",
         "operator/test_operator_code_e2e.py",
     }

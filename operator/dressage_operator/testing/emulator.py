@@ -77,6 +77,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True),
     "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
     "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
+    "v1/persistentvolumeclaims": kmock.ResourceInfo(kind="PersistentVolumeClaim", namespaced=True),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
     "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True),
     "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(
