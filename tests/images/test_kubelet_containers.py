@@ -285,7 +285,7 @@ def test_no_container_outlives_its_kubelet_or_a_killed_test_process(
         assert orphan not in names
         assert live in names  # its test process still runs
     finally:
-        podman("rm", "--force", "--time=0", orphan, live, check=False)
+        podman("rm", "--force", "--ignore", "--time=0", orphan, live)
     c = cluster
     c.create(_hooked_pod("kl-left", images.runtime))
     node = Kubelet(c, tmp_path / "node", runner=runner).start()

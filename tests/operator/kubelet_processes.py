@@ -341,7 +341,8 @@ class Containers:
     def _remove(self, selector: str) -> None:
         ids = self.podman.run("ps", "--all", "--quiet", f"--filter={selector}").stdout.split()
         if ids:
-            self.podman.run("rm", "--force", "--time=0", *ids)
+            # --ignore: one that ended meanwhile (removed by its run) must not stop the rest.
+            self.podman.run("rm", "--force", "--ignore", "--time=0", *ids)
 
 
 def _label_values(text: str, label: str) -> list[str]:
