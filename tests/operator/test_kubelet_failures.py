@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import pytest
 from dressage_operator.testing import EmulatedCluster
 
 from .kubelet import Kubelet
+from .kubelet_failures import go_duration
+from .kubelet_scheduling import NO_VICTIMS, fit_error, pod_requests
 from .waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -168,3 +171,28 @@ def test_the_oom_killer_ends_a_container_with_137_oomkilled(
     wait_until(lambda: _main(c, "kf-oom-always").get("lastState"), what="the restart")
     assert _main(c, "kf-oom-always")["lastState"] == {"terminated": oom}
     assert _main(c, "kf-oom-always")["restartCount"] == 1
+
+
+def test_the_schedulers_message_counts_each_reason_and_a_pod_requests_its_largest_init() -> None:
+    """FitError.Error()'s shape: the Filter reasons per node, sorted and comma-joined; a pod's
+    request is its containers' sum or its largest init container's (resource.PodRequests)."""
+    assert fit_error("", ["Insufficient nvidia.com/gpu", "Insufficient cpu"], NO_VICTIMS) == (
+        "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient nvidia.com/gpu. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
+    pod = {
+        "spec": {
+            "containers": [
+                {"resources": {"requests": {"cpu": "500m"}, "limits": {"nvidia.com/gpu": "2"}}},
+                {"resources": {"requests": {"cpu": "1"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}],
+        }
+    }
+    assert pod_requests(pod) == {
+        "cpu": Decimal(4),
+        "nvidia.com/gpu": Decimal(2),
+        "memory": Decimal(1024**3),
+    }
+    assert go_duration(0.5) == "500ms"
+    assert (go_duration(10), go_duration(300)) == ("10s", "5m0s")
