@@ -27,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '4,6p' "$0" | sed 's/^# *//' >&2
+  sed -n '/^#   bash scripts\/build-images.sh/,/^#$/p' "$0" | sed -e 's/^# *//' -e '/^$/d' >&2
   exit 2
 }
 registry=$(sed -n 's/^  repository: \(.*\)\/dressage-operator$/\1/p' charts/dressage-operator/values.yaml)
@@ -78,7 +78,7 @@ if $stand_in; then
     case $kind in
       python) base_python=${base_python:-$reference} ;;
       torch) base_torch=${base_torch:-$reference} ;;
-      sglang-*) stand_in_sglang=${reference%:*}:{release}; base_sglang=${base_sglang:-$stand_in_sglang} ;;
+      sglang-*) stand_in_sglang="${reference%:*}:{release}"; base_sglang=${base_sglang:-$stand_in_sglang} ;;
     esac
   done < <(bash scripts/build-stand-in-bases.sh "${release_args[@]}")
 fi

@@ -8,8 +8,9 @@
 # (tests/conftest.py, SERIAL_FILES) so that two of them never run side by side. The releases'
 # contract tiers run side by side, one process each (their output printed one after the
 # other): each spends much of its time waiting, and one process per release imports SGLang
-# once instead of once per worker. Every run goes ahead even when an earlier one failed; the
-# script fails when any of them did.
+# once instead of once per worker. The images tier (tests/images: the images built with podman
+# and run) runs beside them in a process of its own. Every run goes ahead even when an earlier
+# one failed; the script fails when any of them did.
 # Extra arguments are pytest options for every run (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,11 +29,16 @@ lint-imports --no-cache
 failed=()
 echo "== pytest (all but the contract tier)"
 workers=(-n "${DRESSAGE_TEST_WORKERS:-2}" --dist loadfile)
-python -m pytest --ignore=tests/contract "${workers[@]}" "$@" || failed+=("the suite")
+python -m pytest --ignore=tests/contract --ignore=tests/images "${workers[@]}" "$@" \
+  || failed+=("the suite")
 read -r -a releases <<< "$(python -c \
   'from dressage.api.sglang import SGLANG_TESTED_RELEASES as r; print(*r)')"
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
+# The images tier beside them, in a process of its own: with the images built before, it is
+# mostly podman starting containers. Without podman it skips (fails on CI: tests/images/support.py).
+python -m pytest tests/images -p no:cacheprovider "$@" > "$logs/images.log" 2>&1 &
+images_pid=$!
 pids=()
 for release in "${releases[@]}"; do
   bash scripts/sglang-compat.sh "$release" -- -q "$@" > "$logs/$release.log" 2>&1 &
@@ -44,9 +50,14 @@ for i in "${!releases[@]}"; do
   cat "$logs/${releases[$i]}.log"
   [ "$status" -eq 0 ] || failed+=("the contract tier on SGLang ${releases[$i]}")
 done
+echo "== pytest tests/images (the images tier)"
+status=0
+wait "$images_pid" || status=$?
+cat "$logs/images.log"
+[ "$status" -eq 0 ] || failed+=("the images tier")
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf '== FAILED: %s\n' "${failed[@]}"
   exit 1
 fi
-echo "== passed: the suite, and the contract tier on SGLang ${releases[*]}"
+echo "== passed: the suite, the contract tier on SGLang ${releases[*]}, and the images tier"
