@@ -197,12 +197,34 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         decimals=2,
     )
     d.timeseries(
-        "Max version span vs limit (operator)",
+        "Version lag per job (mean / token mean / max / at admission)",
+        "staleness/version_lag_*: how many weight versions behind the trainer the samples of "
+        "the latest batch were (the trainer's version minus the trajectory's, in observed "
+        "order), per sample and per trainable token; and the largest lag admission projected "
+        "for the groups started since (below keepVersions while admission control acts).",
+        [
+            (f"max by (job_name) ({m.STALENESS_VERSION_LAG_MEAN}{{{POD}}})", "{{job_name}} mean"),
+            (
+                f"max by (job_name) ({m.STALENESS_VERSION_LAG_TOKEN_MEAN}{{{POD}}})",
+                "{{job_name}} token mean",
+            ),
+            (f"max by (job_name) ({m.STALENESS_VERSION_LAG_MAX}{{{POD}}})", "{{job_name}} max"),
+            (
+                f"max by (job_name) ({m.STALENESS_ADMISSION_LAG_MAX}{{{POD}}})",
+                "{{job_name}} admission max",
+            ),
+        ],
+        decimals=2,
+    )
+    d.timeseries(
+        "Max version span vs limit, max lag (operator)",
         "The operator's per-job max version span against the job's limit "
-        "(maxPartialRolloutPreempts + 1; absent when the partial-rollout control is off).",
+        "(maxPartialRolloutPreempts + 1; absent when the partial-rollout control is off), "
+        "and its max version lag.",
         [
             (f"max by (job) ({m.JOB_STALENESS_VERSION_SPAN_MAX}{{{JOB}}})", "{{job}} max span"),
             (f"max by (job) ({m.JOB_MAX_VERSION_SPAN_LIMIT}{{{JOB}}})", "{{job}} limit"),
+            (f"max by (job) ({m.JOB_STALENESS_VERSION_LAG_MAX}{{{JOB}}})", "{{job}} max lag"),
         ],
     )
     d.timeseries(

@@ -215,6 +215,12 @@ PRINTER_COLUMNS: list[Schema] = [
         "description": "Largest weight-version span of a recent trajectory",
     },
     {
+        "name": "Lag Max",
+        "type": "number",
+        "jsonPath": f".status.staleness.{figure('version_lag_max').status_key}",
+        "description": "Most weight versions a sample of the latest batch was behind the trainer",
+    },
+    {
         "name": "Dropped",
         "type": "integer",
         "jsonPath": f".status.staleness.{figure('dropped_groups').status_key}",

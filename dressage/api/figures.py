@@ -60,7 +60,8 @@ class FigureSource(StrEnum):
     ROLLOUT = "rollout"
     """The collector, counting while it assembles the batch (`CollectorStats.totals`)."""
     TRAINER = "trainer"
-    """The trainer's step: the value of `GRPOTrainer.train_step`'s figure under `key`."""
+    """The trainer's step: the value of `GRPOTrainer.train_step`'s figure under `key`, or of
+    the training loop's measure of the step against the trainer's version (the version lag)."""
 
 
 @dataclass(frozen=True)
@@ -323,6 +324,49 @@ class StepFigures:
         "Smallest number of weight versions a trajectory of the batch spans",
         namespace="staleness",
         status=True,
+    )
+    version_lag_mean: float | None = gauge(
+        "versions",
+        "Mean version lag of the batch's samples: the trainer's version at the step minus the "
+        "sample's trajectory version, in observed-version order (`dressage.rollout.lag`); "
+        "samples of unknown version left out",
+        namespace="staleness",
+        status=True,
+        line=("lag", ".2f"),
+    )
+    version_lag_max: float | None = gauge(
+        "versions",
+        "Largest version lag of a sample of the batch",
+        namespace="staleness",
+        status=True,
+        line=("lag_max", "d"),
+    )
+    version_lag_token_mean: float | None = gauge(
+        "versions",
+        "Mean version lag of the batch's trainable tokens (each sample's lag weighted by them)",
+        namespace="staleness",
+        status=True,
+    )
+    version_lag_unknown_samples: int = counter(
+        "samples",
+        "Trained samples without a version lag: no real trajectory version, or one the "
+        "trainer's version order does not hold",
+        source=FigureSource.TRAINER,
+        metric="staleness_version_lag_unknown_samples",
+    )
+    admission_lag_mean: float | None = gauge(
+        "versions",
+        "Mean version lag the groups started since the previous batch will have when trained, "
+        "as admission control projects it at their start (`AdmissionPolicy.projected_lag`)",
+        source=FigureSource.ROLLOUT,
+        namespace="staleness",
+    )
+    admission_lag_max: float | None = gauge(
+        "versions",
+        "Largest projected version lag of a group started since the previous batch; with "
+        "admission control on it stays below `keepVersions`",
+        source=FigureSource.ROLLOUT,
+        namespace="staleness",
     )
     entropy: float | None = gauge(
         "nats", "Mean policy entropy over trained tokens", line=("entropy", ".3f")

@@ -20,6 +20,12 @@ from dressage.api.figures import StepFigures, figure, figures_of, status_figures
 STALENESS_VERSION_SPAN_MEAN: Final = figure("version_span_mean").metric
 STALENESS_VERSION_SPAN_MAX: Final = figure("version_span_max").metric
 STALENESS_VERSION_SPAN_MIN: Final = figure("version_span_min").metric
+STALENESS_VERSION_LAG_MEAN: Final = figure("version_lag_mean").metric
+STALENESS_VERSION_LAG_MAX: Final = figure("version_lag_max").metric
+STALENESS_VERSION_LAG_TOKEN_MEAN: Final = figure("version_lag_token_mean").metric
+STALENESS_VERSION_LAG_UNKNOWN_SAMPLES: Final = figure("version_lag_unknown_samples").metric
+STALENESS_ADMISSION_LAG_MEAN: Final = figure("admission_lag_mean").metric
+STALENESS_ADMISSION_LAG_MAX: Final = figure("admission_lag_max").metric
 TRAIN_ROLLOUT_LOGPROB_ABS_DIFF: Final = figure("train_rollout_logprob_abs_diff").metric
 REWARD_MEAN: Final = figure("reward").metric
 ENTROPY: Final = figure("entropy").metric
@@ -104,6 +110,9 @@ engine's HTTP intake, which the engine's figure leaves out."""
 JOB_STALENESS_VERSION_SPAN_MEAN: Final = figure("version_span_mean").job_metric
 JOB_STALENESS_VERSION_SPAN_MAX: Final = figure("version_span_max").job_metric
 JOB_STALENESS_VERSION_SPAN_MIN: Final = figure("version_span_min").job_metric
+JOB_STALENESS_VERSION_LAG_MEAN: Final = figure("version_lag_mean").job_metric
+JOB_STALENESS_VERSION_LAG_MAX: Final = figure("version_lag_max").job_metric
+JOB_STALENESS_VERSION_LAG_TOKEN_MEAN: Final = figure("version_lag_token_mean").job_metric
 JOB_DROPPED_GROUPS: Final = figure("dropped_groups").job_metric
 JOB_STALENESS_FAILURES: Final = figure("staleness_failures").job_metric
 JOB_TRAIN_STEP: Final = "dressage_job_train_step"

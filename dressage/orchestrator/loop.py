@@ -19,6 +19,7 @@ from typing import Protocol
 from dressage.api.figures import StepFigures, trainer_keys
 from dressage.data.groups import TrainBatch
 from dressage.rollout.collector import Collector
+from dressage.rollout.lag import batch_lag, trainer_version_order
 from dressage.trainer.distributed import broadcast_object
 from dressage.trainer.session import TrainerSession
 
@@ -118,6 +119,8 @@ async def train_loop(
     main = session.env.is_main
     if main and (collector is None or publisher is None):
         raise ValueError("rank 0 needs a collector and a weight publisher")
+    # The versions in the order the trainer issued them, which the version lag counts in.
+    order = trainer_version_order(session.state.version_index)
     while session.state.step < steps:
         started = clock()
         batch: TrainBatch | None = None
@@ -130,10 +133,12 @@ async def train_loop(
         measured = await asyncio.to_thread(session.trainer.train_step, batch)
         position = collector.state_dict() if collector is not None else {}
         declared = trainer_keys(type(batch.figures))
+        order.observe(session.state.version)
+        lag = batch_lag(batch.samples, order, session.state.version).figures()
         record = StepRecord(
             step=session.state.step + 1,
             version=session.state.next_version(),
-            figures=batch.figures.copy().with_trainer_figures(measured),
+            figures=batch.figures.copy().with_trainer_figures({**measured, **lag}),
             extras={k: v for k, v in measured.items() if k not in declared},
             rollout_seconds=collected - started,
             train_seconds=clock() - collected,

@@ -41,6 +41,10 @@ token, a retry that finishes late, a multi-turn agent whose last turn started be
 publish) may land in a batch `keep_versions` or more versions after its own; the sink filter
 drops it. Nor anything when versions are published more often than batches are taken.
 
+The same counts project the version lag a group will have when trained
+(`AdmissionPolicy.projected_lag`, reported per step as `staleness/admission_lag_*`); the rule
+admits a group exactly while that projection is below `keep_versions`.
+
 Liveness: with `published == taken` (the trainer waiting for its next batch) the rule admits
 up to `keep_versions * batch_size >= batch_size` groups ahead, enough to fill the batch; drops
 free capacity. If a caller asks for batches without publishing (breaking the contract), the
@@ -83,6 +87,19 @@ class AdmissionPolicy:
         if not self.active:
             return None
         return (published + self.keep_versions - taken) * self.batch_size - ahead
+
+    def projected_lag(self, *, published: int, taken: int, ahead: int) -> int:
+        """The version lag a group started now will have when trained, if it carries the live
+        version and reaches the sink in the order it was started: it lands in batch
+        `taken + ahead // batch_size`, trained from that version index (one publish per
+        step), against `published`, the live version's index; never below 0.
+
+        The rule above is this projection's bound: with `keep_versions > 0`,
+        `capacity(...) > 0` exactly when `projected_lag(...) < keep_versions`. Computed
+        whether or not admission control acts, so a job without it sees how far ahead
+        rollout runs.
+        """
+        return max(0, taken + ahead // self.batch_size - published)
 
     def admits(self, *, published: int, taken: int, ahead: int, sink_waiting: bool = False) -> bool:
         """Whether one more group may start now.

@@ -263,6 +263,11 @@ class AsyncRolloutCollector(PromptPosition):
                     break
                 index = self.next_prompt
                 self.next_prompt += 1
+                self.stats.admission_lags.append(
+                    self.admission.projected_lag(
+                        published=len(self._published), taken=self._batches_taken, ahead=self.ahead
+                    )
+                )
                 self.stats.groups_started += 1
                 task = asyncio.create_task(self._run_group(index), name=f"group-{index}")
                 self._in_flight.add(task)

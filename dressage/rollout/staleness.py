@@ -196,6 +196,12 @@ class StalenessTracker:
         self._order[label] = len(self._order)
         return True
 
+    def position(self, version: object) -> int | None:
+        """Where `version` stands in observation order (0: the first observed); None when it
+        is not a real version or was never observed."""
+        label = normalize_version(version)
+        return None if label is None else self._order.get(label)
+
     def is_fresh(self, version: object) -> bool:
         """Whether a trajectory of `version` may enter a batch now.
 

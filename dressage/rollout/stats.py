@@ -39,6 +39,9 @@ class CollectorStats:
     totals: StepFigures = field(default_factory=StepFigures)
     """The rollout figures counted since the collector started (drops and failures by reason,
     retries, staleness failures, admission)."""
+    admission_lags: list[int] = field(default_factory=list)
+    """The projected version lag of each group started since the previous batch
+    (`AdmissionPolicy.projected_lag`), which the next batch reports and clears."""
 
     @property
     def groups_dropped(self) -> int:
@@ -54,11 +57,18 @@ class CollectorStats:
         return replace(self, totals=self.totals.copy())
 
     def batch(self, groups: Sequence[Group], since: CollectorStats) -> TrainBatch:
-        """`groups` as a batch carrying what was counted since the snapshot `since`, and the
-        reward's parts and failures over its samples (counted into `totals` too)."""
+        """`groups` as a batch carrying what was counted since the snapshot `since`, the
+        reward's parts and failures over its samples (counted into `totals` too), and the
+        projected lags of the groups started since the previous batch."""
         samples = [s for g in groups for s in g.samples]
         self.totals.reward_failed_samples.update(reward_failures(samples))
-        figures = replace(self.totals.since(since.totals), reward_parts=reward_part_means(samples))
+        lags, self.admission_lags = self.admission_lags, []
+        figures = replace(
+            self.totals.since(since.totals),
+            reward_parts=reward_part_means(samples),
+            admission_lag_mean=sum(lags) / len(lags) if lags else None,
+            admission_lag_max=float(max(lags)) if lags else None,
+        )
         return TrainBatch(groups=tuple(groups), figures=figures)
 
 

@@ -17,6 +17,7 @@ dataset's skipped rows, and how many of each warning stream were counted but not
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -33,18 +34,27 @@ _DROPPED_GROUPS = figure("dropped_groups").key
 _REWARD_FAILED = figure("reward_failed_samples").key
 _SAMPLES = figure("samples").key
 
+_LAG_MEAN = figure("version_lag_mean").key
+_LAG_MAX = figure("version_lag_max").key
+_LAG_UNKNOWN = figure("version_lag_unknown_samples").key
+
 HISTORY = "history.jsonl"
 REPORT = "report.json"
 _REWARD = figure("reward").key
-PLOTS = {
-    "reward.png": (_REWARD, "reward (mean per step)"),
+PLOTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "reward.png": ((_REWARD,), "reward (mean per step)"),
     "logprob_diff.png": (
-        figure("train_rollout_logprob_abs_diff").key,
+        (figure("train_rollout_logprob_abs_diff").key,),
         figure("train_rollout_logprob_abs_diff").key,
     ),
-    "entropy.png": (figure("entropy").key, "entropy (mean per trained token)"),
-    "version_span.png": (figure("version_span_mean").key, figure("version_span_mean").key),
+    "entropy.png": ((figure("entropy").key,), "entropy (mean per trained token)"),
+    "version_span.png": ((figure("version_span_mean").key,), figure("version_span_mean").key),
+    "version_lag.png": (
+        (_LAG_MEAN, _LAG_MAX, figure("version_lag_token_mean").key),
+        "version lag (versions behind the trainer)",
+    ),
 }
+"""Each plot's file, the step-record keys it draws (a 10-step mean of a lone one) and title."""
 
 
 class History:
@@ -106,6 +116,7 @@ def summarize(
         "reward_last": fmean(rewards[-w:]) if rewards else None,
         "reward_window": w,
         **totals(steps, declaration),
+        **lag_summary(steps),
         "step_seconds_mean": fmean(
             float(s.get("rollout_seconds", 0))
             + float(s.get("train_seconds", 0))
@@ -114,6 +125,22 @@ def summarize(
         )
         if steps
         else None,
+    }
+
+
+def lag_summary(steps: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The run's version lag: the largest of any step, and the mean over every sample whose
+    lag is known (each step's mean weighted by its samples of known lag)."""
+    weighted = [
+        (float(s[_LAG_MEAN]), int(s.get(_SAMPLES, 0)) - int(s.get(_LAG_UNKNOWN, 0)))
+        for s in steps
+        if _LAG_MEAN in s
+    ]
+    known = sum(n for _, n in weighted)
+    maxima = [float(s[_LAG_MAX]) for s in steps if _LAG_MAX in s]
+    return {
+        _LAG_MEAN: sum(x * n for x, n in weighted) / known if known > 0 else None,
+        _LAG_MAX: max(maxima, default=None),
     }
 
 
@@ -217,16 +244,21 @@ def plot_history(run_root: Path, steps: Sequence[Mapping[str, Any]]) -> list[Pat
 
     written: list[Path] = []
     xs = [int(s["step"]) for s in steps]
-    for filename, (key, title) in PLOTS.items():
+    for filename, (keys, title) in PLOTS.items():
         fig = Figure(figsize=(6, 3.5), dpi=100)
         fig.subplots_adjust(left=0.11, right=0.97, top=0.9, bottom=0.15)
         ax = fig.add_subplot()
-        points = [(x, float(s[key])) for x, s in zip(xs, steps, strict=True) if key in s]
-        if points:
+        drawn = False
+        for key, style in zip(keys, itertools.cycle(("-", "--", ":")), strict=False):
+            points = [(x, float(s[key])) for x, s in zip(xs, steps, strict=True) if key in s]
+            if not points:
+                continue
+            drawn = True
             px, py = zip(*points, strict=True)
-            ax.plot(px, py, marker=".", linewidth=0.8, alpha=0.6, label=key)
-            if len(py) >= 5:
+            ax.plot(px, py, style, marker=".", linewidth=0.8, alpha=0.6, label=key)
+            if len(keys) == 1 and len(py) >= 5:
                 ax.plot(px, moving_average(py, 10), linewidth=2.0, label="10-step mean")
+        if drawn:
             ax.legend(loc="best", fontsize=8)
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)

@@ -6,7 +6,8 @@ are scraped every second with the labels the chart's PodMonitor gives trainer an
 (`namespace`, `pod`, `job_name`, `component`). The operator's series come from the operator's
 own code: its `parse_staleness` reads the run's `/metrics` (what its reconcile loop does on a
 cluster) into its `OperatorMetrics` registry, served here and scraped with honor_labels like
-the chart's ServiceMonitor. Every Staleness query must return series while the run trains.
+the chart's ServiceMonitor. Every Staleness query must return series while the run trains,
+the version lag's among them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dressage_operator.metrics import OperatorMetrics, version_span_limit
 from dressage_operator.staleness import parse_staleness
 from prometheus_client import start_http_server
 
+from dressage import metrics as names
 from dressage.api import load_job
 from dressage.api.status import AsyncRLJobStatus, JobPhase
 from dressage.testing import stop_process
@@ -211,3 +213,23 @@ def test_operator_limit_and_run_figures_agree(prometheus: Prometheus) -> None:
     assert 1.0 <= float(found["value"][1]) <= 3.0
     advancing = 'delta(dressage_train_step{job_name="tiny"}[1m]) > 0'
     wait_until(advancing, functools.partial(prometheus.series, advancing), deadline)
+
+
+def test_version_lag_is_answered_for_the_run_and_by_the_operator(prometheus: Prometheus) -> None:
+    """The run's version lag per sample and per token, the lag admission projects, and the
+    operator's per-job max lag: all answered, never negative. Rollout runs ahead of the
+    trainer here, so some step trains a batch at least one version behind it, while every
+    trajectory spans one version."""
+    deadline = time.monotonic() + SERIES_DEADLINE_SECONDS
+    for metric, label in (
+        (names.STALENESS_VERSION_LAG_MEAN, "job_name"),
+        (names.STALENESS_VERSION_LAG_TOKEN_MEAN, "job_name"),
+        (names.STALENESS_VERSION_LAG_MAX, "job_name"),
+        (names.STALENESS_ADMISSION_LAG_MAX, "job_name"),
+        (names.JOB_STALENESS_VERSION_LAG_MAX, "job"),
+    ):
+        expr = f'{metric}{{{label}="{JOB_NAME}"}}'
+        (found,) = wait_until(expr, functools.partial(prometheus.series, expr), deadline)
+        assert float(found["value"][1]) >= 0.0, expr
+    behind = f'max_over_time({names.STALENESS_VERSION_LAG_MAX}{{job_name="{JOB_NAME}"}}[10m]) >= 1'
+    wait_until(behind, functools.partial(prometheus.series, behind), deadline)

@@ -158,6 +158,9 @@ def test_tiny_job_runs_end_to_end_serving_metrics_and_advancing_versions(
         names.STALENESS_VERSION_SPAN_MEAN,
         names.STALENESS_VERSION_SPAN_MAX,
         names.STALENESS_VERSION_SPAN_MIN,
+        names.STALENESS_VERSION_LAG_MEAN,
+        names.STALENESS_VERSION_LAG_MAX,
+        names.STALENESS_VERSION_LAG_TOKEN_MEAN,
         names.TRAIN_ROLLOUT_LOGPROB_ABS_DIFF,
         names.REWARD_MEAN,
         names.WEIGHT_VERSION,
@@ -175,7 +178,12 @@ def test_tiny_job_runs_end_to_end_serving_metrics_and_advancing_versions(
     assert report["summary"]["last_version"] == "v4"
     for plot in report["plots"]:
         assert (workdir / JOB / plot).stat().st_size > 1000
-    assert sum(line.startswith("step ") for line in runner.lines) == 4
+    steps = [line for line in runner.lines if line.startswith("step ")]
+    assert len(steps) == 4
+    # Sync rollout trains every batch on the weights that generated it: no lag, none unknown.
+    assert all("  lag 0.00  lag_max 0  " in line for line in steps), steps
+    assert {s["staleness/version_lag_max"] for s in report["steps"]} == {0.0}
+    assert report["summary"]["version_lag_unknown_samples"] == 0
     _wait_refused(engine)  # the engine was stopped with the run
 
 
@@ -212,6 +220,10 @@ def test_killed_run_resumes_at_the_next_step_with_the_right_version(
     history = _history(workdir)
     assert [h["step"] for h in history] == [1, 2, 3, 4, 5]
     assert [h["version"] for h in history] == ["v1", "v2", "v3", "v4", "v5"]
+    # Before and after the resume, every sample's lag is known, and 0 (sync rollout).
+    assert [
+        (h["staleness/version_lag_max"], h["version_lag_unknown_samples"]) for h in history
+    ] == [(0.0, 0)] * 5
     state = json.loads((workdir / JOB / "checkpoints" / "step-000005" / "state.json").read_text())
     # Two prompt groups per step, none dropped: the data position counts each prompt once.
     assert state["collector"] == {"next_prompt": 10}

@@ -96,7 +96,10 @@ def test_crd_is_a_valid_kubernetes_object() -> None:
         },
     }
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns[:5] == ["Phase", "Step", "Weight Version", "Span Max", "Dropped"]
+    assert columns[:6] == ["Phase", "Step", "Weight Version", "Span Max", "Lag Max", "Dropped"]
+    # `Span Max` is a flat 1 without partial rollout; `Lag Max` is how stale the data is.
+    lag = version["additionalPrinterColumns"][4]
+    assert lag["jsonPath"] == ".status.staleness.versionLagMax"
     # The top line tells the truth: why a job waits or failed is a column of `kubectl get`.
     assert columns[-2:] == ["Age", "Message"]
     message = version["additionalPrinterColumns"][-1]

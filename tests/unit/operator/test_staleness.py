@@ -57,3 +57,26 @@ def test_parse_staleness_and_export_per_job() -> None:
     assert f'{names.JOB_STALENESS_FAILURES}{{job="job-a",namespace="ns"}} 2.0' in text
     metrics.jobs.remove("ns", "job-a")
     assert "job-a" not in generate_latest(metrics.registry).decode()
+
+
+def test_version_lag_reaches_the_status_and_the_per_job_metrics() -> None:
+    """The lag figures the run exports are read into `status.staleness` (the `Lag Max`
+    column's `versionLagMax`) and exported per job; before the first step they are unset."""
+    text = RUNTIME_METRICS + "".join(
+        f"# TYPE {name} gauge\n{name} {value}\n"
+        for name, value in (
+            (names.STALENESS_VERSION_LAG_MEAN, 0.75),
+            (names.STALENESS_VERSION_LAG_MAX, 2),
+            (names.STALENESS_VERSION_LAG_TOKEN_MEAN, 0.5),
+        )
+    )
+    s = parse_staleness(text, "t")
+    assert (s.version_lag_mean, s.version_lag_max, s.version_lag_token_mean) == (0.75, 2.0, 0.5)
+    shown = AsyncRLJobStatus(staleness=s).model_dump(by_alias=True)["staleness"]
+    assert (shown["versionLagMax"], shown["versionLagMean"]) == (2.0, 0.75)
+    assert parse_staleness(RUNTIME_METRICS, "t").version_lag_max is None
+    metrics = OperatorMetrics()
+    metrics.jobs.update("ns", "job-a", AsyncRLJobStatus(phase=JobPhase.RUNNING, staleness=s))
+    exported = generate_latest(metrics.registry).decode()
+    assert f'{names.JOB_STALENESS_VERSION_LAG_MAX}{{job="job-a",namespace="ns"}} 2.0' in exported
+    assert f'{names.JOB_STALENESS_VERSION_LAG_MEAN}{{job="job-a",namespace="ns"}} 0.75' in exported

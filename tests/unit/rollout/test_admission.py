@@ -18,10 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dressage.data.groups import Group, GroupFailed
+from dressage.data.groups import Group, GroupFailed, TrainBatch
 from dressage.data.samples import Sample
 from dressage.rollout.admission import AdmissionPolicy
 from dressage.rollout.collector import AsyncRolloutCollector
+from dressage.rollout.lag import batch_lag, trainer_version_order
 from dressage.rollout.retry import RetryPolicy
 from dressage.rollout.staleness import DropReason, StalenessConfig
 
@@ -57,6 +58,41 @@ def test_rule_is_off_without_a_window_or_when_disabled() -> None:
     )
     off = AdmissionPolicy(keep_versions=2, batch_size=2, enabled=False)
     assert off.admits(published=0, taken=9, ahead=99)
+
+
+def test_projected_lag_is_the_batch_a_group_lands_in_minus_the_live_version() -> None:
+    policy = AdmissionPolicy(keep_versions=2, batch_size=4)
+    # Nothing taken or published: the first 4 groups train at v0 (lag 0), the next 4 at v1.
+    assert [policy.projected_lag(published=0, taken=0, ahead=a) for a in (0, 3, 4, 7)] == [
+        0,
+        0,
+        1,
+        1,
+    ]
+    # One batch taken and training, v1 not yet live: a group started now trains at v1 at best.
+    assert policy.projected_lag(published=0, taken=1, ahead=0) == 1
+    assert policy.projected_lag(published=1, taken=1, ahead=0) == 0
+    # More publishes than batches (a caller breaking the contract): never below 0.
+    assert policy.projected_lag(published=3, taken=1, ahead=0) == 0
+
+
+@given(
+    keep=st.integers(1, 4),
+    batch=st.integers(1, 5),
+    taken=st.integers(0, 6),
+    behind=st.integers(0, 3),
+    ahead=st.integers(0, 40),
+)
+def test_admission_admits_exactly_the_groups_projected_inside_the_window(
+    keep: int, batch: int, taken: int, behind: int, ahead: int
+) -> None:
+    """The rule and the projection agree: a group may start exactly when the lag it is
+    projected to have is below keep_versions."""
+    policy = AdmissionPolicy(keep_versions=keep, batch_size=batch)
+    counts = {"published": max(0, taken - behind), "taken": taken, "ahead": ahead}
+    capacity = policy.capacity(**counts)
+    assert capacity is not None
+    assert (capacity > 0) == (policy.projected_lag(**counts) < keep)
 
 
 def test_rule_rejects_bad_counts_naming_them() -> None:
@@ -180,6 +216,33 @@ async def test_worker_waits_for_a_publish_and_for_drops_not_a_timer() -> None:
         assert c.stats.totals.admissions_held == 3
 
 
+async def test_batches_report_the_lag_projected_for_the_groups_started_since() -> None:
+    engines = Engines()
+    c = make(engines, batch=2, concurrency=10, keep=2, retries=0)
+    async with c:
+        await settle()
+        engines.finish(0, 0)
+        engines.finish(1, 0)
+        first = await c.next_batch()
+        # Groups 0-3 started with 0-3 ahead of them: batches 0, 0, 1, 1 from v0.
+        assert (first.figures.admission_lag_mean, first.figures.admission_lag_max) == (0.5, 1.0)
+        engines.live = 1
+        c.on_weights_published("v1")
+        await settle()
+        engines.finish(2, 0)
+        engines.finish(3, 1)
+        second = await c.next_batch()
+        # Groups 4 and 5 started with v1 live, one batch taken and 2 or 3 ahead: batch 2.
+        assert (second.figures.admission_lag_mean, second.figures.admission_lag_max) == (1, 1)
+        await settle()
+        third = asyncio.create_task(c.next_batch())
+        await settle()
+        # No group started since: nothing projected.
+        engines.finish(4, 1)
+        engines.finish(5, 1)
+        assert (await third).figures.admission_lag_max is None
+
+
 async def test_admission_off_by_default_without_a_window() -> None:
     engines = Engines()
     async with make(engines, batch=2, concurrency=10, keep=0):
@@ -229,8 +292,10 @@ async def run_schedule(
     fails: Callable[[], bool],
     training_finishes: Callable[[], int],
     admission: bool,
+    batches: list[TrainBatch] | None = None,
 ) -> AsyncRolloutCollector:
-    """Play `steps` trainer steps; `pick` chooses which waiting group finishes next."""
+    """Play `steps` trainer steps; `pick` chooses which waiting group finishes next; each
+    batch is appended to `batches`."""
     engines = Engines()
     c = make(engines, batch=batch, concurrency=concurrency, keep=keep, admission=admission)
 
@@ -257,6 +322,8 @@ async def run_schedule(
                 assert engines.waiting, "deadlock: the trainer waits and nothing is in flight"
                 finish_one()
             assert len(task.result().groups) == batch
+            if batches is not None:
+                batches.append(task.result())
             for _ in range(training_finishes()):
                 await settle()
                 check_bound()
@@ -288,7 +355,8 @@ def test_no_admitted_group_is_dropped_for_staleness(
     In start order: a group's version is anything from the version live when it started to
     the live one (each version first seen in publish order). In any order: a group carries
     the version live when it completes. Either way no group is dropped as `stale_version` or
-    `window_advanced`, and every step gets its batch.
+    `window_advanced`, every step gets its batch, and no trained sample is `keep_versions` or
+    more versions behind the trainer, nor projected to be at its start.
     """
 
     # Every choice comes from one Hypothesis-driven `Random`: it shrinks and reports its calls
@@ -306,6 +374,7 @@ def test_no_admitted_group_is_dropped_for_staleness(
         low = engines.start_version[index]
         return engines.stamp(rng.randint(low, engines.live))
 
+    batches: list[TrainBatch] = []
     c = asyncio.run(
         run_schedule(
             batch=batch,
@@ -317,12 +386,20 @@ def test_no_admitted_group_is_dropped_for_staleness(
             fails=lambda: rng.randint(0, 4) == 0,
             training_finishes=lambda: rng.randint(0, 2 * batch),
             admission=True,
+            batches=batches,
         )
     )
     assert not any(c.stats.totals.dropped_groups[r] for r in STALENESS_DROPS), (
         c.stats.totals.dropped_groups
     )
     assert c.stats.groups_trained == 6 * batch
+    for step, trained in enumerate(batches):  # step `step` trains from version `step`
+        lag = batch_lag(trained.samples, trainer_version_order(step), f"v{step}")
+        assert lag.unknown_samples == 0
+        assert lag.max is not None
+        assert lag.max < keep, (step, lag.lags)
+        projected = trained.figures.admission_lag_max
+        assert projected is None or projected < keep
 
 
 @pytest.mark.parametrize("admission", [False, True])

@@ -85,6 +85,32 @@ def test_summary_and_report_files(tmp_path: Path) -> None:
         assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG")
 
 
+def test_the_report_sums_up_and_plots_the_version_lag(tmp_path: Path) -> None:
+    """The run's mean lag weighs each step's mean by its samples of known lag; its max is the
+    largest step's; `version_lag.png` draws the steps' mean, max and token mean."""
+    history = History(tmp_path)
+    for step, (mean, most, samples, unknown) in enumerate(
+        [(0.0, 0, 4, 0), (1.0, 2, 8, 4), (2.0, 3, 2, 0)], start=1
+    ):
+        figures = StepFigures(
+            version_lag_mean=mean,
+            version_lag_max=float(most),
+            version_lag_token_mean=mean / 2,
+            samples=samples,
+            version_lag_unknown_samples=unknown,
+        )
+        history.append(StepRecord(step=step, version=f"v{step}", figures=figures).to_dict())
+    summary = summarize(history.read())
+    # (0 * 4 + 1 * 4 + 2 * 2) / (4 + 4 + 2)
+    assert summary["staleness/version_lag_mean"] == pytest.approx(0.8)
+    assert summary["staleness/version_lag_max"] == 3.0
+    assert summary["version_lag_unknown_samples"] == 4
+    report = json.loads(write_report(tmp_path, {"name": "j"}).read_text())
+    assert "version_lag.png" in report["plots"]
+    assert (tmp_path / "version_lag.png").stat().st_size > 1000
+    assert summarize([])["staleness/version_lag_max"] is None
+
+
 def test_moving_average_is_trailing() -> None:
     assert moving_average([1.0, 3.0, 5.0], 2) == [1.0, 2.0, 4.0]
 
@@ -94,6 +120,7 @@ def test_progress_line_shows_step_reward_version_drops_diff_span() -> None:
     assert line.startswith("step    2/10  reward 0.250 (last 2: 0.375)  version v2  drops 1")
     assert "logprob_diff 1.0e-02" in line
     assert "span 1.00" in line
+    assert "lag -  lag_max -" in line  # not measured in this record
 
 
 @pytest.mark.parametrize(
