@@ -56,6 +56,7 @@ image_id() { container_engine image inspect --format '{{.Id}}' "$1"; }
 python_base() {  # $1: the recipe hash to label it with
   local root
   root=$(mktemp -d /var/tmp/dressage-stand-in.XXXXXX)
+  scratch+=("$root")
   debootstrap --variant=minbase \
     --include=python3,python3-venv,python3-pip,python-is-python3,ca-certificates \
     bookworm "$root" http://deb.debian.org/debian >&2
@@ -74,7 +75,9 @@ python_base() {  # $1: the recipe hash to label it with
 }
 
 torch_base() {  # $1: the recipe hash; $2: the build context holding the torch wheel
-  container_engine build --network host --file images/stand-in/torch.Dockerfile \
+  # --no-cache: the wheel is bind-mounted, not copied (it would stay in a layer), so the layer
+  # cache cannot see it change; this runs only when the recipe's hash did.
+  container_engine build --no-cache --network host --file images/stand-in/torch.Dockerfile \
     --build-arg "PYTHON_IMAGE=$PYTHON_BASE" --label "$LABEL=$1" --tag "$TORCH_BASE" "$2" >&2
 }
 
@@ -103,6 +106,8 @@ PY
 }
 
 hash_of() { sha256sum | cut -c1-16; }
+scratch=()  # directories removed on exit, whatever the exit
+trap 'rm -rf "${scratch[@]}"' EXIT
 
 want=$({ declare -f python_base; cat /etc/ssl/certs/ca-certificates.crt; } | hash_of)
 if [ "$(current_recipe "$PYTHON_BASE")" != "$want" ]; then
@@ -112,7 +117,7 @@ fi
 echo "python=$PYTHON_BASE"
 
 context=$(mktemp -d /var/tmp/dressage-stand-in-context.XXXXXX)
-trap 'rm -rf "$context"' EXIT
+scratch+=("$context")
 wheel_dir=$context/torch
 "$VENV/bin/pip" download --quiet --no-deps --disable-pip-version-check --dest "$wheel_dir" \
   "torch==$TORCH_VERSION" 2>&1 | { grep -v "^WARNING: Location .* is ignored" || true; }
