@@ -4,7 +4,7 @@
 #
 #   bash scripts/build-images.sh [--registry R] [--tag T] [--push] [--only IMAGE ...]
 #       [--sglang-release RELEASE ...] [--base-python IMG] [--base-torch IMG]
-#       [--base-sglang IMG] [--stand-in-bases]
+#       [--base-sglang IMG] [--stand-in-bases] [--dry-run]
 #
 # Images, from images/<image>/Dockerfile with the repository as the build context:
 #   operator  R/dressage-operator:T
@@ -22,7 +22,8 @@
 # images/podman/containers.conf unless CONTAINERS_CONF is set. Layers are reused while a
 # Dockerfile and its inputs are unchanged; a source change rebuilds only the project's layer.
 # Prints one `IMAGE=REFERENCE` line per image built (`sglang-<release>=...` for engines) on
-# stdout, and `IMAGE.base=REFERENCE` for a base named here; the builds' own output goes to stderr. --push pushes each after building it.
+# stdout, and `IMAGE.base=REFERENCE` for a base named here; the builds' own output goes to stderr.
+# --dry-run prints the images' references and builds nothing. --push pushes each after building it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +35,7 @@ registry=$(sed -n 's/^  repository: \(.*\)\/dressage-operator$/\1/p' charts/dres
 tag=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
 version=$tag
 push=false
+dry_run=false
 stand_in=false
 only=()
 releases=()
@@ -55,6 +57,7 @@ while [ $# -gt 0 ]; do
     --base-torch) base_torch=$2; shift 2 ;;
     --base-sglang) base_sglang=$2; shift 2 ;;
     --stand-in-bases) stand_in=true; shift ;;
+    --dry-run) dry_run=true; shift ;;
     -h|--help) usage ;;
     *) echo "build-images.sh: unknown argument: $1" >&2; usage ;;
   esac
@@ -67,10 +70,12 @@ print(runpy.run_path("dressage/api/sglang.py")["SGLANG_DEFAULT_VERSION"])')")
 fi
 wants() { [[ " ${only[*]} " == *" $1 "* ]]; }
 
-# shellcheck source=scripts/container-engine.sh
-. scripts/container-engine.sh
+if ! $dry_run; then
+  # shellcheck source=scripts/container-engine.sh
+  . scripts/container-engine.sh
+fi
 
-if $stand_in; then
+if $stand_in && ! $dry_run; then
   release_args=()
   for release in "${releases[@]}"; do release_args+=(--release "$release"); done
   wants sglang || release_args=(--no-sglang)
@@ -87,6 +92,7 @@ revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 build() {  # IMAGE REFERENCE [--build-arg ...]
   local image=$1 reference=$2
   shift 2
+  $dry_run && return
   echo "build-images: $reference" >&2
   # --network host: the RUN steps reach the package index through the machine's network
   # (podman's default network needs more of the host than the test machines allow).

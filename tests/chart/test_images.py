@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
-from dressage_operator.config import DEFAULT_SGLANG_IMAGE
+from dressage_operator.config import (
+    DEFAULT_RUNTIME_IMAGE,
+    DEFAULT_SGLANG_IMAGE,
+)
 
 from dressage.api.sglang import SGLANG_DEFAULT_VERSION
 from tests.chart.tools import CHART, ROOT, require_tool, run_tool
@@ -135,3 +138,22 @@ def test_the_operator_image_installs_the_core_and_operator_extra_less_the_model_
     assert not names & {"tokenizers", "jinja2", "kubernetes", "torch", "transformers"}
     with pytest.raises(SystemExit, match="no-such-package"):
         module.requirements(project, ["operator"], ["no-such-package"])
+
+
+def test_the_build_script_names_the_images_the_chart_and_the_operator_default_to() -> None:
+    """`scripts/build-images.sh` with no registry or tag builds exactly the images a default
+    install runs: the chart's operator image at its appVersion, and the runtime and default
+    SGLang release's engine images the operator names (`--dry-run` prints them)."""
+    result = run_tool(["bash", str(ROOT / "scripts" / "build-images.sh"), "--dry-run"], timeout=60)
+    assert result.returncode == 0, result.stderr
+    built = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert built == {
+        "operator": f"{values['image']['repository']}:{app_version}",
+        "runtime": DEFAULT_RUNTIME_IMAGE,
+        f"sglang-{SGLANG_DEFAULT_VERSION}": DEFAULT_SGLANG_IMAGE,
+    }
+    runtime, sglang = values["jobImages"]["runtime"], values["jobImages"]["sglang"]
+    assert f"{runtime['repository']}:{runtime['tag'] or app_version}" == DEFAULT_RUNTIME_IMAGE
+    assert f"{sglang['repository']}:{sglang['tag']}" == DEFAULT_SGLANG_IMAGE
