@@ -200,6 +200,38 @@ def test_the_operator_image_reconciles_a_job_on_the_emulated_cluster(
     assert "Traceback" not in logs, logs
 
 
+SCHEMAS = """
+import json, pathlib, kubernetes_validate
+from importlib.util import find_spec
+from dressage_operator.schemas import OLDEST_RELEASE
+root = pathlib.Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+print(json.dumps({
+    "schemas": sorted(p.name for p in root.iterdir()),
+    "oldest": "v%d.%d.0-local-strict" % OLDEST_RELEASE,
+    "absent": [
+        m for m in ("kubernetes", "tokenizers", "huggingface_hub", "torch") if not find_spec(m)
+    ],
+}))
+"""
+
+
+def test_the_operator_image_holds_only_the_schemas_it_reads_and_no_model_side_packages(
+    images: Images,
+) -> None:
+    """The operator reads the strict schemas of the releases between `OLDEST_RELEASE` and the
+    newest shipped; the image keeps exactly those, and none of the packages it never imports."""
+    result = podman(
+        "run", "--rm", "--network", "none", *RESTRICTED, "--user", OPERATOR_USER,
+        "--entrypoint", "python", images.operator, "-c", SCHEMAS,
+    )  # fmt: skip
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    schemas = found["schemas"]
+    assert schemas, found
+    assert all(name.endswith("-local-strict") for name in schemas), schemas
+    assert schemas[0] == found["oldest"], schemas
+    assert found["absent"] == ["kubernetes", "tokenizers", "huggingface_hub", "torch"], found
+
+
 # --- the runtime ----------------------------------------------------------------------------
 
 
