@@ -8,11 +8,10 @@ that no hand-made panel shows gets a panel of its own in the "Every step figure"
 `python scripts/build_dashboard.py` after changing a panel or a figure.
 
 Label conventions the queries rely on:
-- job pods (trainer rank 0 and proxy) are scraped by the chart's PodMonitor, which adds
-  `job_name` (from the operator's pod label `dressage.io/job`) and `component`; Prometheus adds
-  `namespace` and `pod`;
-- the operator exports per-job series labelled `namespace` and `job` (kept by the
-  ServiceMonitor's honorLabels) and its own `dressage_operator_*` health series.
+- job pods are scraped by the chart's PodMonitor, which adds `dressage_job` (`m.JOB_LABEL`,
+  from the pod label `dressage.io/job`) and `component`; Prometheus adds `namespace`, `pod`;
+- the operator's per-job series carry `namespace` and `dressage_job` too, and its own
+  `dressage_operator_*` health series none. Prometheus' `job` stays the scrape job's.
 """
 
 from __future__ import annotations
@@ -33,9 +32,12 @@ UID = "dressage-overview"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RATE = "$__rate_interval"
 
-# Selectors: job pods (PodMonitor labels) and the operator's per-job series.
-POD = 'namespace=~"$namespace", job_name=~"$job"'
-JOB = 'namespace=~"$namespace", job=~"$job"'
+# The job's label, its legend, and the selectors of job pods (PodMonitor labels) and of the
+# operator's per-job series: the same label on both.
+J = m.JOB_LABEL
+JL = "{{" + J + "}}"
+POD = f'namespace=~"$namespace", {J}=~"$job"'
+JOB = POD
 
 Target = tuple[str, str]
 """A query and its legend."""
@@ -168,14 +170,14 @@ def _figure_panels(d: _Layout, declaration: type[StepFigures]) -> None:
     d.row("Every step figure")
     for f in missing:
         if f.kind is FigureKind.GAUGE and f.label is not None:
-            by = f"job_name, {f.label}"
-            target = (f"avg by ({by}) ({f.metric}{{{POD}}})", f"{{{{job_name}}}} {{{{{f.label}}}}}")
+            by = f"{J}, {f.label}"
+            target = (f"avg by ({by}) ({f.metric}{{{POD}}})", f"{JL} {{{{{f.label}}}}}")
         elif f.kind is FigureKind.GAUGE:
-            target = (f"avg by (job_name) ({f.metric}{{{POD}}})", "{{job_name}}")
+            target = (f"avg by ({J}) ({f.metric}{{{POD}}})", f"{JL}")
         elif f.kind is FigureKind.COUNTER:
-            target = (_rate(f.metric, POD, "job_name"), "{{job_name}}")
+            target = (_rate(f.metric, POD, J), f"{JL}")
         else:
-            target = (_rate(f.metric, POD, "job_name, reason"), "{{job_name}} {{reason}}")
+            target = (_rate(f.metric, POD, f"{J}, reason"), f"{JL} {{{{reason}}}}")
         per_second = "" if f.kind is FigureKind.GAUGE else " per second"
         d.timeseries(f"{f.key} ({f.unit}{per_second})", f"{f.help}.", [target], width=8)
 
@@ -190,9 +192,9 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "staleness/version_span_mean, _max and _min of the trajectories in the latest trainer "
         "batch: how many weight versions one trajectory spans.",
         [
-            (f"max by (job_name) ({m.STALENESS_VERSION_SPAN_MEAN}{{{POD}}})", "{{job_name}} mean"),
-            (f"max by (job_name) ({m.STALENESS_VERSION_SPAN_MAX}{{{POD}}})", "{{job_name}} max"),
-            (f"min by (job_name) ({m.STALENESS_VERSION_SPAN_MIN}{{{POD}}})", "{{job_name}} min"),
+            (f"max by ({J}) ({m.STALENESS_VERSION_SPAN_MEAN}{{{POD}}})", f"{JL} mean"),
+            (f"max by ({J}) ({m.STALENESS_VERSION_SPAN_MAX}{{{POD}}})", f"{JL} max"),
+            (f"min by ({J}) ({m.STALENESS_VERSION_SPAN_MIN}{{{POD}}})", f"{JL} min"),
         ],
         decimals=2,
     )
@@ -203,15 +205,15 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "order), per sample and per trainable token; and the largest lag admission projected "
         "for the groups started since (below keepVersions while admission control acts).",
         [
-            (f"max by (job_name) ({m.STALENESS_VERSION_LAG_MEAN}{{{POD}}})", "{{job_name}} mean"),
+            (f"max by ({J}) ({m.STALENESS_VERSION_LAG_MEAN}{{{POD}}})", f"{JL} mean"),
             (
-                f"max by (job_name) ({m.STALENESS_VERSION_LAG_TOKEN_MEAN}{{{POD}}})",
-                "{{job_name}} token mean",
+                f"max by ({J}) ({m.STALENESS_VERSION_LAG_TOKEN_MEAN}{{{POD}}})",
+                f"{JL} token mean",
             ),
-            (f"max by (job_name) ({m.STALENESS_VERSION_LAG_MAX}{{{POD}}})", "{{job_name}} max"),
+            (f"max by ({J}) ({m.STALENESS_VERSION_LAG_MAX}{{{POD}}})", f"{JL} max"),
             (
-                f"max by (job_name) ({m.STALENESS_ADMISSION_LAG_MAX}{{{POD}}})",
-                "{{job_name}} admission max",
+                f"max by ({J}) ({m.STALENESS_ADMISSION_LAG_MAX}{{{POD}}})",
+                f"{JL} admission max",
             ),
         ],
         decimals=2,
@@ -222,15 +224,15 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "(maxPartialRolloutPreempts + 1; absent when the partial-rollout control is off), "
         "and its max version lag.",
         [
-            (f"max by (job) ({m.JOB_STALENESS_VERSION_SPAN_MAX}{{{JOB}}})", "{{job}} max span"),
-            (f"max by (job) ({m.JOB_MAX_VERSION_SPAN_LIMIT}{{{JOB}}})", "{{job}} limit"),
-            (f"max by (job) ({m.JOB_STALENESS_VERSION_LAG_MAX}{{{JOB}}})", "{{job}} max lag"),
+            (f"max by ({J}) ({m.JOB_STALENESS_VERSION_SPAN_MAX}{{{JOB}}})", f"{JL} max span"),
+            (f"max by ({J}) ({m.JOB_MAX_VERSION_SPAN_LIMIT}{{{JOB}}})", f"{JL} limit"),
+            (f"max by ({J}) ({m.JOB_STALENESS_VERSION_LAG_MAX}{{{JOB}}})", f"{JL} max lag"),
         ],
     )
     d.timeseries(
         "Dropped groups / s by reason",
         "GRPO groups dropped whole by the staleness filter or after exhausting retries.",
-        [(_rate(m.DROPPED_GROUPS, POD, "job_name, reason"), "{{job_name}} {{reason}}")],
+        [(_rate(m.DROPPED_GROUPS, POD, f"{J}, reason"), f"{JL} {{{{reason}}}}")],
         unit="ops",
         width=8,
     )
@@ -240,29 +242,29 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "attempt: the partial-rollout span limit (HTTP 502 partial_rollout_staleness_exceeded) "
         "or, without partial rollout, a trajectory whose version changed (HTTP 409 "
         "version_changed_without_partial_rollout); by job.",
-        [(_rate(m.STALENESS_FAILURES, POD, "job_name"), "{{job_name}}")],
+        [(_rate(m.STALENESS_FAILURES, POD, J), f"{JL}")],
         unit="ops",
         width=8,
     )
     d.timeseries(
         "Rollout retries / s",
         "Prompt-group retries after a failed group (bounded by rollout.maxRetries).",
-        [(_rate(m.ROLLOUT_RETRIES, POD, "job_name"), "{{job_name}}")],
+        [(_rate(m.ROLLOUT_RETRIES, POD, J), f"{JL}")],
         unit="ops",
         width=8,
     )
     d.timeseries(
         "Proxy refusals / s by reason",
         "Requests the proxy refused, e.g. partial_rollout_staleness_exceeded.",
-        [(_rate(m.PROXY_REFUSALS, POD, "job_name, reason"), "{{job_name}} {{reason}}")],
+        [(_rate(m.PROXY_REFUSALS, POD, f"{J}, reason"), f"{JL} {{{{reason}}}}")],
         unit="ops",
     )
     d.timeseries(
         "Segment version span (p50 / p99)",
         "Version spans of the segments the proxy finished.",
         [
-            (_quantile(0.5, m.PROXY_VERSION_SPAN, POD, "job_name"), "{{job_name}} p50"),
-            (_quantile(0.99, m.PROXY_VERSION_SPAN, POD, "job_name"), "{{job_name}} p99"),
+            (_quantile(0.5, m.PROXY_VERSION_SPAN, POD, J), f"{JL} p50"),
+            (_quantile(0.99, m.PROXY_VERSION_SPAN, POD, J), f"{JL} p99"),
         ],
     )
 
@@ -270,22 +272,22 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
     d.timeseries(
         "Reward (mean)",
         "Mean reward of the trained batch.",
-        [(f"avg by (job_name) ({m.REWARD_MEAN}{{{POD}}})", "{{job_name}}")],
+        [(f"avg by ({J}) ({m.REWARD_MEAN}{{{POD}}})", f"{JL}")],
         decimals=3,
     )
     d.timeseries(
         "train_rollout_logprob_abs_diff",
         "Mean |trainer logprob - rollout logprob| of trained tokens: the train-inference gap "
         "that staleness control keeps small.",
-        [(f"avg by (job_name) ({m.TRAIN_ROLLOUT_LOGPROB_ABS_DIFF}{{{POD}}})", "{{job_name}}")],
+        [(f"avg by ({J}) ({m.TRAIN_ROLLOUT_LOGPROB_ABS_DIFF}{{{POD}}})", f"{JL}")],
         decimals=4,
     )
     d.timeseries(
         "Weight version and train step",
         "Ordinal of the latest published weight version and the trainer's step.",
         [
-            (f"max by (job_name) ({m.WEIGHT_VERSION}{{{POD}}})", "{{job_name}} weight version"),
-            (f"max by (job_name) ({m.TRAIN_STEP}{{{POD}}})", "{{job_name}} train step"),
+            (f"max by ({J}) ({m.WEIGHT_VERSION}{{{POD}}})", f"{JL} weight version"),
+            (f"max by ({J}) ({m.TRAIN_STEP}{{{POD}}})", f"{JL} train step"),
         ],
         decimals=0,
     )
@@ -293,8 +295,8 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "Completed groups and trained samples / s",
         "Rollout throughput against what reaches the trainer.",
         [
-            (_rate(m.ROLLOUT_GROUPS_COMPLETED, POD, "job_name"), "{{job_name}} groups completed"),
-            (_rate(m.TRAINED_SAMPLES, POD, "job_name"), "{{job_name}} samples trained"),
+            (_rate(m.ROLLOUT_GROUPS_COMPLETED, POD, J), f"{JL} groups completed"),
+            (_rate(m.TRAINED_SAMPLES, POD, J), f"{JL} samples trained"),
         ],
         unit="ops",
     )
@@ -305,8 +307,8 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "mismatch_kl of the trained batch: k1 = mean(-log r) and k3 = mean(r - 1 - log r), "
         "r = exp(train logprob - rollout logprob) over trained tokens; k3 is never negative.",
         [
-            (f"avg by (job_name) ({m.MISMATCH_KL_K1}{{{POD}}})", "{{job_name}} k1"),
-            (f"avg by (job_name) ({m.MISMATCH_KL_K3}{{{POD}}})", "{{job_name}} k3"),
+            (f"avg by ({J}) ({m.MISMATCH_KL_K1}{{{POD}}})", f"{JL} k1"),
+            (f"avg by ({J}) ({m.MISMATCH_KL_K3}{{{POD}}})", f"{JL} k3"),
         ],
         decimals=4,
         width=8,
@@ -317,12 +319,12 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "masked (token band, sequence mask); 0 while training.offPolicyCorrection is off.",
         [
             (
-                f"avg by (job_name) ({m.OFF_POLICY_CLIPPED_FRACTION}{{{POD}}})",
-                "{{job_name}} clipped",
+                f"avg by ({J}) ({m.OFF_POLICY_CLIPPED_FRACTION}{{{POD}}})",
+                f"{JL} clipped",
             ),
             (
-                f"avg by (job_name) ({m.OFF_POLICY_MASKED_FRACTION}{{{POD}}})",
-                "{{job_name}} masked",
+                f"avg by ({J}) ({m.OFF_POLICY_MASKED_FRACTION}{{{POD}}})",
+                f"{JL} masked",
             ),
         ],
         unit="percentunit",
@@ -332,7 +334,7 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "IS effective sample size",
         "(sum w)^2 / sum w^2 of the importance weights over trained tokens, as a fraction of "
         "the trained tokens: 1 when rollout and trainer agree, lower as they drift apart.",
-        [(f"min by (job_name) ({m.IS_ESS_FRACTION}{{{POD}}})", "{{job_name}}")],
+        [(f"min by ({J}) ({m.IS_ESS_FRACTION}{{{POD}}})", f"{JL}")],
         unit="percentunit",
         width=8,
     )
@@ -340,14 +342,14 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "Admissions held / s",
         "Prompt groups whose start admission control held back because they could not have "
         "been trained inside the staleness window.",
-        [(_rate(m.ROLLOUT_ADMISSIONS_HELD, POD, "job_name"), "{{job_name}}")],
+        [(_rate(m.ROLLOUT_ADMISSIONS_HELD, POD, J), f"{JL}")],
         unit="ops",
     )
     d.timeseries(
         "Rollout time waiting for admission",
         "Seconds per second the rollout worker waited for admission: 0 never waits, 1 waits "
         "all the time (the trainer is the bottleneck).",
-        [(_rate(m.ROLLOUT_ADMISSION_WAIT_SECONDS, POD, "job_name"), "{{job_name}}")],
+        [(_rate(m.ROLLOUT_ADMISSION_WAIT_SECONDS, POD, J), f"{JL}")],
         unit="percentunit",
     )
 
@@ -361,10 +363,10 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "routed_token_fraction: share of the trained samples' tokens that carried the "
         "rollout's routes (the others are routed by the trainer's own router).",
         [
-            (f"avg by (job_name) ({m.ROUTING_AGREEMENT}{{{POD}}})", "{{job_name}} agreement"),
+            (f"avg by ({J}) ({m.ROUTING_AGREEMENT}{{{POD}}})", f"{JL} agreement"),
             (
-                f"avg by (job_name) ({m.ROUTED_TOKEN_FRACTION}{{{POD}}})",
-                "{{job_name}} routed tokens",
+                f"avg by ({J}) ({m.ROUTED_TOKEN_FRACTION}{{{POD}}})",
+                f"{JL} routed tokens",
             ),
         ],
         unit="percentunit",
@@ -378,20 +380,20 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "engines' own time, by job.",
         [
             (
-                _quantile(0.5, m.PROXY_REQUEST_DURATION, POD, "job_name"),
-                "{{job_name}} p50",
+                _quantile(0.5, m.PROXY_REQUEST_DURATION, POD, J),
+                f"{JL} p50",
             ),
             (
-                _quantile(0.99, m.PROXY_REQUEST_DURATION, POD, "job_name"),
-                "{{job_name}} p99",
+                _quantile(0.99, m.PROXY_REQUEST_DURATION, POD, J),
+                f"{JL} p99",
             ),
             (
-                _quantile(0.5, m.PROXY_GENERATION_OVERHEAD, POD, "job_name"),
-                "{{job_name}} overhead p50",
+                _quantile(0.5, m.PROXY_GENERATION_OVERHEAD, POD, J),
+                f"{JL} overhead p50",
             ),
             (
-                _quantile(0.99, m.PROXY_GENERATION_OVERHEAD, POD, "job_name"),
-                "{{job_name}} overhead p99",
+                _quantile(0.99, m.PROXY_GENERATION_OVERHEAD, POD, J),
+                f"{JL} overhead p99",
             ),
         ],
         unit="s",
@@ -400,7 +402,7 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
     d.timeseries(
         "Proxy requests / s by code",
         "Requests through the proxy by HTTP status code.",
-        [(_rate(m.PROXY_REQUESTS, POD, "job_name, code"), "{{job_name}} {{code}}")],
+        [(_rate(m.PROXY_REQUESTS, POD, f"{J}, code"), f"{JL} {{{{code}}}}")],
         unit="reqps",
         width=8,
     )
@@ -408,8 +410,8 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "Active sessions and preempts / s",
         "Open trajectory sessions and generations preempted by a weight update.",
         [
-            (f"sum by (job_name) ({m.PROXY_ACTIVE_SESSIONS}{{{POD}}})", "{{job_name}} sessions"),
-            (_rate(m.PROXY_PREEMPTS, POD, "job_name"), "{{job_name}} preempts/s"),
+            (f"sum by ({J}) ({m.PROXY_ACTIVE_SESSIONS}{{{POD}}})", f"{JL} sessions"),
+            (_rate(m.PROXY_PREEMPTS, POD, J), f"{JL} preempts/s"),
         ],
         width=8,
     )
@@ -418,8 +420,8 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "1 when an engine answers the proxy's health check, 0 otherwise.",
         [
             (
-                f"min by (job_name, engine) ({m.PROXY_ENGINE_HEALTHY}{{{POD}}})",
-                "{{job_name}} {{engine}}",
+                f"min by ({J}, engine) ({m.PROXY_ENGINE_HEALTHY}{{{POD}}})",
+                f"{JL} {{{{engine}}}}",
             )
         ],
         width=24,
@@ -431,7 +433,7 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "Engines (desired / ready)",
         "The engines each job asks for (spec.inference.replicas: set by hand, kubectl scale, "
         "an HPA or the built-in autoscaler) and those ready.",
-        [(f"max by (job, state) ({m.JOB_ENGINES}{{{JOB}}})", "{{job}} {{state}}")],
+        [(f"max by ({J}, state) ({m.JOB_ENGINES}{{{JOB}}})", f"{JL} {{{{state}}}}")],
         decimals=0,
         width=8,
     )
@@ -441,10 +443,10 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "the trainer waited for batches (scale up above scaleUpWaitFraction) and the fraction "
         "admission control held rollout back (scale down above scaleDownHeldFraction).",
         [
-            (f"max by (job) ({m.JOB_TRAINER_WAIT_FRACTION}{{{JOB}}})", "{{job}} trainer waits"),
+            (f"max by ({J}) ({m.JOB_TRAINER_WAIT_FRACTION}{{{JOB}}})", f"{JL} trainer waits"),
             (
-                f"max by (job) ({m.JOB_ADMISSION_HELD_FRACTION}{{{JOB}}})",
-                "{{job}} admission holds",
+                f"max by ({J}) ({m.JOB_ADMISSION_HELD_FRACTION}{{{JOB}}})",
+                f"{JL} admission holds",
             ),
         ],
         unit="percentunit",
@@ -455,10 +457,10 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "The engine count of the autoscaler's last decision, and its changes by direction "
         "over the rate interval (each posts an EnginesScaled Event on the job).",
         [
-            (f"max by (job) ({m.JOB_AUTOSCALER_DESIRED_ENGINES}{{{JOB}}})", "{{job}} desired"),
+            (f"max by ({J}) ({m.JOB_AUTOSCALER_DESIRED_ENGINES}{{{JOB}}})", f"{JL} desired"),
             (
-                f"sum by (job, direction) (increase({m.JOB_ENGINE_SCALE_EVENTS}{{{JOB}}}[{RATE}]))",
-                "{{job}} {{direction}}",
+                f"sum by ({J}, direction) (increase({m.JOB_ENGINE_SCALE_EVENTS}{{{JOB}}}[{RATE}]))",
+                f"{JL} {{{{direction}}}}",
             ),
         ],
         width=8,
@@ -470,11 +472,11 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "as their turn then failed (by reason; the group is retried). Over a run moved = "
         "trained + lost, except for groups dropped or not trained yet.",
         [
-            (_rate(m.PROXY_DRAINED_TOKENS, POD, "job_name"), "{{job_name}} moved"),
-            (_rate(m.TRAINED_DRAINED_TOKENS, POD, "job_name"), "{{job_name}} trained"),
+            (_rate(m.PROXY_DRAINED_TOKENS, POD, J), f"{JL} moved"),
+            (_rate(m.TRAINED_DRAINED_TOKENS, POD, J), f"{JL} trained"),
             (
-                _rate(m.PROXY_DRAINED_TOKENS_LOST, POD, "job_name, reason"),
-                "{{job_name}} lost {{reason}}",
+                _rate(m.PROXY_DRAINED_TOKENS_LOST, POD, f"{J}, reason"),
+                f"{JL} lost {{{{reason}}}}",
             ),
         ],
         unit="ops",
@@ -487,7 +489,7 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
     d.timeseries(
         "Job phase",
         "The phase of each AsyncRLJob (1 while in that phase).",
-        [(f"max by (job, phase) ({m.JOB_PHASE}{{{JOB}}}) == 1", "{{job}} {{phase}}")],
+        [(f"max by ({J}, phase) ({m.JOB_PHASE}{{{JOB}}}) == 1", f"{JL} {{{{phase}}}}")],
         decimals=0,
         width=8,
     )
@@ -496,8 +498,8 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
         "Trainer gang restarts per job over the rate interval.",
         [
             (
-                f"sum by (job) (increase({m.JOB_RESTARTS}{{{JOB}}}[{RATE}]))",
-                "{{job}}",
+                f"sum by ({J}) (increase({m.JOB_RESTARTS}{{{JOB}}}[{RATE}]))",
+                f"{JL}",
             )
         ],
         width=8,
@@ -568,7 +570,7 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
                 _variable(
                     "job",
                     "Job",
-                    f'label_values({m.TRAIN_STEP}{{namespace=~"$namespace"}}, job_name)',
+                    f'label_values({m.TRAIN_STEP}{{namespace=~"$namespace"}}, {J})',
                 ),
             ]
         },

@@ -15,6 +15,11 @@ from typing import Final
 
 from dressage.api.figures import StepFigures, figure, figures_of, status_figures
 
+JOB_LABEL: Final = "dressage_job"
+"""The label naming the AsyncRLJob on every per-job series, with `namespace`: the operator's
+per-job series carry it, and the chart's PodMonitor copies the pods' `dressage.io/job` label
+into it. Prometheus' own `job` label (the scrape job) is left as Prometheus sets it."""
+
 # --- Job runtime (trainer + collector), exported by `dressage run` and the trainer pods: the
 # step's figures, named by their declaration.
 STALENESS_VERSION_SPAN_MEAN: Final = figure("version_span_mean").metric
@@ -105,7 +110,7 @@ PROXY_GENERATION_OVERHEAD: Final = "dressage_proxy_generation_overhead_seconds"
 (`meta_info.e2e_latency`): the proxy's own work and queueing, plus the network and the
 engine's HTTP intake, which the engine's figure leaves out."""
 
-# --- Operator, per job (labels `namespace`, `job`): the status figures under their
+# --- Operator, per job (labels `namespace`, `dressage_job`): the status figures under their
 # `Figure.job_metric`, and the job's own state.
 JOB_STALENESS_VERSION_SPAN_MEAN: Final = figure("version_span_mean").job_metric
 JOB_STALENESS_VERSION_SPAN_MAX: Final = figure("version_span_max").job_metric

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from dressage import metrics as names
 from dressage.api.status import AsyncRLJobStatus
 
-JOB_LABELS = ["namespace", "job"]
+JOB_LABELS = ["namespace", names.JOB_LABEL]
 
 
 def fleet_families(jobs: Mapping[tuple[str, str], AsyncRLJobStatus]) -> Iterator[Metric]:

@@ -1,6 +1,7 @@
 """The operator's own Prometheus metrics: per-job staleness and health, reconcile counters.
 
-Per-job series are labelled `namespace` and `job` and are produced by a collector from the
+Per-job series are labelled `namespace` and `dressage_job` (`dressage.metrics.JOB_LABEL`, which
+leaves Prometheus' own `job` label alone) and are produced by a collector from the
 latest status of each job, so a deleted job's series disappear with it and counters mirror the
 job's own cumulative counters exactly (no double counting across operator restarts). The
 status figures of the step declaration (`dressage.api.figures`) are exported under their
@@ -23,7 +24,7 @@ from dressage.api.job import AsyncRLJobSpec
 from dressage.api.status import AsyncRLJobStatus, JobPhase
 from dressage_operator.fleet_metrics import fleet_families
 
-JOB_LABELS = ["namespace", "job"]
+JOB_LABELS = ["namespace", names.JOB_LABEL]
 
 
 def version_span_limit(spec: AsyncRLJobSpec) -> int | None:

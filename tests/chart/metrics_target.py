@@ -5,7 +5,7 @@ It exports, through `prometheus_client` and with the names from `dressage.metric
   that move every tick the way a short async run's do (versions advance, groups complete, some
   are dropped, spans stay within the limit);
 - on `--operator-port`, what the operator exports (per-job series labelled `namespace` and
-  `job`, and its reconcile health).
+  `dressage_job`, and its reconcile health).
 
 Run: `python -m tests.chart.metrics_target --port 0 --operator-port 0 --seconds 60`; it prints
 one JSON line `{"port": ..., "operator_port": ...}` once both servers listen, then ticks until
@@ -113,7 +113,7 @@ class OperatorMetrics:
     """The operator's series for one job plus its reconcile health."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        job = ("namespace", "job")
+        job = ("namespace", m.JOB_LABEL)
         self.span_mean = Gauge(m.JOB_STALENESS_VERSION_SPAN_MEAN, "Mean.", job, registry=registry)
         self.span_max = Gauge(m.JOB_STALENESS_VERSION_SPAN_MAX, "Max.", job, registry=registry)
         self.span_min = Gauge(m.JOB_STALENESS_VERSION_SPAN_MIN, "Min.", job, registry=registry)

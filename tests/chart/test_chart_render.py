@@ -345,7 +345,7 @@ def test_monitoring_combination_renders_monitors_for_kube_prometheus_stack(
             for r in endpoint["relabelings"]
             if r["action"] == "replace"
         }
-        assert relabel["job_name"] == ["__meta_kubernetes_pod_label_dressage_io_job"]
+        assert relabel["dressage_job"] == ["__meta_kubernetes_pod_label_dressage_io_job"]
         assert relabel["component"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_component"]
 
     rule = one(objects, "PrometheusRule")
@@ -542,8 +542,8 @@ def test_pod_monitor_scrapes_the_operators_trainer_and_proxy_pods(tmp_path: Path
     serves /metrics), not the SGLang engines, and copies the operator's job label."""
     monitor = one(render(COMBINATIONS["monitoring"], tmp_path), "PodMonitor")
     for endpoint in monitor["spec"]["podMetricsEndpoints"]:
-        job_name = next(r for r in endpoint["relabelings"] if r.get("targetLabel") == "job_name")
-        assert job_name["sourceLabels"] == [_prometheus_label(naming.LABEL_JOB)]
+        job = next(r for r in endpoint["relabelings"] if r.get("targetLabel") == "dressage_job")
+        assert job["sourceLabels"] == [_prometheus_label(naming.LABEL_JOB)]
     job = load_job(ROOT / "examples" / "local-tiny.yaml")
     owner = children.Owner(name="tiny", namespace="ml", uid="uid-1")
     config = OperatorConfig()

@@ -63,7 +63,7 @@ def test_job_pod_queries_filter_by_namespace_and_job() -> None:
         if "dressage_operator_" in expr:
             continue  # operator health: one operator, no job
         assert 'namespace=~"$namespace"' in expr, title
-        assert ('job_name=~"$job"' in expr) or ('job=~"$job"' in expr), title
+        assert 'dressage_job=~"$job"' in expr, title
 
 
 def test_dashboard_covers_the_required_figures() -> None:
@@ -108,7 +108,7 @@ def test_dashboard_covers_the_required_figures() -> None:
     ]
     missing = [name for name in required if name not in used]
     assert missing == []
-    assert "sum by (job_name, reason) (rate(dressage_dropped_groups_total" in used
+    assert "sum by (dressage_job, reason) (rate(dressage_dropped_groups_total" in used
 
 
 def test_panels_do_not_overlap() -> None:

@@ -3,7 +3,7 @@
 Prometheus scrapes a stand-in process serving Dressage's metrics every second
 (`metrics_target.start_metrics_target`): the fast variant. `test_prometheus_real_run.py`
 scrapes a short real `dressage run` instead (slow). The job
-pods' target gets the labels the chart's PodMonitor adds (`namespace`, `pod`, `job_name`); the
+pods' target gets the labels the chart's PodMonitor adds (`namespace`, `pod`, `dressage_job`); the
 operator's target is scraped with honor_labels like the chart's ServiceMonitor. Then:
 - every panel query, variable selector and alert expression is accepted by the server's query
   API (a parse error is HTTP 400 `bad_data`);
@@ -50,7 +50,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
                     "labels": {
                         "namespace": JOB_NAMESPACE,
                         "pod": f"{JOB_NAME}-trainer-0",
-                        "job_name": JOB_NAME,
+                        m.JOB_LABEL: JOB_NAME,
                         "component": "trainer",
                     },
                 }
@@ -99,10 +99,8 @@ def test_staleness_panels_return_series_from_the_scraped_run(prometheus: Prometh
             f"{title}: {expr}", functools.partial(prometheus.series, expr), deadline
         )
         for series in result:
-            if "job_name" in series["metric"]:
-                assert series["metric"]["job_name"] == JOB_NAME, title
-            if "job" in series["metric"]:
-                assert series["metric"]["job"] == JOB_NAME, title
+            if m.JOB_LABEL in series["metric"]:
+                assert series["metric"][m.JOB_LABEL] == JOB_NAME, title
 
 
 def test_version_span_panel_reads_the_exported_figures(prometheus: Prometheus) -> None:
@@ -113,5 +111,5 @@ def test_version_span_panel_reads_the_exported_figures(prometheus: Prometheus) -
     result = wait_until(
         "version span min", lambda: prometheus.series(dash.substitute(expr)), deadline
     )
-    assert result[0]["metric"] == {"job_name": JOB_NAME}
+    assert result[0]["metric"] == {m.JOB_LABEL: JOB_NAME}
     assert float(result[0]["value"][1]) == 1.0

@@ -3,7 +3,7 @@
 A short local run of the tiny job (`examples/local-tiny.yaml`, partial async rollout with a
 preempt limit, small batches) serves the job's `/metrics` and its proxy serves its own; both
 are scraped every second with the labels the chart's PodMonitor gives trainer and proxy pods
-(`namespace`, `pod`, `job_name`, `component`). The operator's series come from the operator's
+(`namespace`, `pod`, `dressage_job`, `component`). The operator's series come from the operator's
 own code: its `parse_staleness` reads the run's `/metrics` (what its reconcile loop does on a
 cluster) into its `OperatorMetrics` registry, served here and scraped with honor_labels like
 the chart's ServiceMonitor. Every Staleness query must return series while the run trains,
@@ -120,7 +120,7 @@ def _job_target(address: str, pod: str, component: str) -> dict[str, Any]:
     labels = {
         "namespace": JOB_NAMESPACE,
         "pod": pod,
-        "job_name": JOB_NAME,
+        names.JOB_LABEL: JOB_NAME,
         "component": component,
     }
     return {"targets": [address], "labels": labels}
@@ -197,21 +197,20 @@ def test_staleness_panels_return_series_from_a_real_dressage_run(prometheus: Pro
             f"{title}: {expr}", functools.partial(prometheus.series, expr), deadline
         )
         for series in result:
-            assert series["metric"].get("job_name", JOB_NAME) == JOB_NAME, title
-            assert series["metric"].get("job", JOB_NAME) == JOB_NAME, title
+            assert series["metric"].get(names.JOB_LABEL, JOB_NAME) == JOB_NAME, title
 
 
 def test_operator_limit_and_run_figures_agree(prometheus: Prometheus) -> None:
     """The operator's version-span limit is the job's (maxPartialRolloutPreempts + 1), the
     run's max span stays within it, and its steps advance while it is scraped."""
     deadline = time.monotonic() + SERIES_DEADLINE_SECONDS
-    limit = 'dressage_job_staleness_max_version_span{job="tiny"}'
+    limit = 'dressage_job_staleness_max_version_span{dressage_job="tiny"}'
     (found,) = wait_until(limit, functools.partial(prometheus.series, limit), deadline)
     assert float(found["value"][1]) == 3.0
-    span = 'dressage_staleness_version_span_max{job_name="tiny"}'
+    span = 'dressage_staleness_version_span_max{dressage_job="tiny"}'
     (found,) = wait_until(span, functools.partial(prometheus.series, span), deadline)
     assert 1.0 <= float(found["value"][1]) <= 3.0
-    advancing = 'delta(dressage_train_step{job_name="tiny"}[1m]) > 0'
+    advancing = 'delta(dressage_train_step{dressage_job="tiny"}[1m]) > 0'
     wait_until(advancing, functools.partial(prometheus.series, advancing), deadline)
 
 
@@ -221,15 +220,16 @@ def test_version_lag_is_answered_for_the_run_and_by_the_operator(prometheus: Pro
     trainer here, so some step trains a batch at least one version behind it, while every
     trajectory spans one version."""
     deadline = time.monotonic() + SERIES_DEADLINE_SECONDS
-    for metric, label in (
-        (names.STALENESS_VERSION_LAG_MEAN, "job_name"),
-        (names.STALENESS_VERSION_LAG_TOKEN_MEAN, "job_name"),
-        (names.STALENESS_VERSION_LAG_MAX, "job_name"),
-        (names.STALENESS_ADMISSION_LAG_MAX, "job_name"),
-        (names.JOB_STALENESS_VERSION_LAG_MAX, "job"),
+    for metric in (
+        names.STALENESS_VERSION_LAG_MEAN,
+        names.STALENESS_VERSION_LAG_TOKEN_MEAN,
+        names.STALENESS_VERSION_LAG_MAX,
+        names.STALENESS_ADMISSION_LAG_MAX,
+        names.JOB_STALENESS_VERSION_LAG_MAX,
     ):
-        expr = f'{metric}{{{label}="{JOB_NAME}"}}'
+        expr = f'{metric}{{{names.JOB_LABEL}="{JOB_NAME}"}}'
         (found,) = wait_until(expr, functools.partial(prometheus.series, expr), deadline)
         assert float(found["value"][1]) >= 0.0, expr
-    behind = f'max_over_time({names.STALENESS_VERSION_LAG_MAX}{{job_name="{JOB_NAME}"}}[10m]) >= 1'
+    lag_max = f'{names.STALENESS_VERSION_LAG_MAX}{{{names.JOB_LABEL}="{JOB_NAME}"}}'
+    behind = f"max_over_time({lag_max}[10m]) >= 1"
     wait_until(behind, functools.partial(prometheus.series, behind), deadline)

@@ -132,7 +132,7 @@ def test_the_documented_promql_parses(tmp_path: Path) -> None:
     )
     template = adapter["externalRules"][0]["metricsQuery"]
     filled = template.replace("<<.GroupBy>>", "namespace").replace(
-        "<<.LabelMatchers>>", 'namespace="rl",job_name="train"'
+        "<<.LabelMatchers>>", 'namespace="rl",dressage_job="train"'
     )
     rules = [
         {"record": f"dressage:scaling_manifest:{i}", "expr": expr}

@@ -262,7 +262,7 @@ def test_the_autoscaler_adds_engines_while_the_trainer_waits_and_removes_them_wh
         status = status_of(c, name)
         assert (status["autoscaling"]["scaleDownCount"], status["restarts"]) == (2, 0)
         text = httpx.get(f"http://127.0.0.1:{operator_process.metrics_port}/metrics").text
-        labels = f'job="{name}",namespace="{c.namespace}"'
+        labels = f'dressage_job="{name}",namespace="{c.namespace}"'
         assert f'{names.JOB_ENGINE_SCALE_EVENTS}{{direction="up",{labels}}} 2.0' in text
         assert f'{names.JOB_ENGINE_SCALE_EVENTS}{{direction="down",{labels}}} 2.0' in text
     finally:

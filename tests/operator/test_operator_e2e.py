@@ -355,7 +355,7 @@ def test_staleness_reaches_status_and_operator_metrics(
     assert staleness["stalenessFailures"] == 2
     assert staleness["weightVersion"] == "12"
     text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics").text
-    labels = 'job="stale",namespace="e2e"'
+    labels = 'dressage_job="stale",namespace="e2e"'
     assert f"{names.JOB_STALENESS_VERSION_SPAN_MEAN}{{{labels}}} 1.25" in text
     assert f"{names.JOB_STALENESS_VERSION_SPAN_MAX}{{{labels}}} 3.0" in text
     assert f'{names.JOB_DROPPED_GROUPS}{{{labels},reason="stale_version"}} 7.0' in text

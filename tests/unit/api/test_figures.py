@@ -220,7 +220,7 @@ def test_a_figure_declared_in_one_line_reaches_every_consumer(tmp_path: Path) ->
     jobs.update("ml", "tiny", AsyncRLJobStatus.model_construct(staleness=staleness))
     samples = [s for family in jobs.collect() for s in family.samples]
     assert any(
-        s.name == widgets.job_metric and s.labels == {"namespace": "ml", "job": "tiny"}
+        s.name == widgets.job_metric and s.labels == {"namespace": "ml", "dressage_job": "tiny"}
         for s in samples
     )
     assert any(s.value == 3.0 for s in samples if s.name == widgets.job_metric)

@@ -27,15 +27,15 @@ def test_the_autoscalers_decisions_and_signals_are_exported_per_job() -> None:
     metrics.jobs.update("ns", "auto", autoscaled)
     metrics.jobs.update("ns", "fixed", AsyncRLJobStatus(inference=InferenceStatus(desired=2)))
     text = generate_latest(metrics.registry).decode()
-    auto = 'job="auto",namespace="ns"'
+    auto = 'dressage_job="auto",namespace="ns"'
     assert f'{names.JOB_ENGINE_SCALE_EVENTS}{{direction="up",{auto}}} 3.0' in text
     assert f'{names.JOB_ENGINE_SCALE_EVENTS}{{direction="down",{auto}}} 1.0' in text
     assert f"{names.JOB_AUTOSCALER_DESIRED_ENGINES}{{{auto}}} 4.0" in text
     assert f"{names.JOB_TRAINER_WAIT_FRACTION}{{{auto}}} 0.42" in text
     assert f"{names.JOB_ADMISSION_HELD_FRACTION}{{{auto}}} 0.0" in text
     assert f'{names.JOB_ENGINES}{{{auto},state="ready"}} 3.0' in text
-    fixed = 'job="fixed",namespace="ns"'
+    fixed = 'dressage_job="fixed",namespace="ns"'
     assert f'{names.JOB_ENGINES}{{{fixed},state="desired"}} 2.0' in text
     assert f"{names.JOB_AUTOSCALER_DESIRED_ENGINES}{{{fixed}}}" not in text
     metrics.jobs.remove("ns", "auto")
-    assert 'job="auto"' not in generate_latest(metrics.registry).decode()
+    assert 'dressage_job="auto"' not in generate_latest(metrics.registry).decode()

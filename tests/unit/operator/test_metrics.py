@@ -28,6 +28,6 @@ def test_version_span_limit_is_exported_per_job_only_when_set() -> None:
     metrics.jobs.update("ns", "job-b", status, version_span_limit(unlimited.spec))
     text = generate_latest(metrics.registry).decode()
     limit = names.JOB_MAX_VERSION_SPAN_LIMIT
-    assert f'{limit}{{job="job-a",namespace="ns"}} {preempts + 1:.1f}' in text
-    assert f'{limit}{{job="job-b"' not in text
+    assert f'{limit}{{dressage_job="job-a",namespace="ns"}} {preempts + 1:.1f}' in text
+    assert f'{limit}{{dressage_job="job-b"' not in text
     assert version_span_limit(unlimited.spec) is None

@@ -49,12 +49,12 @@ def test_parse_staleness_and_export_per_job() -> None:
     metrics = OperatorMetrics()
     metrics.jobs.update("ns", "job-a", plan.status)
     text = generate_latest(metrics.registry).decode()
-    assert f'{names.JOB_STALENESS_VERSION_SPAN_MAX}{{job="job-a",namespace="ns"}} 3.0' in text
     assert (
-        f'{names.JOB_DROPPED_GROUPS}{{job="job-a",namespace="ns",reason="stale_version"}} 4.0'
-        in text
+        f'{names.JOB_STALENESS_VERSION_SPAN_MAX}{{dressage_job="job-a",namespace="ns"}} 3.0' in text
     )
-    assert f'{names.JOB_STALENESS_FAILURES}{{job="job-a",namespace="ns"}} 2.0' in text
+    by_reason = 'dressage_job="job-a",namespace="ns",reason="stale_version"'
+    assert f"{names.JOB_DROPPED_GROUPS}{{{by_reason}}} 4.0" in text
+    assert f'{names.JOB_STALENESS_FAILURES}{{dressage_job="job-a",namespace="ns"}} 2.0' in text
     metrics.jobs.remove("ns", "job-a")
     assert "job-a" not in generate_latest(metrics.registry).decode()
 
@@ -78,5 +78,11 @@ def test_version_lag_reaches_the_status_and_the_per_job_metrics() -> None:
     metrics = OperatorMetrics()
     metrics.jobs.update("ns", "job-a", AsyncRLJobStatus(phase=JobPhase.RUNNING, staleness=s))
     exported = generate_latest(metrics.registry).decode()
-    assert f'{names.JOB_STALENESS_VERSION_LAG_MAX}{{job="job-a",namespace="ns"}} 2.0' in exported
-    assert f'{names.JOB_STALENESS_VERSION_LAG_MEAN}{{job="job-a",namespace="ns"}} 0.75' in exported
+    assert (
+        f'{names.JOB_STALENESS_VERSION_LAG_MAX}{{dressage_job="job-a",namespace="ns"}} 2.0'
+        in exported
+    )
+    assert (
+        f'{names.JOB_STALENESS_VERSION_LAG_MEAN}{{dressage_job="job-a",namespace="ns"}} 0.75'
+        in exported
+    )
