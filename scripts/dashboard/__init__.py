@@ -1,0 +1,1 @@
+"""The Grafana dashboard's rows, one module per concern (`scripts/build_dashboard.py`)."""
