@@ -2,9 +2,10 @@
 
 `StepFigures` is the declaration and the record at once: one field per figure, its kind, unit
 and description given where it is declared (`counter`, `gauge`, `by_reason`). The collector
-fills the rollout figures (`dressage.rollout.stats`), the trainer's step its own (the training
-loop, `dressage.orchestrator.loop`); every consumer iterates `figures_of(...)` and never lists
-a figure by hand:
+fills the rollout figures (`dressage.rollout.stats`), the trainer's step its own, the training
+loop (`dressage.orchestrator.loop`) its seconds, the version lag and the ratios of counters
+(`Figure.ratio`: tokens per second, generated per trained token); every consumer iterates
+`figures_of(...)` and never lists a figure by hand:
 
 - the step record, `history.jsonl` and `report.json` write each figure under `key`;
 - the job's `/metrics` (`dressage.orchestrator.metrics`) exports it as `metric`;
@@ -32,194 +33,37 @@ in `dressage.data.groups.TrainBatch`, the names in `dressage.metrics`, the opera
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Final, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from pydantic.alias_generators import to_camel
+from dressage.api.figure_model import (
+    Figure,
+    FigureKind,
+    FigureSource,
+    by_reason,
+    counter,
+    gauge,
+    read_declaration,
+)
 
-
-class FigureKind(StrEnum):
-    """How a figure adds up over steps, and so how Prometheus exports it."""
-
-    COUNTER = "counter"
-    """Counted while the step's batch was collected or trained; summed over steps."""
-    GAUGE = "gauge"
-    """A value of the step itself (a mean over the batch); the latest one is exported. A
-    labelled gauge (`Figure.label`) holds one value per label value, e.g. per reward part."""
-    BY_REASON = "by_reason"
-    """A counter per reason (Prometheus label `reason`); its total is the sum."""
-
-
-class FigureSource(StrEnum):
-    """Who fills a figure."""
-
-    ROLLOUT = "rollout"
-    """The collector, counting while it assembles the batch (`CollectorStats.totals`)."""
-    TRAINER = "trainer"
-    """The trainer's step: the value of `GRPOTrainer.train_step`'s figure under `key`, or of
-    the training loop's measure of the step against the trainer's version (the version lag)."""
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One declared figure, and every name it goes by."""
-
-    name: str
-    """The field of `StepFigures` (snake_case)."""
-    kind: FigureKind
-    unit: str
-    """What one counts or measures, e.g. `groups`, `seconds`, `versions`, `nats`."""
-    description: str
-    source: FigureSource
-    value_type: type
-    """`int` or `float` (the field's type, None aside for gauges)."""
-    namespace: str | None = None
-    """Prefix of the record key (`staleness` in `staleness/version_span_mean`)."""
-    label: str | None = None
-    """A labelled gauge: the Prometheus label its values go by (`part` for the reward's named
-    parts); its value is a dict from label value to number (None while not measured)."""
-    metric_stem: str | None = None
-    """The Prometheus name without `dressage_` and `_total` when it is not the key's."""
-    status: bool = False
-    """Shown in the job's `status.staleness` and exported per job by the operator."""
-    line: tuple[str, str] | None = None
-    """Label and format spec of the figure in the step line (None: not shown)."""
-    reasons: tuple[str, ...] = ()
-    """By-reason figures: reasons exported at 0 before they first occur, so dashboards see
-    the series from the start."""
-
-    @property
-    def key(self) -> str:
-        """The figure's key in the step record, `history.jsonl` and `report.json`."""
-        return f"{self.namespace}/{self.name}" if self.namespace else self.name
-
-    @property
-    def counted(self) -> bool:
-        """Whether the figure adds up over steps (a counter, or a counter per reason)."""
-        return self.kind is not FigureKind.GAUGE
-
-    @property
-    def _stem(self) -> str:
-        return self.metric_stem or self.key.replace("/", "_")
-
-    @property
-    def _suffix(self) -> str:
-        return "_total" if self.counted else ""
-
-    @property
-    def metric(self) -> str:
-        """The Prometheus name on the job's `/metrics` (Prometheus names have no `/`)."""
-        return f"dressage_{self._stem}{self._suffix}"
-
-    @property
-    def job_metric(self) -> str:
-        """The operator's per-job Prometheus name (labels `namespace`, `job`)."""
-        return f"dressage_job_{self._stem}{self._suffix}"
-
-    @property
-    def status_key(self) -> str:
-        """The key in `status.staleness` (a by-reason figure: its total)."""
-        return to_camel(self.name)
-
-    @property
-    def by_reason_name(self) -> str:
-        """The status attribute holding a by-reason figure's counts per reason."""
-        return f"{self.name}_by_reason"
-
-    @property
-    def help(self) -> str:
-        """The figure's Prometheus help text: description and unit."""
-        per = ", by reason" if self.kind is FigureKind.BY_REASON else ""
-        if self.label is not None:
-            per = f", by {self.label}"
-        return f"{self.description}{per} ({self.unit})"
-
-    def record_value(self, value: Any) -> Any:
-        """`value` as written to the step record: a plain dict per reason, seconds to the
-        millisecond."""
-        if self.kind is FigureKind.BY_REASON or self.label is not None:
-            return dict(value)
-        if self.unit == "seconds" and isinstance(value, float):
-            return round(value, 3)
-        return value
-
-
-_FIGURE: Final = "dressage.figure"
-"""The field-metadata key holding a figure's declaration."""
-
-
-def _declare(kind: FigureKind, unit: str, description: str, **options: Any) -> dict[str, Any]:
-    return {_FIGURE: {"kind": kind, "unit": unit, "description": description, **options}}
-
-
-def counter(
-    unit: str,
-    description: str,
-    *,
-    source: FigureSource = FigureSource.ROLLOUT,
-    status: bool = False,
-    metric: str | None = None,
-    line: tuple[str, str] | None = None,
-    float_valued: bool = False,
-) -> Any:
-    """Declare a counter field (`int`, or `float` with `float_valued`), 0 by default."""
-    options = {"source": source, "status": status, "metric_stem": metric, "line": line}
-    default: int | float = 0.0 if float_valued else 0
-    return field(
-        default=default, metadata=_declare(FigureKind.COUNTER, unit, description, **options)
-    )
-
-
-def gauge(
-    unit: str,
-    description: str,
-    *,
-    source: FigureSource = FigureSource.TRAINER,
-    status: bool = False,
-    namespace: str | None = None,
-    metric: str | None = None,
-    line: tuple[str, str] | None = None,
-    label: str | None = None,
-) -> Any:
-    """Declare a gauge field (`float | None`, None while not measured); with `label`, a
-    labelled gauge (`dict[str, float] | None`, one value per label value)."""
-    options = {
-        "source": source,
-        "status": status,
-        "namespace": namespace,
-        "metric_stem": metric,
-        "line": line,
-        "label": label,
-    }
-    return field(default=None, metadata=_declare(FigureKind.GAUGE, unit, description, **options))
-
-
-def by_reason(
-    unit: str,
-    description: str,
-    *,
-    status: bool = False,
-    metric: str | None = None,
-    line: tuple[str, str] | None = None,
-    reasons: tuple[str, ...] = (),
-) -> Any:
-    """Declare a counter per reason (`Counter[str]`, filled by the collector)."""
-    options = {
-        "source": FigureSource.ROLLOUT,
-        "status": status,
-        "metric_stem": metric,
-        "line": line,
-        "reasons": reasons,
-    }
-    return field(
-        default_factory=Counter,
-        metadata=_declare(FigureKind.BY_REASON, unit, description, **options),
-    )
-
+__all__ = [
+    "Figure",
+    "FigureKind",
+    "FigureSource",
+    "StepFigures",
+    "by_reason",
+    "counter",
+    "figure",
+    "figures_of",
+    "gauge",
+    "line_parts",
+    "ratios",
+    "status_figures",
+    "totals",
+    "trainer_keys",
+]
 
 F = TypeVar("F", bound="StepFigures")
 
@@ -330,6 +174,7 @@ class StepFigures:
         "Mean version lag of the batch's samples: the trainer's version at the step minus the "
         "sample's trajectory version, in observed-version order (`dressage.rollout.lag`); "
         "samples of unknown version left out",
+        source=FigureSource.LOOP,
         namespace="staleness",
         status=True,
         line=("lag", ".2f"),
@@ -337,6 +182,7 @@ class StepFigures:
     version_lag_max: float | None = gauge(
         "versions",
         "Largest version lag of a sample of the batch",
+        source=FigureSource.LOOP,
         namespace="staleness",
         status=True,
         line=("lag_max", "d"),
@@ -344,6 +190,7 @@ class StepFigures:
     version_lag_token_mean: float | None = gauge(
         "versions",
         "Mean version lag of the batch's trainable tokens (each sample's lag weighted by them)",
+        source=FigureSource.LOOP,
         namespace="staleness",
         status=True,
     )
@@ -351,7 +198,7 @@ class StepFigures:
         "samples",
         "Trained samples without a version lag: no real trajectory version, or one the "
         "trainer's version order does not hold",
-        source=FigureSource.TRAINER,
+        source=FigureSource.LOOP,
         metric="staleness_version_lag_unknown_samples",
     )
     admission_lag_mean: float | None = gauge(
@@ -427,6 +274,74 @@ class StepFigures:
         source=FigureSource.TRAINER,
         metric="trained_drained_samples",
     )
+    # --- the step's tokens and time (the time measured by the training loop) -------------
+    trained_tokens: int = counter(
+        "tokens",
+        "Response tokens trained on: the samples' trainable tokens (loss mask 1) after the "
+        "trainer's own masking",
+        source=FigureSource.TRAINER,
+    )
+    generated_tokens: int = counter(
+        "tokens",
+        "Response tokens the engines generated (loss mask 1) in the prompt groups completed "
+        "since the previous batch, whether trained or dropped after (a staleness verdict); "
+        "attempts that failed before completing their group are not counted",
+    )
+    step_seconds: float = counter(
+        "seconds",
+        "Wall seconds of the trainer's steps: waiting for the batch, training, publishing",
+        source=FigureSource.LOOP,
+        metric="trainer_step_seconds",
+        float_valued=True,
+    )
+    rollout_seconds: float = counter(
+        "seconds",
+        "Of the step's seconds, those trainer rank 0 waited for its batch",
+        source=FigureSource.LOOP,
+        metric="trainer_batch_wait_seconds",
+        float_valued=True,
+    )
+    train_seconds: float = counter(
+        "seconds",
+        "Of the step's seconds, those the optimizer step and its checkpoint's commit took",
+        source=FigureSource.LOOP,
+        metric="trainer_train_seconds",
+        float_valued=True,
+    )
+    publish_seconds: float = counter(
+        "seconds",
+        "Of the step's seconds, those publishing its weights to the engines (weight sync)",
+        source=FigureSource.LOOP,
+        metric="trainer_publish_seconds",
+        float_valued=True,
+    )
+    loss: float | None = gauge("loss", "The step's policy loss", metric="train_loss")
+    grad_norm: float | None = gauge(
+        "norm", "Gradient norm of the step, before clipping", metric="train_grad_norm"
+    )
+    trained_tokens_per_second: float | None = gauge(
+        "tokens per second",
+        "Trained tokens per wall second of the step (`trained_tokens` / `step_seconds`)",
+        source=FigureSource.LOOP,
+        ratio=("trained_tokens", "step_seconds"),
+        line=("tok/s", ".0f"),
+    )
+    generated_tokens_per_trained_token: float | None = gauge(
+        "tokens per token",
+        "Engine tokens generated per token trained (`generated_tokens` / `trained_tokens`): "
+        "1 when every generated token is trained, above it by what drops and masking waste",
+        source=FigureSource.LOOP,
+        ratio=("generated_tokens", "trained_tokens"),
+    )
+    batch_wait_fraction: float | None = gauge(
+        "fraction",
+        "Fraction of the step the trainer waited for its batch (`rollout_seconds` / "
+        "`step_seconds`): near 1, the trainer is starved of batches",
+        metric="trainer_batch_wait_fraction",
+        source=FigureSource.LOOP,
+        ratio=("rollout_seconds", "step_seconds"),
+        line=("wait", ".2f"),
+    )
 
     def since(self: F, before: StepFigures) -> F:
         """What was counted since `before` (an earlier copy of the same running totals);
@@ -469,14 +384,35 @@ class StepFigures:
         return dataclasses.replace(self, **counts)
 
     def with_trainer_figures(self: F, values: Mapping[str, float]) -> F:
-        """This record with the trainer's figures taken from `values` (keyed by `key`; a
-        figure the step did not report keeps its value)."""
+        """This record with the trainer's and the training loop's figures taken from `values`
+        (keyed by `key`; a figure the step did not report keeps its value)."""
         taken = {
             f.name: f.value_type(values[f.key])
             for f in figures_of(type(self))
-            if f.source is FigureSource.TRAINER and f.key in values
+            if f.source in (FigureSource.TRAINER, FigureSource.LOOP) and f.key in values
         }
         return dataclasses.replace(self, **taken)
+
+    def timed(self: F, rollout_seconds: float, train_seconds: float, publish_seconds: float) -> F:
+        """This record with the step's seconds (its batch wait, training and publish, and
+        their sum) and its ratios (`with_ratios`) taken from them."""
+        return dataclasses.replace(
+            self,
+            step_seconds=rollout_seconds + train_seconds + publish_seconds,
+            rollout_seconds=rollout_seconds,
+            train_seconds=train_seconds,
+            publish_seconds=publish_seconds,
+        ).with_ratios()
+
+    def with_ratios(self: F) -> F:
+        """This record with every ratio figure computed from its own counters (None where
+        the denominator is 0)."""
+        declared = figures_of(type(self))
+        counts = {f.name: getattr(self, f.name) for f in declared if f.kind is FigureKind.COUNTER}
+        values: dict[str, Any] = {
+            f.name: f.ratio_of(counts) for f in declared if f.ratio is not None
+        }
+        return dataclasses.replace(self, **values)
 
     def record(self) -> dict[str, Any]:
         """Every figure under its `key`, as the step record writes it (unmeasured gauges
@@ -501,27 +437,8 @@ def figures_of(declaration: type[StepFigures] = StepFigures) -> tuple[Figure, ..
     """The figures `declaration` declares, in declaration order."""
     known = _DECLARED.get(declaration)
     if known is None:
-        known = _DECLARED[declaration] = _read(declaration)
+        known = _DECLARED[declaration] = read_declaration(declaration)
     return known
-
-
-def _read(declaration: type[StepFigures]) -> tuple[Figure, ...]:
-    hints = typing.get_type_hints(declaration)
-    out = []
-    for f in dataclasses.fields(declaration):
-        spec = f.metadata.get(_FIGURE)
-        if spec is None:
-            raise TypeError(f"{declaration.__name__}.{f.name} is not declared as a figure")
-        value_type = (
-            float
-            if spec.get("label")
-            else next(
-                (t for t in (int, float) if t in (hints[f.name], *typing.get_args(hints[f.name]))),
-                int,
-            )
-        )
-        out.append(Figure(name=f.name, value_type=value_type, **spec))
-    return tuple(out)
 
 
 def figure(name: str, declaration: type[StepFigures] = StepFigures) -> Figure:
@@ -560,6 +477,14 @@ def totals(
             else:
                 sums[f.key] += f.value_type(record[f.key])
     return {f.key: f.record_value(sums[f.key]) for f in counted}
+
+
+def ratios(
+    sums: Mapping[str, Any], declaration: type[StepFigures] = StepFigures
+) -> dict[str, float | None]:
+    """Every ratio figure over a run, from its counters' sums (`totals`' answer): the run's
+    trained tokens per second, not the mean of its steps'."""
+    return {f.key: f.ratio_of(sums) for f in figures_of(declaration) if f.ratio is not None}
 
 
 def line_parts(figures: StepFigures) -> list[str]:

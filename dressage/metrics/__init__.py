@@ -68,11 +68,26 @@ WEIGHT_VERSION: Final = "dressage_weight_version"
 WEIGHT_VERSION_INFO: Final = "dressage_weight_version_info"
 ROUTING_AGREEMENT: Final = figure("routing_agreement").metric
 ROUTED_TOKEN_FRACTION: Final = figure("routed_token_fraction").metric
-TRAINER_STEP_SECONDS: Final = "dressage_trainer_step_seconds_total"
+TRAINER_STEP_SECONDS: Final = figure("step_seconds").metric
 """Counter: wall seconds of the trainer's completed steps (waiting for the batch, training,
 publishing); the engines' autoscaler divides the counter below and the admission wait by it."""
-TRAINER_BATCH_WAIT_SECONDS: Final = "dressage_trainer_batch_wait_seconds_total"
+TRAINER_BATCH_WAIT_SECONDS: Final = figure("rollout_seconds").metric
 """Counter: of those, the seconds trainer rank 0 waited for its next batch."""
+TRAINER_TRAIN_SECONDS: Final = figure("train_seconds").metric
+TRAINER_PUBLISH_SECONDS: Final = figure("publish_seconds").metric
+"""Counter: of those, the seconds publishing the new weights to the engines (weight sync)."""
+TRAINER_BATCH_WAIT_FRACTION: Final = figure("batch_wait_fraction").metric
+"""Gauge: the latest step's batch wait over its wall seconds; over a window, the rate of
+`TRAINER_BATCH_WAIT_SECONDS` over that of `TRAINER_STEP_SECONDS`."""
+TRAIN_LOSS: Final = figure("loss").metric
+TRAIN_GRAD_NORM: Final = figure("grad_norm").metric
+TRAINED_TOKENS: Final = figure("trained_tokens").metric
+GENERATED_TOKENS: Final = figure("generated_tokens").metric
+"""Counter: engine tokens of the completed prompt groups, trained or dropped."""
+TRAINED_TOKENS_PER_SECOND: Final = figure("trained_tokens_per_second").metric
+GENERATED_TOKENS_PER_TRAINED_TOKEN: Final = figure("generated_tokens_per_trained_token").metric
+"""Gauge: the latest step's waste; over a window, the rate of `GENERATED_TOKENS` over that of
+`TRAINED_TOKENS`."""
 
 # --- Proxy.
 PROXY_REQUESTS: Final = "dressage_proxy_requests_total"

@@ -31,24 +31,28 @@ class StepRecord:
     step: int
     version: str
     figures: StepFigures = field(default_factory=StepFigures)
-    """The step's declared figures: what the collector counted, what the trainer measured."""
+    """The step's declared figures: what the collector counted, what the trainer measured,
+    and the step's seconds below with the ratios taken from them (`StepFigures.timed`)."""
     extras: dict[str, float] = field(default_factory=dict)
-    """The trainer's figures the declaration leaves out (`loss`, `grad_norm`,
-    `trained_tokens`): in the history, not exported."""
+    """The trainer's figures the declaration leaves out (the span distribution): in the
+    history, not exported."""
     rollout_seconds: float = 0.0
     train_seconds: float = 0.0
     publish_seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        # The seconds are the loop's measures; the figures carry them (and what is derived
+        # from them) to every consumer, also after `replace` changed one.
+        timed = self.figures.timed(self.rollout_seconds, self.train_seconds, self.publish_seconds)
+        object.__setattr__(self, "figures", timed)
+
+    @property
+    def seconds(self) -> float:
+        """The step's wall seconds: waiting for the batch, training, publishing."""
+        return self.rollout_seconds + self.train_seconds + self.publish_seconds
+
     def to_dict(self) -> dict[str, object]:
-        return {
-            "step": self.step,
-            "version": self.version,
-            **self.figures.record(),
-            **self.extras,
-            "rollout_seconds": round(self.rollout_seconds, 3),
-            "train_seconds": round(self.train_seconds, 3),
-            "publish_seconds": round(self.publish_seconds, 3),
-        }
+        return {"step": self.step, "version": self.version, **self.figures.record(), **self.extras}
 
 
 StepSink = Callable[[StepRecord], None]

@@ -3,11 +3,12 @@
 One series per declared step figure (`dressage.api.figures.StepFigures`), under its derived
 name (`staleness/version_span_mean` as `dressage_staleness_version_span_mean`, a counter with
 `_total`, a by-reason counter labelled `reason`, a labelled gauge by its label, such as
-`dressage_reward_part{part="correct"}`), plus the training step, the weight version, the
-steps' wall and batch-wait seconds (the engines' autoscaler reads them) and the dataset's
-skipped rows by reason (`dressage_dataset_bad_rows`, set once when the task is built). Each
-run has its own registry (no process-wide globals), so tests can run several in
-one process.
+`dressage_reward_part{part="correct"}`), the step's seconds among them (the engines'
+autoscaler reads the steps' wall and batch-wait seconds, `dressage_trainer_step_seconds_total`
+and `dressage_trainer_batch_wait_seconds_total`), plus the training step, the weight version
+and the dataset's skipped rows by reason (`dressage_dataset_bad_rows`, set once when the task
+is built). Each run has its own registry (no process-wide globals), so tests can run several
+in one process.
 """
 
 from __future__ import annotations
@@ -46,18 +47,6 @@ class RunMetrics:
             names.WEIGHT_VERSION_INFO,
             "1 for the label of the latest published weight version",
             ["version"],
-            registry=self.registry,
-        )
-        # The engines' autoscaler reads these two (dressage_operator.fleet_signals): the
-        # step's wall seconds and the wait for its batch are the loop's, not figures of it.
-        self.step_seconds = Counter(
-            names.TRAINER_STEP_SECONDS.removesuffix("_total"),
-            "Wall seconds of completed steps: waiting for the batch, training, publishing",
-            registry=self.registry,
-        )
-        self.batch_wait = Counter(
-            names.TRAINER_BATCH_WAIT_SECONDS.removesuffix("_total"),
-            "Seconds the trainer waited for its next batch",
             registry=self.registry,
         )
         self.dataset_bad_rows = Gauge(
@@ -104,10 +93,6 @@ class RunMetrics:
                     self._counters[figure.name].labels(reason=reason).inc(count)
         self.step.set(record.step)
         self.set_version(version_ordinal, record.version)
-        self.batch_wait.inc(record.rollout_seconds)
-        self.step_seconds.inc(
-            record.rollout_seconds + record.train_seconds + record.publish_seconds
-        )
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve `/metrics` on `port` (0 picks a free one); returns the bound port."""

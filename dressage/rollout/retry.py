@@ -131,7 +131,7 @@ class GroupAttempts:
                 log.exception("prompt group %d failed (attempt %d)", index, attempt)
                 self._failed(ROLLOUT_ERROR, failed, staleness=False)
             else:
-                self.stats.groups_completed += 1
+                self.stats.completed(group)
                 self._dropped_in_a_row = 0
                 self._recent.clear()
                 self._recent_faults.clear()

@@ -53,6 +53,12 @@ class CollectorStats:
         failures = self.totals.staleness_failures
         return failures / self.groups_started if self.groups_started else 0.0
 
+    def completed(self, group: Group) -> None:
+        """Count a prompt group whose rollout completed, and the tokens its engines generated
+        for it (`generated_tokens`), before anything decides whether it is trained."""
+        self.groups_completed += 1
+        self.totals.generated_tokens += sum(sum(s.loss_mask) for s in group.samples)
+
     def snapshot(self) -> CollectorStats:
         return replace(self, totals=self.totals.copy())
 

@@ -5,7 +5,7 @@ resumed run first truncates it to the checkpoint's step, so the report never sho
 twice, and restores the checkpoint's own record of that step when a kill came between the
 checkpoint and the line (`resume`). `write_report` turns it into `report.json` (summary +
 every step) and PNG plots. The summary totals every counted figure of the step declaration
-(`dressage.api.figures`) under its record key.
+(`dressage.api.figures`) under its record key, and gives each ratio figure over those totals.
 
 `run_summary` is what `dressage run` prints at the end: the failures of the whole run by reason
 (failed attempts, failed groups, groups dropped other than at shutdown, samples trained
@@ -25,7 +25,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, totals
+from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, ratios, totals
 from dressage.rollout.collector import SHUTDOWN
 
 _FAILED_ATTEMPTS = figure("failed_attempts").key
@@ -52,6 +52,10 @@ PLOTS: dict[str, tuple[tuple[str, ...], str]] = {
     "version_lag.png": (
         (_LAG_MEAN, _LAG_MAX, figure("version_lag_token_mean").key),
         "version lag (versions behind the trainer)",
+    ),
+    "step_seconds.png": (
+        tuple(figure(name).key for name in ("rollout_seconds", "train_seconds", "publish_seconds")),
+        "seconds of each step: waiting for the batch, training, publishing",
     ),
 }
 """Each plot's file, the step-record keys it draws (a 10-step mean of a lone one) and title."""
@@ -104,10 +108,13 @@ def summarize(
     window: int = 10,
     declaration: type[StepFigures] = StepFigures,
 ) -> dict[str, Any]:
-    """Headline figures: reward over the first and last `window` steps, versions, and every
-    counted figure of the declaration summed over the run (drops and failures by reason)."""
+    """Headline figures: reward over the first and last `window` steps, versions, every
+    counted figure of the declaration summed over the run (drops and failures by reason), and
+    every ratio figure of those sums (the run's trained tokens per second, its generated
+    tokens per trained token, the fraction of its steps' time spent waiting for batches)."""
     rewards = [float(s[_REWARD]) for s in steps if _REWARD in s]
     w = min(window, len(rewards)) or 1
+    sums = totals(steps, declaration)
     return {
         "steps": len(steps),
         "first_version": steps[0]["version"] if steps else None,
@@ -115,7 +122,8 @@ def summarize(
         "reward_first": fmean(rewards[:w]) if rewards else None,
         "reward_last": fmean(rewards[-w:]) if rewards else None,
         "reward_window": w,
-        **totals(steps, declaration),
+        **sums,
+        **ratios(sums, declaration),
         **lag_summary(steps),
         "step_seconds_mean": fmean(
             float(s.get("rollout_seconds", 0))

@@ -129,12 +129,12 @@ def test_a_batch_carries_what_was_counted_since_the_previous_one(
 
 def test_trainer_figures_are_taken_by_key_and_nothing_else() -> None:
     taken = StepFigures(retries=2).with_trainer_figures(
-        {"reward": 0.5, "staleness/version_span_max": 2.0, "groups": 3.0, "loss": 1.0}
+        {"reward": 0.5, "staleness/version_span_max": 2.0, "groups": 3.0, "undeclared": 1.0}
     )
     assert (taken.reward, taken.version_span_max, taken.groups, taken.retries) == (0.5, 2.0, 3, 2)
     assert isinstance(taken.groups, int)
     record = taken.record()
-    assert "loss" not in record
+    assert "undeclared" not in record
     assert "staleness/version_span_mean" not in record  # not measured: left out
     assert record["staleness/version_span_max"] == 2.0
     assert {f.key for f in figures_of() if f.source is FigureSource.TRAINER} == trainer_keys()
@@ -149,11 +149,11 @@ def test_the_drained_token_counts_are_declared_trainer_figures_under_their_recor
     from dressage.orchestrator.loop import StepRecord
     from dressage.orchestrator.metrics import RunMetrics
 
-    measured = {DRAINED_TOKENS: 7.0, DRAINED_SAMPLES: 2.0, "loss": 0.1}
+    measured = {DRAINED_TOKENS: 7.0, DRAINED_SAMPLES: 2.0, "undeclared": 0.1}
     assert (DRAINED_TOKENS, DRAINED_SAMPLES) == ("drained_tokens", "drained_samples")
     assert {DRAINED_TOKENS, DRAINED_SAMPLES} <= trainer_keys()
     figures = StepFigures().with_trainer_figures(measured)
-    record = StepRecord(step=1, version="v1", figures=figures, extras={"loss": 0.1}).to_dict()
+    record = StepRecord(step=1, version="v1", figures=figures, extras={"undeclared": 0.1}).to_dict()
     assert (record["drained_tokens"], record["drained_samples"]) == (7, 2)
     run = RunMetrics("j")
     run.observe(StepRecord(step=1, version="v1", figures=figures), version_ordinal=1)
