@@ -166,6 +166,11 @@ def test_tiny_job_runs_end_to_end_serving_metrics_and_advancing_versions(
         names.WEIGHT_VERSION,
         names.STALENESS_FAILURES,
         names.ROLLOUT_GROUPS_COMPLETED,
+        names.TRAINED_TOKENS,
+        names.GENERATED_TOKENS,
+        names.TRAINER_PUBLISH_SECONDS,
+        names.TRAIN_LOSS,
+        names.TRAIN_GRAD_NORM,
     ):
         assert name in figures, f"{name} missing from /metrics"
     assert figures[names.STALENESS_VERSION_SPAN_MAX] == 1.0
@@ -184,6 +189,14 @@ def test_tiny_job_runs_end_to_end_serving_metrics_and_advancing_versions(
     assert all("  lag 0.00  lag_max 0  " in line for line in steps), steps
     assert {s["staleness/version_lag_max"] for s in report["steps"]} == {0.0}
     assert report["summary"]["version_lag_unknown_samples"] == 0
+    # Sync rollout trains every token its groups generated, nothing else: no waste.
+    assert {s["generated_tokens_per_trained_token"] for s in report["steps"]} == {1.0}
+    summary = report["summary"]
+    assert summary["generated_tokens"] == summary["trained_tokens"] > 0
+    assert summary["trained_tokens_per_second"] == pytest.approx(
+        summary["trained_tokens"] / summary["step_seconds"]
+    )
+    assert all("  tok/s " in line and "  wait " in line for line in steps), steps
     _wait_refused(engine)  # the engine was stopped with the run
 
 
