@@ -41,6 +41,43 @@ def add(d: Layout) -> None:
         ],
         unit="ops",
     )
+    per_step = f" / {rate(m.TRAIN_STEP, POD, J)}"
+    d.timeseries(
+        "Step time: batch wait, training, weight sync",
+        "Mean seconds per step over the interval: waiting for the batch, the optimizer step "
+        "with its checkpoint's commit, and publishing the weights to the engines.",
+        [
+            (rate(m.TRAINER_BATCH_WAIT_SECONDS, POD, J) + per_step, f"{JL} batch wait"),
+            (rate(m.TRAINER_TRAIN_SECONDS, POD, J) + per_step, f"{JL} training"),
+            (rate(m.TRAINER_PUBLISH_SECONDS, POD, J) + per_step, f"{JL} weight sync"),
+        ],
+        unit="s",
+        width=8,
+    )
+    d.timeseries(
+        "Trained and generated tokens / s",
+        "Tokens trained, and tokens the engines generated for completed prompt groups (trained "
+        "or dropped); the gap is what drops and masking waste.",
+        [
+            (rate(m.TRAINED_TOKENS, POD, J), f"{JL} trained"),
+            (rate(m.GENERATED_TOKENS, POD, J), f"{JL} generated"),
+        ],
+        width=8,
+    )
+    d.timeseries(
+        "Trainer waiting for batches",
+        "Fraction of the trainer's step time spent waiting for its next batch over the "
+        "interval: near 1, rollout cannot keep the trainer busy.",
+        [
+            (
+                f"{rate(m.TRAINER_BATCH_WAIT_SECONDS, POD, J)}"
+                f" / {rate(m.TRAINER_STEP_SECONDS, POD, J)}",
+                f"{JL}",
+            )
+        ],
+        unit="percentunit",
+        width=8,
+    )
 
     d.row("Off-policy correction and admission")
     d.timeseries(

@@ -33,6 +33,7 @@ from dressage import metrics as names
 from dressage.api import load_job
 from dressage.api.status import AsyncRLJobStatus, JobPhase
 from dressage.testing import stop_process
+from tests.chart import dashboard as dash
 from tests.chart.prometheus import Prometheus, prometheus_server, staleness_queries, wait_until
 from tests.chart.tools import ROOT, require_tool
 
@@ -271,3 +272,25 @@ def test_every_step_figure_is_answered_for_the_run(prometheus: Prometheus) -> No
         f" / increase({names.TRAIN_STEP}{job}[1m]) > 0",
     ):
         wait_until(expr, functools.partial(prometheus.series, expr), deadline)
+
+
+STEP_PANELS = (
+    "Step time: batch wait, training, weight sync",
+    "Trained and generated tokens / s",
+    "Trainer waiting for batches",
+)
+
+
+def test_the_step_time_and_token_panels_return_series(prometheus: Prometheus) -> None:
+    """Every query of the Training row's step time, tokens and batch-wait panels answers for
+    the run, as Grafana sends it."""
+    panels = {p["title"]: p for p in dash.load()["panels"] if p["title"] in STEP_PANELS}
+    assert sorted(panels) == sorted(STEP_PANELS)
+    deadline = time.monotonic() + SERIES_DEADLINE_SECONDS
+    for title, panel in panels.items():
+        for target in panel["targets"]:
+            expr = dash.substitute(target["expr"])
+            result = wait_until(
+                f"{title}: {expr}", functools.partial(prometheus.series, expr), deadline
+            )
+            assert {s["metric"].get(names.JOB_LABEL) for s in result} == {JOB_NAME}, title
