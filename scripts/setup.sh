@@ -18,7 +18,7 @@ if ! { [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; }; then
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   # The CPU build of torch: laptops and CI have no GPU. Images install the CUDA build instead.
   pip_install "torch==2.13.0"
-  pip_install -e ".[train,operator,dev]"
+  pip_install -e ".[train,operator,tracking,dev]"
   # No SGLang in the main venv: nothing outside tests/contract may import it (the import
   # contract in pyproject.toml), and each release of the matrix lives in its own directory.
   # A venv made before the matrix had one installed here; it goes.

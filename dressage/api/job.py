@@ -9,9 +9,9 @@ volumes, pod overrides), `dressage.api.reserved` (the env vars, engine flags and
 the operator owns in a job's pods), `dressage.api.rl` (model, task, staleness, rollout,
 training), `dressage.api.roles` (trainer, engines, proxy, storage, code, restarts),
 `dressage.api.autoscaling` (the engines' autoscaler), `dressage.api.scheduling` (queue and
-priority on a shared cluster) and `dressage.api.bounds` (static maxima). This module holds the
-job itself and re-exports every name of those modules, so `from dressage.api.job import ...`
-keeps working.
+priority on a shared cluster), `dressage.api.tracking` (experiment trackers) and
+`dressage.api.bounds` (static maxima). This module holds the job itself and re-exports every
+name of those modules, so `from dressage.api.job import ...` keeps working.
 """
 
 from __future__ import annotations
@@ -95,6 +95,7 @@ from dressage.api.sglang import (
     has_deterministic_inference,
     has_routed_experts,
 )
+from dressage.api.tracking import MlflowSpec, TensorBoardSpec, TrackingSpec, WandbSpec
 
 API_GROUP = "dressage.io"
 API_VERSION = "v1alpha1"
@@ -132,6 +133,9 @@ class AsyncRLJobSpec(ApiModel):
     """Restart policy."""
     local: LocalSpec = Field(default_factory=LocalSpec)
     """Local-run settings (ignored by the operator)."""
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    """Experiment trackers (TensorBoard, Weights & Biases, MLflow) the trainer logs the run
+    to: every step's figures, the manifest, the report's plots."""
     suspend: bool = False
     """Suspend the job: its pods are deleted, the job and its progress are kept."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
@@ -263,6 +267,7 @@ __all__ = [
     "ImageRef",
     "InferenceSpec",
     "LocalSpec",
+    "MlflowSpec",
     "ModelSpec",
     "ObjectMeta",
     "OffPolicyCorrectionMode",
@@ -288,8 +293,11 @@ __all__ = [
     "StorageSpec",
     "TaskName",
     "TaskSpec",
+    "TensorBoardSpec",
+    "TrackingSpec",
     "TrainerSpec",
     "TrainingSpec",
     "Volume",
+    "WandbSpec",
     "WarmStartSpec",
 ]

@@ -210,6 +210,7 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
     from dressage.orchestrator.loop import StepRecord
     from dressage.orchestrator.metrics import RunMetrics
     from dressage.orchestrator.pipeline import Endpoints, run_pipeline, weight_sync_wiring
+    from dressage.tracking import RunContext, Trackers, TrackingError
     from dressage.trainer.checkpoint import RunDir
     from dressage.trainer.distributed import (
         barrier,
@@ -248,6 +249,13 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
             return 0
         state = session.state
         print(f"rank 0/{env.world_size}: step {state.step}, version {state.version}", flush=True)
+        try:  # rank 0 logs the run to `spec.tracking`, opened before the first step
+            trackers = Trackers.open(
+                RunContext(job, root), warn=lambda line: print(line, file=sys.stderr, flush=True)
+            )
+        except TrackingError as exc:
+            print(exc, file=sys.stderr, flush=True)
+            return 2
         metrics = RunMetrics(job.metadata.name)
         port = metrics.serve(wiring.metrics_port, host="0.0.0.0")
         print(f"metrics on :{port}/metrics", flush=True)
@@ -259,6 +267,7 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
                 f"step {record.step} version {record.version} reward {reward:.3f} {figures}",
                 flush=True,
             )
+            trackers.log_step(record.figures, record.to_dict())
 
         try:
             await run_pipeline(
@@ -281,6 +290,7 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
             )
         finally:
             metrics.close()
+            trackers.close()
         return 0
     finally:
         shutdown_distributed()

@@ -113,6 +113,7 @@ async def _main(local: LocalRun) -> int:
     from dressage.rollout.retry import RolloutBroken
     from dressage.runner.local import NoRealReward
     from dressage.runner.processes import ChildFailed
+    from dressage.tracking import TrackerFailed
 
     task = asyncio.current_task()
     assert task is not None
@@ -137,6 +138,7 @@ async def _main(local: LocalRun) -> int:
         RolloutProcessFailed,
         EngineError,
         NoRealReward,
+        TrackerFailed,
         ValueError,
     ) as exc:
         print(f"dressage run: {exc}", file=sys.stderr, flush=True)

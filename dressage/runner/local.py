@@ -47,6 +47,7 @@ from dressage.runner.fleet import ChurnDriver, LocalFleet
 from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import ChildProcess, pin_this_process, python_module, stop_together
 from dressage.runner.report import (
+    PLOTS,
     REPORT,
     History,
     no_real_reward,
@@ -59,6 +60,7 @@ from dressage.tasks import get_task
 from dressage.tasks.base import Environment, Task
 from dressage.tasks.dataset import LOGGED_BAD_ROWS, DatasetTask, bad_row_counts
 from dressage.tasks.faults import UserCodeFaults, merge_reports
+from dressage.tracking import RunContext, Trackers
 from dressage.trainer import grpo
 from dressage.trainer.checkpoint import RunDir
 from dressage.trainer.session import TrainerSession
@@ -114,6 +116,9 @@ class LocalRun:
         """The run's user-code faults: recorded during rollout, listed in the report."""
         self.unrecorded: StepFigures | None = None
         """What the collector counted beyond the steps' records, once it closed."""
+        self.trackers: Trackers | None = None
+        """The experiment trackers of `spec.tracking`, open from before the first step."""
+        self.last_step = 0
 
     async def run(self) -> None:
         spec = self.spec
@@ -151,6 +156,14 @@ class LocalRun:
                 f"resuming at step {session.state.step + 1} from the checkpoint of step "
                 f"{session.state.step} (weight version {session.state.version})"
             )
+        self.last_step = session.state.step
+        # Before any engine starts: a tracker that cannot start stops the run here
+        # (`onError: fail`, a configuration error naming its field).
+        self.trackers = await asyncio.to_thread(
+            Trackers.open, RunContext(self.job, self.root), warn=self.out
+        )
+        if self.trackers.names:
+            self.out(f"tracking: {', '.join(self.trackers.names)}")
 
         engine_urls = await self._start_engines(session, cache_dir)
         proxy_url = await self._start_proxy(model_dir)
@@ -209,6 +222,9 @@ class LocalRun:
 
     def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
+        self.last_step = record.step
+        if self.trackers is not None:
+            self.trackers.log_step(record.figures, record.to_dict())
         self.rewards.append(record.figures.reward or 0.0)
         self.out(progress_line(record, self.options.steps, self.rewards))
         if self.churn is not None:
@@ -343,6 +359,10 @@ class LocalRun:
                 },
             )
             self.out(f"report: {path} (plots in {self.root})")
+            if self.trackers is not None:
+                self.trackers.log_plots(self.last_step, [self.root / p for p in sorted(PLOTS)])
+        if self.trackers is not None:
+            self.trackers.close()
 
 
 def _dataset_report(task: object, bad_rows: dict[str, int]) -> dict[str, Any] | None:

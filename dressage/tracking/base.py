@@ -1,0 +1,196 @@
+"""The interface of an experiment tracker, and the run's set of them (`Trackers`).
+
+A tracker (`Tracker`) is opened once per run before the first step with the job's manifest as
+its config, gets each step's scalars, then the run report's plots, then is closed. Each kind
+is one module (`tensorboard`, `wandb`, `mlflow`) imported only when a job names it, so the
+trainer needs none of their packages unless a job asks for one.
+
+What a step logs is read from the declaration (`dressage.api.figures`), never listed here: every
+declared figure under its record key (`staleness/version_lag_mean`), a by-reason counter as its
+total plus `<key>/<reason>`, a labelled gauge as `<key>/<label value>`; then the step record's
+other numbers (the trainer's `loss`, `grad_norm`, the phases' seconds), so a figure declared
+later is tracked without a change here.
+
+Failures follow `spec.tracking.onError`: a tracker that cannot start is a `TrackingError` (a
+configuration error, before the first step), one that fails while logging a `TrackerFailed`,
+each naming its field (`fail`); or a warning, and the run goes on without it (`warn`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from dressage.api.figures import FigureKind, StepFigures, figures_of
+from dressage.api.job import AsyncRLJob
+from dressage.api.loader import ConfigurationError
+
+EXTRA = "tracking"
+"""The package extra that installs every tracker's client."""
+
+
+class TrackingError(ConfigurationError):
+    """A tracker could not start; the message names its field in `spec.tracking`."""
+
+
+class TrackerFailed(RuntimeError):
+    """A tracker failed while logging the run (`onError: fail`); the message names its
+    field in `spec.tracking`."""
+
+
+class Tracker(Protocol):
+    """One experiment tracker's run."""
+
+    def log_step(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Log one step's scalars (`step_scalars`)."""
+
+    def log_plots(self, step: int, plots: Sequence[Path]) -> None:
+        """Log the run report's PNG plots, as of the run's last step."""
+
+    def close(self) -> None:
+        """End the tracker's run and flush what it holds."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every tracker is opened with."""
+
+    job: AsyncRLJob
+    run_dir: Path
+    """The run directory (`<workdir>/<job>/`), where file-based trackers write by default."""
+
+    @property
+    def name(self) -> str:
+        return self.job.metadata.name
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run's config: the job's manifest as applied (camelCase, defaults included)."""
+        return self.job.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+_KINDS: dict[str, tuple[str, str]] = {
+    "tensorboard": ("dressage.tracking.tensorboard", "tensorboard"),
+    "wandb": ("dressage.tracking.wandb", "wandb"),
+    "mlflow": ("dressage.tracking.mlflow", "mlflow-skinny"),
+}
+"""Each tracker's field of `spec.tracking`: its module and the package its client comes in."""
+
+
+def requirement_error(field: str, package: str, exc: ImportError) -> TrackingError:
+    """The error of a tracker whose client is not installed."""
+    return TrackingError(
+        f"spec.tracking.{field}: the {package} package is not installed ({exc}); install "
+        f"Dressage with the {EXTRA!r} extra: pip install 'dressage[{EXTRA}]'"
+    )
+
+
+def step_scalars(figures: StepFigures, record: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """A step's numbers by name: every figure `figures` declares (unmeasured gauges left out),
+    then each other number of the step record `record` (`StepRecord.to_dict`) but `step`."""
+    out: dict[str, float] = {}
+    for f in figures_of(type(figures)):
+        value = getattr(figures, f.name)
+        if value is None:
+            continue
+        if f.kind is FigureKind.BY_REASON:
+            out[f.key] = figures.total(f.name)
+            out.update({f"{f.key}/{reason}": float(n) for reason, n in dict(value).items()})
+        elif f.label is not None:
+            out.update({f"{f.key}/{label}": float(v) for label, v in dict(value).items()})
+        else:  # as the step record writes it (seconds to the millisecond)
+            out[f.key] = float(f.record_value(value))
+    for key, value in (record or {}).items():
+        if key == "step" or key in out or isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            out[key] = float(value)
+    return out
+
+
+class Trackers:
+    """The run's trackers, opened from `spec.tracking` by `open`; each call reaches every one,
+    and a failure follows `onError`."""
+
+    def __init__(
+        self, opened: Mapping[str, Tracker], *, on_error: str, warn: Callable[[str], None]
+    ) -> None:
+        self._trackers = dict(opened)
+        self._fail = on_error == "fail"
+        self._warn = warn
+
+    @classmethod
+    def open(cls, context: RunContext, *, warn: Callable[[str], None] = print) -> Trackers:
+        """Open every tracker `spec.tracking` names; one that cannot start raises a
+        `TrackingError` (`onError: fail`, the others opened so far are closed first) or is
+        left out with a warning (`warn`)."""
+        spec = context.job.spec.tracking
+        trackers = cls({}, on_error=spec.on_error, warn=warn)
+        for field, (module_name, package) in _KINDS.items():
+            settings = getattr(spec, field)
+            if settings is None:
+                continue
+            try:
+                module = importlib.import_module(module_name)
+                trackers._trackers[field] = module.open_tracker(settings, context)
+            except Exception as exc:
+                error = _as_tracking_error(field, package, exc)
+                if trackers._fail:
+                    trackers.close()
+                    raise error from exc
+                warn(f"warning: {error}; the run goes on without it (onError: warn)")
+        return trackers
+
+    @property
+    def names(self) -> list[str]:
+        """The fields of the trackers logging this run."""
+        return list(self._trackers)
+
+    def log_step(self, figures: StepFigures, record: Mapping[str, Any]) -> None:
+        """Log one step: its figures and the other numbers of its record."""
+        step = int(record["step"])
+        scalars = step_scalars(figures, record)
+        self._each("log a step", lambda tracker: tracker.log_step(step, scalars))
+
+    def log_plots(self, step: int, plots: Sequence[Path]) -> None:
+        """Log the run report's plots (those that exist). The run has trained by then: a
+        tracker that fails here is a warning whatever `onError` says."""
+        present = [p for p in plots if p.is_file()]
+        if present:
+            self._each("log the plots", lambda t: t.log_plots(step, present), fail=False)
+
+    def close(self) -> None:
+        """Close every tracker (each once; a failure to close is a warning)."""
+        trackers, self._trackers = self._trackers, {}
+        for field, tracker in trackers.items():
+            try:
+                tracker.close()
+            except Exception as exc:
+                self._warn(f"warning: spec.tracking.{field}: could not close its run: {exc}")
+
+    def _each(self, what: str, call: Callable[[Tracker], None], *, fail: bool = True) -> None:
+        """`call` on every tracker; one that fails is closed and left out of the rest of the
+        run, then raises `TrackerFailed` (`onError: fail`) or is a warning."""
+        for field, tracker in list(self._trackers.items()):
+            try:
+                call(tracker)
+            except Exception as exc:
+                error = TrackerFailed(f"spec.tracking.{field}: could not {what}: {exc}")
+                self._trackers.pop(field, None)
+                with contextlib.suppress(Exception):  # failing already: the error says why
+                    tracker.close()
+                if fail and self._fail:
+                    raise error from exc
+                self._warn(f"warning: {error}; the run goes on without it (onError: warn)")
+
+
+def _as_tracking_error(field: str, package: str, exc: Exception) -> TrackingError:
+    if isinstance(exc, TrackingError):
+        return exc
+    if isinstance(exc, ImportError):
+        return requirement_error(field, package, exc)
+    return TrackingError(f"spec.tracking.{field}: could not start: {type(exc).__name__}: {exc}")

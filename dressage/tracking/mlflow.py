@@ -1,0 +1,89 @@
+"""MLflow: one MLflow run per `dressage run` (or trainer gang) invocation, through
+`MlflowClient` (no process-wide active run).
+
+The manifest is the run's parameters (one per field, dotted: `spec.rollout.groupSize`) and
+the artifact `job.yaml`; each step's scalars are metrics at that step; each plot of the run
+report an artifact under `plots/`. The experiment (`experimentName`, else the job's name) is
+created when missing. Works with the `mlflow-skinny` client: a tracking server, or a `file:`
+store (MLflow 3 refuses file stores unless `MLFLOW_ALLOW_FILE_STORE=true`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dressage.api.tracking import MlflowSpec
+from dressage.tracking.base import RunContext, requirement_error
+
+PARAM_VALUE_LIMIT = 6000
+"""Characters MLflow keeps of a parameter's value."""
+BATCH = 100
+"""Parameters per `log_batch` call (MLflow's limit; metrics allow 1000)."""
+_UNSAFE = re.compile(r"[^\w\-. /]")
+"""Characters MLflow refuses in a metric or parameter name."""
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """`(dotted.name, value)` for every leaf of `config`; lists are JSON."""
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from flatten(value, f"{name}.")
+        else:
+            text = value if isinstance(value, str) else json.dumps(value)
+            yield _UNSAFE.sub("_", name), text[:PARAM_VALUE_LIMIT]
+
+
+class MlflowTracker:
+    """One MLflow run."""
+
+    def __init__(self, settings: MlflowSpec, context: RunContext) -> None:
+        try:
+            from mlflow.entities import Param
+            from mlflow.tracking import MlflowClient
+        except ImportError as exc:
+            raise requirement_error("mlflow", "mlflow-skinny", exc) from exc
+        self.client = MlflowClient(tracking_uri=settings.tracking_uri)
+        name = settings.experiment_name or context.name
+        experiment = self.client.get_experiment_by_name(name)
+        experiment_id = (
+            experiment.experiment_id if experiment else self.client.create_experiment(name)
+        )
+        run = self.client.create_run(
+            experiment_id,
+            run_name=settings.run_name or context.name,
+            tags={"dressage.job": context.name},
+        )
+        self.run_id: str = run.info.run_id
+        params = [Param(k, v) for k, v in flatten(context.config)]
+        for start in range(0, len(params), BATCH):
+            self.client.log_batch(self.run_id, params=params[start : start + BATCH])
+        self.client.log_text(
+            self.run_id, yaml.safe_dump(context.config, sort_keys=False), "job.yaml"
+        )
+
+    def log_step(self, step: int, scalars: Mapping[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(_UNSAFE.sub("_", k), v, now, step) for k, v in scalars.items()]
+        for start in range(0, len(metrics), 1000):
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
+
+    def log_plots(self, step: int, plots: Sequence[Path]) -> None:
+        for plot in plots:
+            self.client.log_artifact(self.run_id, str(plot), artifact_path="plots")
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+def open_tracker(settings: MlflowSpec, context: RunContext) -> MlflowTracker:
+    return MlflowTracker(settings, context)

@@ -1,0 +1,179 @@
+"""The experiment trackers' shared part: what a step logs (every declared figure, read from the
+declaration, and the record's other numbers), `spec.tracking` in the job model, a tracker whose
+package is missing (an error naming the field and the extra, or a warning), and a tracker that
+fails while logging, under each `onError`. Each tracker's own client is exercised by
+tests/integration/test_run_tracking.py."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from dressage.api.figures import StepFigures, counter, gauge
+from dressage.api.job import AsyncRLJob
+from dressage.tracking import RunContext, TrackerFailed, Trackers, TrackingError
+from dressage.tracking.base import step_scalars
+from dressage.tracking.mlflow import flatten
+
+
+def _job(tracking: dict[str, object]) -> AsyncRLJob:
+    return AsyncRLJob.model_validate(
+        {
+            "metadata": {"name": "tiny"},
+            "spec": {"model": {"source": "builtin:tiny"}, "tracking": tracking},
+        }
+    )
+
+
+@dataclass
+class WithGizmos(StepFigures):
+    """The declaration plus a counter and a gauge, declared after the trackers were written."""
+
+    gizmos: int = counter("gizmos", "Gizmos counted")
+    gizmo_ratio: float | None = gauge("ratio", "Gizmos per sample")
+    gizmo_seconds: float | None = gauge("seconds", "Seconds spent on gizmos")
+
+
+def test_a_step_logs_every_declared_figure_flattened_then_the_records_other_numbers() -> None:
+    figures = WithGizmos(
+        samples=4,
+        reward=0.5,
+        reward_parts={"format": 1.0, "answer": 0.25},
+        failed_attempts=Counter({"timeout": 2, "http_500": 1}),
+        gizmos=3,
+        gizmo_seconds=0.12345,
+    )
+    scalars = step_scalars(
+        figures,
+        {"step": 7, "version": "v7", "loss": 0.25, "finite": True, "gizmos": 99.0},
+    )
+    assert scalars["samples"] == 4.0
+    assert scalars["reward"] == 0.5
+    assert scalars["reward_parts/format"] == 1.0
+    assert scalars["reward_parts/answer"] == 0.25
+    assert scalars["failed_attempts"] == 3.0
+    assert scalars["failed_attempts/timeout"] == 2.0
+    assert scalars["gizmos"] == 3.0  # the declared figure, not the record's number
+    assert scalars["gizmo_seconds"] == 0.123  # as the step record writes it
+    assert scalars["loss"] == 0.25
+    assert "gizmo_ratio" not in scalars  # not measured this step
+    assert {"step", "version", "finite"}.isdisjoint(scalars)
+    assert all(isinstance(v, float) for v in scalars.values())
+
+
+def test_spec_tracking_is_off_by_default_and_refuses_unknown_settings() -> None:
+    tracking = _job({}).spec.tracking
+    assert (tracking.tensorboard, tracking.wandb, tracking.mlflow) == (None, None, None)
+    assert tracking.on_error == "fail"
+    job = _job(
+        {
+            "wandb": {"project": "p", "mode": "offline", "tags": ["a"]},
+            "mlflow": {"trackingUri": "http://mlflow:5000", "experimentName": "e"},
+            "tensorboard": {"logDir": "tb"},
+            "onError": "warn",
+        }
+    )
+    assert job.to_wire()["spec"]["tracking"]["mlflow"]["trackingUri"] == "http://mlflow:5000"
+    for wrong in (
+        {"wandb": {"project": "p", "mode": "disabled"}},
+        {"wandb": {}},
+        {"onError": "ignore"},
+        {"mlflow": {"uri": "x"}},
+    ):
+        with pytest.raises(ValidationError, match="tracking"):
+            _job(wrong)
+
+
+def test_no_tracker_opens_nothing(tmp_path: Path) -> None:
+    trackers = Trackers.open(RunContext(_job({}), tmp_path))
+    assert trackers.names == []
+    trackers.log_step(StepFigures(), {"step": 1})
+    trackers.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "hidden"),
+    [("wandb", "wandb"), ("mlflow", "mlflow"), ("tensorboard", "torch.utils.tensorboard")],
+)
+def test_a_missing_package_names_the_field_and_the_extra_or_is_a_warning(
+    field: str, hidden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = {"wandb": {"project": "p"}, "mlflow": {}, "tensorboard": {}}[field]
+    monkeypatch.setitem(sys.modules, hidden, None)  # `import` raises ImportError
+    with pytest.raises(TrackingError) as failed:
+        Trackers.open(RunContext(_job({field: settings}), tmp_path))
+    message = str(failed.value)
+    assert message.startswith(f"spec.tracking.{field}: the ")
+    assert "pip install 'dressage[tracking]'" in message
+
+    warnings: list[str] = []
+    job = _job({field: settings, "onError": "warn"})
+    trackers = Trackers.open(RunContext(job, tmp_path), warn=warnings.append)
+    assert trackers.names == []
+    (warning,) = warnings
+    assert warning.startswith(f"warning: spec.tracking.{field}: the ")
+    assert warning.endswith("the run goes on without it (onError: warn)")
+
+
+class Broken:
+    """A tracker whose service went away after it started."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def log_step(self, step: int, scalars: Mapping[str, float]) -> None:
+        raise ConnectionError("connection refused")
+
+    def log_plots(self, step: int, plots: Sequence[Path]) -> None:
+        raise ConnectionError("connection refused")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_tracker_failing_while_logging_stops_the_run_or_is_dropped_with_a_warning() -> None:
+    broken = Broken()
+    warnings: list[str] = []
+    trackers = Trackers({"mlflow": broken}, on_error="fail", warn=warnings.append)
+    with pytest.raises(TrackerFailed, match=r"spec\.tracking\.mlflow: could not log a step"):
+        trackers.log_step(StepFigures(), {"step": 1})
+    assert trackers.names == []  # closed, and not called again as the run winds down
+    assert broken.closed
+    assert warnings == []
+
+    broken = Broken()
+    trackers = Trackers({"mlflow": broken}, on_error="warn", warn=warnings.append)
+    trackers.log_step(StepFigures(), {"step": 1})
+    trackers.log_step(StepFigures(), {"step": 2})
+    assert trackers.names == []
+    assert broken.closed
+    (warning,) = warnings
+    assert "spec.tracking.mlflow: could not log a step: connection refused" in warning
+
+
+def test_plots_a_tracker_fails_to_log_at_the_end_are_a_warning_even_on_error_fail(
+    tmp_path: Path,
+) -> None:
+    plot = tmp_path / "reward.png"
+    plot.write_bytes(b"png")
+    warnings: list[str] = []
+    trackers = Trackers({"wandb": Broken()}, on_error="fail", warn=warnings.append)
+    trackers.log_plots(2, [plot, tmp_path / "missing.png"])
+    (warning,) = warnings
+    assert warning.startswith("warning: spec.tracking.wandb: could not log the plots")
+
+
+def test_mlflow_params_are_the_manifest_flattened_to_dotted_names() -> None:
+    config = {"spec": {"rollout": {"groupSize": 2}, "tags": ["a", "b"], "empty": {}}, "k:x": "v"}
+    assert dict(flatten(config)) == {
+        "spec.rollout.groupSize": "2",
+        "spec.tags": '["a", "b"]',
+        "spec.empty": "{}",
+        "k_x": "v",
+    }
