@@ -1,8 +1,9 @@
 """The chart's alert rules checked and unit-tested by the real promtool.
 
-The rules are rendered by helm from the chart (so the test covers what users install), written
-as a plain Prometheus rule file, then `promtool check rules` and `promtool test rules` run on
-it with the cases in rules_test.yaml.
+The rules are rendered by helm from the chart (so the test covers what users install) with
+every scrape the alerts read on, written as a plain Prometheus rule file, then `promtool check
+rules` and `promtool test rules` run on it with the cases in rules_test.yaml. Which alerts
+other values combinations render is test_alert_sources.py's.
 """
 
 from __future__ import annotations
@@ -14,16 +15,36 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chart.tools import one, render, require_tool, run_tool
+from tests.chart.tools import ALERTING, one, render, require_tool, run_tool
 
 HERE = Path(__file__).resolve().parent
 UNIT_TESTS = HERE / "rules_test.yaml"
+ALERTS = {
+    "DressageVersionSpanAboveLimit",
+    "DressageTrainingStalled",
+    "DressageJobFailed",
+    "DressageEnginesNotReady",
+    "DressageOperatorDown",
+    "DressageOperatorReconcileErrors",
+    "DressageTrainerWaitingForBatches",
+    "DressageDroppedGroupsHigh",
+    "DressageStalenessFailuresHigh",
+    "DressageMismatchKLHigh",
+    "DressageLogprobDiffHigh",
+    "DressageRewardNaN",
+    "DressageRewardCollapsed",
+    "DressageProxyErrorsHigh",
+}
 
 
 def rendered_rule_groups(values: dict[str, Any] | None = None, tmp: Path | None = None) -> Any:
-    """The `groups` of the chart's PrometheusRule."""
-    enabled = {"prometheusRule": {"enabled": True, **(values or {})}}
+    """The `groups` of the chart's PrometheusRule, every scrape on."""
+    enabled = {**ALERTING, "prometheusRule": {**ALERTING["prometheusRule"], **(values or {})}}
     return one(render(enabled, tmp), "PrometheusRule")["spec"]["groups"]
+
+
+def rendered_rules(values: dict[str, Any] | None = None, tmp: Path | None = None) -> Any:
+    return {r["alert"]: r for g in rendered_rule_groups(values, tmp) for r in g["rules"]}
 
 
 @pytest.fixture
@@ -41,7 +62,7 @@ def test_promtool_check_rules_accepts_the_rendered_rules(rules_dir: Path) -> Non
     promtool = require_tool("promtool")
     result = run_tool([promtool, "check", "rules", str(rules_dir / "rules.yaml")])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass(rules_dir: Path) -> None:
@@ -59,12 +80,11 @@ def test_promtool_unit_tests_fail_when_an_alert_is_broken(rules_dir: Path) -> No
     result = run_tool([promtool, "test", "rules", str(rules_dir / UNIT_TESTS.name)])
     assert result.returncode != 0
     assert "DressageStalenessFailuresHigh" in result.stdout + result.stderr
+    assert "DressageTrainerWaitingForBatches" in result.stdout + result.stderr
 
 
 def test_every_alert_has_a_firing_and_a_silent_unit_test(tmp_path: Path) -> None:
-    alerts = {
-        rule["alert"] for group in rendered_rule_groups(tmp=tmp_path) for rule in group["rules"]
-    }
+    alerts = set(rendered_rules(tmp=tmp_path))
     cases = [
         case
         for test in yaml.safe_load(UNIT_TESTS.read_text())["tests"]
@@ -72,34 +92,42 @@ def test_every_alert_has_a_firing_and_a_silent_unit_test(tmp_path: Path) -> None
     ]
     fires = {c["alertname"] for c in cases if c["exp_alerts"]}
     silent = {c["alertname"] for c in cases if not c["exp_alerts"]}
-    assert alerts == {
-        "DressageVersionSpanAboveLimit",
-        "DressageStalenessFailuresHigh",
-        "DressageDroppedGroupsHigh",
-        "DressageTrainingStalled",
-        "DressageJobFailed",
-        "DressageOperatorDown",
-        "DressageOperatorReconcileErrors",
-    }
+    assert alerts == ALERTS
     assert fires == alerts
     assert silent == alerts
 
 
+def test_the_per_job_alerts_name_the_job_by_namespace_and_dressage_job(tmp_path: Path) -> None:
+    operator_wide = {"DressageOperatorDown", "DressageOperatorReconcileErrors"}
+    for name, rule in rendered_rules(tmp=tmp_path).items():
+        if name not in operator_wide:
+            assert "by (namespace, dressage_job)" in rule["expr"], name
+            assert "$labels.dressage_job" in rule["annotations"]["description"], name
+
+
 def test_alerts_follow_their_values(tmp_path: Path) -> None:
-    groups = rendered_rule_groups(
+    rules = rendered_rules(
         {
             "operatorTargetSelector": 'job="custom"',
             "alerts": {
                 "jobFailed": {"enabled": False},
-                "droppedGroupsHigh": {"threshold": 3, "window": "5m", "severity": "page"},
+                "droppedGroupsHigh": {"threshold": 0.3, "window": "5m", "severity": "page"},
+                "rewardCollapsed": {"dropFraction": 0.25, "window": "1h", "lookback": "1d"},
+                "proxyErrorsHigh": {"threshold": 0.01, "for": "2m"},
             },
         },
         tmp_path,
     )
-    rules = {rule["alert"]: rule for group in groups for rule in group["rules"]}
     assert "DressageJobFailed" not in rules
     dropped = rules["DressageDroppedGroupsHigh"]
     assert "[5m]" in dropped["expr"]
-    assert "> 3" in dropped["expr"]
+    assert "> 0.3" in dropped["expr"]
     assert dropped["labels"]["severity"] == "page"
     assert 'up{job="custom"}' in rules["DressageOperatorDown"]["expr"]
+    collapsed = rules["DressageRewardCollapsed"]
+    assert "(1 - 0.25) *" in collapsed["expr"]
+    assert "[1h])[1d:5m]" in collapsed["expr"]
+    assert "more than 25% from its best over the last 1d" in collapsed["annotations"]["description"]
+    proxy = rules["DressageProxyErrorsHigh"]
+    assert "> 0.01" in proxy["expr"]
+    assert proxy["for"] == "2m"

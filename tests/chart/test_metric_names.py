@@ -10,7 +10,7 @@ import yaml
 
 from dressage import metrics
 from tests.chart import dashboard as dash
-from tests.chart.tools import one, render
+from tests.chart.tools import ALERTING, one, render
 
 METRIC = re.compile(r"\bdressage_[a-z0-9_]*[a-z0-9]")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -45,7 +45,7 @@ def test_dashboard_queries_use_declared_metric_names() -> None:
 
 
 def test_alert_rules_use_declared_metric_names(tmp_path: Path) -> None:
-    rule = one(render({"prometheusRule": {"enabled": True}}, tmp_path), "PrometheusRule")
+    rule = one(render(ALERTING, tmp_path), "PrometheusRule")
     names = _names(" ".join(r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]))
     assert metrics.JOB_MAX_VERSION_SPAN_LIMIT in names
     assert sorted(n for n in names if not declared(n)) == []

@@ -30,7 +30,7 @@ from tests.chart.prometheus import (
     staleness_queries,
     wait_until,
 )
-from tests.chart.tools import one, render, require_tool
+from tests.chart.tools import ALERTING, one, render, require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_every_dashboard_query_and_alert_expression_is_accepted(
     prometheus: Prometheus, tmp_path: Path
 ) -> None:
     queries = dash.all_promql(dash.load())
-    rule = one(render({"prometheusRule": {"enabled": True}}, tmp_path), "PrometheusRule")
+    rule = one(render(ALERTING, tmp_path), "PrometheusRule")
     queries += [(r["alert"], r["expr"]) for g in rule["spec"]["groups"] for r in g["rules"]]
     assert len(queries) > 30
     for where, expr in queries:

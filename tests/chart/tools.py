@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dressage-operator"
 RELEASE = "dressage-operator"
 NAMESPACE = "dressage-system"
+ALERTING: dict[str, Any] = {
+    "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
+    "prometheusRule": {"enabled": True},
+}
+"""Values rendering every alert of the chart: the rules and the monitors scraping the series
+they read (the chart renders an alert only when they are scraped)."""
 INSTALL_HINT = {
     "helm": "run `bash scripts/install-tools.sh`",
     "promtool": "run `bash scripts/install-tools.sh` (Debian package prometheus)",
