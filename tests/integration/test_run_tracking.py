@@ -3,7 +3,7 @@ own client, offline: TensorBoard's event files through its `EventAccumulator`, a
 Biases offline run through its transaction log (`wandb_log`), MLflow's file store through
 `MlflowClient`. One short run logs to all three at once; two more show `onError`: W&B online
 without an API key stops the run before its first step (`fail`) or is a warning while the
-run trains without it (`warn`).
+run trains without it (`warn`). On a cluster, `dressage train`'s rank 0 logs each step too.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from dressage.api.figures import StepFigures, figures_of
+from dressage.engine.testing import start_engine
+from dressage.proxy.testing import start_proxy
 from dressage.runner.report import PLOTS
 from dressage.trainer.testing import small_model
 from tests.engine_forks import run_command
@@ -29,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 2
 
 
-def _manifest(job_dir: Path, name: str, tracking: dict[str, Any]) -> Path:
+def _manifest(job_dir: Path, name: str, tracking: dict[str, Any], **spec: Any) -> Path:
     manifest = {
         "apiVersion": "dressage.io/v1alpha1",
         "kind": "AsyncRLJob",
@@ -41,6 +43,7 @@ def _manifest(job_dir: Path, name: str, tracking: dict[str, Any]) -> Path:
             "training": {"steps": STEPS, "learningRate": 1e-3},
             "local": {"metricsPort": 0, "cacheDir": str(job_dir / "cache")},
             "tracking": tracking,
+            **spec,
         },
     }
     path = job_dir / f"{name}.yaml"
@@ -206,3 +209,40 @@ def test_a_tracker_that_cannot_start_is_a_warning_and_the_run_trains_on_error_wa
     run_dir = job_dir / "runs" / "tracked-warn"
     assert [r["step"] for r in _history(run_dir)] == [1]
     assert any((run_dir / "tb").glob("events.out.tfevents.*"))
+
+
+def test_dressage_train_rank_0_logs_every_step_to_the_trackers(
+    job_dir: Path, tmp_path: Path
+) -> None:
+    """The trainer pods' entry point, as the operator starts it (here one rank, with a real
+    engine and proxy): each step's figures and the config reach the tracker."""
+    log_dir = tmp_path / "tb"
+    manifest = _manifest(
+        job_dir,
+        "gang-tracked",
+        {"tensorboard": {"logDir": str(log_dir)}},
+        proxy={"recordTokenVersions": True},
+    )
+    model = str(job_dir / "model")
+    with (
+        start_engine(model=model, weight_version="v0") as engine,
+        start_proxy([engine.base_url], "--record-token-versions", "--model", model) as proxy,
+    ):
+        cmd = [
+            sys.executable, "-m", "dressage", "train", "--config", str(manifest),
+            "--workdir", str(tmp_path / "run"), "--engine-urls", engine.base_url,
+            "--proxy-url", proxy.base_url, "--metrics-port", "0", "--steps", str(STEPS),
+        ]  # fmt: skip
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+        done = run_command(cmd, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"step {STEPS} version v{STEPS}" in done.stdout
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    for key in ("reward", "samples", "staleness/version_lag_mean"):
+        assert [e.step for e in events.Scalars(key)] == list(range(1, STEPS + 1)), key
+    config = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "name: gang-tracked" in config
