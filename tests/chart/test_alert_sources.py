@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from dressage import metrics
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.proxy.metrics import ProxyMetrics
+from tests.chart import dashboard as dash
 from tests.chart.tools import ROOT, by_kind, helm_template, render
 
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
@@ -230,3 +231,19 @@ def test_the_default_runbook_base_is_this_repository_s_page() -> None:
     chart = yaml.safe_load((ROOT / "charts" / "dressage-operator" / "Chart.yaml").read_text())
     assert f"{chart['home']}/blob/main/docs/runbooks.md" == DEFAULT_RUNBOOK_BASE
     assert RUNBOOKS.is_file()
+
+
+def test_the_panels_a_runbook_names_are_the_dashboard_s() -> None:
+    """Runbooks quote dashboard panels by title ("Engine health"): each one exists."""
+    text = re.sub(r"```.*?```", "", RUNBOOKS.read_text(encoding="utf-8"), flags=re.S)
+    quoted = {" ".join(q.split()) for q in re.findall(r'"([^"]+)"', text)}
+    titles = {p["title"] for p in dash.panels(dash.load())}
+    named = {q for q in quoted if q[0].isalnum() and q[-1] not in " ,;"} - {"Dressage"}
+    assert len(named) >= 20
+    assert sorted(named - titles) == []
+
+
+def test_the_chart_readme_lists_every_alert(tmp_path: Path) -> None:
+    readme = (ROOT / "charts" / "dressage-operator" / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `(Dressage\w+)` \|", readme, re.M))
+    assert listed == set(rendered_rules(monitoring_values(True, True), tmp_path))
