@@ -139,6 +139,10 @@ JOB_TRAIN_STEP: Final = "dressage_job_train_step"
 JOB_WEIGHT_VERSION: Final = "dressage_job_weight_version"
 JOB_PHASE: Final = "dressage_job_phase"
 """Gauge labelled by `phase`: 1 for the job's current phase, 0 otherwise."""
+JOB_ROLLOUT_MODE: Final = "dressage_job_rollout_mode"
+"""Gauge labelled by `mode`: 1 for the job's `spec.rollout.mode` (`sync`, `fully_async`,
+`partial_async`); the alert on a trainer waiting for batches leaves `sync` jobs out, whose
+trainer waits for every rollout by design."""
 JOB_RESTARTS: Final = "dressage_job_restarts_total"
 JOB_MAX_VERSION_SPAN_LIMIT: Final = "dressage_job_staleness_max_version_span"
 """Gauge: the job's version span limit, `maxPartialRolloutPreempts + 1`; absent when unset."""

@@ -356,7 +356,8 @@ async def reconcile(
         elif result.applied is Applied.NOT_OWNED:
             logger.warning(f"{namespace}/{result.describe()}")
     limit = None if job is None else version_span_limit(job.spec)
-    runtime.metrics.jobs.update(namespace, name, outcome.status, limit)
+    mode = None if job is None else job.spec.rollout.mode.value
+    runtime.metrics.jobs.update(namespace, name, outcome.status, limit, mode)
     for event in outcome.events:
         kopf.event(
             kopf.Body(cast(kopf.RawBody, body)),

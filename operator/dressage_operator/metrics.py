@@ -42,6 +42,7 @@ class JobMetricsCollector(Collector):
         """The status figures exported per job, under their `job_metric`."""
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], tuple[AsyncRLJobStatus, int | None]] = {}
+        self._modes: dict[tuple[str, str], str] = {}
 
     def update(
         self,
@@ -49,18 +50,26 @@ class JobMetricsCollector(Collector):
         job: str,
         status: AsyncRLJobStatus,
         max_version_span: int | None = None,
+        rollout_mode: str | None = None,
     ) -> None:
-        """Record a job's latest status and its version span limit (`version_span_limit`)."""
+        """Record a job's latest status, its version span limit (`version_span_limit`) and
+        its `spec.rollout.mode` (None: unknown, no series)."""
         with self._lock:
             self._jobs[(namespace, job)] = (status.model_copy(deep=True), max_version_span)
+            if rollout_mode is None:
+                self._modes.pop((namespace, job), None)
+            else:
+                self._modes[(namespace, job)] = rollout_mode
 
     def remove(self, namespace: str, job: str) -> None:
         with self._lock:
             self._jobs.pop((namespace, job), None)
+            self._modes.pop((namespace, job), None)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             jobs = dict(self._jobs)
+            modes = dict(self._modes)
 
         def gauge(name: str, doc: str) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, labels=JOB_LABELS)
@@ -80,6 +89,11 @@ class JobMetricsCollector(Collector):
         restarts = CounterMetricFamily(
             names.JOB_RESTARTS, "Trainer gang restarts.", labels=JOB_LABELS
         )
+        mode = GaugeMetricFamily(
+            names.JOB_ROLLOUT_MODE,
+            "1 for the job's rollout mode (spec.rollout.mode).",
+            labels=[*JOB_LABELS, "mode"],
+        )
         limit = gauge(
             names.JOB_MAX_VERSION_SPAN_LIMIT,
             "Version span limit of the job (maxPartialRolloutPreempts + 1); absent when unset.",
@@ -88,6 +102,8 @@ class JobMetricsCollector(Collector):
             labels = [ns, job]
             if max_span is not None:
                 limit.add_metric(labels, float(max_span))
+            if (ns, job) in modes:
+                mode.add_metric([*labels, modes[(ns, job)]], 1.0)
             s = st.staleness
             for f, family in figures:
                 if f.kind is FigureKind.BY_REASON:
@@ -105,7 +121,7 @@ class JobMetricsCollector(Collector):
                 phase.add_metric([*labels, p.value], 1.0 if st.phase is p else 0.0)
             restarts.add_metric(labels, float(st.restarts))
         yield from (family for _, family in figures)
-        yield from (limit, step, version, phase, restarts)
+        yield from (limit, mode, step, version, phase, restarts)
         yield from fleet_families({key: st for key, (st, _) in jobs.items()})
 
 

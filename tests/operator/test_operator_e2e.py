@@ -361,6 +361,7 @@ def test_staleness_reaches_status_and_operator_metrics(
     assert f'{names.JOB_DROPPED_GROUPS}{{{labels},reason="stale_version"}} 7.0' in text
     assert f"{names.JOB_STALENESS_FAILURES}{{{labels}}} 2.0" in text
     assert f'{names.JOB_PHASE}{{{labels},phase="Running"}} 1.0' in text
+    assert f'{names.JOB_ROLLOUT_MODE}{{dressage_job="stale",mode="' in text
     assert f'{names.OPERATOR_RECONCILE}{{result="ok"}}' in text
     assert f"{names.OPERATOR_RECONCILE_DURATION}_count" in text
 

@@ -31,3 +31,24 @@ def test_version_span_limit_is_exported_per_job_only_when_set() -> None:
     assert f'{limit}{{dressage_job="job-a",namespace="ns"}} {preempts + 1:.1f}' in text
     assert f'{limit}{{dressage_job="job-b"' not in text
     assert version_span_limit(unlimited.spec) is None
+
+
+def test_rollout_mode_is_exported_per_job_when_known() -> None:
+    """`dressage_job_rollout_mode{mode}` is 1 for the job's mode (the chart's alert on a
+    trainer waiting for batches leaves `sync` jobs out by it), absent when unknown, and goes
+    with the job."""
+    metrics = OperatorMetrics()
+    status = AsyncRLJobStatus(phase=JobPhase.RUNNING)
+    metrics.jobs.update("ns", "job-a", status, None, "sync")
+    metrics.jobs.update("ns", "job-b", status, None)
+    mode = names.JOB_ROLLOUT_MODE
+    text = generate_latest(metrics.registry).decode()
+    assert f'{mode}{{dressage_job="job-a",mode="sync",namespace="ns"}} 1.0' in text
+    assert f'{mode}{{dressage_job="job-b"' not in text
+    metrics.jobs.update("ns", "job-a", status, None, "fully_async")
+    metrics.jobs.remove("ns", "job-b")
+    text = generate_latest(metrics.registry).decode()
+    assert 'mode="sync"' not in text
+    assert f'{mode}{{dressage_job="job-a",mode="fully_async",namespace="ns"}} 1.0' in text
+    metrics.jobs.remove("ns", "job-a")
+    assert f"{mode}{{" not in generate_latest(metrics.registry).decode()
