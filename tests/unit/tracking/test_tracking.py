@@ -105,7 +105,9 @@ def test_a_missing_package_names_the_field_and_the_extra_or_is_a_warning(
     field: str, hidden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = {"wandb": {"project": "p"}, "mlflow": {}, "tensorboard": {}}[field]
-    monkeypatch.setitem(sys.modules, hidden, None)  # `import` raises ImportError
+    # `import` of the package or any of its modules raises ImportError, imported before or not.
+    for name in [hidden, *(m for m in sys.modules if m.startswith(f"{hidden}."))]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(TrackingError) as failed:
         Trackers.open(RunContext(_job({field: settings}), tmp_path))
     message = str(failed.value)
