@@ -1,7 +1,8 @@
 """The interface of an experiment tracker, and the run's set of them (`Trackers`).
 
 A tracker (`Tracker`) is opened once per run before the first step with the job's manifest as
-its config, gets each step's scalars, then the run report's plots, then is closed. Each kind
+its config, gets each step's scalars, then the run report's plots, then is closed. A run
+resumed from its checkpoint continues the tracker runs it logged to (`RunContext.recall`). Each kind
 is one module (`tensorboard`, `wandb`, `mlflow`) imported only when a job names it, so the
 trainer needs none of their packages unless a job asks for one.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,10 @@ from dressage.api.loader import ConfigurationError
 
 EXTRA = "tracking"
 """The package extra that installs every tracker's client."""
+IDS_FILE = "tracking.json"
+"""In the run directory: the W&B and MLflow run ids this run logs to, so that a run resumed
+from its checkpoint goes on logging to the same tracker runs (`--fresh` deletes it with the
+checkpoints)."""
 
 
 class TrackingError(ConfigurationError):
@@ -71,6 +77,30 @@ class RunContext:
     def config(self) -> dict[str, Any]:
         """The run's config: the job's manifest as applied (camelCase, defaults included)."""
         return self.job.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @property
+    def _ids_path(self) -> Path:
+        return self.run_dir / IDS_FILE
+
+    def recall(self, field: str) -> str | None:
+        """The id of the tracker run an earlier invocation of this run logged to (None: none,
+        or unreadable)."""
+        try:
+            ids = json.loads(self._ids_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        value = ids.get(field) if isinstance(ids, dict) else None
+        return value if isinstance(value, str) else None
+
+    def remember(self, field: str, run_id: str) -> None:
+        """Keep the id of `field`'s tracker run beside the checkpoints, for `recall`."""
+        try:
+            ids = json.loads(self._ids_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            ids = {}
+        ids = {**(ids if isinstance(ids, dict) else {}), field: run_id}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._ids_path.write_text(json.dumps(ids, indent=2), encoding="utf-8")
 
 
 _KINDS: dict[str, tuple[str, str]] = {

@@ -1,5 +1,5 @@
-"""MLflow: one MLflow run per `dressage run` (or trainer gang) invocation, through
-`MlflowClient` (no process-wide active run).
+"""MLflow: one MLflow run per run directory, through `MlflowClient` (no process-wide active
+run); a run resumed from its checkpoint logs on to the same MLflow run.
 
 The manifest is the run's parameters (one per field, dotted: `spec.rollout.groupSize`) and
 the artifact `job.yaml`; each step's scalars are metrics at that step; each plot of the run
@@ -56,18 +56,38 @@ class MlflowTracker:
         experiment_id = (
             experiment.experiment_id if experiment else self.client.create_experiment(name)
         )
-        run = self.client.create_run(
-            experiment_id,
-            run_name=settings.run_name or context.name,
-            tags={"dressage.job": context.name},
-        )
-        self.run_id: str = run.info.run_id
-        params = [Param(k, v) for k, v in flatten(context.config)]
-        for start in range(0, len(params), BATCH):
-            self.client.log_batch(self.run_id, params=params[start : start + BATCH])
+        earlier = self._earlier_run(context.recall("mlflow"), experiment_id)
+        if earlier is not None:
+            # A run resumed from its checkpoint: its MLflow run goes on. Its parameters stay
+            # those it started with (MLflow refuses to change one); `job.yaml` is replaced.
+            self.run_id: str = earlier
+            self.client.update_run(earlier, status="RUNNING")
+        else:
+            run = self.client.create_run(
+                experiment_id,
+                run_name=settings.run_name or context.name,
+                tags={"dressage.job": context.name},
+            )
+            self.run_id = run.info.run_id
+            context.remember("mlflow", self.run_id)
+            params = [Param(k, v) for k, v in flatten(context.config)]
+            for start in range(0, len(params), BATCH):
+                self.client.log_batch(self.run_id, params=params[start : start + BATCH])
         self.client.log_text(
             self.run_id, yaml.safe_dump(context.config, sort_keys=False), "job.yaml"
         )
+
+    def _earlier_run(self, run_id: str | None, experiment_id: str) -> str | None:
+        """`run_id` when it names a run of the experiment on this server, else None."""
+        if run_id is None:
+            return None
+        try:
+            run = self.client.get_run(run_id)
+        except Exception:  # deleted, or another server: a new run
+            return None
+        if run.info.experiment_id != experiment_id or run.info.lifecycle_stage != "active":
+            return None
+        return run_id
 
     def log_step(self, step: int, scalars: Mapping[str, float]) -> None:
         from mlflow.entities import Metric

@@ -1,10 +1,12 @@
-"""Weights & Biases: one W&B run per `dressage run` (or trainer gang) invocation.
+"""Weights & Biases: one W&B run per run directory.
 
 The manifest is the run's config, each step's scalars a history row at that step (a `/` makes
 W&B's sections), each plot of the run report an image `plots/<name>` at the last step. Offline
 mode writes the run under `wandb/` in the run directory (`wandb sync` uploads it later); the
 run's files always go there, never to the working directory. Online mode needs an API key
-(`WANDB_API_KEY`): without one `wandb.init` fails at once, before the first step.
+(`WANDB_API_KEY`): without one `wandb.init` fails at once, before the first step. A run
+resumed from its checkpoint resumes its W&B run (the same run id; offline, in a directory of
+its own under that id).
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ class WandbTracker:
             raise requirement_error("wandb", "wandb", exc) from exc
         self._wandb = wandb
         context.run_dir.mkdir(parents=True, exist_ok=True)
+        # The W&B run this run directory logged to before, when it resumes from a checkpoint.
+        earlier = context.recall("wandb")
         self._run: Any = wandb.init(
+            id=earlier,
+            resume="allow" if earlier else None,
             project=settings.project,
             entity=settings.entity,
             mode=settings.mode,
@@ -39,6 +45,7 @@ class WandbTracker:
             # wraps stdout and stderr to capture them.
             settings=wandb.Settings(silent=True, console="off"),
         )
+        context.remember("wandb", self._run.id)
         self.directory = Path(self._run.dir).parent
         """The W&B run's directory (`wandb/offline-run-...` or `wandb/run-...`)."""
 

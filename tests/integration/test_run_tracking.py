@@ -1,9 +1,11 @@
 """`dressage run` logged to experiment trackers (`spec.tracking`), read back by each tracker's
 own client, offline: TensorBoard's event files through its `EventAccumulator`, a Weights &
 Biases offline run through its transaction log (`wandb_log`), MLflow's file store through
-`MlflowClient`. One short run logs to all three at once; two more show `onError`: W&B online
-without an API key stops the run before its first step (`fail`) or is a warning while the
-run trains without it (`warn`). On a cluster, `dressage train`'s rank 0 logs each step too.
+`MlflowClient`. One short run logs to all three at once, stopped after its first step and
+resumed from its checkpoint, logging on to the same tracker runs; two more show `onError`:
+W&B online without an API key stops the run before its first step (`fail`) or is a warning
+while the run trains without it (`warn`). On a cluster, `dressage train`'s rank 0 logs each
+step too.
 """
 
 from __future__ import annotations
@@ -106,9 +108,11 @@ def test_one_run_logged_to_tensorboard_wandb_and_mlflow_is_read_back_by_each_cli
             "mlflow": {"trackingUri": store.as_uri(), "experimentName": "tiny"},
         },
     )
-    done = _run(job_dir, manifest)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "tracking: tensorboard, wandb, mlflow" in done.stdout
+    for steps in range(1, STEPS + 1):  # step 1, then the run resumed from its checkpoint
+        done = _run(job_dir, manifest, "--steps", str(steps))
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "tracking: tensorboard, wandb, mlflow" in done.stdout
+    assert "resuming at step 2" in done.stdout
     run_dir = job_dir / "runs" / "tracked"
     history = _history(run_dir)
     assert [r["step"] for r in history] == [1, 2]
@@ -140,14 +144,17 @@ def _check_tensorboard(
     for key, by_step in expected.items():
         _close({e.step: e.value for e in events.Scalars(key)}, by_step, key)
     assert {tag.removeprefix("plots/") for tag in events.Tags()["images"]} == plots
-    assert {e.step for e in events.Images("plots/reward")} == {STEPS}
+    # Each invocation's report at its last step: the first one's, then the resumed one's.
+    assert {e.step for e in events.Images("plots/reward")} == set(range(1, STEPS + 1))
     config = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     assert yaml.safe_load(config.replace("\n    ", "\n").strip())["metadata"]["name"] == "tracked"
 
 
 def _check_wandb(wandb_dir: Path, expected: dict[str, dict[int, float]], plots: set[str]) -> None:
-    (run_file,) = wandb_dir.glob("offline-run-*/run-*.wandb")
-    run = read_run(run_file)
+    first, resumed = (read_run(f) for f in sorted(wandb_dir.glob("offline-run-*/run-*.wandb")))
+    assert first.id == resumed.id  # one W&B run, resumed
+    run = first
+    run.rows += resumed.rows
     assert run.project == "dressage-test"
     assert run.name == "tracked"
     assert run.tags == ["tiny", "ci"]

@@ -59,6 +59,7 @@ def records(path: Path) -> Iterator[bytes]:
 class WandbRun:
     """What a run's log says: its identity, config and history rows."""
 
+    id: str = ""
     project: str = ""
     name: str = ""
     tags: list[str] = field(default_factory=list)
@@ -85,6 +86,7 @@ def read_run(path: Path) -> WandbRun:
         record.ParseFromString(data)
         kind = record.WhichOneof("record_type")
         if kind == "run":
+            run.id = record.run.run_id
             run.project = record.run.project
             run.name = record.run.display_name
             run.tags = list(record.run.tags)

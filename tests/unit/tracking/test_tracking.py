@@ -179,3 +179,14 @@ def test_mlflow_params_are_the_manifest_flattened_to_dotted_names() -> None:
         "spec.empty": "{}",
         "k_x": "v",
     }
+
+
+def test_a_run_directory_remembers_its_tracker_runs_for_a_resumed_run(tmp_path: Path) -> None:
+    context = RunContext(_job({}), tmp_path / "run")
+    assert context.recall("wandb") is None
+    context.remember("wandb", "abc123")
+    context.remember("mlflow", "f00d")
+    again = RunContext(_job({}), tmp_path / "run")
+    assert (again.recall("wandb"), again.recall("mlflow")) == ("abc123", "f00d")
+    (tmp_path / "run" / "tracking.json").write_text("{not json")
+    assert again.recall("wandb") is None
