@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from dashboard import (  # noqa: E402
+    engines,
     operator_health,
     serving,
     staleness,
@@ -44,13 +45,14 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
     staleness.add(d)
     training.add(d)
     serving.add(d)
+    engines.add(d)
     step_figures.add(d, declaration)
     operator_health.add(d)
 
     return {
         "annotations": {"list": []},
         "description": "Dressage async RL jobs: staleness control, training progress, proxy "
-        "and engines, operator health.",
+        "and engines, SGLang's own engine metrics, operator health.",
         "editable": True,
         "fiscalYearStartMonth": 0,
         "graphTooltip": 1,
@@ -74,11 +76,13 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
                     "regex": "",
                     "type": "datasource",
                 },
-                variable("namespace", "Namespace", f"label_values({m.TRAIN_STEP}, namespace)"),
+                # From the operator's phase series: every job it knows, from its first
+                # reconcile on, Pending or Failed before any step included.
+                variable("namespace", "Namespace", f"label_values({m.JOB_PHASE}, namespace)"),
                 variable(
                     "job",
                     "Job",
-                    f'label_values({m.TRAIN_STEP}{{namespace=~"$namespace"}}, {J})',
+                    f'label_values({m.JOB_PHASE}{{namespace=~"$namespace"}}, {J})',
                 ),
             ]
         },

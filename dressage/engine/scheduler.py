@@ -94,6 +94,8 @@ class Request:
     `[tokens, layers, top_k]` that cover prompt + output[:-1] in order."""
     admitted: bool = False
     """Whether the request was ever admitted (its prefill ran)."""
+    first_token_at: float | None = None
+    """When its first output token was produced (`time.monotonic`, as `created`)."""
     abort_cause: str | None = None
     """Why it was aborted: `request`, `pause`, `update` or `shutdown` (None: not aborted)."""
 
@@ -155,6 +157,8 @@ class Scheduler:
         self._clock = clock
         self._commands: queue.Queue[_Command] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
+        self.on_finish: Callable[[Request], None] | None = None
+        """Called on the scheduler thread with each request as it finishes (its metrics)."""
         # Thread-safe snapshots for the HTTP side.
         self.loaded = False
         self.paused = False
@@ -178,6 +182,13 @@ class Scheduler:
     def start(self) -> None:
         self.alive = True
         self._thread.start()
+
+    def running_requests(self) -> list[Request]:
+        """A copy of the running requests (any thread: a snapshot for the metrics)."""
+        return list(self._running)
+
+    def waiting_count(self) -> int:
+        return len(self._waiting)
 
     def submit(self, request: Request) -> None:
         self._put("submit", request=request)
@@ -450,6 +461,8 @@ class Scheduler:
             token, logprob = sample(logits, spec, request.generator)
         request.output_ids.append(token)
         request.logprobs.append(logprob)
+        if request.first_token_at is None:
+            request.first_token_at = time.monotonic()
         extend_spans(request.spans, (VersionSpan(self._version, 1),))
         finish = self._check_finished(request, token, stop_ids)
         if finish is not None:
@@ -510,6 +523,11 @@ class Scheduler:
     def _finish(self, request: Request, reason: dict[str, Any]) -> None:
         self._release_slot(request)
         request.finish_reason = reason
+        if self.on_finish is not None:
+            try:
+                self.on_finish(request)
+            except Exception:  # counting must never stop the scheduler
+                log.exception("counting the finished request %s failed", request.rid)
         try:
             request.emit(self._snapshot(request), True)
         except Exception:  # the receiver went away; nothing to deliver to

@@ -9,6 +9,10 @@ so the event loop is never blocked by a forward pass or a checkpoint read. No re
 crash the server. Until the first weights are loaded, the health routes and `/generate` answer
 503.
 
+Every release's engine also serves `/metrics`, as SGLang does with `--enable-metrics` (which
+the operator always passes): SGLang's own metric names and labels for the release it plays
+(`dressage.engine.engine_metrics`), beside the profile's routes.
+
 The HTTP loop shares the process, and the interpreter lock, with the scheduler thread's forward
 passes: whatever CPU a request costs here is taken from generation when requests arrive in a
 burst. So the per-request path is kept lean: the framework-free ASGI layer the proxy also
@@ -30,6 +34,7 @@ from dressage.engine.config import EngineConfig
 from dressage.engine.endpoints import control, generation, weights
 from dressage.engine.endpoints.common import guarded, not_routed
 from dressage.engine.endpoints.state import EngineState
+from dressage.engine.engine_metrics import CONTENT_TYPE, EngineMetrics
 from dressage.engine.model import ModelShape, load_weights, parameter_shapes
 from dressage.engine.releases import ReleaseProfile, deprecation_warning, profile_for
 from dressage.engine.scheduler import Scheduler
@@ -118,11 +123,17 @@ class EngineServer:
             expected=parameter_shapes(shape),
             label=config.weight_version,
         )
+        self.metrics = EngineMetrics(scheduler, config.model_source, profile.release)
+        scheduler.on_finish = self.metrics.finished
         routes = [
             Route(path, guarded(functools.partial(endpoint, self.state)), allowed)
             for path, endpoint, allowed in route_table(profile)
         ]
+        routes.append(Route("/metrics", guarded(self._serve_metrics), ("GET",)))
         self.app = App(routes, fallback=not_routed, lifespan=self._lifespan)
+
+    async def _serve_metrics(self, request: HttpRequest) -> Answer:
+        return Answer(self.metrics.exposition(), content_type=CONTENT_TYPE)
 
     @property
     def profile(self) -> ReleaseProfile:

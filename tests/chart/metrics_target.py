@@ -5,7 +5,11 @@ It exports, through `prometheus_client` and with the names from `dressage.metric
   that move every tick the way a short async run's do (versions advance, groups complete, some
   are dropped, spans stay within the limit);
 - on `--operator-port`, what the operator exports (per-job series labelled `namespace` and
-  `dressage_job`, and its reconcile health).
+  `dressage_job`, and its reconcile health);
+- on `--engine-port`, what an engine pod exports: SGLang's own metrics
+  (`dressage.metrics.sglang`) with the labels of the newest tested release;
+- on `--dcgm-port`, what NVIDIA's DCGM exporter serves for that engine pod's GPU (its
+  Kubernetes mode: `namespace` and `pod` labels, scraped with honor_labels).
 
 Run: `python -m tests.chart.metrics_target --port 0 --operator-port 0 --seconds 60`; it prints
 one JSON line `{"port": ..., "operator_port": ...}` once both servers listen, then ticks until
@@ -28,12 +32,15 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from dressage import metrics as m
+from dressage.api.sglang import SGLANG_NEWEST_TESTED
+from dressage.metrics import sglang
 from dressage.testing import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_NAMESPACE = "ml"
 JOB_NAME = "tiny"
 VERSION_SPAN_LIMIT = 3
+ENGINE_POD = f"{JOB_NAME}-engine-0"
 
 
 class RuntimeMetrics:
@@ -164,6 +171,79 @@ class OperatorMetrics:
         self.duration.observe(0.02)
 
 
+class EngineMetrics:
+    """SGLang's series of one engine pod, as the newest tested release labels them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.families: dict[str, Gauge | Counter | Histogram] = {}
+        for metric in sglang.METRICS:
+            labels = sglang.labels_of(metric, SGLANG_NEWEST_TESTED)
+            if metric.kind == "gauge":
+                family: Gauge | Counter | Histogram = Gauge(
+                    metric.name, metric.help, labels, registry=registry
+                )
+            elif metric.kind == "counter":
+                family = Counter(metric.name, metric.help, labels, registry=registry)
+            else:
+                family = Histogram(metric.name, metric.help, labels, registry=registry)
+            self.families[metric.name] = family
+        self.values = {
+            "model_name": "builtin:tiny",
+            "engine_type": "unified",
+            "is_streaming": "false",
+        }
+
+    def _labels(self, name: str) -> list[str]:
+        metric = next(m for m in sglang.METRICS if m.name == name)
+        return [self.values.get(k, "0") for k in sglang.labels_of(metric, SGLANG_NEWEST_TESTED)]
+
+    def tick(self, i: int) -> None:
+        """Two requests running, one queued, a filling cache; three requests finish."""
+        for name, value in (
+            (sglang.NUM_RUNNING_REQS, 2),
+            (sglang.NUM_QUEUE_REQS, 1),
+            (sglang.NUM_USED_TOKENS, 100 + i),
+            (sglang.TOKEN_USAGE, min(1.0, 0.1 + i / 100)),
+            (sglang.GEN_THROUGHPUT, 250.0),
+        ):
+            family = self.families[name]
+            assert isinstance(family, Gauge)
+            family.labels(*self._labels(name)).set(value)
+        for name, amount in (
+            (sglang.PROMPT_TOKENS, 48),
+            (sglang.GENERATION_TOKENS, 96),
+            (sglang.NUM_REQUESTS, 3),
+        ):
+            family = self.families[name]
+            assert isinstance(family, Counter)
+            family.labels(*self._labels(name)).inc(amount)
+        for name, seconds in (
+            (sglang.TIME_TO_FIRST_TOKEN, 0.05),
+            (sglang.E2E_REQUEST_LATENCY, 0.8),
+        ):
+            family = self.families[name]
+            assert isinstance(family, Histogram)
+            family.labels(*self._labels(name)).observe(seconds)
+
+
+class DcgmMetrics:
+    """The DCGM exporter's GPU series of the engine pod's GPU."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ("gpu", "UUID", "namespace", "pod", "container")
+        self.util = Gauge(
+            "DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels, registry=registry
+        )
+        self.fb_used = Gauge(
+            "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels, registry=registry
+        )
+        self.labels = ("0", "GPU-0", JOB_NAMESPACE, ENGINE_POD, "sglang")
+
+    def tick(self, i: int) -> None:
+        self.util.labels(*self.labels).set(60 + i % 30)
+        self.fb_used.labels(*self.labels).set(70000)
+
+
 @dataclass
 class MetricsTarget:
     """A running process serving job-pod metrics and operator metrics on loopback."""
@@ -173,6 +253,10 @@ class MetricsTarget:
     """host:port of the job pods' /metrics."""
     operator: str
     """host:port of the operator's /metrics."""
+    engine: str
+    """host:port of the engine pod's /metrics (SGLang's names)."""
+    dcgm: str
+    """host:port of the DCGM exporter's /metrics."""
 
     def stop(self) -> None:
         stop_process(self.process, grace_s=5)
@@ -195,6 +279,10 @@ def start_metrics_target(seconds: float = 60) -> MetricsTarget:
             "0",
             "--operator-port",
             "0",
+            "--engine-port",
+            "0",
+            "--dcgm-port",
+            "0",
             "--seconds",
             str(seconds),
         ],
@@ -213,6 +301,8 @@ def start_metrics_target(seconds: float = 60) -> MetricsTarget:
         process=process,
         job_pods=f"127.0.0.1:{ports['port']}",
         operator=f"127.0.0.1:{ports['operator_port']}",
+        engine=f"127.0.0.1:{ports['engine_port']}",
+        dcgm=f"127.0.0.1:{ports['dcgm_port']}",
     )
 
 
@@ -220,30 +310,38 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--operator-port", type=int, default=0)
+    parser.add_argument("--engine-port", type=int, default=0)
+    parser.add_argument("--dcgm-port", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--tick", type=float, default=0.5)
     args = parser.parse_args()
 
-    runtime_registry, operator_registry = CollectorRegistry(), CollectorRegistry()
-    runtime, operator = RuntimeMetrics(runtime_registry), OperatorMetrics(operator_registry)
-    runtime.tick(0)
-    operator.tick(0)
-    runtime_server, _ = start_http_server(args.port, "127.0.0.1", registry=runtime_registry)
-    operator_server, _ = start_http_server(
-        args.operator_port, "127.0.0.1", registry=operator_registry
-    )
-    ports = {"port": runtime_server.server_port, "operator_port": operator_server.server_port}
-    print(json.dumps(ports), flush=True)
+    registries = {
+        key: CollectorRegistry() for key in ("port", "operator_port", "engine_port", "dcgm_port")
+    }
+    sources = [
+        RuntimeMetrics(registries["port"]),
+        OperatorMetrics(registries["operator_port"]),
+        EngineMetrics(registries["engine_port"]),
+        DcgmMetrics(registries["dcgm_port"]),
+    ]
+    for source in sources:
+        source.tick(0)
+    servers = {
+        key: start_http_server(getattr(args, key), "127.0.0.1", registry=registry)[0]
+        for key, registry in registries.items()
+    }
+    print(json.dumps({key: server.server_port for key, server in servers.items()}), flush=True)
 
     deadline = time.monotonic() + args.seconds
     i = 1
     while time.monotonic() < deadline:
         time.sleep(args.tick)
-        runtime.tick(i)
-        operator.tick(i)
+        for source in sources:
+            source.tick(i)
         i += 1
-    runtime_server.shutdown()
-    operator_server.shutdown()
+    for server in servers.values():
+        server.shutdown()
     return 0
 
 

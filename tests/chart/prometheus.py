@@ -16,7 +16,7 @@ import yaml
 
 from dressage.testing import free_port, stop_process
 from tests.chart import dashboard as dash
-from tests.chart.tools import require_tool
+from tests.chart.tools import one, render, require_tool
 
 DEADLINE_SECONDS = 20.0
 
@@ -121,15 +121,33 @@ def prometheus_server(
         log.close()
 
 
-def staleness_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL) of every query in the dashboard's Staleness row."""
+def engine_metric_relabel_configs(tmp: Path) -> list[dict[str, Any]]:
+    """The chart's PodMonitor `metricRelabelings` of the engine endpoint, as Prometheus'
+    `metric_relabel_configs` (what the Prometheus Operator generates from them)."""
+    monitor = one(render({"metrics": {"podMonitor": {"enabled": True}}}, tmp), "PodMonitor")
+    (engine,) = [
+        e
+        for e in monitor["spec"]["podMetricsEndpoints"]
+        if any(r.get("regex") == "inference" for r in e["relabelings"])
+    ]
+    keys = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    return [{keys.get(k, k): v for k, v in r.items()} for r in engine["metricRelabelings"]]
+
+
+def row_queries(title: str) -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every query in the dashboard's row titled `title`."""
     board = dash.load()
     queries: list[tuple[str, str]] = []
     in_row = False
     for panel in board["panels"]:
         if panel["type"] == "row":
-            in_row = panel["title"] == "Staleness"
+            in_row = panel["title"] == title
             continue
         if in_row:
             queries += [(panel["title"], dash.substitute(t["expr"])) for t in panel["targets"]]
     return queries
+
+
+def staleness_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every query in the dashboard's Staleness row."""
+    return row_queries("Staleness")

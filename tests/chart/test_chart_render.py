@@ -337,9 +337,9 @@ def test_monitoring_combination_renders_monitors_for_kube_prometheus_stack(
     assert pod_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert pod_monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "dressage"}
     assert pod_monitor["spec"]["namespaceSelector"] == {"any": True}
-    trainer_endpoint, proxy_endpoint = pod_monitor["spec"]["podMetricsEndpoints"]
-    assert (trainer_endpoint["port"], proxy_endpoint["port"]) == ("metrics", "http")
-    for endpoint in (trainer_endpoint, proxy_endpoint):
+    endpoints = pod_monitor["spec"]["podMetricsEndpoints"]
+    assert [e["port"] for e in endpoints] == ["metrics", "http", "http"]
+    for endpoint in endpoints:
         relabel = {
             r["targetLabel"]: r["sourceLabels"]
             for r in endpoint["relabelings"]
@@ -538,8 +538,9 @@ def _scraped_ports(monitor: dict[str, Any], pod: dict[str, Any]) -> list[int]:
 
 def test_pod_monitor_scrapes_the_operators_trainer_and_proxy_pods(tmp_path: Path) -> None:
     """The PodMonitor, rendered by helm, against the pods the operator's pure builders make:
-    it selects them, scrapes the trainer's /metrics port and the proxy's HTTP port (which
-    serves /metrics), not the SGLang engines, and copies the operator's job label."""
+    it selects them, scrapes the trainer's /metrics port, the proxy's HTTP port (which serves
+    /metrics) and the engines' HTTP port (SGLang's own /metrics, and the embedded engine's),
+    each once, and copies the operator's job label."""
     monitor = one(render(COMBINATIONS["monitoring"], tmp_path), "PodMonitor")
     for endpoint in monitor["spec"]["podMetricsEndpoints"]:
         job = next(r for r in endpoint["relabelings"] if r.get("targetLabel") == "dressage_job")
@@ -553,4 +554,11 @@ def test_pod_monitor_scrapes_the_operators_trainer_and_proxy_pods(tmp_path: Path
     engine = children.build_engine_pod(job, owner, config, 0)
     assert _scraped_ports(monitor, trainer) == [naming.METRICS_PORT]
     assert _scraped_ports(monitor, proxy) == [naming.PROXY_PORT]
-    assert _scraped_ports(monitor, engine) == []
+    assert _scraped_ports(monitor, engine) == [naming.ENGINE_PORT]
+    embedded = load_job(ROOT / "examples" / "kind-cpu.yaml")
+    assert embedded.spec.inference.engine == "embedded"
+    engine = children.build_engine_pod(embedded, owner, config, 0)
+    assert _scraped_ports(monitor, engine) == [naming.ENGINE_PORT]
+    values = {"metrics": {"podMonitor": {"enabled": True, "enginePort": ""}}}
+    no_engines = one(render(values, tmp_path), "PodMonitor")
+    assert _scraped_ports(no_engines, engine) == []

@@ -3,11 +3,13 @@
 Prometheus scrapes a stand-in process serving Dressage's metrics every second
 (`metrics_target.start_metrics_target`): the fast variant. `test_prometheus_real_run.py`
 scrapes a short real `dressage run` instead (slow). The job
-pods' target gets the labels the chart's PodMonitor adds (`namespace`, `pod`, `dressage_job`); the
-operator's target is scraped with honor_labels like the chart's ServiceMonitor. Then:
+pods' and the engine pod's targets get the labels the chart's PodMonitor adds (`namespace`,
+`pod`, `dressage_job`, `component`); the operator's and the DCGM exporter's targets are scraped
+with honor_labels like the chart's ServiceMonitor and the exporter's own. Then:
 - every panel query, variable selector and alert expression is accepted by the server's query
   API (a parse error is HTTP 400 `bad_data`);
-- every query of the Staleness row returns series.
+- every query of the Staleness and SGLang engines rows, the DCGM panels included, and the job
+  and namespace lists return series.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import pytest
 
 from dressage import metrics as m
 from tests.chart import dashboard as dash
-from tests.chart.metrics_target import JOB_NAME, JOB_NAMESPACE, start_metrics_target
+from tests.chart.metrics_target import ENGINE_POD, JOB_NAME, JOB_NAMESPACE, start_metrics_target
 from tests.chart.prometheus import (
     DEADLINE_SECONDS,
     Prometheus,
+    engine_metric_relabel_configs,
     prometheus_server,
+    row_queries,
     staleness_queries,
     wait_until,
 )
@@ -57,9 +61,29 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
             ],
         },
         {
+            "job_name": "dressage-engine-pods",
+            "metric_relabel_configs": engine_metric_relabel_configs(tmp),
+            "static_configs": [
+                {
+                    "targets": [target.engine],
+                    "labels": {
+                        "namespace": JOB_NAMESPACE,
+                        "pod": ENGINE_POD,
+                        m.JOB_LABEL: JOB_NAME,
+                        "component": "inference",
+                    },
+                }
+            ],
+        },
+        {
             "job_name": "dressage-operator-metrics",
             "honor_labels": True,
             "static_configs": [{"targets": [target.operator]}],
+        },
+        {
+            "job_name": "dcgm-exporter",
+            "honor_labels": True,
+            "static_configs": [{"targets": [target.dcgm]}],
         },
     ]
     try:
@@ -113,3 +137,20 @@ def test_version_span_panel_reads_the_exported_figures(prometheus: Prometheus) -
     )
     assert result[0]["metric"] == {m.JOB_LABEL: JOB_NAME}
     assert float(result[0]["value"][1]) == 1.0
+
+
+def test_engine_row_and_job_list_return_series(prometheus: Prometheus) -> None:
+    """Every query of the SGLang engines row (SGLang's own names, and the DCGM panels matched
+    to the job's engine pod) and the namespace and job lists answer for the scraped job."""
+    queries = row_queries("SGLang engines")
+    assert len(queries) >= 10
+    board = dash.load()
+    queries += [(f"variable {n}", dash.substitute(s)) for n, s in dash.variable_selectors(board)]
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    for title, expr in queries:
+        result = wait_until(
+            f"{title}: {expr}", functools.partial(prometheus.series, expr), deadline
+        )
+        for series in result:
+            assert series["metric"].get(m.JOB_LABEL, JOB_NAME) == JOB_NAME, title
+            assert series["metric"].get("pod", ENGINE_POD) == ENGINE_POD, title
