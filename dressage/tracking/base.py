@@ -23,7 +23,9 @@ import contextlib
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -144,7 +146,12 @@ def step_scalars(figures: StepFigures, record: Mapping[str, Any] | None = None) 
 
 class Trackers:
     """The run's trackers, opened from `spec.tracking` by `open`; each call reaches every one,
-    and a failure follows `onError`."""
+    and a failure follows `onError`.
+
+    The calls run in order on one thread of their own, never in the caller's: a tracker
+    server that answers slowly (MLflow retries for minutes) must not stall the training
+    loop's event loop, which also drives rollout. A step that failed to log under
+    `onError: fail` raises at the next call (`log_step`, `flush`)."""
 
     def __init__(
         self, opened: Mapping[str, Tracker], *, on_error: str, warn: Callable[[str], None]
@@ -152,6 +159,9 @@ class Trackers:
         self._trackers = dict(opened)
         self._fail = on_error == "fail"
         self._warn = warn
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trackers")
+        self._failed: TrackerFailed | None = None
+        """A failure to log under `onError: fail`, not raised yet."""
 
     @classmethod
     def open(cls, context: RunContext, *, warn: Callable[[str], None] = print) -> Trackers:
@@ -181,20 +191,42 @@ class Trackers:
         return list(self._trackers)
 
     def log_step(self, figures: StepFigures, record: Mapping[str, Any]) -> None:
-        """Log one step: its figures and the other numbers of its record."""
+        """Log one step: its figures and the other numbers of its record (in the background;
+        raises `TrackerFailed` for an earlier step that failed under `onError: fail`)."""
+        self._raise_failed()
         step = int(record["step"])
         scalars = step_scalars(figures, record)
-        self._each("log a step", lambda tracker: tracker.log_step(step, scalars))
+        self._worker.submit(self._each, "log a step", lambda t: t.log_step(step, scalars))
 
     def log_plots(self, step: int, plots: Sequence[Path]) -> None:
         """Log the run report's plots (those that exist). The run has trained by then: a
         tracker that fails here is a warning whatever `onError` says."""
         present = [p for p in plots if p.is_file()]
         if present:
-            self._each("log the plots", lambda t: t.log_plots(step, present), fail=False)
+            plotted = partial(_log_plots, step=step, plots=present)
+            self._worker.submit(self._each, "log the plots", plotted, fail=False)
+
+    def flush(self) -> None:
+        """Wait for every call so far; raise `TrackerFailed` for one that failed under
+        `onError: fail`."""
+        self._worker.submit(lambda: None).result()
+        self._raise_failed()
 
     def close(self) -> None:
-        """Close every tracker (each once; a failure to close is a warning)."""
+        """Finish the calls so far, then close every tracker (each once; a failure to close,
+        or to log a last step, is a warning)."""
+        self._worker.submit(self._close_all).result()
+        self._worker.shutdown()
+        if self._failed is not None:
+            self._warn(f"warning: {self._failed}")
+            self._failed = None
+
+    def _raise_failed(self) -> None:
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
+
+    def _close_all(self) -> None:
         trackers, self._trackers = self._trackers, {}
         for field, tracker in trackers.items():
             try:
@@ -203,19 +235,25 @@ class Trackers:
                 self._warn(f"warning: spec.tracking.{field}: could not close its run: {exc}")
 
     def _each(self, what: str, call: Callable[[Tracker], None], *, fail: bool = True) -> None:
-        """`call` on every tracker; one that fails is closed and left out of the rest of the
-        run, then raises `TrackerFailed` (`onError: fail`) or is a warning."""
+        """`call` on every tracker (on the worker); one that fails is closed and left out of
+        the rest of the run, and its error kept for the caller (`onError: fail`) or warned."""
         for field, tracker in list(self._trackers.items()):
             try:
                 call(tracker)
             except Exception as exc:
                 error = TrackerFailed(f"spec.tracking.{field}: could not {what}: {exc}")
+                error.__cause__ = exc
                 self._trackers.pop(field, None)
                 with contextlib.suppress(Exception):  # failing already: the error says why
                     tracker.close()
                 if fail and self._fail:
-                    raise error from exc
-                self._warn(f"warning: {error}; the run goes on without it (onError: warn)")
+                    self._failed = self._failed or error
+                else:
+                    self._warn(f"warning: {error}; the run goes on without it (onError: warn)")
+
+
+def _log_plots(tracker: Tracker, *, step: int, plots: Sequence[Path]) -> None:
+    tracker.log_plots(step, plots)
 
 
 def _as_tracking_error(field: str, package: str, exc: Exception) -> TrackingError:

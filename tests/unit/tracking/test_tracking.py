@@ -143,18 +143,31 @@ def test_a_tracker_failing_while_logging_stops_the_run_or_is_dropped_with_a_warn
     broken = Broken()
     warnings: list[str] = []
     trackers = Trackers({"mlflow": broken}, on_error="fail", warn=warnings.append)
+    trackers.log_step(StepFigures(), {"step": 1})  # in the background: raises at the next call
     with pytest.raises(TrackerFailed, match=r"spec\.tracking\.mlflow: could not log a step"):
-        trackers.log_step(StepFigures(), {"step": 1})
+        trackers.log_step(StepFigures(), {"step": 2})
     assert trackers.names == []  # closed, and not called again as the run winds down
     assert broken.closed
+    assert warnings == []
+    trackers.close()
+
+    broken = Broken()
+    trackers = Trackers({"mlflow": broken}, on_error="fail", warn=warnings.append)
+    trackers.log_step(StepFigures(), {"step": 1})
+    with pytest.raises(TrackerFailed, match="connection refused"):
+        trackers.flush()
+    trackers.log_step(StepFigures(), {"step": 2})  # raised once; the tracker is gone
+    trackers.close()
     assert warnings == []
 
     broken = Broken()
     trackers = Trackers({"mlflow": broken}, on_error="warn", warn=warnings.append)
     trackers.log_step(StepFigures(), {"step": 1})
     trackers.log_step(StepFigures(), {"step": 2})
+    trackers.flush()
     assert trackers.names == []
     assert broken.closed
+    trackers.close()
     (warning,) = warnings
     assert "spec.tracking.mlflow: could not log a step: connection refused" in warning
 
@@ -167,6 +180,7 @@ def test_plots_a_tracker_fails_to_log_at_the_end_are_a_warning_even_on_error_fai
     warnings: list[str] = []
     trackers = Trackers({"wandb": Broken()}, on_error="fail", warn=warnings.append)
     trackers.log_plots(2, [plot, tmp_path / "missing.png"])
+    trackers.close()
     (warning,) = warnings
     assert warning.startswith("warning: spec.tracking.wandb: could not log the plots")
 
@@ -190,3 +204,11 @@ def test_a_run_directory_remembers_its_tracker_runs_for_a_resumed_run(tmp_path: 
     assert (again.recall("wandb"), again.recall("mlflow")) == ("abc123", "f00d")
     (tmp_path / "run" / "tracking.json").write_text("{not json")
     assert again.recall("wandb") is None
+
+
+def test_a_last_step_that_failed_to_log_is_a_warning_when_the_trackers_close() -> None:
+    warnings: list[str] = []
+    trackers = Trackers({"wandb": Broken()}, on_error="fail", warn=warnings.append)
+    trackers.log_step(StepFigures(), {"step": 3})
+    trackers.close()
+    assert warnings == ["warning: spec.tracking.wandb: could not log a step: connection refused"]
