@@ -2,14 +2,14 @@
 
 A tracker (`Tracker`) is opened once per run before the first step with the job's manifest as
 its config, gets each step's scalars, then the run report's plots, then is closed. A run
-resumed from its checkpoint continues the tracker runs it logged to (`RunContext.recall`). Each kind
-is one module (`tensorboard`, `wandb`, `mlflow`) imported only when a job names it, so the
-trainer needs none of their packages unless a job asks for one.
+resumed from its checkpoint continues the tracker runs it logged to (`RunContext.recall`).
+Each kind is one module (`tensorboard`, `wandb`, `mlflow`) imported only when a job names it,
+so the trainer needs none of their packages unless a job asks for one.
 
 What a step logs is read from the declaration (`dressage.api.figures`), never listed here: every
 declared figure under its record key (`staleness/version_lag_mean`), a by-reason counter as its
 total plus `<key>/<reason>`, a labelled gauge as `<key>/<label value>`; then the step record's
-other numbers (the trainer's `loss`, `grad_norm`, the phases' seconds), so a figure declared
+other numbers (what the trainer's step measured beyond the declaration), so a figure declared
 later is tracked without a change here.
 
 Failures follow `spec.tracking.onError`: a tracker that cannot start is a `TrackingError` (a
