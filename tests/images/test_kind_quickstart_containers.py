@@ -118,7 +118,7 @@ def test_the_kind_quickstart_job_trains_and_publishes_in_the_built_runtime_image
     trainer_log = kubelet.log_text(trainer, "trainer")
     assert status["phase"] == "Succeeded", f"{json.dumps(status)}\n{trainer_log[-3000:]}"
     assert f"step {STEPS} version v{STEPS}" in trainer_log, trainer_log[-3000:]
-    assert status["restarts"] == 0, json.dumps(status)
+    assert status["restarts"] == 0, f"{json.dumps(status)}\n{trainer_log[-6000:]}"
     served = served_versions(
         [p for p in kubelet.probes if p.pod == engine and p.kind == "livenessProbe"]
     )
