@@ -9,19 +9,48 @@ and `dressage_trainer_batch_wait_seconds_total`), plus the training step, the we
 and the dataset's skipped rows by reason (`dressage_dataset_bad_rows`, set once when the task
 is built). Each run has its own registry (no process-wide globals), so tests can run several
 in one process.
+
+A gauge figure's family is always served, its sample only from its first value: one a step
+never has is never exported, such as the MoE routing figures (`routing_agreement`,
+`routed_token_fraction`) of a dense model, instead of a `0.0` that reads as measured.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from dressage import metrics as names
 from dressage.api.figures import Figure, FigureKind, StepFigures, figures_of
 from dressage.orchestrator.loop import StepRecord
+
+
+class _FigureGauges(Collector):
+    """The gauge figures' latest values; a family without a value yet has no sample."""
+
+    def __init__(self, figures: tuple[Figure, ...]) -> None:
+        self._figures = [f for f in figures if f.kind is FigureKind.GAUGE]
+        self._values: dict[str, dict[tuple[str, ...], float]] = {}
+        self._lock = threading.Lock()
+
+    def set(self, figure: Figure, value: float, label: str | None = None) -> None:
+        key = () if label is None else (label,)
+        with self._lock:
+            self._values.setdefault(figure.name, {})[key] = float(value)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            values = {name: dict(samples) for name, samples in self._values.items()}
+        for f in self._figures:
+            family = GaugeMetricFamily(f.metric, f.help, labels=[f.label] if f.label else None)
+            for key, value in values.get(f.name, {}).items():
+                family.add_metric(list(key), value)
+            yield family
 
 
 class RunMetrics:
@@ -31,11 +60,8 @@ class RunMetrics:
         self.registry = CollectorRegistry()
         self.job = job
         self.figures = figures_of(declaration)
-        self._gauges = {
-            f.name: Gauge(f.metric, f.help, [f.label] if f.label else [], registry=self.registry)
-            for f in self.figures
-            if f.kind is FigureKind.GAUGE
-        }
+        self._gauges = _FigureGauges(tuple(self.figures))
+        self.registry.register(self._gauges)
         self._counters = {f.name: self._counter(f) for f in self.figures if f.counted}
         self.step = Gauge(names.TRAIN_STEP, "Completed optimizer steps", registry=self.registry)
         self.version = Gauge(
@@ -82,10 +108,10 @@ class RunMetrics:
             value = getattr(record.figures, figure.name)
             if figure.kind is FigureKind.GAUGE and figure.label is not None:
                 for label, number in (value or {}).items():
-                    self._gauges[figure.name].labels(label).set(number)
+                    self._gauges.set(figure, number, label)
             elif figure.kind is FigureKind.GAUGE:
                 if value is not None:
-                    self._gauges[figure.name].set(value)
+                    self._gauges.set(figure, value)
             elif figure.kind is FigureKind.COUNTER:
                 self._counters[figure.name].inc(value)
             else:
