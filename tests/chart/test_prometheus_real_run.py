@@ -34,7 +34,14 @@ from dressage.api import load_job
 from dressage.api.status import AsyncRLJobStatus, JobPhase
 from dressage.testing import stop_process
 from tests.chart import dashboard as dash
-from tests.chart.prometheus import Prometheus, prometheus_server, staleness_queries, wait_until
+from tests.chart.prometheus import (
+    Prometheus,
+    engine_metric_relabel_configs,
+    prometheus_server,
+    row_queries,
+    staleness_queries,
+    wait_until,
+)
 from tests.chart.tools import ROOT, require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -127,13 +134,24 @@ def _job_target(address: str, pod: str, component: str) -> dict[str, Any]:
     return {"targets": [address], "labels": labels}
 
 
-def _scrape_configs(trainer: str, proxy: str, operator: str) -> list[dict[str, Any]]:
+def _scrape_configs(
+    trainer: str, proxy: str, engines: list[str], operator: str, tmp: Path
+) -> list[dict[str, Any]]:
     return [
         {
             "job_name": "dressage-job-pods",
             "static_configs": [
                 _job_target(trainer, f"{JOB_NAME}-trainer-0", "trainer"),
                 _job_target(proxy, f"{JOB_NAME}-proxy-0", "proxy"),
+            ],
+        },
+        {
+            # The embedded engines' /metrics (SGLang's names), as the PodMonitor scrapes them.
+            "job_name": "dressage-engine-pods",
+            "metric_relabel_configs": engine_metric_relabel_configs(tmp),
+            "static_configs": [
+                _job_target(engine, f"{JOB_NAME}-engine-{i}", "inference")
+                for i, engine in enumerate(engines)
             ],
         },
         {
@@ -174,9 +192,12 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         proxy = output.value("proxy ready: ").removeprefix("http://")
         assert proxy, f"the run printed no proxy URL before its metrics URL:\n{output.tail()}"
         trainer = url.removeprefix("http://").removesuffix("/metrics")
+        ready = output.value("engines ready: ").split(" (")[0]
+        engines = [e.strip().removeprefix("http://") for e in ready.split(",") if e.strip()]
+        assert engines, f"the run printed no engine URLs before its metrics URL:\n{output.tail()}"
         feed = OperatorFeed(url, max_span)
         stack.callback(feed.stop)
-        configs = _scrape_configs(trainer, proxy, feed.target)
+        configs = _scrape_configs(trainer, proxy, engines, feed.target, tmp)
         server = stack.enter_context(prometheus_server(tmp, configs, SCRAPE_INTERVAL))
         yield server
         assert run.poll() is None, f"the run ended before the tests did:\n{output.tail()}"
@@ -294,3 +315,18 @@ def test_the_step_time_and_token_panels_return_series(prometheus: Prometheus) ->
                 f"{title}: {expr}", functools.partial(prometheus.series, expr), deadline
             )
             assert {s["metric"].get(names.JOB_LABEL) for s in result} == {JOB_NAME}, title
+
+
+def test_the_engine_row_and_job_list_return_series(prometheus: Prometheus) -> None:
+    """The embedded engines' SGLang metrics fill every query of the SGLang engines row but the
+    DCGM panels (no GPU here), and the job and namespace lists name the run's job."""
+    queries = [(t, e) for t, e in row_queries("SGLang engines") if "DCGM_FI_DEV_" not in e]
+    assert len(queries) >= 8
+    board = dash.load()
+    queries += [(f"variable {n}", dash.substitute(s)) for n, s in dash.variable_selectors(board)]
+    deadline = time.monotonic() + SERIES_DEADLINE_SECONDS
+    for title, expr in queries:
+        result = wait_until(
+            f"{title}: {expr}", functools.partial(prometheus.series, expr), deadline
+        )
+        assert {s["metric"].get(names.JOB_LABEL, JOB_NAME) for s in result} == {JOB_NAME}, title
