@@ -175,9 +175,13 @@ def figure_names(declaration: type[StepFigures] = StepFigures) -> frozenset[str]
 
 
 def all_names(declaration: type[StepFigures] = StepFigures) -> frozenset[str]:
-    """Every metric name Dressage exports: this module's, and those of the figures."""
+    """Every metric name Dressage exports: this module's (`JOB_LABEL` is a label, not one), and
+    those of the figures."""
     return figure_names(declaration) | frozenset(
         value
         for key, value in globals().items()
-        if key.isupper() and isinstance(value, str) and value.startswith("dressage_")
+        if key.isupper()
+        and key != "JOB_LABEL"
+        and isinstance(value, str)
+        and value.startswith("dressage_")
     )

@@ -13,6 +13,7 @@ from tests.chart import dashboard as dash
 from tests.chart.tools import ALERTING, one, render
 
 METRIC = re.compile(r"\bdressage_[a-z0-9_]*[a-z0-9]")
+"""A `dressage_` name: a metric's, or the job label (`metrics.JOB_LABEL`), which `_names` drops."""
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # Recording-rule names in the tests use `dressage:`; label names never start with `dressage_`.
 
@@ -32,7 +33,12 @@ def test_name_check_maps_histogram_series_and_refuses_unknown_names() -> None:
 
 
 def _names(text: str) -> set[str]:
-    return set(METRIC.findall(text))
+    return set(METRIC.findall(text)) - {metrics.JOB_LABEL}
+
+
+def test_the_job_label_is_no_metric_name() -> None:
+    assert metrics.JOB_LABEL == "dressage_job"
+    assert not declared(metrics.JOB_LABEL)
 
 
 def test_dashboard_queries_use_declared_metric_names() -> None:
