@@ -21,6 +21,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -41,24 +42,56 @@ _LAG_UNKNOWN = figure("version_lag_unknown_samples").key
 HISTORY = "history.jsonl"
 REPORT = "report.json"
 _REWARD = figure("reward").key
-PLOTS: dict[str, tuple[tuple[str, ...], str]] = {
-    "reward.png": ((_REWARD,), "reward (mean per step)"),
-    "logprob_diff.png": (
-        (figure("train_rollout_logprob_abs_diff").key,),
-        figure("train_rollout_logprob_abs_diff").key,
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One PNG of the report: the step-record keys it draws, each line's legend label, the
+    title, and the y axis with its unit. A lone series also gets its 10-step mean."""
+
+    series: tuple[tuple[str, str], ...]
+    """`(step-record key, legend label)` of each line."""
+    title: str
+    ylabel: str
+
+
+PLOTS: dict[str, Plot] = {
+    "reward.png": Plot(((_REWARD, "mean reward"),), "Reward (mean per step)", "reward"),
+    "logprob_diff.png": Plot(
+        ((figure("train_rollout_logprob_abs_diff").key, "|train - rollout| log-probability"),),
+        "Trainer vs engine log-probability gap (mean per trained token)",
+        "nats",
     ),
-    "entropy.png": ((figure("entropy").key,), "entropy (mean per trained token)"),
-    "version_span.png": ((figure("version_span_mean").key,), figure("version_span_mean").key),
-    "version_lag.png": (
-        (_LAG_MEAN, _LAG_MAX, figure("version_lag_token_mean").key),
-        "version lag (versions behind the trainer)",
+    "entropy.png": Plot(
+        ((figure("entropy").key, "policy entropy"),),
+        "Policy entropy (mean per trained token)",
+        "nats",
     ),
-    "step_seconds.png": (
-        tuple(figure(name).key for name in ("rollout_seconds", "train_seconds", "publish_seconds")),
-        "seconds of each step: waiting for the batch, training, publishing",
+    "version_span.png": Plot(
+        ((figure("version_span_mean").key, "versions spanned"),),
+        "Weight versions a trajectory spans (mean per step)",
+        "versions",
+    ),
+    "version_lag.png": Plot(
+        (
+            (_LAG_MEAN, "mean per sample"),
+            (_LAG_MAX, "max"),
+            (figure("version_lag_token_mean").key, "mean per trained token"),
+        ),
+        "Version lag (versions behind the trainer)",
+        "versions",
+    ),
+    "step_seconds.png": Plot(
+        (
+            (figure("rollout_seconds").key, "waiting for the batch"),
+            (figure("train_seconds").key, "training"),
+            (figure("publish_seconds").key, "publishing weights"),
+        ),
+        "Time of each step",
+        "seconds",
     ),
 }
-"""Each plot's file, the step-record keys it draws (a 10-step mean of a lone one) and title."""
+"""Each plot's file and what it draws."""
 
 
 class History:
@@ -108,12 +141,17 @@ def summarize(
     window: int = 10,
     declaration: type[StepFigures] = StepFigures,
 ) -> dict[str, Any]:
-    """Headline figures: reward over the first and last `window` steps, versions, every
+    """Headline figures: reward over the first and last steps, versions, every
     counted figure of the declaration summed over the run (drops and failures by reason), and
     every ratio figure of those sums (the run's trained tokens per second, its generated
-    tokens per trained token, the fraction of its steps' time spent waiting for batches)."""
+    tokens per trained token, the fraction of its steps' time spent waiting for batches).
+
+    `reward_first` and `reward_last` are the mean rewards of the first and the last
+    `reward_window` steps with a reward, `min(window, steps // 2)` (at least 1): the two
+    windows never overlap, so a short run's first and last differ whenever its rewards do (a
+    run of one step has one reward for both)."""
     rewards = [float(s[_REWARD]) for s in steps if _REWARD in s]
-    w = min(window, len(rewards)) or 1
+    w = max(1, min(window, len(rewards) // 2))
     sums = totals(steps, declaration)
     return {
         "steps": len(steps),
@@ -251,29 +289,39 @@ def plot_history(run_root: Path, steps: Sequence[Mapping[str, Any]]) -> list[Pat
     from matplotlib.figure import Figure
 
     written: list[Path] = []
-    xs = [int(s["step"]) for s in steps]
-    for filename, (keys, title) in PLOTS.items():
+    for filename, plot in PLOTS.items():
         fig = Figure(figsize=(6, 3.5), dpi=100)
-        fig.subplots_adjust(left=0.11, right=0.97, top=0.9, bottom=0.15)
-        ax = fig.add_subplot()
-        drawn = False
-        for key, style in zip(keys, itertools.cycle(("-", "--", ":")), strict=False):
-            points = [(x, float(s[key])) for x, s in zip(xs, steps, strict=True) if key in s]
-            if not points:
-                continue
-            drawn = True
-            px, py = zip(*points, strict=True)
-            ax.plot(px, py, style, marker=".", linewidth=0.8, alpha=0.6, label=key)
-            if len(keys) == 1 and len(py) >= 5:
-                ax.plot(px, moving_average(py, 10), linewidth=2.0, label="10-step mean")
-        if drawn:
-            ax.legend(loc="best", fontsize=8)
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
+        fig.subplots_adjust(left=0.13, right=0.97, top=0.9, bottom=0.15)
+        plot_axes(fig.add_subplot(), plot, steps)
         out = run_root / filename
         fig.savefig(out)
         written.append(out)
     return written
+
+
+def plot_axes(ax: Any, plot: Plot, steps: Sequence[Mapping[str, Any]]) -> None:
+    """Draw `plot` of `steps` on the matplotlib axes `ax`: its lines with their labels, the
+    title, the y unit, and whole steps on the x axis."""
+    from matplotlib.ticker import MaxNLocator
+
+    xs = [int(s["step"]) for s in steps]
+    drawn = False
+    for (key, label), style in zip(plot.series, itertools.cycle(("-", "--", ":")), strict=False):
+        points = [(x, float(s[key])) for x, s in zip(xs, steps, strict=True) if key in s]
+        if not points:
+            continue
+        drawn = True
+        px, py = zip(*points, strict=True)
+        ax.plot(px, py, style, marker=".", linewidth=0.8, alpha=0.6, label=label)
+        if len(plot.series) == 1 and len(py) >= 5:
+            ax.plot(px, moving_average(py, 10), linewidth=2.0, label="10-step mean")
+    if drawn:
+        ax.legend(loc="best", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title(plot.title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(plot.ylabel)
+    # Steps are whole: a short run would otherwise get ticks at 1.5, 2.5, ...
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)

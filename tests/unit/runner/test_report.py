@@ -210,3 +210,42 @@ def test_run_metrics_export_the_step_figures_and_counters() -> None:
     lines = text.splitlines()
     for line in expected:
         assert line in lines, line
+
+
+def test_a_short_runs_first_and_last_reward_come_from_separate_steps() -> None:
+    """With 3 steps the windows are 1 step each (min(10, 3 // 2)): the first and the last
+    reward differ as the steps' rewards do, instead of both averaging all three steps."""
+    steps = [_record(step, reward).to_dict() for step, reward in enumerate([0.1, 0.5, 0.9], 1)]
+    summary = summarize(steps)
+    assert summary["reward_window"] == 1
+    assert summary["reward_first"] == pytest.approx(0.1)
+    assert summary["reward_last"] == pytest.approx(0.9)
+    long = [_record(step, 0.0).to_dict() for step in range(1, 31)]
+    assert summarize(long)["reward_window"] == 10
+    assert summarize(long[:1])["reward_window"] == 1
+
+
+def test_plots_have_human_titles_units_and_whole_step_ticks() -> None:
+    """No title is a raw metric key, every plot names its y unit, and a 3-step run's x ticks
+    are whole steps."""
+    from matplotlib.figure import Figure
+
+    from dressage.runner.report import PLOTS, plot_axes
+
+    steps = [_record(step, 0.1 * step).to_dict() for step in range(1, 4)]
+    keys = {key for plot in PLOTS.values() for key, _ in plot.series}
+    for plot in PLOTS.values():
+        assert plot.title not in keys
+        assert "_" not in plot.title
+        assert "/" not in plot.title
+        assert plot.title[0].isupper()
+        assert plot.ylabel
+    for filename, plot in PLOTS.items():
+        ax = Figure().add_subplot()
+        plot_axes(ax, plot, steps)
+        ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
+        assert ticks, filename
+        assert all(float(t).is_integer() for t in ticks), (filename, ticks)
+        assert ax.get_title() == plot.title
+        labels = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
+        assert not keys & set(labels), filename
