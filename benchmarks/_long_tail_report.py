@@ -1,8 +1,8 @@
-"""The long-tail benchmark's report: the Markdown block the README quotes and the plot, both
-rendered from the results JSON alone (`benchmarks/long_tail.py --render PATH`), so the README,
-the plot and the JSON always carry the same figures.
+"""The long-tail benchmark's report: the Markdown block `benchmarks/README.md` quotes and the
+plot, both rendered from the results JSON alone (`benchmarks/long_tail.py --render PATH`), so
+that page, the plot and the JSON always carry the same figures.
 
-The README holds the block between `BEGIN` and `END` markers; `update_readme` replaces what is
+The page holds the block between `BEGIN` and `END` markers; `update_readme` replaces what is
 between them and nothing else.
 """
 
@@ -36,8 +36,9 @@ def _spans(entry: dict[str, Any]) -> str:
 def render_markdown(
     results: dict[str, Any], plot: Path | str, *, compare: dict[str, Any] | None = None
 ) -> str:
-    """The README block: how it was measured, the table, the verdict, the same settings at
-    another `keepVersions` when `compare` (another run's results) is given, and the plot."""
+    """The generated block: how it was measured, the table, the verdict, the same settings at
+    another `keepVersions` when `compare` (another run's results) is given, and where the plot
+    is."""
     summary: dict[str, dict[str, Any]] = results["summary"]
     loads = results["load_average"]
     lines = [BEGIN, ""]
@@ -106,7 +107,9 @@ def render_markdown(
     cost = staleness_cost(results)
     if cost:
         lines += ["", cost]
-    lines += ["", f"![long-tail benchmark]({plot})", "", END, ""]
+    # Named, not linked: the block is also part of the docs site, where a path out of docs/
+    # does not resolve.
+    lines += ["", f"The plot of these runs: `{plot}`.", "", END, ""]
     return "\n".join(lines)
 
 
@@ -330,7 +333,8 @@ def plot_results(results: dict[str, Any], path: Path) -> None:
 
 
 def update_readme(readme: Path, block: str) -> None:
-    """Replace the README's generated block (between the markers) with `block`."""
+    """Replace the generated block of `readme` (a Markdown page, between the markers) with
+    `block`."""
     text = readme.read_text()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:

@@ -52,7 +52,8 @@ to compare.
     python benchmarks/long_tail.py --render PATH [--compare PATH] [--update-readme]
 
 Writes the results JSON, a plot next to it and a Markdown block; `--update-readme` puts that
-block into the README's "Async speedup" section, so README and JSON quote the same figures.
+block into `benchmarks/README.md` ("The long-tail regime"), so that page and the JSON quote the
+same figures.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ from dressage.tasks.long_tail import from_spec as long_tail_task
 JOB = ROOT / "examples" / "local-long-tail.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "long_tail.json"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "long_tail_quick.json"
-README = ROOT / "README.md"
+README = ROOT / "benchmarks" / "README.md"
+"""The page that quotes the generated block (`--update-readme`)."""
 TARGET_SPEEDUP = 2.5
 KEEP_VERSIONS = 3
 CONCURRENCY = 32
@@ -441,7 +443,7 @@ def main() -> int:
         help="results JSON of another keepVersions to tabulate beside these (a path in the repo)",
     )
     parser.add_argument(
-        "--update-readme", action="store_true", help="write the block into README.md"
+        "--update-readme", action="store_true", help="write the block into benchmarks/README.md"
     )
     args = parser.parse_args()
     if args.render is not None:
@@ -548,7 +550,7 @@ def main() -> int:
 
 def publish(results: dict[str, Any], path: Path, *, update: bool) -> int:
     """Print the table, write the plot and the Markdown block next to `path`, and put the
-    block into the README when asked."""
+    block into `benchmarks/README.md` when asked."""
     plot = path.with_suffix(".png")
     plot_results(results, plot)
     other = None
@@ -564,7 +566,7 @@ def publish(results: dict[str, Any], path: Path, *, update: bool) -> int:
 
 
 def _repo_path(path: Path) -> str:
-    """`path` relative to the repository when it is inside it (what the README may cite)."""
+    """`path` relative to the repository when it is inside it (what a results file may cite)."""
     resolved = path.resolve()
     return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
 
