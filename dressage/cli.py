@@ -1,4 +1,4 @@
-"""The `dressage` command line: a thin dispatcher over subcommands.
+"""The `dressage` command line: `dressage COMMAND`, one subcommand per program of a job.
 
 Each subcommand lives next to the code it runs and exposes `add_arguments(parser)` and
 `run(args) -> int`. Subcommand modules are imported only when chosen, so `dressage proxy` never
@@ -9,8 +9,26 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
+
+import dressage
+
+DESCRIPTION = """\
+Dressage trains LLM agents with asynchronous reinforcement learning and keeps stale data out
+of the trainer. Rollout and training run at the same time; every generated token carries the
+weight version that produced it, and two controls bound staleness: a trainer batch holds
+trajectories of the newest `keepVersions` weight versions only, and a generation may span at
+most `maxPartialRolloutPreempts` + 1 versions. The same AsyncRLJob manifest runs on a laptop
+(`dressage run`) and on a Kubernetes cluster (the operator).\
+"""
+
+EPILOG = """\
+Start with `dressage validate JOB.yaml` to check a manifest, then `dressage run JOB.yaml` to
+train it locally (rerunning it resumes; `--fresh` starts over). `dressage COMMAND --help`
+describes each command. On a cluster the operator runs `engine`, `proxy` and `train` itself.\
+"""
 
 # name -> (module, one-line help). The module provides add_arguments() and run().
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -18,16 +36,33 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "dressage.validate_cli",
         "validate AsyncRLJob manifests (--cluster: as the operator and the API server would)",
     ),
-    "run": ("dressage.runner.cli", "run an AsyncRLJob locally (CPU, embedded engine)"),
-    "engine": ("dressage.engine.cli", "the embedded CPU inference engine"),
-    "proxy": ("dressage.proxy.cli", "the rollout proxy"),
-    "train": ("dressage.orchestrator.train_cli", "the trainer gang (torchrun entry point)"),
-    "stage-model": ("dressage.model.staging", "download a hub model once onto shared storage"),
+    "run": (
+        "dressage.runner.cli",
+        "train an AsyncRLJob locally (CPU or one GPU, embedded engine); a rerun resumes",
+    ),
+    "engine": ("dressage.engine.cli", "serve the embedded inference engine (CPU or one GPU)"),
+    "proxy": ("dressage.proxy.cli", "serve the rollout proxy between agents and engines"),
+    "train": (
+        "dressage.orchestrator.train_cli",
+        "run the trainer gang of a cluster job (torchrun entry point)",
+    ),
+    "stage-model": (
+        "dressage.model.staging",
+        "download a Hugging Face model once onto shared storage",
+    ),
 }
 
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dressage", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="dressage",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = argv[0] if argv else None
     for name, (module_name, help_text) in SUBCOMMANDS.items():
@@ -37,6 +72,15 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
             module.add_arguments(sp)
             sp.set_defaults(_run=module.run)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version, or the package's own when run from a checkout
+    that was never installed (`PYTHONPATH=. python -m dressage`)."""
+    try:
+        return importlib.metadata.version("dressage")
+    except importlib.metadata.PackageNotFoundError:
+        return dressage.__version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

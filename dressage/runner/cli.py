@@ -37,14 +37,38 @@ EXIT_CONFIGURATION = 2
 EXIT_INTERRUPTED = 130
 
 
+DESCRIPTION = """\
+Train an AsyncRLJob locally: its engines, proxy and trainer run as local processes, progress
+goes to stdout, Prometheus metrics to /metrics, and the report (report.json and plots) to
+<workdir>/<job name>/. Check a manifest first with `dressage validate JOB.yaml`.
+
+A rerun of the same command resumes after the last checkpoint (every
+spec.training.checkpointEvery steps): the weights, the optimizer and the data position come
+back and training goes on to the job's last step. A run that has done all its steps does
+nothing; `--steps N` with a larger N trains on up to step N, and `--fresh` deletes the run
+directory and starts over from step 1.\
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("manifest", help="AsyncRLJob YAML file")
-    parser.add_argument("--steps", type=int, default=None, help="override spec.training.steps")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="train up to this step instead of spec.training.steps (a larger N continues a "
+        "finished run)",
+    )
     parser.add_argument(
         "--workdir", type=Path, default=None, help="override spec.local.workdir (run dir parent)"
     )
     parser.add_argument(
-        "--fresh", action="store_true", help="delete the job's run directory and start over"
+        "--fresh",
+        action="store_true",
+        help="delete the job's run directory (checkpoints, history, report) and start over from "
+        "step 1 instead of resuming",
     )
     parser.add_argument(
         "--metrics-port", type=int, default=None, help="override spec.local.metricsPort (0: free)"

@@ -149,7 +149,7 @@ class LocalRun:
         self.history.resume(session.state.step, session.state.record)
         self.rewards = [float(r["reward"]) for r in self.history.read() if "reward" in r]
         if session.state.step >= self.options.steps:
-            self.out(f"nothing to do: {session.state.step} of {self.options.steps} steps done")
+            self.out(finished_message(session.state.step, self.options.steps, self.root))
             return
         if session.resumed:
             self.out(
@@ -408,6 +408,15 @@ def _earlier_user_code_errors(report: Path) -> list[dict[str, Any]]:
             continue  # not an entry this version wrote
         kept.append(entry)
     return kept
+
+
+def finished_message(done: int, steps: int, root: Path) -> str:
+    """What a rerun of a run that has done all of its `steps` says: that nothing is left, and
+    how to train on or start over."""
+    return (
+        f"nothing to do: {done} of {steps} steps done (checkpoints in {root}); "
+        f"`--steps N` with N > {done} trains on to step N, `--fresh` starts over from step 1"
+    )
 
 
 def progress_line(record: StepRecord, total: int, rewards: list[float]) -> str:
