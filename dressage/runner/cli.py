@@ -40,7 +40,8 @@ EXIT_INTERRUPTED = 130
 DESCRIPTION = """\
 Train an AsyncRLJob locally: its engines, proxy and trainer run as local processes, progress
 goes to stdout, Prometheus metrics to /metrics, and the report (report.json and plots) to
-<workdir>/<job name>/. Check a manifest first with `dressage validate JOB.yaml`.
+WORKDIR/JOB_NAME/ (WORKDIR: spec.local.workdir or --workdir). Check a manifest first with
+`dressage validate JOB.yaml`.
 
 A rerun of the same command resumes after the last checkpoint (every
 spec.training.checkpointEvery steps): the weights, the optimizer and the data position come
