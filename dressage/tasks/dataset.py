@@ -9,7 +9,9 @@ nothing is lost silently, and are counted by reason (`BadRow.kind`: `not_json`,
 `not_an_object`, `missing_column`, `bad_prompt`, `bad_messages`, `bad_answer`) for the run's
 `report.json` and `/metrics` (`bad_row_counts`). The first `LOGGED_BAD_ROWS` are logged one by
 one; a line then says that the rest are not, with their count by reason. A dataset without a
-column that the spec names (Parquet, `datasets`), or with no usable row at all, is an error.
+column that the spec names (Parquet, `datasets`; in a JSONL file, a column no line has), or with
+no usable row at all, is an error: one message naming the spec's field and listing the columns
+the data has, before any row is logged.
 
 Order is the dataset's own (or one fixed shuffle of it with `shuffle`): prompt `i` is valid row
 `i % len(task)` of that order, so the job's data position (one integer) resumes the stream
@@ -106,6 +108,8 @@ class _ListRows(_Rows):
     def __init__(self, source: str, rows: list[Mapping[str, Any] | None]) -> None:
         super().__init__(source, None, len(rows))
         self.rows = rows
+        self.keys: dict[str, None] = {}
+        """Every key of any line's object, in the order they first appear."""
 
     def get(self, position: int) -> Mapping[str, Any] | None:
         return self.rows[position]
@@ -149,6 +153,7 @@ def _read_jsonl(path: Path) -> _ListRows:
                 rows.append(None)
                 continue
             rows.append(value)
+            out.keys.update(dict.fromkeys(value))
     out.count = len(rows)
     return out
 
@@ -360,23 +365,40 @@ class DatasetTask:
     # Checks ---------------------------------------------------------------------------------
 
     def _required(self) -> list[str]:
+        return list(self._required_fields())
+
+    def _required_fields(self) -> dict[str, str]:
+        """Each column a row needs -> the spec field that names it."""
         spec = self.spec
-        names = [spec.prompt_column or spec.messages_column or ""]
+        if spec.prompt_column is not None:
+            fields = {spec.prompt_column: "promptColumn"}
+        else:
+            assert spec.messages_column is not None
+            fields = {spec.messages_column: "messagesColumn"}
         if spec.answer_column is not None:
-            names.append(spec.answer_column)
-        names.extend(c for c in spec.reward_columns or [] if c not in names)
-        return names
+            fields.setdefault(spec.answer_column, "answerColumn")
+        for column in spec.reward_columns or []:
+            fields.setdefault(column, "rewardColumns")
+        return fields
 
     def _check_columns(self, rows: _Rows) -> None:
-        if rows.columns is None:
-            return
-        missing = [c for c in self._required() if c not in rows.columns]
-        if missing:
-            close = difflib.get_close_matches(missing[0], rows.columns, n=1)
+        """A column the spec names that the data does not have at all is one error naming the
+        field, the column and the columns there are: not a bad row per row (a misspelt
+        `promptColumn` would otherwise log every row before saying there is no usable one)."""
+        if rows.columns is not None:
+            columns, where = rows.columns, ""
+        elif isinstance(rows, _ListRows) and rows.keys:
+            columns, where = list(rows.keys), f" in any {rows.unit}"
+        else:
+            return  # no row could be read: the rows themselves are the error
+        for column, field in self._required_fields().items():
+            if column in columns:
+                continue
+            close = difflib.get_close_matches(column, columns, n=1)
             guess = f" (did you mean {close[0]!r}?)" if close else ""
             raise DatasetError(
-                f"spec.task.dataset: {rows.source} has no column {missing[0]!r}{guess}; "
-                f"columns: {', '.join(rows.columns)}"
+                f"spec.task.dataset.{field}: {rows.source} has no column {column!r}{where}"
+                f"{guess}; columns: {', '.join(columns)}"
             )
 
     def _check_row(self, row: Mapping[str, Any]) -> tuple[str, str, str] | None:

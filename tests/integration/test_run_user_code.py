@@ -136,7 +136,7 @@ def job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     small_model(out / "model")
     (out / "job_code.py").write_text(USER_CODE)
     (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    (out / "empty.jsonl").write_text('{"question": ""}\n{"prompt": "1+1="}\n')
+    (out / "empty.jsonl").write_text('{"question": ""}\n{"prompt": "1+1=", "answer": 2}\n')
     bad = ["{not json", json.dumps({"question": "9+1="}), json.dumps({"question": "", "answer": 1})]
     (out / "some_bad.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in ROWS) + "\n".join(bad)
@@ -152,6 +152,10 @@ CONFIGURATION_ERRORS = {
     "no-usable-row": (
         _dataset("empty.jsonl"),
         "empty.jsonl has no usable row (2 bad; first: ",
+    ),
+    "prompt-column": (
+        {"name": "dataset", "dataset": {**_dataset("rows.jsonl")["dataset"], "promptColumn": "q"}},
+        "rows.jsonl has no column 'q' in any line; columns: question, answer",
     ),
     "parquet-column": (
         _dataset("t.parquet"),

@@ -174,9 +174,43 @@ def test_a_column_missing_from_a_parquet_file_names_file_and_column(tmp_path: Pa
 
 
 def test_a_dataset_without_a_usable_row_is_an_error(tmp_path: Path) -> None:
-    path = _jsonl(tmp_path / "d.jsonl", [{"q": "x"}])
+    path = _jsonl(tmp_path / "d.jsonl", [{"question": " ", "answer": "1"}])
     with pytest.raises(DatasetError, match=r"no usable row \(1 bad; first: .*line 1 column"):
         _task(_qa(path))
+
+
+def test_a_prompt_column_no_line_has_is_one_error_listing_the_columns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A misspelt `promptColumn` names the field and the columns the file has, in one error
+    and before any row is logged (not one `missing` warning per row, then "no usable row")."""
+    path = _jsonl(tmp_path / "d.jsonl", [{"prompt": f"{i}+1=", "answer": i + 1} for i in range(20)])
+    with (
+        caplog.at_level(logging.WARNING, logger="dressage.tasks.dataset"),
+        pytest.raises(DatasetError) as raised,
+    ):
+        _task(_qa(path))
+    assert str(raised.value) == (
+        f"spec.task.dataset.promptColumn: {path} has no column 'question' in any line; "
+        "columns: prompt, answer"
+    )
+    assert caplog.records == []
+
+
+def test_a_column_only_some_lines_lack_is_a_bad_row_of_each(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "d.jsonl", [ROWS[0], {"question": "x"}])
+    task = _task(_qa(path))
+    assert task.bad_rows == [BadRow(str(path), 2, "answer", MISSING_COLUMN, "missing", "line")]
+
+
+def test_each_missing_column_names_its_own_field(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "d.jsonl", [ROWS[0]])
+    with pytest.raises(DatasetError, match=r"^spec\.task\.dataset\.answerColumn: .*'ans' "):
+        _task({**_qa(path), "answerColumn": "ans"})
+    with pytest.raises(DatasetError, match=r"^spec\.task\.dataset\.rewardColumns: .*'lvl' "):
+        _task(_qa(path, rewardColumns=["lvl"]))
+    with pytest.raises(DatasetError, match=r"^spec\.task\.dataset\.messagesColumn: .*'m' "):
+        _task({"path": str(path), "messagesColumn": "m", "answerColumn": "answer"})
 
 
 def test_a_missing_file_names_the_path_and_where_it_was_looked_for(tmp_path: Path) -> None:
