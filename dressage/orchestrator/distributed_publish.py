@@ -39,7 +39,7 @@ from dressage.engine.weight_group import DEFAULT_TIMEOUT_S
 from dressage.orchestrator.fleet_sync import FleetWeightSender, MembershipChange
 from dressage.orchestrator.publish import WeightPublisher
 from dressage.orchestrator.weight_sync import DEFAULT_BUCKET_BYTES, WeightSyncError
-from dressage.proxy.client import ProxyRolloutClient
+from dressage.proxy.client import ProxyRolloutClient, RolloutError
 
 log = logging.getLogger("dressage.publish")
 
@@ -89,6 +89,40 @@ class DistributedPublisher(WeightPublisher):
             ranks_per_engine=ranks_per_engine,
             timeout_s=DEFAULT_TIMEOUT_S if update_timeout_s is None else update_timeout_s,
         )
+
+    async def wait_for_an_engine(
+        self, deadline_s: float, *, poll_s: float = 1.0, clock: Callable[[], float] | None = None
+    ) -> list[str]:
+        """Wait until the proxy lists at least one healthy engine, at most `deadline_s`; the
+        engines it lists then (empty when none came in time, or without a proxy).
+
+        Over the network there is no storage an engine that comes later could load the first
+        weights from: the trainer's initial `v0` reaches an engine only by a collective
+        publish, and the next publish needs a trained step, which needs an engine serving
+        `v0`. On a cluster the trainer's pod may be ready before any engine's (an engine loads
+        its model first), so the groups are formed once one engine is there instead of with
+        none."""
+        if self.proxy is None:
+            return []
+        now = clock or asyncio.get_running_loop().time
+        end = now() + deadline_s
+        said = False
+        while True:
+            with contextlib.suppress(RolloutError):
+                urls = await self._publish_targets()
+                if urls:
+                    return urls
+            if now() >= end:
+                log.warning(
+                    "no engine was ready after %.0f s: weight-update groups formed with none; "
+                    "an engine that comes later gets the weights at the next publish",
+                    deadline_s,
+                )
+                return []
+            if not said:
+                log.info("waiting for an engine to be ready before forming weight-update groups")
+                said = True
+            await asyncio.sleep(poll_s)
 
     async def start(self) -> MembershipChange:
         """Form a weight-update group with every engine of the engine set that has none yet

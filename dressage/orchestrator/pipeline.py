@@ -52,6 +52,11 @@ from dressage.tasks.dataset import DatasetTask, bad_row_counts
 from dressage.tasks.faults import UserCodeFaults
 from dressage.trainer.session import TrainerSession
 
+ENGINE_WAIT_SECONDS = 300.0
+"""How long rank 0 waits for a first engine before forming the weight-update groups of a fresh
+run (`DistributedPublisher.wait_for_an_engine`): below the default timeouts of the trainer
+gang's own collectives, which its other ranks wait in meanwhile."""
+
 
 @dataclass(frozen=True)
 class Endpoints:
@@ -219,6 +224,8 @@ async def run_pipeline(
         opened.push_async_callback(publisher.aclose)
         opened.push_async_callback(collector.aclose)
         if isinstance(publisher, DistributedPublisher):
+            if session.state.version_index == 0 and not engines_have_initial_weights:
+                await publisher.wait_for_an_engine(ENGINE_WAIT_SECONDS)
             await publisher.start()
             log(
                 f"weight-update groups formed with {len(publisher.sender.members)} engines "
