@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import subprocess
 import sys
 import threading
@@ -263,8 +264,13 @@ def test_every_step_figure_is_answered_for_the_run(prometheus: Prometheus) -> No
     and no more tokens trained than the engines generated."""
     deadline = time.monotonic() + SERIES_DEADLINE_SECONDS
     job = f'{{{names.JOB_LABEL}="{JOB_NAME}"}}'
+    # GRPO's clipped policy-gradient loss takes either sign (advantages are centred per
+    # group): it only has to be a number.
+    (loss,) = wait_until(
+        names.TRAIN_LOSS, functools.partial(prometheus.series, names.TRAIN_LOSS + job), deadline
+    )
+    assert math.isfinite(float(loss["value"][1])), loss
     for metric in (
-        names.TRAIN_LOSS,
         names.TRAIN_GRAD_NORM,
         names.TRAINED_TOKENS_PER_SECOND,
         names.GENERATED_TOKENS_PER_TRAINED_TOKEN,
