@@ -86,13 +86,16 @@ class ForkedProcess:
         stdout: IO[str] | None,
         connection: socket.socket,
         stderr: IO[str] | None = None,
+        pending: bytes = b"",
     ) -> None:
+        """`pending`: what the server sent after the spawn's reply and was read with it (the
+        exit line of a command that ended at once)."""
         self.pid = pid
         self.stdout: IO[str] | None = stdout
         self.stderr: IO[str] | None = stderr
         self.returncode: int | None = None
         self._connection = connection
-        self._pending = b""
+        self._pending = pending
         self._lock = threading.Lock()
 
     def poll(self) -> int | None:
@@ -128,17 +131,18 @@ class ForkedProcess:
         with self._lock:
             if self.returncode is not None:
                 return self.returncode
-            self._connection.settimeout(timeout)
-            try:
-                chunk = self._connection.recv(4096)
-            except (TimeoutError, BlockingIOError):
-                return None
-            if not chunk:
-                self._connection.close()
-                raise ForkServerError(f"the fork server went away while pid {self.pid} ran")
-            self._pending += chunk
             if not self._pending.endswith(b"\n"):
-                return None
+                self._connection.settimeout(timeout)
+                try:
+                    chunk = self._connection.recv(4096)
+                except (TimeoutError, BlockingIOError):
+                    return None
+                if not chunk:
+                    self._connection.close()
+                    raise ForkServerError(f"the fork server went away while pid {self.pid} ran")
+                self._pending += chunk
+                if not self._pending.endswith(b"\n"):
+                    return None
             message = json.loads(self._pending)
             self.returncode = int(message["exit"])
             self._connection.close()
@@ -213,7 +217,7 @@ class ForkClient:
                 if fd >= 0:
                     os.close(fd)
             write_end = err_write = -1
-            reply = _read_line(connection)
+            reply, rest = _read_line(connection)
             if "pid" not in reply:
                 raise ForkServerError(f"the fork server refused {list(argv)[:4]}: {reply}")
         except BaseException:
@@ -222,7 +226,9 @@ class ForkClient:
                 if fd >= 0:
                     os.close(fd)
             raise
-        return ForkedProcess(int(reply["pid"]), _reader(read_end), connection, _reader(err_read))
+        return ForkedProcess(
+            int(reply["pid"]), _reader(read_end), connection, _reader(err_read), pending=rest
+        )
 
     def _ready(self) -> None:
         """Make sure the server listens (a server another process started: nothing to do)."""
@@ -298,12 +304,15 @@ def _reader(fd: int) -> IO[str] | None:
     return None if fd < 0 else open(fd, encoding="utf-8", errors="replace")
 
 
-def _read_line(connection: socket.socket) -> dict[str, Any]:
+def _read_line(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
+    """The server's first message on `connection`, and what arrived after it in the same reads
+    (a command that ends at once has its exit line sent right behind its pid)."""
     data = b""
-    while not data.endswith(b"\n"):
+    while b"\n" not in data:
         chunk = connection.recv(4096)
         if not chunk:
             raise ForkServerError("the fork server closed the connection")
         data += chunk
-    reply: dict[str, Any] = json.loads(data)
-    return reply
+    line, _, rest = data.partition(b"\n")
+    reply: dict[str, Any] = json.loads(line)
+    return reply, rest

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dressage import forkserver
 from dressage.engine import EngineClient
 from dressage.engine.testing import engines_forked_from, start_engine
 from dressage.forkserver import (
@@ -228,3 +230,16 @@ def test_a_server_whose_parent_died_exits_and_kills_what_it_runs(tmp_path: Path)
     parent.stdout.close()
     assert exited_within(command_pid, 30)
     assert exited_within(server_pid, 30)
+
+
+def test_an_exit_sent_right_behind_the_pid_is_read_as_the_exit() -> None:
+    """A command that ends at once has its exit line sent right behind its pid; one read can
+    take both, and the spawn's reply is the first line only, the exit the process's code."""
+    ours, servers = socket.socketpair()
+    with servers:
+        servers.sendall(b'{"pid": 12345}\n{"exit": 4}\n')
+        reply, rest = forkserver._read_line(ours)
+    assert reply == {"pid": 12345}
+    process = forkserver.ForkedProcess(12345, None, ours, pending=rest)
+    assert process.poll() == 4
+    assert process.wait(timeout=1) == 4
