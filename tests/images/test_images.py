@@ -32,7 +32,7 @@ from dressage_operator.testing import EmulatedCluster, emulated_cluster
 from dressage.api import load_job, validate_job
 from dressage.api.sglang import SGLANG_DEFAULT_VERSION, SGLANG_TESTED_RELEASES
 from dressage.testing import free_port
-from tests.images.support import Images, ensure_images, podman, require_podman
+from tests.images.support import Images, podman
 
 ROOT = Path(__file__).resolve().parents[2]
 RESTRICTED = (
@@ -58,12 +58,6 @@ SIZE_BUDGET_MB = {"operator": 120, "runtime": 900, "sglang": 60}
 about 90 (kopf, pydantic, the strict schemas of 13 Kubernetes releases; images/operator/Dockerfile
 says what each part is for), the runtime about 690 (transformers, datasets, pyarrow,
 matplotlib), the SGLang image about 15 (the project; SGLang's image holds the rest)."""
-
-
-@pytest.fixture(scope="module")
-def images() -> Images:
-    require_podman()
-    return ensure_images()
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -33,18 +33,12 @@ from tests.operator.kubelet_processes import ContainerProcess, Containers, Podma
 from tests.operator.test_cluster_kind_example import kind_job
 from tests.operator.waiting import wait_until
 
-from .support import CONTAINERS_CONF, Images, ensure_images, podman, require_podman
+from .support import CONTAINERS_CONF, Images, podman
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NAMESPACE = "quickstart"
 STEPS = 3
-
-
-@pytest.fixture(scope="module")
-def images() -> Images:
-    require_podman()
-    return ensure_images()
 
 
 @pytest.fixture

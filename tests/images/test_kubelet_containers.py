@@ -27,7 +27,7 @@ from tests.operator.kubelet_processes import (
 )
 from tests.operator.waiting import wait_until
 
-from .support import CONTAINERS_CONF, Images, ensure_images, podman, require_podman
+from .support import CONTAINERS_CONF, Images, podman
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "kl"
@@ -71,12 +71,6 @@ _HOOK = """
 import os, pathlib
 pathlib.Path("/out/hook").write_text(f"{os.getuid()} {os.environ['PEER']}")
 """
-
-
-@pytest.fixture(scope="module")
-def images() -> Images:
-    require_podman()
-    return ensure_images()
 
 
 @pytest.fixture

@@ -102,6 +102,24 @@ def start_operator(c: EmulatedCluster, kubelet: Kubelet, tmp_path: Path, **env: 
     return operator
 
 
+CHILD_KINDS = (("v1", "pods"), ("v1", "services"), ("v1", "configmaps"), ("apps/v1", "deployments"))
+"""The API versions and plurals of a job's children that `job_children` lists by default."""
+
+
+def job_children(
+    c: EmulatedCluster, job: str, kinds: tuple[tuple[str, str], ...] = CHILD_KINDS
+) -> list[dict[str, Any]]:
+    """`job`'s children of `kinds` as the operator wrote them (the kubelet's pod status left
+    out), each with its `apiVersion`."""
+    out = []
+    for api_version, plural in kinds:
+        for obj in c.items(api_version, plural):
+            if obj["metadata"].get("labels", {}).get("dressage.io/job") == job:
+                obj = {k: v for k, v in obj.items() if k != "status" or plural != "pods"}
+                out.append({"apiVersion": api_version, **obj})
+    return out
+
+
 def job_status(c: EmulatedCluster) -> dict[str, Any]:
     body = c.get(c.job_path(JOB)) or {}
     status: dict[str, Any] = body.get("status") or {}

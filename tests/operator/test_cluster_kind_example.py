@@ -27,7 +27,7 @@ from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster, operator_e
 
 from dressage.testing import free_port
 
-from .cluster_job import cluster, kubelet, served_versions
+from .cluster_job import cluster, job_children, kubelet, served_versions
 from .conftest import Operator
 from .kubelet import Kubelet
 from .waiting import wait_until
@@ -45,21 +45,6 @@ def kind_job(steps: int = STEPS) -> dict[str, Any]:
     manifest: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     manifest["spec"]["training"]["steps"] = steps
     return manifest
-
-
-def _children(c: EmulatedCluster, job: str) -> list[dict[str, Any]]:
-    out = []
-    for api_version, plural in (
-        ("v1", "pods"),
-        ("v1", "services"),
-        ("v1", "configmaps"),
-        ("apps/v1", "deployments"),
-    ):
-        for obj in c.items(api_version, plural):
-            if obj["metadata"].get("labels", {}).get("dressage.io/job") == job:
-                obj = {k: v for k, v in obj.items() if k != "status" or plural != "pods"}
-                out.append({"apiVersion": api_version, **obj})
-    return out
 
 
 def test_the_kind_example_trains_and_publishes_with_no_gpu_no_claim_and_no_sglang(
@@ -84,7 +69,9 @@ def test_the_kind_example_trains_and_publishes_with_no_gpu_no_claim_and_no_sglan
         kubelet.start()
         c.create(manifest)
         children = wait_until(
-            lambda: len(_children(c, job)) >= 7 and _children(c, job), 60, "the job's children"
+            lambda: len(job_children(c, job)) >= 7 and job_children(c, job),
+            60,
+            "the job's children",
         )
         for obj in children:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

@@ -32,9 +32,11 @@ from dressage_operator.testing import EmulatedCluster
 from dressage.api.sglang import SGLANG_OLDEST_TESTED
 
 from .cluster_job import (
+    CHILD_KINDS,
     JOB,
     TRAINER,
     cluster,
+    job_children,
     job_manifest,
     job_status,
     kubelet,
@@ -55,20 +57,8 @@ has steps left to publish to the replacement."""
 
 
 def _children(c: EmulatedCluster) -> list[dict[str, Any]]:
-    """The job's children as the operator wrote them (the kubelet's pod status left out)."""
-    out = []
-    for api_version, plural in (
-        ("v1", "pods"),
-        ("v1", "services"),
-        ("v1", "configmaps"),
-        ("apps/v1", "deployments"),
-        ("networking.k8s.io/v1", "networkpolicies"),
-    ):
-        for obj in c.items(api_version, plural):
-            if obj["metadata"].get("labels", {}).get("dressage.io/job") == JOB:
-                obj = {k: v for k, v in obj.items() if k != "status" or plural != "pods"}
-                out.append({"apiVersion": api_version, **obj})
-    return out
+    """The job's children as the operator wrote them, its NetworkPolicy included."""
+    return job_children(c, JOB, (*CHILD_KINDS, ("networking.k8s.io/v1", "networkpolicies")))
 
 
 @pytest.mark.parametrize("release", [SGLANG_OLDEST_TESTED], ids=lambda r: f"sglang-{r}")
