@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dressage_testkit.processes import stop_process
 
 from dressage.engine.sglang_support import SERVER_INFO_ROUTES
-from dressage.testing import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_JOB = ROOT / "examples" / "local-tiny.yaml"

@@ -1,5 +1,5 @@
 """The embedded engine's decode step with rows of very different lengths: attending in length
-buckets (`dressage.engine.model.length_buckets`) against one padded batch, where every row
+buckets (`dressage.engine.embedded.model.length_buckets`) against one padded batch, where every row
 gathers and attends over the longest row's context.
 
 Batches are snapshots of a long-tail rollout: each row is a response of the long-tail task's
@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _runs import ROOT, load_average, write_result
 
-from dressage.engine.model import Decoder, KVCache, ModelShape, load_weights
-from dressage.engine.model import decoder as engine_decoder
+from dressage.engine.embedded.model import Decoder, KVCache, ModelShape, load_weights
+from dressage.engine.embedded.model import decoder as engine_decoder
 from dressage.model import BUILTIN_TINY, default_cache_dir, resolve_model_source
 from dressage.tasks.long_tail import LongTailTask
 

@@ -27,9 +27,9 @@ if str(ROOT) not in sys.path:  # runnable as `python benchmarks/engine_throughpu
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _runs import write_result  # noqa: E402
+from dressage_testkit.engine import start_engine  # noqa: E402
 
 from dressage.engine import EngineClient, GenerateRequest, SamplingParams  # noqa: E402
-from dressage.engine.testing import start_engine  # noqa: E402
 
 CONCURRENCY = (1, 8, 32)
 

@@ -243,9 +243,9 @@ async def _generate_all(url: str, prompts: list[list[int]], max_new: int) -> lis
 
 def check_engine(opts: CheckOptions) -> PartResult:
     import httpx
+    from dressage_testkit.processes import run_until_ready
 
     from dressage.model import build_tiny_model
-    from dressage.testing import run_until_ready
 
     result = PartResult("engine")
     model_dir = build_tiny_model(opts.workdir / "tiny")
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not parts:
         parser.error(f"--parts: unknown {unknown}; choose from {','.join(PARTS)}")
 
-    from dressage.engine.cli import device_problem
+    from dressage.engine.embedded.cli import device_problem
 
     problem = device_problem(args.device)
     if problem is not None:

@@ -38,9 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "operator"), str(ROOT / "benchmarks")]
 
 from _runs import write_result  # noqa: E402
-from dressage_operator.testing import EmulatedCluster, emulated_cluster  # noqa: E402
-
-from dressage.testing import free_port, stop_process  # noqa: E402
+from dressage_testkit.kube import EmulatedCluster, emulated_cluster  # noqa: E402
+from dressage_testkit.processes import free_port, stop_process  # noqa: E402
 
 NAMESPACE = "bench"
 RESULT = ROOT / "benchmarks" / "results" / "operator_scale.json"

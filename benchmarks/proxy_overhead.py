@@ -81,9 +81,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _runs import write_result
-
-from dressage.engine.testing import start_engine
-from dressage.proxy.testing import start_proxy
+from dressage_testkit.engine import start_engine
+from dressage_testkit.proxy import start_proxy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "proxy_overhead.json"
 PROMPT = [1, 6, 17, 28, 39, 50, 61, 72]

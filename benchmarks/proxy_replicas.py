@@ -40,11 +40,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _runs import write_result  # noqa: E402
+from dressage_testkit.engine import start_engine  # noqa: E402
+from dressage_testkit.proxy import start_proxy  # noqa: E402
 from proxy_overhead import cpu_seconds  # noqa: E402
 
-from dressage.engine.testing import start_engine  # noqa: E402
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings  # noqa: E402
-from dressage.proxy.testing import start_proxy  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "proxy_replicas.json"
 SAMPLING = SamplingSettings(max_new_tokens=1, ignore_eos=True)

@@ -65,15 +65,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from _runs import write_result  # noqa: E402
+from dressage_testkit.engine import start_engine  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from transformers import LlamaConfig  # noqa: E402
 
 from dressage.engine import EngineClient, GenerateRequest, SamplingParams  # noqa: E402
-from dressage.engine.model import ModelShape, parameter_shapes  # noqa: E402
-from dressage.engine.testing import start_engine  # noqa: E402
+from dressage.engine.embedded.model import ModelShape, parameter_shapes  # noqa: E402
 from dressage.model import BUILTIN_TINY, resolve_model_source  # noqa: E402
-from dressage.orchestrator.fleet_sync import FleetWeightSender  # noqa: E402
-from dressage.orchestrator.weight_sync import DistributedWeightSender  # noqa: E402
+from dressage.weights.broadcast import DistributedWeightSender  # noqa: E402
+from dressage.weights.fleet import FleetWeightSender  # noqa: E402
 
 SIZES: dict[str, dict[str, Any]] = {
     "10M": {

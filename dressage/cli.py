@@ -40,7 +40,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "dressage.runner.cli",
         "train an AsyncRLJob locally (CPU or one GPU, embedded engine); a rerun resumes",
     ),
-    "engine": ("dressage.engine.cli", "serve the embedded inference engine (CPU or one GPU)"),
+    "engine": (
+        "dressage.engine.embedded.cli",
+        "serve the embedded inference engine (CPU or one GPU)",
+    ),
     "proxy": ("dressage.proxy.cli", "serve the rollout proxy between agents and engines"),
     "train": (
         "dressage.orchestrator.train_cli",

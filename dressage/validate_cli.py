@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_cluster(args: argparse.Namespace) -> int:
     try:
-        from dressage_operator import cluster_check, preflight, schemas
+        from dressage_operator import children_check, cluster_check, schemas
         from dressage_operator.config import OperatorConfig
     except ModuleNotFoundError as exc:
         print(
@@ -93,7 +93,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"the operator's settings: {exc}", file=sys.stderr)
         return 2
-    release = schemas.schema_release(args.kubernetes_version, preflight.DEFAULT_SCHEMA_RELEASE)
+    release = schemas.schema_release(args.kubernetes_version, children_check.DEFAULT_SCHEMA_RELEASE)
     failed = 0
     for path in args.manifests:
         try:

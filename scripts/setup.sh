@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.dressage-setup-stamp
-want=$(cat pyproject.toml scripts/setup.sh scripts/pip.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml testkit/pyproject.toml scripts/setup.sh scripts/pip.sh | sha256sum | cut -d' ' -f1)
 # shellcheck source=scripts/pip.sh
 . scripts/pip.sh
 
@@ -19,6 +19,9 @@ if ! { [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; }; then
   # The CPU build of torch: laptops and CI have no GPU. Images install the CUDA build instead.
   pip_install "torch==2.13.0"
   pip_install -e ".[train,operator,tracking,dev]"
+  # The test support (testkit/: launchers, the fork server, the Kubernetes API emulation), a
+  # package of its own so the product wheel never contains it.
+  pip_install -e ./testkit
   # No SGLang in the main venv: nothing outside tests/contract may import it (the import
   # contract in pyproject.toml), and each release of the matrix lives in its own directory.
   # A venv made before the matrix had one installed here; it goes.

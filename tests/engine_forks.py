@@ -1,4 +1,4 @@
-"""The suite's engines start forked from a warm fork server (`dressage.forkserver`), one per
+"""The suite's engines start forked from a warm fork server (`dressage_testkit.forkserver`), one per
 test process: `start_engine` then costs about 0.2 CPU-seconds instead of the 2.5 a fresh
 interpreter spends importing torch. The engine runs the same command line through the same
 entry point. The server's socket is named in `DRESSAGE_FORK_SERVER` for the session, so a
@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-
-from dressage.engine.testing import ENGINE_PRELOAD, engines_forked_from
-from dressage.forkserver import FORK_SERVER_ENV, ForkClient, ForkServer
+from dressage_testkit.engine import ENGINE_PRELOAD, engines_forked_from
+from dressage_testkit.forkserver import FORK_SERVER_ENV, ForkClient, ForkServer
 
 FRESH_ENGINES = "DRESSAGE_TEST_FRESH_ENGINES"
 

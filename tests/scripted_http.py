@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from dressage.testing import free_port
+from dressage_testkit.processes import free_port
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 The names are SGLang's (`--reasoning-parser` and `--tool-call-parser`; SGLang 0.5.23 lists them
 in `srt/parser/reasoning_parser_names.py` and `srt/function_call/parser_names.py`), restricted
-to the formats the proxy reads (`dressage.proxy.reasoning`, `dressage.proxy.tool_formats`),
+to the formats the proxy reads (`dressage.proxy.openai.reasoning`,
+`dressage.proxy.openai.tool_formats`),
 plus `auto` (chosen from the model's chat template, as SGLang's `auto` is) and `none` (the
 output is left as it is). The proxy's registries are checked against these lists by a test.
 """

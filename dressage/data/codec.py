@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dressage.data.routing import RoutedExperts
+from dressage.data.expert_routing import RoutedExperts
 from dressage.data.samples import Sample
 
 _METADATA_KEYS = (

@@ -16,7 +16,8 @@ Version metadata, per the design (`docs/staleness.md`):
   is the trajectory's version for batch-level staleness control.
 
 `routed_experts` (MoE models, routing replay): the experts the rollout routed the first
-`routed_experts.rows` tokens of `tokens` to (`dressage.data.routing.RoutedExperts`); None when
+`routed_experts.rows` tokens of `tokens` to (`dressage.data.expert_routing.RoutedExperts`); None
+when
 the rollout did not record them.
 
 `mask_nonlast_version_tokens` (`--mask-nonlast-version-tokens`) is applied at one place only,
@@ -31,7 +32,7 @@ from statistics import fmean
 from typing import Any, Final
 
 from dressage.api.figures import figure
-from dressage.data.routing import RoutedExperts
+from dressage.data.expert_routing import RoutedExperts
 from dressage.data.spans import VersionSpan, compress_versions
 from dressage.data.versions import normalized_versions, version_span
 

@@ -6,7 +6,7 @@ This is SGLang's `FlattenedTensorBucket` (0.5.23 `srt/weight_sync/tensor_bucket.
 receiver allocates `FlattenedTensorBucket.empty(names, dtypes, shapes)`, whose offsets are the
 running sum of `numel * itemsize`, refuses an offset that is not a multiple of the tensor's
 itemsize ("Unaligned received tensor ..."), receives one broadcast into it and views each slice
-as its dtype and shape. The sender (`dressage.orchestrator.weight_sync`) packs the same way and
+as its dtype and shape. The sender (`dressage.weights.broadcast`) packs the same way and
 starts a new bucket rather than place a tensor at an unaligned offset; the embedded engine
 receives the same way.
 """

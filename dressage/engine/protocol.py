@@ -55,7 +55,8 @@ Routed experts (MoE models, SGLang 0.5.7 and later, `sglang_support.ROUTED_EXPER
 `return_routed_experts`, `meta_info.routed_experts` of a finished generation is the base64 of
 an int32 array `[prompt + output - 1 - routed_experts_start_len, num_hidden_layers,
 num_experts_per_tok]`, row `t` the experts token `routed_experts_start_len + t` of prompt +
-output was routed to in each layer (`dressage.data.routing`). Older releases ignore the field.
+output was routed to in each layer (`dressage.data.expert_routing`). Older releases ignore the
+field.
 
 Weight versions. `meta_info.weight_version` is the version label of the weights that produced
 the response (SGLang: the server's version when the response was built).
@@ -77,7 +78,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dressage.data.routing import RoutedExperts
+from dressage.data.expert_routing import RoutedExperts
 from dressage.data.spans import expand_version_spans, spans_from_sglang
 
 UNKNOWN_VERSION = "unknown"

@@ -21,7 +21,7 @@ newest name first and fall back to the older one on HTTP 404 (`WEIGHT_VERSION_RO
 release is asked for a deprecated alias (0.5.23 logs a warning on every `/get_model_info` and
 `/get_server_info`) and none needs its number known first.
 
-How the embedded engine plays each tested release is in `dressage.engine.releases`.
+How the embedded engine plays each tested release is in `dressage.engine.embedded.release_profiles`.
 """
 
 from __future__ import annotations

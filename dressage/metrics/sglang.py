@@ -2,7 +2,7 @@
 
 An SGLang engine started with `--enable-metrics` (the operator always passes it) serves
 `/metrics` on its HTTP port; the chart's PodMonitor scrapes it, the dashboard's SGLang engine
-row queries it, and the embedded engine (`dressage.engine.engine_metrics`) exports the same
+row queries it, and the embedded engine (`dressage.engine.embedded.metrics`) exports the same
 names with the same labels, so a run without SGLang fills the same panels.
 
 Read in each release's wheel (the package tree is the tag's `python/sglang/`):

@@ -60,7 +60,7 @@ StepSink = Callable[[StepRecord], None]
 
 class Publisher(Protocol):
     """What the loop needs of a weight publisher (`WeightPublisher`, or the distributed ones
-    of `dressage.orchestrator.distributed_publish`)."""
+    of `dressage.weights.collective`)."""
 
     async def publish(self, model_path: Path, version: str) -> None: ...
 
@@ -71,7 +71,7 @@ class Publisher(Protocol):
 
 def is_collective(publisher: object) -> bool:
     """Whether every trainer rank must enter the publisher's `publish` (a distributed publish
-    gathers each parameter over the gang, `dressage.orchestrator.distributed_publish`); a disk
+    gathers each parameter over the gang, `dressage.weights.collective`); a disk
     publish is rank 0's alone."""
     return bool(getattr(publisher, "collective", False))
 

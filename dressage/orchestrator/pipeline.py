@@ -39,10 +39,8 @@ import torch
 from dressage.api.figures import StepFigures
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec
 from dressage.orchestrator.collectors import make_collector, weight_update_pause_mode
-from dressage.orchestrator.distributed_publish import DistributedPublisher, PublishFollower
 from dressage.orchestrator.loop import StepRecord, StepSink, sync_engines, train_loop
 from dressage.orchestrator.metrics import RunMetrics
-from dressage.orchestrator.publish import WeightPublisher
 from dressage.orchestrator.rollout_process import RolloutProcessCollector, RolloutRecipe
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.rollout.collector import Collector
@@ -51,6 +49,8 @@ from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.tasks.dataset import DatasetTask, bad_row_counts
 from dressage.tasks.faults import UserCodeFaults
 from dressage.trainer.session import TrainerSession
+from dressage.weights.collective import DistributedPublisher, PublishFollower
+from dressage.weights.publisher import WeightPublisher
 
 ENGINE_WAIT_SECONDS = 300.0
 """How long rank 0 waits for a first engine before forming the weight-update groups of a fresh

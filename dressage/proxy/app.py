@@ -1,7 +1,7 @@
 """`create_app(config)`: the proxy's ASGI app, its route table and its lifespan.
 
 The lifespan opens the engine connections, builds the generator with the config's version
-rule (`dressage.proxy.staleness.version_rule`) and runs the background loops; leaving it stops
+rule (`dressage.proxy.span_rule.version_rule`) and runs the background loops; leaving it stops
 the loops and closes the connections. The HTTP API is documented in `dressage.proxy.server`.
 """
 
@@ -16,16 +16,17 @@ from dressage.asgi import Answer, App, HttpRequest, Route
 from dressage.proxy import errors
 from dressage.proxy.answers import error_response
 from dressage.proxy.background import expiry_loop, health_loop
-from dressage.proxy.chat import ChatTokenizer, load_chat_tokenizer
 from dressage.proxy.config import ProxyConfig, read_engine_urls
-from dressage.proxy.endpoints import control, drain, openai_chat, router, sessions, sglang
+from dressage.proxy.endpoints import control, drain, router, sessions, sglang
+from dressage.proxy.engine_pool import EnginePool
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generator, PauseGate
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.middleware import Body, EndpointFn, Handler, endpoint
-from dressage.proxy.routing import EnginePool
+from dressage.proxy.openai import endpoint as openai_chat
+from dressage.proxy.openai.chat import ChatTokenizer, load_chat_tokenizer
 from dressage.proxy.sessions import SessionStore
-from dressage.proxy.staleness import version_rule
+from dressage.proxy.span_rule import version_rule
 from dressage.proxy.state import ProxyState
 from dressage.proxy.upstream import EngineConnections
 

@@ -12,7 +12,7 @@ import orjson
 from dressage.data.versions import normalize_version
 from dressage.engine.sglang_support import SERVER_INFO_ROUTES, WEIGHT_VERSION_ROUTES, parse_version
 from dressage.proxy.config import read_engine_urls
-from dressage.proxy.routing import EngineState
+from dressage.proxy.engine_pool import EngineState
 from dressage.proxy.state import ProxyState
 from dressage.proxy.upstream import EngineConnections, Reply, UpstreamError
 

@@ -13,7 +13,7 @@ error fails the call, as a single proxy's error does; no replica answering fails
 Every HTTP failure becomes a `RolloutError` carrying the proxy's stable error name
 (`dressage.proxy.errors`), so the collectors count failures by reason and retry the whole
 prompt group; an error name that the proxy's staleness refusals answer
-(`dressage.proxy.staleness.staleness_error_names`) marks it as a staleness failure.
+(`dressage.proxy.span_rule.staleness_error_names`) marks it as a staleness failure.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dressage.data.codec import record_to_sample
 from dressage.data.groups import GroupFailed
 from dressage.data.samples import Sample
 from dressage.proxy.affinity import dns_target, parse_replica_urls, replica_for, replica_urls_of
-from dressage.proxy.staleness import staleness_error_names
+from dressage.proxy.span_rule import staleness_error_names
 
 log = logging.getLogger("dressage.proxy.client")
 

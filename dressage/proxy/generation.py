@@ -1,7 +1,7 @@
 """Generations against the engines: routing, retries, pauses and partial-rollout resumes.
 
 One `Generation` is one model turn. It is sent to an engine as SGLang's `/generate` with
-logprobs. The generator holds the proxy's version rule (`dressage.proxy.staleness`), which
+logprobs. The generator holds the proxy's version rule (`dressage.proxy.span_rule`), which
 decides what happens when a weight-update pause (`PauseGate`) aborts a turn on the engine:
 
 - when the rule resumes partial output (partial rollout), the turn waits for `continue`, then
@@ -45,7 +45,7 @@ Routed experts (MoE models, routing replay): a turn asked for them sends SGLang'
 `return_routed_experts` to engines whose release has it (`sglang_support.ROUTED_EXPERTS`; it is
 left out for older ones, which would ignore it) and keeps `meta_info.routed_experts`, the
 routing of every forwarded token of the piece's input and output; across the pieces of a
-resumed turn a position keeps its first report (`dressage.data.routing`).
+resumed turn a position keeps its first report (`dressage.data.expert_routing`).
 
 The engines are called through `EngineConnections` (pooled keep-alive connections): it is
 on the hot path, and its CPU per request is most of what the proxy adds to a generation.
@@ -60,7 +60,7 @@ from typing import Any
 
 import orjson
 
-from dressage.data.routing import RoutedExperts, merge_routes
+from dressage.data.expert_routing import RoutedExperts, merge_routes
 from dressage.data.spans import (
     VersionSpan,
     expand_version_spans,
@@ -79,11 +79,11 @@ from dressage.proxy.drain import (
     Interruption,
     interruption,
 )
+from dressage.proxy.engine_pool import EnginePool, EngineState
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.release_body import body_for_release, refused_field
-from dressage.proxy.routing import EnginePool, EngineState
 from dressage.proxy.sessions import Session
-from dressage.proxy.staleness import StalenessRefusal, VersionRule
+from dressage.proxy.span_rule import StalenessRefusal, VersionRule
 from dressage.proxy.upstream import (
     ConnectFailed,
     ConnectionLost,

@@ -13,7 +13,7 @@ parser by `add_arguments`), among them the staleness controls:
 - `--record-token-versions`: segment records carry the weight version of every generated
   token (else their versions are null);
 - `--max-partial-rollout-preempts N`: a partial-rollout trajectory may switch versions at most
-  N times (span at most N+1 versions; `dressage.proxy.staleness`).
+  N times (span at most N+1 versions; `dressage.proxy.span_rule`).
 
 Code: `dressage.proxy.app` (the app, its routes and lifespan), `dressage.proxy.middleware`
 (auth, admission, body, metrics around every endpoint), `dressage.proxy.turns` (one model
@@ -48,11 +48,12 @@ the histogram `dressage_proxy_generation_overhead_seconds`.
 `POST /v1/chat/completions`, `POST /s/{session_id}/v1/chat/completions` (OpenAI-compatible,
 `stream` true or false; `n` must be 1; needs `--model`), `GET /v1/models`,
 `GET /s/{session_id}/v1/models`. Messages are rendered with the model's chat template
-incrementally (see `dressage.proxy.chat`): user and tool tokens get loss mask 0, model tokens 1.
+incrementally (see `dressage.proxy.openai.chat`): user and tool tokens get loss mask 0, model
+tokens 1.
 A history rewrite, a change of `tools`, or a template that renders the earlier messages
 differently now (Qwen3 drops the reasoning of turns before the last user message) starts a
 new segment. The reply is read by the model family's reasoning and tool-call parsers
-(`--reasoning-parser`, `--tool-call-parser`, SGLang's names; `dressage.proxy.reply`) into
+(`--reasoning-parser`, `--tool-call-parser`, SGLang's names; `dressage.proxy.openai.reply`) into
 `reasoning_content`, `content` and `tool_calls`; `chat_template_kwargs` reach the template;
 `tool_choice` is `none`, `auto`, `required` or a named function (decoding is never
 constrained). A streamed answer is sent once the turn is generated (the turn may be resumed

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dressage.data.routing import RoutedExperts, merge_routes
+from dressage.data.expert_routing import RoutedExperts, merge_routes
 from dressage.data.versions import normalized_versions
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError

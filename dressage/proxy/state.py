@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dressage.proxy.chat import ChatTokenizer
 from dressage.proxy.config import ProxyConfig
+from dressage.proxy.engine_pool import EnginePool
 from dressage.proxy.generation import Generator, PauseGate
 from dressage.proxy.metrics import ProxyMetrics
-from dressage.proxy.routing import EnginePool
+from dressage.proxy.openai.chat import ChatTokenizer
 from dressage.proxy.sessions import SessionStore
 from dressage.proxy.upstream import EngineConnections
 

@@ -12,7 +12,7 @@ Exit codes: 0 done, 1 the run failed (a child process, rollout, the job's own co
 in which no trained sample got a real reward because every reward call failed: a warning would
 scroll by while the exit code reaches scripts and CI), 2 the job's
 configuration cannot work (`ConfigurationError`: found by the pre-flight checks before anything
-starts, `dressage.runner.preflight`, or later; either way no report is written), 130
+starts, `dressage.runner.startup_checks`, or later; either way no report is written), 130
 interrupted.
 """
 
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             # Once per run, not per engine: the embedded engine is not SGLang, but the
             # manifest is meant for a cluster whose engines run this release.
             print(f"warning: spec.inference.sglangVersion: {untested}", file=sys.stderr)
-        from dressage.runner.preflight import check_local_run
+        from dressage.runner.startup_checks import check_local_run
         from dressage.tasks.usercode import add_job_dir
 
         # A job's own reward, environment and data sit beside its manifest or in the

@@ -36,7 +36,7 @@ import torch
 
 from dressage.api.figures import StepFigures, line_parts
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
-from dressage.engine.releases import stand_in_release
+from dressage.engine.embedded.release_profiles import stand_in_release
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
@@ -44,7 +44,6 @@ from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
 from dressage.runner.churn import ChurnEvent
 from dressage.runner.fleet import ChurnDriver, LocalFleet
-from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import ChildProcess, pin_this_process, python_module, stop_together
 from dressage.runner.report import (
     PLOTS,
@@ -56,6 +55,7 @@ from dressage.runner.report import (
     with_unrecorded,
     write_report,
 )
+from dressage.runner.startup_checks import check_cpus
 from dressage.tasks import get_task
 from dressage.tasks.base import Environment, Task
 from dressage.tasks.dataset import LOGGED_BAD_ROWS, DatasetTask, bad_row_counts

@@ -7,7 +7,8 @@ sends SIGKILL to whatever is left; `stop_together` does the same for several chi
 shared wait, so their shutdowns overlap.
 
 A child is a fresh interpreter, except where the environment names a fork server
-(`dressage.forkserver.FORK_SERVER_ENV`, which only the test suite sets): a `python -m` child is
+(`dressage_testkit.forkserver.FORK_SERVER_ENV`, which only the test suite sets): a `python -m`
+child is
 then forked from that warm server, in a session of its own and on its cores as a fresh one
 would be, and the server kills it when the runner dies (its connection to the server closes)
 as Linux does a fresh child (`PR_SET_PDEATHSIG`).
@@ -28,8 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
+from dressage_testkit.forkserver import ForkClient, ForkedProcess
+
 import dressage
-from dressage.forkserver import ForkClient, ForkedProcess
 
 PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ import torch
 from dressage.data.groups import TrainBatch
 from dressage.data.samples import Sample, mask_nonlast_version_tokens
 from dressage.trainer.loss import group_advantages
-from dressage.trainer.routing import RouteShape
+from dressage.trainer.routing_replay import RouteShape
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ never held for a whole micro-batch.
 MoE models train like dense ones (FSDP2 shards each decoder layer, experts included, along the
 experts' first dimension). With `routing_replay` the rollout's routed experts are replayed in
 the forward (`replay`) or only compared with the trainer's own routing (`record`); see
-`dressage.trainer.routing`. Published weights use the checkpoint's tensor names: transformers
+`dressage.trainer.routing_replay`. Published weights use the checkpoint's tensor names: transformers
 trains a Qwen3-MoE layer's experts fused (`mlp.experts.gate_up_proj`), and they are published
 one expert at a time (`mlp.experts.{e}.gate_proj.weight`, ...), as `save_pretrained` writes
 them and as SGLang and the embedded engine load them.
@@ -59,7 +59,7 @@ from dressage.trainer.batch import (
 from dressage.trainer.correction import CorrectionConfig, off_policy_correction
 from dressage.trainer.distributed import DistEnv, all_reduce_sum
 from dressage.trainer.loss import LossInputs, chunked_token_logprobs_and_entropy, grpo_loss
-from dressage.trainer.routing import RoutingReplay
+from dressage.trainer.routing_replay import RoutingReplay
 
 REWARD = figure("reward").key
 LOGPROB_ABS_DIFF = figure("train_rollout_logprob_abs_diff").key

@@ -10,7 +10,7 @@ rule the operator already checks its children with, in the order a reconcile mak
 2. `validation.spec_errors`: the job model, the CRD's CEL rules and what a cluster cannot run
    (`InvalidSpec`);
 3. `limits.limit_errors`: this cluster's limits (`LimitExceeded`);
-4. `preflight.child_errors`: the children carrying the job's fields against the strict
+4. `children_check.child_errors`: the children carrying the job's fields against the strict
    Kubernetes schemas of the cluster's release and the API server's rules (`InvalidSpec`; with
    `checkChildren` off, the API server refuses the child instead: `ChildRefused`);
 5. in a namespace that enforces a Pod Security Standard, the PodSecurity admission on each pod
@@ -33,7 +33,7 @@ from typing import Any
 
 from dressage.api.sglang import untested_release_message
 from dressage.api.status import AsyncRLJobStatus
-from dressage_operator import naming, preflight
+from dressage_operator import children_check, naming
 from dressage_operator.apirules.fields import metadata_causes
 from dressage_operator.apirules.pod_security import (
     LEVELS,
@@ -151,7 +151,7 @@ def check(
     config: OperatorConfig,
     *,
     namespace: str = "default",
-    release: str = preflight.DEFAULT_SCHEMA_RELEASE,
+    release: str = children_check.DEFAULT_SCHEMA_RELEASE,
     pod_security: str = "privileged",
 ) -> ClusterCheck:
     """Every refusal a cluster would make of the job object `body` in `namespace`, whose API
@@ -180,9 +180,9 @@ def check(
     limits = ", ".join(f"{k} {v}" for k, v in sorted(config.limits.items()))
     checked.append(f"this cluster's limits ({limits}; DRESSAGE_OPERATOR_LIMITS)")
     owner = Owner(name=name, namespace=namespace, uid="dressage-validate")
-    rendered = preflight.rendered_children(job, owner, config)
+    rendered = children_check.rendered_children(job, owner, config)
     shown = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in rendered)
-    children = preflight.child_errors(job, owner, config, release)
+    children = children_check.child_errors(job, owner, config, release)
     if children and config.check_children:
         stages.append(_spec_stage(REASON_INVALID_SPEC, children))
     elif children:

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from dressage.api.job import API_GROUP, API_VERSION, PLURAL, AsyncRLJob
 from dressage.api.status import AsyncRLJobStatus
-from dressage_operator import children, drift, naming, preflight, schemas
+from dressage_operator import children, children_check, drift, naming, schemas
 from dressage_operator.conditions import timestamp
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import decide, scrape_due
@@ -50,7 +50,7 @@ from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.plan import Applied, ChildResult, Observed, Plan
 from dressage_operator.scrape import scrape
 from dressage_operator.settle import CONFLICT_RETRY_SECONDS, backoff, settle
-from dressage_operator.staleness import ScrapeResult
+from dressage_operator.staleness_scrape import ScrapeResult
 from dressage_operator.validation import spec_errors
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -113,7 +113,7 @@ class Runtime:
     metrics: OperatorMetrics
     jobs: dict[tuple[str, str], JobState] = field(default_factory=dict)
     metrics_server: Any = None
-    schema_release: str = preflight.DEFAULT_SCHEMA_RELEASE
+    schema_release: str = children_check.DEFAULT_SCHEMA_RELEASE
     """The Kubernetes release whose schemas check the children: the API server's own."""
 
     def wake(self, namespace: str | None, job: str | None) -> None:
@@ -156,7 +156,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         scraper=httpx.AsyncClient(),
         metrics=metrics,
         metrics_server=server,
-        schema_release=schemas.schema_release(version, preflight.DEFAULT_SCHEMA_RELEASE),
+        schema_release=schemas.schema_release(version, children_check.DEFAULT_SCHEMA_RELEASE),
     )
 
 
@@ -384,7 +384,7 @@ def _children_checked(
     key = job.model_dump_json()
     if state.children_checked[0] != key:
         owner = children.Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
-        found = preflight.child_errors(job, owner, runtime.config, runtime.schema_release)
+        found = children_check.child_errors(job, owner, runtime.config, runtime.schema_release)
         state.children_checked = (key, tuple(found))
     return state.children_checked[1]
 

@@ -21,7 +21,7 @@ from enum import StrEnum
 from dressage.api.status import AsyncRLJobStatus
 from dressage_operator.children import Obj
 from dressage_operator.observe import PodInfo
-from dressage_operator.staleness import ScrapeResult
+from dressage_operator.staleness_scrape import ScrapeResult
 
 REASON_CHILD_REFUSED = "ChildRefused"
 """The `Failed` reason of a job whose child the API server refused permanently before the job

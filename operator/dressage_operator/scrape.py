@@ -1,12 +1,12 @@
 """The HTTP GET of a job's `/metrics` (I/O, at the handlers' level); the parsing is pure
-(`dressage_operator.staleness`)."""
+(`dressage_operator.staleness_scrape`)."""
 
 from __future__ import annotations
 
 import httpx
 
 from dressage_operator.fleet_signals import parse_fleet_counters
-from dressage_operator.staleness import ScrapeResult, parse_staleness
+from dressage_operator.staleness_scrape import ScrapeResult, parse_staleness
 
 
 async def scrape(

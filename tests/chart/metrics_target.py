@@ -29,12 +29,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dressage_testkit.processes import stop_process
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from dressage import metrics as m
 from dressage.api.sglang import SGLANG_NEWEST_TESTED
 from dressage.metrics import sglang
-from dressage.testing import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_NAMESPACE = "ml"

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import yaml
+from dressage_testkit.processes import free_port, stop_process
 
-from dressage.testing import free_port, stop_process
 from tests.chart import dashboard as dash
 from tests.chart.tools import one, render, require_tool
 

@@ -19,7 +19,7 @@ import yaml
 from dressage_operator import children, naming, rbac
 from dressage_operator import main as operator_main
 from dressage_operator.config import OperatorConfig
-from dressage_operator.testing import restricted_violations
+from dressage_testkit.kube import restricted_violations
 
 from dressage.api import load_job
 from tests.chart.tools import (

@@ -27,13 +27,13 @@ import httpx
 import pytest
 import yaml
 from dressage_operator.metrics import OperatorMetrics, version_span_limit
-from dressage_operator.staleness import parse_staleness
+from dressage_operator.staleness_scrape import parse_staleness
+from dressage_testkit.processes import stop_process
 from prometheus_client import start_http_server
 
 from dressage import metrics as names
 from dressage.api import load_job
 from dressage.api.status import AsyncRLJobStatus, JobPhase
-from dressage.testing import stop_process
 from tests.chart import dashboard as dash
 from tests.chart.prometheus import (
     Prometheus,

@@ -3,7 +3,7 @@
 For every format both sides have, each reply of a corpus (written in the family's syntax,
 text around calls, parallel calls, reasoning cut by the budget) is read by SGLang's detector
 (`srt/function_call/<name>_detector.py` `detect_and_parse`, `srt/parser/reasoning_parser.py`
-`ReasoningParser.parse_non_stream`) and by the proxy (`dressage.proxy.reply`), and the two
+`ReasoningParser.parse_non_stream`) and by the proxy (`dressage.proxy.openai.reply`), and the two
 must agree: the same calls (name and arguments), the same text before the first call, the
 same reasoning and answer. Where the proxy differs on purpose (it keeps text after the calls
 and calls of undeclared functions, which SGLang drops) the corpus does not go.
@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from dressage.proxy.reasoning import THINK_FORMATS, split_reasoning
-from dressage.proxy.reply import ReplyFormat, parse_reply
-from dressage.proxy.tool_calls import parse_tool_calls
-from dressage.proxy.tool_formats import TOOL_FORMATS
+from dressage.proxy.openai.reasoning import THINK_FORMATS, split_reasoning
+from dressage.proxy.openai.reply import ReplyFormat, parse_reply
+from dressage.proxy.openai.tool_calls import parse_tool_calls
+from dressage.proxy.openai.tool_formats import TOOL_FORMATS
 
 pytestmark = pytest.mark.contract
 

@@ -28,9 +28,10 @@ from typing import Any
 
 import httpx
 import pytest
+from dressage_testkit.engine import EngineProcess, start_engine
 
 from dressage.engine import EngineClient
-from dressage.engine.releases import (
+from dressage.engine.embedded.release_profiles import (
     FLUSH_REFUSED_MESSAGE,
     PROFILES,
     SESSION_NOT_OPEN_MESSAGE,
@@ -39,7 +40,6 @@ from dressage.engine.releases import (
     ReleaseProfile,
     deprecation_warning,
 )
-from dressage.engine.testing import EngineProcess, start_engine
 from dressage.model import BUILTIN_TINY, resolve_model_source
 from tests.contract.support import ServerTokenizer, schema_gate
 

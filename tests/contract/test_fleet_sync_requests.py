@@ -1,4 +1,4 @@
-"""The requests of per-engine weight-update groups (`dressage.orchestrator.fleet_sync`) fit the
+"""The requests of per-engine weight-update groups (`dressage.weights.fleet`) fit the
 installed SGLang release, and the upstream facts that chose the topology hold there.
 
 Upstream (`python/sglang/srt/`): `/init_weights_update_group` takes
@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from dressage.engine import EngineClient, EngineVersionError
-from dressage.engine.endpoints.weights import NAME_TAKEN
+from dressage.engine.embedded.endpoints.weights import NAME_TAKEN
 from dressage.engine.sglang_support import DESTROY_WEIGHTS_UPDATE_GROUP, supports
-from dressage.orchestrator.fleet_sync import FleetWeightSender
-from dressage.orchestrator.weight_membership import ENGINE_RANK_OFFSET, GroupNames
+from dressage.weights.fleet import FleetWeightSender
+from dressage.weights.membership import ENGINE_RANK_OFFSET, GroupNames
 from tests.contract.support import SGLANG_VERSION, fake_sglang, sglang
 
 pytestmark = pytest.mark.contract

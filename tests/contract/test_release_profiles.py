@@ -1,4 +1,5 @@
-"""Each embedded-engine release profile (`dressage.engine.releases`) is what its release is.
+"""Each embedded-engine release profile (`dressage.engine.embedded.release_profiles`) is what its
+release is.
 
 The tier runs once per release of the matrix; here the profile of the release imported is
 checked against that release's own code: its route table (`entrypoints/http_server.py`), its
@@ -21,14 +22,14 @@ from typing import Any
 import pytest
 
 from dressage.engine import sglang_support
-from dressage.engine.releases import (
+from dressage.engine.embedded.release_profiles import (
     FLUSH_REFUSED_MESSAGE,
     PROFILES,
     SESSION_REQUIRED_MESSAGE,
     ReleaseProfile,
     deprecation_warning,
 )
-from dressage.engine.server import ENDPOINTS
+from dressage.engine.embedded.server import ENDPOINTS
 from tests.contract.support import ServerTokenizer, sglang, sglang_routes
 
 pytestmark = pytest.mark.contract

@@ -16,7 +16,7 @@ import base64
 import numpy as np
 import pytest
 
-from dressage.data.routing import RoutedExperts
+from dressage.data.expert_routing import RoutedExperts
 from dressage.engine import EngineClient, EngineVersionError
 from dressage.engine.protocol import GenerateRequest, GenerateResponse
 from dressage.engine.sglang_support import ROUTED_EXPERTS, ROUTED_EXPERTS_START_LEN, supports

@@ -3,7 +3,7 @@ chart's and the operator's pods run them: their own numeric non-root user, a rea
 filesystem, every capability dropped, no privilege escalation; they write only to the tmpfs and
 volumes a test mounts.
 
-- The operator image starts against the emulated API server (`dressage_operator.testing`, on
+- The operator image starts against the emulated API server (`dressage_testkit.kube`, on
   this machine's loopback, reached with `--network host` and a kubeconfig naming it) and
   reconciles a job to its children.
 - The runtime image trains a few steps of `examples/local-tiny.yaml` with `dressage run`.
@@ -27,11 +27,11 @@ from typing import Any
 
 import pytest
 from dressage_operator import children
-from dressage_operator.testing import EmulatedCluster, emulated_cluster
+from dressage_testkit.kube import EmulatedCluster, emulated_cluster
+from dressage_testkit.processes import free_port
 
 from dressage.api import load_job, validate_job
 from dressage.api.sglang import SGLANG_DEFAULT_VERSION, SGLANG_TESTED_RELEASES
-from dressage.testing import free_port
 from tests.images.support import Images, podman
 
 ROOT = Path(__file__).resolve().parents[2]

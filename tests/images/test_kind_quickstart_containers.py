@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster, emulated_cluster, operator_env
+from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster, emulated_cluster, operator_env
+from dressage_testkit.processes import free_port
 
-from dressage.testing import free_port
 from tests.operator.cluster_job import served_versions
 from tests.operator.conftest import Operator
 from tests.operator.kubelet import Kubelet

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dressage_operator.testing import EmulatedCluster, emulated_cluster
+from dressage_testkit.kube import EmulatedCluster, emulated_cluster
 
 from tests.operator.kubelet import Kubelet
 from tests.operator.kubelet_processes import (

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dressage.api.sglang import SGLANG_TESTED_RELEASES
-from dressage.engine.model import ModelWeights, load_weights
-from dressage.engine.releases import PROFILES, ReleaseProfile
+from dressage.engine.embedded.model import ModelWeights, load_weights
+from dressage.engine.embedded.release_profiles import PROFILES, ReleaseProfile
 from dressage.model import BUILTIN_TINY, resolve_model_source
 from tests.engine_forks import engine_fork_server  # noqa: F401 (every engine forked: see there)
 

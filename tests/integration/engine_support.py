@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dressage.engine import EngineClient, GenerateRequest, GenerateResponse, SamplingParams
-from dressage.engine.model import Decoder, KVCache, ModelWeights
+from dressage.engine.embedded.model import Decoder, KVCache, ModelWeights
 from dressage.model import BUILTIN_TINY, resolve_model_source
 
 LONG = 1500

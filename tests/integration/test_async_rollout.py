@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from dressage_testkit.engine import start_engine
+from dressage_testkit.proxy import start_proxy
+from dressage_testkit.trainer import small_model
 
-from dressage.engine.testing import start_engine
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
-from dressage.proxy.testing import start_proxy
-from dressage.trainer.testing import small_model
 from tests.integration.proxy_support import wait_for
 from tests.integration.test_run_local import Runner
 

@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from dressage_testkit.proxy import ProxyProcess, start_proxy
 
-from dressage.proxy.chat import ChatTokenizer
-from dressage.proxy.testing import ProxyProcess, start_proxy
+from dressage.proxy.openai.chat import ChatTokenizer
 from tests.chat_families import FAMILIES, GPT_OSS, KIMI_K2, QWEN3, Family, build_family
 from tests.scripted_http import scripted_server
 

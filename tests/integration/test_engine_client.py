@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import pytest
+from dressage_testkit.processes import free_port
 
 from dressage.engine import EngineClient, EngineUnavailable, GenerateRequest
-from dressage.testing import free_port
 
 
 async def test_connection_refused_is_engine_unavailable() -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dressage_testkit.engine import EngineProcess, start_engine
 from prometheus_client.parser import text_string_to_metric_families
 
 from dressage.api.sglang import SGLANG_TESTED_RELEASES
 from dressage.engine import EngineClient
-from dressage.engine.testing import EngineProcess, start_engine
 from dressage.metrics import sglang
 from tests.integration.engine_support import greedy, prompt_for
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from dressage_testkit.engine import start_engine
 
 from dressage.engine import EngineClient
-from dressage.engine.model import load_weights
-from dressage.engine.releases import ReleaseProfile
-from dressage.engine.testing import start_engine
+from dressage.engine.embedded.model import load_weights
+from dressage.engine.embedded.release_profiles import ReleaseProfile
 from dressage.model import BUILTIN_TINY, resolve_model_source
 from tests.integration.engine_support import greedy, greedy_reference, prompt_for, stream_until
 

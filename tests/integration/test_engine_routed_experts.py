@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from dressage_testkit.engine import EngineProcess, start_engine
 
-from dressage.data.routing import RoutedExperts
+from dressage.data.expert_routing import RoutedExperts
 from dressage.engine import EngineClient, GenerateRequest, GenerateResponse, SamplingParams
-from dressage.engine.model import ModelWeights, full_logits, load_weights, new_routes
-from dressage.engine.testing import EngineProcess, start_engine
+from dressage.engine.embedded.model import ModelWeights, full_logits, load_weights, new_routes
 from dressage.model import BUILTIN_TINY_MOE, resolve_model_source
 from tests.integration.engine_support import LONG, PACE_MS, prompt_for
 

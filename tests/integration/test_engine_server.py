@@ -1,7 +1,8 @@
 """The embedded engine as a real process on loopback, driven by the real client: generation,
 logprobs, batching, abort and request validation.
 
-Reference outputs come from the same checkpoint run through `dressage.engine.model` in the test
+Reference outputs come from the same checkpoint run through `dressage.engine.embedded.model` in the
+test
 process (its parity with `transformers` is pinned in tests/unit/engine/test_model.py).
 """
 
@@ -16,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from dressage_testkit.engine import EngineProcess, start_engine
 
 from dressage.engine import EngineClient, EngineRequestError, GenerateRequest, SamplingParams
-from dressage.engine.model import ModelWeights, full_logits
+from dressage.engine.embedded.model import ModelWeights, full_logits
+from dressage.engine.embedded.sampling import SamplingSpec, filtered_logprobs
 from dressage.engine.protocol import error_message
-from dressage.engine.sampling import SamplingSpec, filtered_logprobs
-from dressage.engine.testing import EngineProcess, start_engine
 from tests.integration.engine_support import (
     LONG,
     PACE_MS,

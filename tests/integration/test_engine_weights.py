@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from dressage_testkit.engine import EngineProcess, start_engine
 
 from dressage.engine import (
     EngineClient,
@@ -19,9 +20,8 @@ from dressage.engine import (
     GenerateResponse,
     SamplingParams,
 )
-from dressage.engine.model import ModelWeights
-from dressage.engine.releases import ReleaseProfile
-from dressage.engine.testing import EngineProcess, start_engine
+from dressage.engine.embedded.model import ModelWeights
+from dressage.engine.embedded.release_profiles import ReleaseProfile
 from dressage.model import BUILTIN_TINY
 from tests.integration.engine_support import (
     LONG,

@@ -23,13 +23,13 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.proxy import start_proxy
+from dressage_testkit.trainer import small_model
 from transformers import LlamaForCausalLM
 
-from dressage.engine.testing import EngineProcess, start_engine
-from dressage.orchestrator.distributed_publish import DistributedPublisher
 from dressage.proxy.client import ProxyRolloutClient
-from dressage.proxy.testing import start_proxy
-from dressage.trainer.testing import small_model
+from dressage.weights.collective import DistributedPublisher
 from tests.integration.proxy_support import wait_for
 from tests.integration.test_weight_sync import engine_logprobs, model_logprobs
 

@@ -1,4 +1,4 @@
-"""`dressage.forkserver`: a command forked from the warm server runs as `python -m MODULE`
+"""`dressage_testkit.forkserver`: a command forked from the warm server runs as `python -m MODULE`
 would, with its caller's argv, environment and working directory, its output on its caller's
 pipe, and its exit reported as `subprocess` reports one; a command whose caller went away, or
 whose server closed, is killed."""
@@ -15,11 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from dressage import forkserver
-from dressage.engine import EngineClient
-from dressage.engine.testing import engines_forked_from, start_engine
-from dressage.forkserver import (
+from dressage_testkit import forkserver
+from dressage_testkit.engine import engines_forked_from, start_engine
+from dressage_testkit.forkserver import (
     FORK_SERVER_ENV,
     ForkClient,
     ForkedProcess,
@@ -27,7 +25,9 @@ from dressage.forkserver import (
     ForkServerError,
     python_module_of,
 )
-from dressage.testing import exited_within
+from dressage_testkit.processes import exited_within
+
+from dressage.engine import EngineClient
 from tests.integration.engine_support import greedy, prompt_for
 
 PROBE = [sys.executable, "-m", "tests.forkserver_probe"]
@@ -209,7 +209,7 @@ async def test_a_forked_engine_decodes_as_a_fresh_one(
 PARENT = """
 import sys, time
 from pathlib import Path
-from dressage.forkserver import ForkServer
+from dressage_testkit.forkserver import ForkServer
 server = ForkServer(Path(sys.argv[1]), preload=())
 process = server.spawn([sys.executable, "-m", "tests.forkserver_probe", "wait"], {})
 process.stdout.readline()

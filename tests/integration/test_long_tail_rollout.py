@@ -8,11 +8,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dressage_testkit.engine import start_engine
+from dressage_testkit.proxy import start_proxy
 
 from dressage.agents.single_turn import SingleTurnRollout
-from dressage.engine.testing import start_engine
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
-from dressage.proxy.testing import start_proxy
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.tasks.long_tail import LengthDistribution, LongTailTask
 from tests.integration.proxy_support import tiny_checkpoint

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.proxy import ProxyProcess, start_proxy
 
-from dressage.engine.testing import EngineProcess, start_engine
-from dressage.proxy.chat import load_chat_tokenizer
+from dressage.proxy.openai.chat import load_chat_tokenizer
 from dressage.proxy.records import record_to_sample
-from dressage.proxy.testing import ProxyProcess, start_proxy
 
 pytestmark = pytest.mark.integration
 

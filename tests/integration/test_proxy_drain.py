@@ -23,12 +23,12 @@ import httpx
 import pytest
 from dressage_operator import children, naming
 from dressage_operator.config import OperatorConfig
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.processes import free_port
+from dressage_testkit.proxy import start_proxy
 
 from dressage.api import validate_job
-from dressage.engine.testing import EngineProcess, start_engine
 from dressage.proxy.records import record_to_sample
-from dressage.proxy.testing import start_proxy
-from dressage.testing import free_port
 from tests.integration.proxy_support import metric_value, session_busy, wait_for
 
 pytestmark = pytest.mark.integration

@@ -21,9 +21,9 @@ import json
 from typing import Any
 
 import httpx
+from dressage_testkit.proxy import start_proxy
 
 from dressage import metrics as names
-from dressage.proxy.testing import start_proxy
 from tests.integration.proxy_support import metric_value
 from tests.scripted_http import Status, scripted_server
 

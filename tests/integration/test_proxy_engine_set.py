@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from dressage_testkit.proxy import start_proxy
 
-from dressage.proxy.testing import start_proxy
 from tests.integration.proxy_support import wait_for
 from tests.scripted_http import Status, scripted_server
 

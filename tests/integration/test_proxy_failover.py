@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.proxy import start_proxy
 
-from dressage.engine.testing import EngineProcess, start_engine
-from dressage.proxy.testing import start_proxy
 from tests.integration.proxy_support import metric_value, session_busy, wait_for
 
 pytestmark = pytest.mark.integration

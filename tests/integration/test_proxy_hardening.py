@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.proxy import ProxyProcess, start_proxy
 
-from dressage.engine.testing import EngineProcess, start_engine
-from dressage.proxy.testing import ProxyProcess, start_proxy
 from tests.integration.proxy_support import session_busy, wait_for
 
 pytestmark = pytest.mark.integration

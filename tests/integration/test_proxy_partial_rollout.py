@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.proxy import ProxyProcess, start_proxy
 
 from dressage.data.versions import distinct_real_versions
-from dressage.engine.testing import EngineProcess, start_engine
 from dressage.proxy.records import record_to_sample
-from dressage.proxy.testing import ProxyProcess, start_proxy
 from tests.integration.proxy_support import (
     engine_version,
     metric_value,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+from dressage_testkit.proxy import start_proxy
 
-from dressage.proxy.testing import start_proxy
 from tests.scripted_http import scripted_server
 
 

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dressage_testkit.engine import start_engine
+from dressage_testkit.processes import free_port
+from dressage_testkit.proxy import start_proxy
 
 from dressage.agents.groups import GroupAgent, TrajectorySession
-from dressage.engine.testing import start_engine
-from dressage.orchestrator.publish import WeightPublisher
 from dressage.proxy.affinity import replica_for
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
-from dressage.proxy.testing import start_proxy
 from dressage.rollout.retry import RetryPolicy
 from dressage.rollout.sync_rollout import SyncCollector
-from dressage.testing import free_port
+from dressage.weights.publisher import WeightPublisher
 from tests.integration.proxy_support import wait_for
 from tests.scripted_http import Answer, scripted_server
 

@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.proxy import ProxyProcess, start_proxy
 
 from dressage.data.samples import Sample
-from dressage.engine.model import ModelWeights, full_logits, load_weights, new_routes
-from dressage.engine.testing import EngineProcess, start_engine
+from dressage.engine.embedded.model import ModelWeights, full_logits, load_weights, new_routes
 from dressage.model import BUILTIN_TINY_MOE, build_tiny_moe_model, resolve_model_source
 from dressage.proxy.records import record_to_sample
-from dressage.proxy.testing import ProxyProcess, start_proxy
 from tests.integration.proxy_support import new_label, session_busy, update_weights, wait_for
 
 pytestmark = pytest.mark.integration

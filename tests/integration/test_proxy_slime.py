@@ -32,11 +32,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.proxy import ProxyProcess, start_proxy
 
-from dressage.engine.model import ModelWeights, full_logits, load_weights, new_routes
-from dressage.engine.testing import EngineProcess, start_engine
+from dressage.engine.embedded.model import ModelWeights, full_logits, load_weights, new_routes
 from dressage.model import BUILTIN_TINY_MOE, resolve_model_source
-from dressage.proxy.testing import ProxyProcess, start_proxy
 from tests.integration.proxy_support import session_busy, wait_for
 from tests.scripted_http import scripted_server
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
+from dressage_testkit.processes import free_port
 
 from dressage.proxy.upstream import (
     ConnectFailed,
@@ -19,7 +20,6 @@ from dressage.proxy.upstream import (
     EngineConnections,
     ReplyTimeout,
 )
-from dressage.testing import free_port
 
 Script = Callable[[bytes, bytes, asyncio.StreamWriter], Awaitable[bool]]
 """Answers one request (head, body) on the writer; returns whether to keep the connection."""

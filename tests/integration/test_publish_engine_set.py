@@ -19,14 +19,14 @@ from typing import Any
 
 import httpx
 import pytest
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.processes import free_port
+from dressage_testkit.proxy import start_proxy
 
 from dressage.api.sglang import SGLANG_NEWEST_TESTED
 from dressage.engine.errors import EngineError
-from dressage.engine.testing import EngineProcess, start_engine
-from dressage.orchestrator.publish import WeightPublisher
 from dressage.proxy.client import ProxyRolloutClient, RolloutError
-from dressage.proxy.testing import start_proxy
-from dressage.testing import free_port
+from dressage.weights.publisher import WeightPublisher
 from tests.integration.proxy_support import engine_version, tiny_checkpoint, wait_for
 from tests.scripted_http import Status, scripted_server
 

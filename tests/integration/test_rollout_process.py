@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dressage_testkit.trainer import small_model
 
-from dressage.trainer.testing import small_model
 from tests.integration.test_run_local import Runner
 
 pytestmark = pytest.mark.integration

@@ -20,10 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from dressage_testkit.engine import weight_version_of
+from dressage_testkit.trainer import small_model
 
 from dressage import metrics as names
-from dressage.engine.testing import weight_version_of
-from dressage.trainer.testing import small_model
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from dressage_testkit.trainer import small_model
 
-from dressage.trainer.testing import small_model
 from tests.integration.test_async_rollout import ROOT, _edited, _run
 from tests.integration.test_async_rollout import _manifest as _async_manifest
 from tests.integration.test_run_local import JOB, Runner

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dressage_testkit.trainer import small_moe_model
 
-from dressage.trainer.testing import small_moe_model
 from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration

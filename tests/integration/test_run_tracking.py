@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 import yaml
+from dressage_testkit.engine import start_engine
+from dressage_testkit.proxy import start_proxy
+from dressage_testkit.trainer import small_model
 
 from dressage.api.figures import StepFigures, figures_of
-from dressage.engine.testing import start_engine
-from dressage.proxy.testing import start_proxy
 from dressage.runner.report import PLOTS
-from dressage.trainer.testing import small_model
 from tests.engine_forks import run_command
 from tests.integration.wandb_log import read_run
 

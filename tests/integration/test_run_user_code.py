@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
+from dressage_testkit.trainer import small_model
 
-from dressage.trainer.testing import small_model
 from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration

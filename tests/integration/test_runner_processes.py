@@ -14,10 +14,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from dressage_testkit.forkserver import FORK_SERVER_ENV, ForkedProcess, ForkServer
+from dressage_testkit.processes import exited_within
 
-from dressage.forkserver import FORK_SERVER_ENV, ForkedProcess, ForkServer
 from dressage.runner.processes import ChildProcess, available_cpus, stop_together
-from dressage.testing import exited_within
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from dressage_testkit.proxy import ProxyProcess, start_proxy
 
-from dressage.proxy.chat import ChatTokenizer, load_chat_tokenizer
-from dressage.proxy.testing import ProxyProcess, start_proxy
+from dressage.proxy.openai.chat import ChatTokenizer, load_chat_tokenizer
 from tests.scripted_http import scripted_server
 
 pytestmark = pytest.mark.integration

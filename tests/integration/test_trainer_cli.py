@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dressage_testkit.engine import start_engine, weight_version_of
+from dressage_testkit.proxy import start_proxy
+from dressage_testkit.trainer import small_model
 
-from dressage.engine.testing import start_engine, weight_version_of
-from dressage.proxy.testing import start_proxy
-from dressage.trainer.testing import small_model
 from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from dressage_testkit.trainer import small_model, synthetic_batch
 
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
-from dressage.trainer.testing import small_model, synthetic_batch
 from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,7 @@ STEPS = 3
 LR = 1e-2
 
 
-def _launch(model: Path, out: Path, *extra: str, worker: str = "dressage.trainer.testing") -> Path:
+def _launch(model: Path, out: Path, *extra: str, worker: str = "dressage_testkit.trainer") -> Path:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -129,9 +129,9 @@ def test_bf16_fsdp_ranks_stay_within_bfloat16_rounding_of_float32_training(
 def test_a_gang_publishes_its_sharded_weights_to_a_real_engine(model: Path, tmp_path: Path) -> None:
     """Both ranks gather every parameter while rank 0 broadcasts each bucket to the engine:
     the engine then serves exactly the gang's trained weights under the new version."""
+    from dressage_testkit.engine import start_engine, weight_version_of
     from transformers import LlamaForCausalLM
 
-    from dressage.engine.testing import start_engine, weight_version_of
     from tests.integration.test_weight_sync import engine_logprobs, model_logprobs
 
     with start_engine(model=str(model), weight_version="v0") as engine:
@@ -139,7 +139,7 @@ def test_a_gang_publishes_its_sharded_weights_to_a_real_engine(model: Path, tmp_
             model,
             tmp_path / "gang",
             *("--steps", "2", "--engine-url", engine.base_url),
-            worker="dressage.orchestrator.testing",
+            worker="dressage_testkit.orchestrator",
         )
         version = {"weight_version": weight_version_of(engine.base_url)}
         output, served = asyncio.run(engine_logprobs(engine.base_url))

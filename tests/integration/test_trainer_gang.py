@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from dressage_testkit.trainer import small_model, synthetic_batch
 
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
-from dressage.trainer.testing import small_model, synthetic_batch
 from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
@@ -84,7 +84,7 @@ def test_two_gloo_ranks_keep_identical_weights_equal_to_one_process(tmp_path: Pa
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "dressage.trainer.testing",
+        "-m", "dressage_testkit.trainer",
         "--model", str(model), "--out", str(out), "--steps", str(STEPS),
     ]  # fmt: skip
     done = run_command(cmd, env=env, timeout=300)

@@ -7,21 +7,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from dressage_testkit.engine import start_engine
+from dressage_testkit.proxy import start_proxy
+from dressage_testkit.trainer import small_model
 
 from dressage.api.job import AsyncRLJobSpec
 from dressage.data.groups import TrainBatch
 from dressage.engine.client import EngineClient
-from dressage.engine.testing import start_engine
 from dressage.orchestrator.collectors import make_collector
 from dressage.orchestrator.loop import StepRecord, train_loop
-from dressage.orchestrator.publish import WeightPublisher
 from dressage.proxy.client import ProxyRolloutClient
-from dressage.proxy.testing import start_proxy
 from dressage.tasks import get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.trainer.checkpoint import RunDir
 from dressage.trainer.session import TrainerSession
-from dressage.trainer.testing import small_model
+from dressage.weights.publisher import WeightPublisher
 
 pytestmark = pytest.mark.integration
 
@@ -98,10 +98,11 @@ async def test_a_dead_proxy_stops_the_pipeline_with_the_failures_named(
 ) -> None:
     """Every rollout attempt meets a refused connection: the retry policy's breaker stops the
     run with `RolloutBroken` instead of the collector waiting for a batch forever."""
+    from dressage_testkit.processes import free_port
+
     from dressage.api.job import AsyncRLJob
     from dressage.orchestrator.pipeline import Endpoints, run_pipeline
     from dressage.rollout.retry import RolloutBroken
-    from dressage.testing import free_port
 
     torch.set_num_threads(1)
     model_dir = small_model(tmp_path / "model")

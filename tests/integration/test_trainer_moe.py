@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from dressage_testkit.trainer import small_moe_model, training_batch
 
-from dressage.engine.model import ModelShape, parameter_shapes
+from dressage.engine.embedded.model import ModelShape, parameter_shapes
 from dressage.trainer.grpo import (
     ROUTED_TOKEN_FRACTION,
     ROUTING_AGREEMENT,
@@ -24,7 +25,6 @@ from dressage.trainer.grpo import (
     TrainerConfig,
     load_policy,
 )
-from dressage.trainer.testing import small_moe_model, training_batch
 from tests.integration.test_trainer_fsdp import LR, STEPS, _launch
 
 pytestmark = pytest.mark.integration
@@ -66,9 +66,9 @@ def test_two_fsdp_ranks_replaying_routes_match_one_process(moe: Path, tmp_path: 
 
 
 def test_a_gang_publishes_its_trained_experts_to_a_real_engine(moe: Path, tmp_path: Path) -> None:
+    from dressage_testkit.engine import start_engine, weight_version_of
     from transformers import AutoModelForCausalLM
 
-    from dressage.engine.testing import start_engine, weight_version_of
     from tests.integration.test_weight_sync import engine_logprobs, model_logprobs
 
     with start_engine(model=str(moe), weight_version="v0") as engine:
@@ -76,7 +76,7 @@ def test_a_gang_publishes_its_trained_experts_to_a_real_engine(moe: Path, tmp_pa
             moe,
             tmp_path / "gang",
             *("--steps", "2", "--engine-url", engine.base_url, "--routing-replay", "replay"),
-            worker="dressage.orchestrator.testing",
+            worker="dressage_testkit.orchestrator",
         )
         version = weight_version_of(engine.base_url)
         output, served = asyncio.run(engine_logprobs(engine.base_url))

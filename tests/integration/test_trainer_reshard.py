@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import torch
+from dressage_testkit.trainer import gathered_state, reshard_run, small_model
 
 from dressage.trainer.distributed import DistEnv
-from dressage.trainer.testing import gathered_state, reshard_run, small_model
 from tests.engine_forks import run_command
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ def _launch(ranks: int, model: Path, out: Path, *runs: tuple[Path, int]) -> None
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc_per_node", str(ranks), "-m", "dressage.trainer.testing",
+        "--nproc_per_node", str(ranks), "-m", "dressage_testkit.trainer",
         "--model", str(model), "--out", str(out), "--steps", "0", "--lr", str(LR),
     ]  # fmt: skip
     for run, until in runs:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dressage.engine.errors import EngineError
-from dressage.orchestrator.publish import WeightPublisher
+from dressage.weights.publisher import WeightPublisher
 from tests.scripted_http import scripted_server
 
 INFO = ("/server_info", "/model_info")

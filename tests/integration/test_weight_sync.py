@@ -12,13 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from dressage_testkit.engine import EngineProcess, start_engine
+from dressage_testkit.trainer import small_model
 from transformers import LlamaForCausalLM
 
 from dressage.engine import EngineClient, EngineRequestError, GenerateRequest, SamplingParams
-from dressage.engine.releases import ReleaseProfile
-from dressage.engine.testing import EngineProcess, start_engine
-from dressage.orchestrator.weight_sync import DistributedWeightSender, WeightSyncError
-from dressage.trainer.testing import small_model
+from dressage.engine.embedded.release_profiles import ReleaseProfile
+from dressage.weights.broadcast import DistributedWeightSender, WeightSyncError
 
 pytestmark = pytest.mark.integration
 torch.set_num_threads(1)

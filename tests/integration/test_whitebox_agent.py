@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dressage_testkit.engine import start_engine
+from dressage_testkit.proxy import start_proxy
 
 from dressage.agents.whitebox import WhiteboxAgentRollout
-from dressage.engine.testing import start_engine
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
-from dressage.proxy.testing import start_proxy
 from dressage.tasks.base import Step
 from dressage.tasks.codec import Conversation, PromptCodec
 from tests.integration.proxy_support import tiny_checkpoint, update_weights

@@ -18,10 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
-from dressage_operator.testing import EmulatedCluster, emulated_cluster, operator_env
+from dressage_testkit.kube import EmulatedCluster, emulated_cluster, operator_env
+from dressage_testkit.processes import free_port
 
 from dressage.model import build_tiny_model
-from dressage.testing import free_port
 from tests.hub_cache import write_hub_cache
 
 from .conftest import NAMESPACE, Operator

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dressage_operator.testing import (
+from dressage_testkit.kube import (
     EmulatedCluster,
     emulated_cluster,
     operator_env,
     restore_env,
     set_env,
 )
+from dressage_testkit.processes import free_port
 from kopf.testing import KopfRunner
 
-from dressage.testing import free_port
 from tests.engine_forks import engine_fork_server  # noqa: F401 (containers forked: see there)
 
 NAMESPACE = "e2e"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 from .waiting import wait_until
 

@@ -58,10 +58,10 @@ from typing import Any
 
 import httpx
 from dressage_operator.naming import LABEL_JOB
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
+from dressage_testkit.processes import PROJECT_ROOT, free_port
 
 from dressage.api.job import InferenceSpec
-from dressage.testing import PROJECT_ROOT, free_port
 
 from .kubelet_command import local_ports
 from .kubelet_failures import Node

@@ -3,7 +3,7 @@ command as the embedded engine's (`dressage engine serve`)."""
 
 from __future__ import annotations
 
-from dressage.engine.releases import stand_in_release
+from dressage.engine.embedded.release_profiles import stand_in_release
 
 
 def sglang_as_embedded(argv: list[str], release: str | None = None) -> list[str]:

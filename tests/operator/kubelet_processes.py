@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from dressage.forkserver import ForkClient, ForkedProcess
+from dressage_testkit.forkserver import ForkClient, ForkedProcess
 
 from .kubelet_command import local_program
 from .kubelet_container import container_name, podman_reads, podman_run

@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from dressage_operator.quantity import parse_quantity
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 Obj = dict[str, Any]
 NODES = 1

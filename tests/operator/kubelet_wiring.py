@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 Obj = dict[str, Any]
 KUBELET_VAR = re.compile(r"\$\((\w+)\)|\$\$")

@@ -23,10 +23,10 @@ from typing import Any
 
 import httpx
 import pytest
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
+from dressage_testkit.processes import free_port, stop_process
 
 from dressage import metrics as names
-from dressage.testing import free_port, stop_process
 
 from .jobs import delete_jobs, job_manifest, pods_of, set_phase, status_of
 from .waiting import wait_until

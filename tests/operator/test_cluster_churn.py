@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 import pytest
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 from prometheus_client.parser import text_string_to_metric_families
 
 from .cluster_job import (

@@ -23,9 +23,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster, operator_env
-
-from dressage.testing import free_port
+from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster, operator_env
+from dressage_testkit.processes import free_port
 
 from .cluster_job import cluster, job_children, kubelet, served_versions
 from .conftest import Operator

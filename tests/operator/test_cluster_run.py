@@ -27,7 +27,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 from dressage.api.sglang import SGLANG_OLDEST_TESTED
 

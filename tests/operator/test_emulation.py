@@ -1,5 +1,5 @@
 """The API emulation refuses invalid Pods and Deployments the way a real API server does, for
-the subset of rules `dressage_operator.testing` lists: 422 with a `Status` naming each field,
+the subset of rules `dressage_testkit.kube` lists: 422 with a `Status` naming each field,
 or 400 for a quantity the decoder cannot read."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster, parse_quantity
+from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster, parse_quantity
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",

@@ -18,7 +18,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from dressage_operator.children.engine import DRAIN_HOOK, ENGINE_GRACE_PERIOD_SECONDS
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 from .conftest import Operator
 from .jobs import delete_jobs, job_manifest, pods_of, run_all

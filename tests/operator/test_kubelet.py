@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from dressage_operator import children
 from dressage_operator.config import OperatorConfig
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 from dressage.api import validate_job
-from dressage.engine import cli as engine_cli
+from dressage.engine.embedded import cli as engine_cli
 
 from .kubelet import Kubelet
 from .kubelet_engine import sglang_as_embedded

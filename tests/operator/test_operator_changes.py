@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from dressage_operator.limits import DEFAULT_LIMITS
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 from .conftest import Operator
 from .jobs import delete_jobs, job_manifest, pods_of, run_all, set_phase, status_of, uids

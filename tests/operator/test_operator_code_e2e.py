@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
+from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster
 
 from .conftest import Operator
 from .waiting import wait_until

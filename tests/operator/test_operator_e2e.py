@@ -1,7 +1,7 @@
 """The operator under kopf against a Kubernetes API emulation over real HTTP (kmock).
 
 The emulation stores objects and streams watch events but has no kubelet, no garbage
-collector and only the few validation rules `dressage_operator.testing` lists: the tests play
+collector and only the few validation rules `dressage_testkit.kube` lists: the tests play
 the kubelet by patching pod status, check owner references instead of cascading deletion, and
 validate every generated object against the real Kubernetes schemas (kubernetes-validate,
 strict) themselves.
@@ -20,7 +20,7 @@ import httpx
 import kubernetes_validate
 import pytest
 import yaml
-from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
+from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster
 
 from dressage import metrics as names
 

@@ -1,5 +1,5 @@
 """`python -m dressage_operator` as a real process against an API emulation that refuses
-invalid children (`dressage_operator.testing`): a child the API server would refuse is named
+invalid children (`dressage_testkit.kube`): a child the API server would refuse is named
 on the job at once and nothing is created, the job starts when its spec is fixed; a child the
 API server refuses shows at once as a condition, a Warning Event and the phase."""
 
@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
-
-from dressage.testing import free_port, stop_process
+from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster
+from dressage_testkit.processes import free_port, stop_process
 
 from .waiting import wait_until
 

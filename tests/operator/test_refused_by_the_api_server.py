@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
+from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster
 
 from dressage import metrics as names
 from tests.manifests import REFUSED_CHILDREN, refused_children

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 from tests.manifests import REFUSED_CHILDREN, refused_children
 

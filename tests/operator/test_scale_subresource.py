@@ -3,7 +3,7 @@ binary) writes `spec.inference.replicas` and the operator rolls the engines to i
 reads the engine count, the engine pods that exist and their selector; what the API server
 refuses (the CRD's schema and CEL rules, a stale resourceVersion, a body that is not a `Scale`)
 is refused with its answer. The emulation serves the subresource as the apiextensions API
-server does (`dressage_operator.testing.scale`, which quotes the upstream functions)."""
+server does (`dressage_testkit.kube.scale`, which quotes the upstream functions)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from dressage_operator.testing import EmulatedCluster
+from dressage_testkit.kube import EmulatedCluster
 
 from .conftest import Operator
 from .jobs import delete_jobs, job_manifest, pods_of, run_all, status_of

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dressage_operator.testing import ENFORCE_LABEL, EmulatedCluster
+from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster
 
 from tests.manifests import HERE as MANIFESTS
 from tests.manifests import REFUSED_CHILDREN

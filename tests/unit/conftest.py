@@ -8,6 +8,7 @@ families (the event loop's self-pipe is a Unix socket pair) are left alone.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.process
 import os
 import socket
@@ -18,6 +19,15 @@ from typing import Any
 import pytest
 
 NETWORK = (socket.AF_INET, socket.AF_INET6)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _font_cache() -> None:
+    """matplotlib builds its font list on its first import on a machine, running `fc-list`; on
+    a fresh machine that first import may come from a unit test that plots. The list is built
+    here, once per session, outside the guard."""
+    with contextlib.suppress(ImportError):
+        import matplotlib.font_manager  # noqa: F401
 
 
 def _refuse(what: str) -> Callable[..., Any]:

@@ -6,9 +6,8 @@ import json
 import sys
 
 import pytest
-
-from dressage.forkserver import python_module_of
-from dressage.forkserver_loop import base_sys_path, child_sys_path, parse_request
+from dressage_testkit.forkserver import python_module_of
+from dressage_testkit.forkserver_loop import base_sys_path, child_sys_path, parse_request
 
 
 @pytest.mark.parametrize("python", [sys.executable, "python", "python3", "/usr/bin/python3"])

@@ -16,7 +16,7 @@ The current weight version. The weight publisher states the job's current versio
 after bringing a lagging engine up to date). The proxy then reads every engine's weight
 version before answering (and before the gate opens), where its release reports it
 (`/model_info` on 0.5.23, `/get_weight_version` on 0.5.2: `dressage.proxy.background`), and
-routes only to engines serving V (`dressage.proxy.routing`). `GET /dressage/engines` answers
+routes only to engines serving V (`dressage.proxy.engine_pool`). `GET /dressage/engines` answers
 `{"weight_version": V | null, "engines": [{"url", "healthy", "routable", "draining",
 "weight_version", "inflight", "last_error", "sglang_version"}, ...]}`; the publisher reads the
 engine set there.

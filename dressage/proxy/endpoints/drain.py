@@ -27,8 +27,8 @@ from dressage.proxy import errors
 from dressage.proxy.answers import json_response
 from dressage.proxy.config import normalize_engine_urls
 from dressage.proxy.drain import ABORT_RESEND_S, DEFAULT_DRAIN_TIMEOUT_S, drain_answer
+from dressage.proxy.engine_pool import EngineState
 from dressage.proxy.errors import ProxyError, invalid
-from dressage.proxy.routing import EngineState
 from dressage.proxy.state import ProxyState
 from dressage.proxy.upstream import EngineConnections, UpstreamError
 

@@ -13,8 +13,8 @@ env var names); `containers` volumes, mounts, resources and images
 Field paths are the API server's, except that a map key is always named
 (`metadata.labels[team]`, where the API server names only `metadata.labels`), so that the
 operator can tell which of the job's fields a problem comes from. The operator checks every
-child with these rules before creating any (`dressage_operator.preflight`); the API emulation
-refuses with them (`dressage_operator.testing`).
+child with these rules before creating any (`dressage_operator.children_check`); the API emulation
+refuses with them (`dressage_testkit.kube`).
 """
 
 from __future__ import annotations

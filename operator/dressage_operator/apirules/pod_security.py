@@ -11,7 +11,7 @@ words it (`k8s.io/pod-security-admission` `policy/check_*.go`); `forbidden_messa
 whole refusal. A Deployment is admitted (the admission only warns); its pods are refused.
 
 `dressage validate --cluster` checks the pods a job would get against a namespace's level with
-it; the API emulation refuses with it (`dressage_operator.testing`).
+it; the API emulation refuses with it (`dressage_testkit.kube`).
 """
 
 from __future__ import annotations

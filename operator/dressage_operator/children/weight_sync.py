@@ -1,6 +1,6 @@
 """The weight-sync wiring: where trainer rank 0 meets the engines' weight-update groups.
 
-Each engine has a group of its own with trainer rank 0 (`dressage.orchestrator.fleet_sync`),
+Each engine has a group of its own with trainer rank 0 (`dressage.weights.fleet`),
 formed when it joins and dropped when it leaves, so engines come and go between publishes
 without a trainer restart. The operator wires only the meeting point (rank 0's address and
 port) and the backend; the trainer names the groups."""
@@ -18,7 +18,7 @@ WEIGHT_SYNC_PORT_ENV = "DRESSAGE_WEIGHT_SYNC_PORT"
 """The weight-update group's rendezvous, as `dressage train` reads it."""
 ENGINE_RANK_OFFSET = 1
 """An engine's first rank in its group: trainer rank 0, then the engine's tensor-parallel
-ranks (as `dressage.orchestrator.weight_membership` forms them)."""
+ranks (as `dressage.weights.membership` forms them)."""
 NCCL_ENV: dict[str, str] = {
     "NCCL_CUMEM_ENABLE": "0",
     "NCCL_DEBUG": "WARN",
@@ -48,7 +48,7 @@ class WeightSyncRendezvous:
 
 def weight_sync_rendezvous(job: AsyncRLJob, owner: Owner) -> WeightSyncRendezvous:
     """Where and how the trainer and the engines meet; the trainer forms each engine's group
-    of the same shape when the engine joins (`dressage.orchestrator.fleet_sync`)."""
+    of the same shape when the engine joins (`dressage.weights.fleet`)."""
     inference = job.spec.inference
     return WeightSyncRendezvous(
         master_address=naming.trainer_host(owner.name, owner.namespace, 0),

@@ -143,7 +143,7 @@ def test_trainer_figures_are_taken_by_key_and_nothing_else() -> None:
 def test_the_drained_token_counts_are_declared_trainer_figures_under_their_record_keys() -> None:
     """The trainer's drained-token counts reach `/metrics` and the status like every figure,
     under the record keys the history and the churn benchmark read."""
-    from dressage_operator.staleness import parse_staleness
+    from dressage_operator.staleness_scrape import parse_staleness
 
     from dressage.data.samples import DRAINED_SAMPLES, DRAINED_TOKENS
     from dressage.orchestrator.loop import StepRecord
@@ -172,7 +172,7 @@ class WithWidgets(StepFigures):
 
 def test_a_figure_declared_in_one_line_reaches_every_consumer(tmp_path: Path) -> None:
     from dressage_operator.metrics import JobMetricsCollector
-    from dressage_operator.staleness import parse_staleness
+    from dressage_operator.staleness_scrape import parse_staleness
 
     from dressage.orchestrator.loop import StepRecord
     from dressage.orchestrator.metrics import RunMetrics

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dressage.data.codec import record_to_sample, sample_to_record
-from dressage.data.routing import RoutedExperts, merge_routes
+from dressage.data.expert_routing import RoutedExperts, merge_routes
 from dressage.data.samples import Sample
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dressage.cli import main
-from dressage.engine.cli import device_problem
+from dressage.engine.embedded.cli import device_problem
 from dressage.tasks import usercode
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dressage.engine import flat_bucket
-from dressage.orchestrator.weight_sync import buckets
+from dressage.weights.broadcast import buckets
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dressage.engine.model import (
+from dressage.engine.embedded.model import (
     MIN_BUCKET,
     SPLIT_ABOVE,
     Decoder,

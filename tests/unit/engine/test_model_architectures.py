@@ -1,6 +1,6 @@
 """Each architecture the embedded engine serves matches `transformers`' own forward.
 
-Tiny random configs of every family (`dressage.engine.model.shape`), written by
+Tiny random configs of every family (`dressage.engine.embedded.model.shape`), written by
 `save_pretrained` and read back by `load_weights`: float32 logits agree within 1e-4, and for
 the MoE families every token is routed to the same top-k experts in every sparse layer (read
 from transformers' router, `Qwen3MoeTopKRouter` / `Qwen2MoeTopKRouter`, whose third output is
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from dressage.engine.model import (
+from dressage.engine.embedded.model import (
     Decoder,
     KVCache,
     ModelShape,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dressage.engine.pacing import SchedulerStats, StepPacer
+from dressage.engine.embedded.pacing import SchedulerStats, StepPacer
 
 
 def test_a_step_adds_its_occupancy_once_and_per_token_slot() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from dressage.api.sglang import SGLANG_NEWEST_TESTED, SGLANG_TESTED_RELEASES
-from dressage.engine.releases import (
+from dressage.engine.embedded.release_profiles import (
     DEFAULT_RELEASE,
     PROFILES,
     deprecation_warning,
     profile_for,
     stand_in_release,
 )
-from dressage.engine.server import route_table
+from dressage.engine.embedded.server import route_table
 
 
 def test_there_is_one_profile_per_tested_release_and_the_newest_is_the_default() -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from dressage.api.sglang import SGLANG_NEWEST_TESTED, SGLANG_OLDEST_TESTED
-from dressage.engine.server import EngineConfig, EngineServer
+from dressage.engine.embedded.server import EngineConfig, EngineServer
 from dressage.engine.sglang_support import ROUTED_EXPERTS, supports
 from dressage.model import build_tiny_model, build_tiny_moe_model
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from dressage.engine.sampling import SamplingSpec, filtered_logprobs, request_seed, sample
+from dressage.engine.embedded.sampling import SamplingSpec, filtered_logprobs, request_seed, sample
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
 

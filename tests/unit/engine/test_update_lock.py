@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dressage.engine.update_lock import ModelUpdateLock
+from dressage.engine.embedded.update_lock import ModelUpdateLock
 
 
 async def test_a_writer_waits_for_readers_and_new_readers_wait_for_the_writer() -> None:

@@ -9,8 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dressage.engine.releases import PROFILE_0_5_2, PROFILE_0_5_23, ReleaseProfile
-from dressage.engine.validation import INTERNAL_SERVER_ERROR, Refusal, judge_generate, schema_error
+from dressage.engine.embedded.release_profiles import PROFILE_0_5_2, PROFILE_0_5_23, ReleaseProfile
+from dressage.engine.embedded.validation import (
+    INTERNAL_SERVER_ERROR,
+    Refusal,
+    judge_generate,
+    schema_error,
+)
 
 KEYS = PROFILE_0_5_23.sampling_param_keys
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dressage.engine.model import full_logits, load_weights, new_routes
+from dressage.engine.embedded.model import full_logits, load_weights, new_routes
 from dressage.model import BUILTIN_TINY_MOE, build_tiny_moe_model, resolve_model_source
 from dressage.model.tokenizer import build_tokenizer_files
 

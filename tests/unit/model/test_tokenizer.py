@@ -13,14 +13,14 @@ import pytest
 from dressage.model import tiny, tokenizer
 from dressage.model.tiny import resolve_model_source, tokenizer_revision
 from dressage.model.tokenizer import CHAT_TEMPLATE, build_tokenizer_files
-from dressage.proxy.chat import (
+from dressage.proxy.openai.chat import (
     ChatTokenizer,
     after_reply,
     canonical_message,
     canonical_messages,
     plan_chat_turn,
 )
-from dressage.proxy.reply import parse_reply
+from dressage.proxy.openai.reply import parse_reply
 
 TOOLS = [
     {

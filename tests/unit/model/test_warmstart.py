@@ -6,13 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from dressage_testkit.trainer import SMALL, small_model
 
 from dressage.api.job import TaskSpec, WarmStartSpec
 from dressage.model.tiny import build_tiny_model
 from dressage.model.warmstart import cache_key, expected_reward, warm_start
 from dressage.tasks import get_task
 from dressage.tasks.codec import PromptCodec
-from dressage.trainer.testing import SMALL, small_model
 
 torch.set_num_threads(1)
 

@@ -13,7 +13,7 @@ from dressage_operator.fleet_signals import FleetCounters
 from dressage_operator.observe import PodInfo, pod_info
 from dressage_operator.plan import Observed
 from dressage_operator.settle import settle
-from dressage_operator.staleness import ScrapeResult
+from dressage_operator.staleness_scrape import ScrapeResult
 
 from dressage.api.status import AsyncRLJobStatus, JobPhase, StalenessStatus
 

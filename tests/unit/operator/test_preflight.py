@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
+from dressage_operator.children_check import child_errors, self_check
 from dressage_operator.config import OperatorConfig
-from dressage_operator.preflight import child_errors, self_check
 from dressage_operator.validation import spec_errors
 
 from dressage.api import validate_job

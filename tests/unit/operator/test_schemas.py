@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 from dressage_operator import schemas
 from dressage_operator.apirules import format_path
-from dressage_operator.preflight import rendered_children, schema_problems
+from dressage_operator.children_check import rendered_children, schema_problems
 
 from .support import CONFIG, OWNER, cluster_job
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dressage_operator.metrics import OperatorMetrics
-from dressage_operator.staleness import ScrapeResult, parse_staleness
+from dressage_operator.staleness_scrape import ScrapeResult, parse_staleness
 from prometheus_client import generate_latest
 
 from dressage import metrics as names

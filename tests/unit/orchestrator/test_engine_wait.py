@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from dressage.orchestrator.distributed_publish import DistributedPublisher
 from dressage.proxy.client import EngineSet, EngineView, ProxyRolloutClient
+from dressage.weights.collective import DistributedPublisher
 
 
 class _Proxy:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dressage.orchestrator.weight_membership import (
+from dressage.weights.membership import (
     GroupNames,
     group_world_size,
     normalise,

@@ -9,8 +9,8 @@ from typing import ClassVar
 import pytest
 import torch
 
-from dressage.orchestrator.fleet_sync import MembershipChange
-from dressage.orchestrator.weight_sync import DistributedWeightSender, WeightSyncError, buckets
+from dressage.weights.broadcast import DistributedWeightSender, WeightSyncError, buckets
+from dressage.weights.fleet import MembershipChange
 
 
 def test_buckets_hold_at_most_bucket_bytes_and_pull_one_tensor_ahead() -> None:
@@ -77,7 +77,7 @@ class _FailingSender:
 async def test_a_failed_publish_still_takes_part_in_every_gather_and_continues_generation() -> None:
     """Each tensor is a collective over the trainer gang: rank 0 must consume all of them
     even when a bucket fails, or the other ranks would wait in a gather forever."""
-    from dressage.orchestrator.distributed_publish import DistributedPublisher, PublishFollower
+    from dressage.weights.collective import DistributedPublisher, PublishFollower
 
     handed: list[str] = []
 
@@ -159,8 +159,8 @@ class _HalfFailingSender:
     members: ClassVar[list[str]] = ["http://a:1", "http://b:1"]
 
     async def send(self, named: Iterator[tuple[str, torch.Tensor]], version: str) -> object:
-        from dressage.orchestrator.fleet_sync import FleetSendReport
-        from dressage.orchestrator.weight_sync import SendReport
+        from dressage.weights.broadcast import SendReport
+        from dressage.weights.fleet import FleetSendReport
 
         for _ in named:
             pass
@@ -178,7 +178,7 @@ async def test_an_engine_that_fails_a_publish_fails_it_only_without_a_proxy(
 ) -> None:
     """With a proxy the engines that took the version serve it and the one that did not is
     held out (the publish succeeds, as with disk); without one every engine must take it."""
-    from dressage.orchestrator.distributed_publish import DistributedPublisher
+    from dressage.weights.collective import DistributedPublisher
 
     def weights() -> Iterator[tuple[str, torch.Tensor]]:
         yield from (("a", torch.zeros(2)), ("b", torch.zeros(2)), ("c", torch.zeros(2)))

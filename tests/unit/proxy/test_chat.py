@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dressage.model.tokenizer import build_tokenizer_files
-from dressage.proxy.chat import (
+from dressage.proxy.errors import ProxyError
+from dressage.proxy.openai.chat import (
     ChatTokenizer,
     after_reply,
     canonical_message,
@@ -20,10 +21,9 @@ from dressage.proxy.chat import (
     load_chat_tokenizer,
     plan_chat_turn,
 )
-from dressage.proxy.errors import ProxyError
-from dressage.proxy.reply import ReplyFormat, parse_reply, resolve_reply_format
-from dressage.proxy.tool_calls import ParsedReply, new_call_id, parse_tool_calls, strip_stop
-from dressage.proxy.tool_formats import TOOL_FORMATS
+from dressage.proxy.openai.reply import ReplyFormat, parse_reply, resolve_reply_format
+from dressage.proxy.openai.tool_calls import ParsedReply, new_call_id, parse_tool_calls, strip_stop
+from dressage.proxy.openai.tool_formats import TOOL_FORMATS
 
 TOOLS = [
     {

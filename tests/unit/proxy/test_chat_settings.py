@@ -8,9 +8,9 @@ import pytest
 
 from dressage.api import JobValidationError, validate_job
 from dressage.api.proxy_settings import proxy_settings
-from dressage.proxy.chat import load_chat_tokenizer
 from dressage.proxy.config import ProxyConfig
-from dressage.proxy.reply import ReplyFormat
+from dressage.proxy.openai.chat import load_chat_tokenizer
+from dressage.proxy.openai.reply import ReplyFormat
 
 
 def _job(**rollout: object) -> dict[str, object]:

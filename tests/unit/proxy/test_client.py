@@ -6,7 +6,7 @@ import pytest
 
 from dressage.proxy import errors
 from dressage.proxy.client import RolloutError
-from dressage.proxy.staleness import (
+from dressage.proxy.span_rule import (
     PartialRolloutStalenessExceeded,
     StalenessRefusal,
     VersionChangedWithoutPartialRollout,

@@ -16,12 +16,12 @@ from dressage.proxy.drain import (
     drain_answer,
     interruption,
 )
+from dressage.proxy.engine_pool import EnginePool
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generator, PauseGate
 from dressage.proxy.records import record_to_sample, session_records
-from dressage.proxy.routing import EnginePool
 from dressage.proxy.sessions import Session
-from dressage.proxy.staleness import (
+from dressage.proxy.span_rule import (
     PartialRolloutSpanLimit,
     PartialRolloutStalenessExceeded,
     SingleVersion,

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dressage.api.chat_formats import REASONING_PARSER_NAMES
-from dressage.proxy.reasoning import (
+from dressage.proxy.openai.reasoning import (
     HARMONY,
     THINK_FORMATS,
     ReasoningSplitter,

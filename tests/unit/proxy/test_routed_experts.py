@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dressage.api.proxy_settings import proxy_settings
-from dressage.data.routing import RoutedExperts
+from dressage.data.expert_routing import RoutedExperts
 from dressage.proxy.config import ProxyConfig
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generation, parse_piece

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from dressage.proxy.engine_pool import EnginePool
 from dressage.proxy.errors import ProxyError
-from dressage.proxy.routing import EnginePool
 
 
 def test_least_loaded_then_sticky_while_healthy() -> None:

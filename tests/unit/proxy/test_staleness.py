@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dressage.proxy.config import ProxyConfig
-from dressage.proxy.staleness import (
+from dressage.proxy.span_rule import (
     PartialRolloutSpanLimit,
     PartialRolloutStalenessExceeded,
     SingleVersion,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dressage.proxy.chat import ChatTokenizer
+from dressage.proxy.openai.chat import ChatTokenizer
 from tests.chat_families import FAMILIES, GPT_OSS, MISTRAL, QWEN3, Family, build_family
 
 

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dressage.api.chat_formats import TOOL_CALL_PARSER_NAMES
-from dressage.proxy.reply import ReplyFormat, ReplyStream, assemble, parse_reply
-from dressage.proxy.tool_calls import ParsedReply, ToolCallStream, parse_tool_calls
-from dressage.proxy.tool_formats import HARMONY, TOOL_FORMATS
+from dressage.proxy.openai.reply import ReplyFormat, ReplyStream, assemble, parse_reply
+from dressage.proxy.openai.tool_calls import ParsedReply, ToolCallStream, parse_tool_calls
+from dressage.proxy.openai.tool_formats import HARMONY, TOOL_FORMATS
 
 TOOLS = [
     {

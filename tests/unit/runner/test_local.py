@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from dressage.api.job import AsyncRLJobSpec
 from dressage.runner.local import rollout_process_cpus
-from dressage.runner.preflight import check_cpus
 from dressage.runner.processes import available_cpus
+from dressage.runner.startup_checks import check_cpus
 
 
 def _spec(**local: object) -> AsyncRLJobSpec:

@@ -1,4 +1,4 @@
-"""`dressage run`'s checks before it starts anything (`dressage.runner.preflight`): the job's
+"""`dressage run`'s checks before it starts anything (`dressage.runner.startup_checks`): the job's
 task is checked before the `--device`, the one check that imports torch, so a mistake in the
 job's data is reported without that wait."""
 
@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from dressage.api.loader import ConfigurationError, load_job
-from dressage.engine import cli as engine_cli
-from dressage.runner.preflight import check_local_run
+from dressage.engine.embedded import cli as engine_cli
+from dressage.runner.startup_checks import check_local_run
 
 ROOT = Path(__file__).resolve().parents[3]
 

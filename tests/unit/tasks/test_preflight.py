@@ -17,7 +17,7 @@ import pytest
 from dressage.api.job import TaskSpec
 from dressage.api.loader import ConfigurationError
 from dressage.tasks.dataset import DatasetError, DatasetTask
-from dressage.tasks.preflight import preflight
+from dressage.tasks.task_checks import preflight
 from dressage.tasks.usercode import UserCodeError
 
 USER_CODE = """\

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 import torch
+from dressage_testkit.trainer import synthetic_batch
 
-from dressage.engine.model import (
+from dressage.engine.embedded.model import (
     ModelShape,
     full_logits,
     load_weights,
@@ -18,7 +19,6 @@ from dressage.engine.model import (
     replace_weights,
 )
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
-from dressage.trainer.testing import synthetic_batch
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from dressage_testkit.trainer import job_spec, small_model, synthetic_batch
 from pydantic import ValidationError
 
 from dressage.api.job import InferenceSpec, TrainingSpec
@@ -20,7 +21,6 @@ from dressage.data.groups import TrainBatch
 from dressage.orchestrator.loop import StepRecord, train_loop
 from dressage.trainer.checkpoint import RunDir
 from dressage.trainer.session import TrainerSession
-from dressage.trainer.testing import job_spec, small_model, synthetic_batch
 
 torch.set_num_threads(1)
 

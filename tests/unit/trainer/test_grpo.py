@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from dressage_testkit.trainer import gathered_weights, job_spec, small_model, synthetic_batch
 
 from dressage.api.figures import figure, trainer_keys
 from dressage.api.job import AsyncRLJobSpec, ModelSpec, TrainingSpec
@@ -20,7 +21,6 @@ from dressage.trainer.distributed import DistEnv, dist_env_from
 from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
 from dressage.trainer.loss import token_logprobs_and_entropy
 from dressage.trainer.session import TrainerSession
-from dressage.trainer.testing import gathered_weights, job_spec, small_model, synthetic_batch
 
 torch.set_num_threads(1)
 PROMPT = [5, 9, 10]

@@ -1,5 +1,5 @@
 """Routing replay in the trainer's forward (transformers' Qwen3-MoE with the hooks of
-`dressage.trainer.routing`), routing agreement, and MoE weights published under the
+`dressage.trainer.routing_replay`), routing agreement, and MoE weights published under the
 checkpoint's names."""
 
 from __future__ import annotations
@@ -9,11 +9,17 @@ from typing import Any
 
 import pytest
 import torch
+from dressage_testkit.trainer import (
+    small_model,
+    small_moe_model,
+    synthetic_batch,
+    with_random_routes,
+)
 
+from dressage.data.expert_routing import RoutedExperts
 from dressage.data.groups import TrainBatch
-from dressage.data.routing import RoutedExperts
 from dressage.data.samples import Sample
-from dressage.engine.model import (
+from dressage.engine.embedded.model import (
     ModelShape,
     full_logits,
     load_weights,
@@ -29,13 +35,7 @@ from dressage.trainer.grpo import (
     TrainerConfig,
     load_policy,
 )
-from dressage.trainer.routing import RouteShape, RoutingReplay, moe_routers, route_shape
-from dressage.trainer.testing import (
-    small_model,
-    small_moe_model,
-    synthetic_batch,
-    with_random_routes,
-)
+from dressage.trainer.routing_replay import RouteShape, RoutingReplay, moe_routers, route_shape
 
 torch.set_num_threads(1)
 SHAPE = RouteShape(num_layers=2, top_k=2, num_experts=4)
@@ -199,7 +199,7 @@ def test_moe_weights_are_published_under_the_checkpoints_names(moe: Path) -> Non
     expected = parameter_shapes(ModelShape.from_checkpoint(moe))
     assert {name: tuple(t.shape) for name, t in published.items()} == expected
     # The engine, given those tensors, computes what the trained model computes.
-    from dressage.engine.model import replace_weights
+    from dressage.engine.embedded.model import replace_weights
 
     served = replace_weights(load_weights(moe), published)
     tokens = [5, 9, 17, 23, 31, 8]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dressage.engine.endpoints.generation import shape_answer
+from dressage.engine.embedded.endpoints.generation import shape_answer
+from dressage.engine.embedded.release_profiles import PROFILE_0_5_2, PROFILE_0_5_23, ReleaseProfile
+from dressage.engine.embedded.scheduler import Request
 from dressage.engine.protocol import SamplingParams
-from dressage.engine.releases import PROFILE_0_5_2, PROFILE_0_5_23, ReleaseProfile
-from dressage.engine.scheduler import Request
 
 
 def snapshot(tokens: list[int], finish: dict[str, Any] | None, spans: list[Any]) -> dict[str, Any]:

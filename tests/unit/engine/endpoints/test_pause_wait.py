@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dressage.engine.endpoints.generation import wait_unpaused
+from dressage.engine.embedded.endpoints.generation import wait_unpaused
 
 
 async def _settle() -> None:

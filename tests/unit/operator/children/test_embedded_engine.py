@@ -15,7 +15,7 @@ from dressage_operator.validation import spec_errors
 from dressage import cli
 from dressage.api import AsyncRLJob
 from dressage.api.loader import JobValidationError, validate_job
-from dressage.engine.releases import PROFILES
+from dressage.engine.embedded.release_profiles import PROFILES
 
 from .support import CONFIG, OWNER
 

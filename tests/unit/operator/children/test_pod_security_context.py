@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dressage_operator.testing.refusals import restricted_violations
+from dressage_testkit.kube.refusals import restricted_violations
 
 from dressage.api import AsyncRLJob
 from dressage.api.loader import JobValidationError, validate_job

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from dressage_operator import children, naming
-from dressage_operator.testing import restricted_violations
+from dressage_testkit.kube import restricted_violations
 from pydantic import ValidationError
 
 from dressage.api import load_job

@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from dressage_operator import children, naming
-from dressage_operator.testing import restricted_violations
+from dressage_testkit.kube import restricted_violations
 
 from dressage.api import AsyncRLJob, load_job
 from dressage.api.job import PACKAGES_DIR

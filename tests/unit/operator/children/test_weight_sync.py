@@ -15,9 +15,9 @@ def test_distributed_sync_wires_the_weight_update_group_between_trainer_rank_0_a
     """Trainer rank 0's stable name and a declared port; each engine's own group of rank 0
     and its 2 TP ranks; the trainer's own wiring and sender arrive at the same groups from
     the environment given."""
-    from dressage.orchestrator.fleet_sync import FleetWeightSender
     from dressage.orchestrator.pipeline import weight_sync_wiring
-    from dressage.orchestrator.weight_membership import ENGINE_RANK_OFFSET
+    from dressage.weights.fleet import FleetWeightSender
+    from dressage.weights.membership import ENGINE_RANK_OFFSET
 
     job = distributed_job()
     rendezvous = children.weight_sync_rendezvous(job, OWNER)
