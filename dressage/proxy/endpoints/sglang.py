@@ -28,6 +28,13 @@ turn resumed across a weight update, each position keeps its first report, as in
 segment. `return_indexer_topk` (which miles always sends, false unless it replays
 DeepSeek-V3.2's indexer) is passed through: sent to the engine, and the last piece's
 `meta_info.indexer_topk` answered as the engine sent it. A false flag is not sent on.
+
+The answer's `meta_info` is the engine's (its last piece's, for a turn resumed across pauses)
+with the proxy's fields over it: every key the engine sent reaches the agent (0.5.23 adds
+`num_retractions` and `reasoning_tokens`, the time stats with `--enable-metrics`, ...), while
+the turn-wide ones (`id`, `finish_reason`, token counts, `weight_version(s)`, `e2e_latency`,
+the logprobs and routes of the whole turn) are the proxy's. What the proxy asked the engine
+for of its own accord (logprobs, routes) is answered only when the agent asked too.
 """
 
 from __future__ import annotations
@@ -64,9 +71,19 @@ _GENERATE_FIELDS = frozenset(
         "return_indexer_topk",
     }
 )
-PASSED_THROUGH = {"return_indexer_topk": "indexer_topk"}
-"""Request flags sent on to the engine as they are when true, and the `meta_info` field each
-brings back (`return_routed_experts` is the proxy's own: it records the routes)."""
+PASSED_THROUGH = ("return_indexer_topk",)
+"""Request flags sent on to the engine as they are when true; what each brings back
+(`meta_info.indexer_topk`) reaches the agent with the rest of the engine's `meta_info`
+(`return_routed_experts` is the proxy's own: it records the routes)."""
+_LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs", "output_token_logprobs_length")
+"""`meta_info` keys the engine sends because the proxy asks every turn for logprobs, whatever
+the agent asked (0.5.23 `tokenizer_manager.add_logprob_to_meta_info`)."""
+_PIECE_ONLY = ("routed_experts",)
+"""Keys of one piece that the proxy answers for the whole turn itself, when asked (the
+engine sends the routes when the proxy records them, whatever the agent asked)."""
+_INPUT_SIDE = ("input_token_logprobs",)
+"""Keys about a piece's own input: for a turn resumed across pauses the last piece's input
+holds the earlier pieces' output, so they are not the turn's and are left out."""
 
 
 async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
@@ -104,7 +121,8 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
         raise
     if one_off:
         finalize_session(state, session, None)
-    meta: dict[str, Any] = {
+    meta = _engine_meta_info(gen.meta_info, body, resumed=gen.pieces > 1)
+    meta |= {
         "id": f"dressage-{uuid.uuid4().hex}",
         "finish_reason": gen.finish_reason,
         "prompt_tokens": len(input_ids),
@@ -116,12 +134,10 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
     }
     if body.get("return_logprob"):
         meta["output_token_logprobs"] = gen.raw_logprobs
+        if "output_token_logprobs_length" in meta:
+            meta["output_token_logprobs_length"] = len(gen.raw_logprobs)
     if routed_experts and gen.routed_experts is not None:
         meta["routed_experts"] = gen.routed_experts.to_base64()
-    for name in passed:
-        field = PASSED_THROUGH[name]
-        if field in gen.meta_info:
-            meta[field] = gen.meta_info[field]
     answer = {
         "text": "".join(gen.texts),
         "output_ids": gen.output_ids,
@@ -141,6 +157,20 @@ async def generate(state: ProxyState, request: HttpRequest, body: dict[str, Any]
         return json_response(answer)
     payload = b"data: " + orjson.dumps(answer) + b"\n\ndata: [DONE]\n\n"
     return Answer(payload, content_type="text/event-stream", stream=True)
+
+
+def _engine_meta_info(
+    sent: dict[str, Any], body: dict[str, Any], *, resumed: bool
+) -> dict[str, Any]:
+    """The engine's `meta_info` as the agent gets it, before the proxy's fields go over it:
+    whole, less the piece-only keys, the logprobs unless the agent asked for them and, for a
+    resumed turn, the last piece's input-side keys."""
+    drop: tuple[str, ...] = _PIECE_ONLY
+    if not body.get("return_logprob"):
+        drop += _LOGPROB_KEYS
+    elif resumed:
+        drop += _INPUT_SIDE
+    return {key: value for key, value in sent.items() if key not in drop}
 
 
 def _flag(body: dict[str, Any], name: str) -> bool:
