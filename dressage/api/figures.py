@@ -215,6 +215,62 @@ class StepFigures:
         source=FigureSource.ROLLOUT,
         namespace="staleness",
     )
+    # --- the staleness budget (`spec.staleness.mode: auto`, `dressage.rollout.budget`) ----
+    budget_concurrency: float | None = gauge(
+        "groups",
+        "Prompt groups in flight the staleness budget's controller chose after the step (the "
+        "rollout concurrency from the next group started on, at most `rollout.concurrency`); "
+        "`staleness.mode: auto` only",
+        source=FigureSource.LOOP,
+        namespace="staleness",
+        status=True,
+        line=("depth", "d"),
+    )
+    budget_keep_versions: float | None = gauge(
+        "versions",
+        "The batch-level window (`keepVersions`) the staleness budget's controller chose after "
+        "the step, at most `maxLagVersions + 1`",
+        source=FigureSource.LOOP,
+        namespace="staleness",
+        status=True,
+        line=("keep", "d"),
+    )
+    budget_max_lag: float | None = gauge(
+        "versions",
+        "The budget's `maxLagVersions`: the bound `version_lag_max` is held to",
+        source=FigureSource.LOOP,
+        namespace="staleness",
+        status=True,
+    )
+    budget_max_mismatch_kl: float | None = gauge(
+        "nats",
+        "The budget's `maxMismatchKL`: the ceiling `mismatch_kl_k3` is held to (unset: none)",
+        source=FigureSource.LOOP,
+        namespace="staleness",
+    )
+    budget_exceeded_steps: int = counter(
+        "steps",
+        "Steps whose trained batch exceeded the staleness budget: a sample's version lag above "
+        "`maxLagVersions`, or the mismatch KL (k3) above `maxMismatchKL`",
+        source=FigureSource.LOOP,
+        metric="staleness_budget_exceeded_steps",
+    )
+    budget_changes: int = counter(
+        "changes",
+        "Steps after which the staleness budget's controller changed the depth or the window",
+        source=FigureSource.LOOP,
+        metric="staleness_budget_changes",
+    )
+    budget_engine_ratio: float | None = gauge(
+        "ratio",
+        "Engines the staleness budget's controller wants over the engines serving: above 1 the "
+        "trainer waits for data while the depth is at its bound (more engines would feed it "
+        "within the budget), below 1 the budget holds rollout back most of the time; the "
+        "operator's autoscaler sizes the fleet from it in `staleness.mode: auto`",
+        source=FigureSource.LOOP,
+        namespace="staleness",
+        status=True,
+    )
     entropy: float | None = gauge(
         "nats", "Mean policy entropy over trained tokens", line=("entropy", ".3f")
     )

@@ -34,6 +34,7 @@ from dressage.api.bounds import (
     MAX_TENSOR_PARALLEL_SIZE,
     MAX_TRAINER_NODES,
 )
+from dressage.api.budget import StalenessBudget, StalenessMode
 from dressage.api.k8s import (
     ENV_VAR_NAME_PATTERN,
     QUANTITY_PATTERN,
@@ -156,6 +157,12 @@ class AsyncRLJobSpec(ApiModel):
             raise ValueError(
                 "staleness.maxPartialRolloutPreempts needs partial rollout: set "
                 "rollout.mode to 'partial_async' or proxy.partialRollout to true"
+            )
+        if self.staleness.auto and self.rollout.mode is RolloutMode.SYNC:
+            raise ValueError(
+                "staleness.mode 'auto' steers asynchronous rollout, but rollout.mode 'sync' "
+                "trains only on-policy data (lag 0): set rollout.mode to 'fully_async' or "
+                "'partial_async', or staleness.mode to 'fixed'"
             )
         if self.rollout.seeded_sampling and not has_deterministic_inference(
             self.inference.sglang_version
@@ -289,6 +296,8 @@ __all__ = [
     "SchedulingSpec",
     "SeccompProfile",
     "SecretKeySelector",
+    "StalenessBudget",
+    "StalenessMode",
     "StalenessSpec",
     "StorageSpec",
     "TaskName",

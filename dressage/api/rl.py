@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 
 from dressage.api.base import ApiModel
 from dressage.api.bounds import MAX_ROLLOUT_SIZE
+from dressage.api.budget import StalenessBudget, StalenessMode
 from dressage.api.chat_formats import ReasoningParserName, ToolCallParserName
 from dressage.api.k8s import SecretKeySelector
 
@@ -256,7 +257,17 @@ class TaskSpec(ApiModel):
 
 
 class StalenessSpec(ApiModel):
-    """The two staleness controls (`docs/staleness.md`)."""
+    """The staleness controls (`docs/staleness.md`), chosen by hand (`mode: fixed`) or by the
+    job within a budget (`mode: auto`)."""
+
+    mode: StalenessMode = Field(default=StalenessMode.FIXED, strict=False)
+    """`fixed`: `keepVersions` and `rollout.concurrency` as given. `auto`: the job chooses the
+    window (`keepVersions`) and the groups in flight (at most `rollout.concurrency`) every
+    step, to keep the trainer fed within `budget` (`docs/staleness.md`, "The staleness
+    budget"); the recommended mode for new jobs."""
+    budget: StalenessBudget | None = None
+    """What `mode: auto` keeps the trained data within (unset: the defaults, a version lag of
+    at most 2); only with `mode: auto`."""
 
     keep_versions: int = Field(default=0, ge=0)
     """Batch-level control (`dressage_staleness_keep_versions`): at most this many most recent
@@ -268,6 +279,38 @@ class StalenessSpec(ApiModel):
     """Admission control for the batch-level control (acts only when `keepVersions > 0`): the
     async worker starts a prompt group only while it can still be trained inside the version
     window, instead of rolling it out to drop it at the batch sink."""
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> StalenessSpec:
+        if self.mode is StalenessMode.FIXED:
+            if self.budget is not None:
+                raise ValueError(
+                    "staleness.budget applies to staleness.mode 'auto': set mode to 'auto', "
+                    "or leave budget out and set keepVersions by hand"
+                )
+            return self
+        if self.keep_versions:
+            raise ValueError(
+                f"staleness.keepVersions ({self.keep_versions}) is chosen by the job in "
+                "staleness.mode 'auto' (from staleness.budget.maxLagVersions): leave it out, "
+                "or set mode to 'fixed'"
+            )
+        if not self.admission:
+            raise ValueError(
+                "staleness.admission must stay on in staleness.mode 'auto' (it bounds the lag "
+                "of the groups the chosen depth starts): leave it out, or set mode to 'fixed'"
+            )
+        return self
+
+    @property
+    def auto(self) -> bool:
+        """Whether the job chooses its depth and window (`mode: auto`)."""
+        return self.mode is StalenessMode.AUTO
+
+    @property
+    def effective_budget(self) -> StalenessBudget:
+        """The budget `mode: auto` keeps (the defaults when `budget` is unset)."""
+        return self.budget if self.budget is not None else StalenessBudget()
 
 
 class RolloutSpec(ApiModel):
