@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -54,7 +55,6 @@ def create_app(
         pool=EnginePool(initial_engine_urls(config)),
         gate=PauseGate(),
         metrics=ProxyMetrics(lambda: float(len(store))),
-        tokenizer=tokenizer,
     )
     for engine in state.pool.engines:
         state.metrics.engine_healthy.labels(engine.url).set(1)
@@ -94,7 +94,7 @@ def create_app(
             await asyncio.gather(*state.tasks, return_exceptions=True)
             await connections.close()
 
-    return App(_routes(state), fallback=_no_route, lifespan=lifespan)
+    return App(_routes(state, tokenizer), fallback=_no_route, lifespan=lifespan)
 
 
 def initial_engine_urls(config: ProxyConfig) -> list[str]:
@@ -110,8 +110,10 @@ def initial_engine_urls(config: ProxyConfig) -> list[str]:
         raise ValueError(f"engine_urls_file (--engine-urls-file): {exc}") from None
 
 
-def _routes(state: ProxyState) -> list[Route]:
-    """The route table: path, endpoint (metered under its name) and methods."""
+def _routes(state: ProxyState, tokenizer: ChatTokenizer | None) -> list[Route]:
+    """The route table: path, endpoint (metered under its name) and methods. The OpenAI
+    layer's chat endpoint gets the chat template's `tokenizer` (None without `--model`: it
+    answers 404)."""
 
     def on(
         name: str,
@@ -124,7 +126,8 @@ def _routes(state: ProxyState) -> list[Route]:
         return endpoint(state, name, fn, body=body, auth=auth, limited=limited)
 
     generate = on("generate", sglang.generate, body=Body.JSON, limited=True)
-    chat = on("chat_completions", openai_chat.chat_completions, body=Body.JSON, limited=True)
+    chat_completions = functools.partial(openai_chat.chat_completions, tokenizer)
+    chat = on("chat_completions", chat_completions, body=Body.JSON, limited=True)
     models = on("models", openai_chat.models)
     return [
         Route("/health", on("health", control.health, auth=False), GET),

@@ -10,7 +10,6 @@ from dressage.proxy.config import ProxyConfig
 from dressage.proxy.engine_pool import EnginePool
 from dressage.proxy.generation import Generator, PauseGate
 from dressage.proxy.metrics import ProxyMetrics
-from dressage.proxy.openai.chat import ChatTokenizer
 from dressage.proxy.sessions import SessionStore
 from dressage.proxy.upstream import EngineConnections
 
@@ -27,8 +26,6 @@ class ProxyState:
     pool: EnginePool
     gate: PauseGate
     metrics: ProxyMetrics
-    tokenizer: ChatTokenizer | None
-    """The chat template's tokenizer; None without `--model` (no chat endpoints)."""
     connections: EngineConnections | None = None
     generator: Generator | None = None
     inflight: int = 0

@@ -39,6 +39,7 @@ from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.openai import fields as chat_fields
 from dressage.proxy.openai.chat import (
     ChatState,
+    ChatTokenizer,
     after_reply,
     canonical_message,
     canonical_messages,
@@ -58,8 +59,11 @@ _SESSION_FIELDS = (("metadata", "session_id"), ("user",))
 _INSTANCE_FIELDS = (("metadata", "instance_id"),)
 
 
-async def chat_completions(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
-    tok = state.tokenizer
+async def chat_completions(
+    tok: ChatTokenizer | None, state: ProxyState, request: HttpRequest, body: dict[str, Any]
+) -> Answer:
+    """`/v1/chat/completions` with the chat template's tokenizer `tok` (None without
+    `--model`), which the app binds when it mounts the route."""
     if tok is None:
         raise ProxyError(
             404, errors.NOT_FOUND, "/v1/chat/completions needs the proxy to be started with --model"
