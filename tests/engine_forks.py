@@ -1,11 +1,12 @@
 """The suite's engines start forked from a warm fork server (`dressage_testkit.forkserver`), one per
 test process: `start_engine` then costs about 0.2 CPU-seconds instead of the 2.5 a fresh
 interpreter spends importing torch. The engine runs the same command line through the same
-entry point. The server's socket is named in `DRESSAGE_FORK_SERVER` for the session, so a
-`dressage run` a test starts forks its engines and proxies there too
-(`dressage.runner.processes`), and `run_command` forks the `dressage run` and `dressage train`
-commands tests run. `DRESSAGE_TEST_FRESH_ENGINES=1` starts every engine and command as a fresh
-process instead, as the benchmarks and the product do.
+entry point. The session's environment names the server's socket (`DRESSAGE_FORK_SERVER`) and
+its spawner as the launcher's (`DRESSAGE_SPAWNER`, `dressage.runner.processes`), so a
+`dressage run` a test starts forks its engines and proxies there too, and `run_command` forks
+the `dressage run` and `dressage train` commands tests run. `DRESSAGE_TEST_FRESH_ENGINES=1`
+starts every engine and command as a fresh process instead, as the benchmarks and the product
+do.
 
 A tier's conftest takes the fixture by importing it."""
 
@@ -20,7 +21,7 @@ from typing import IO
 
 import pytest
 from dressage_testkit.engine import ENGINE_PRELOAD, engines_forked_from
-from dressage_testkit.forkserver import FORK_SERVER_ENV, ForkClient, ForkServer
+from dressage_testkit.forkserver import ForkClient, ForkServer, fork_environment
 
 FRESH_ENGINES = "DRESSAGE_TEST_FRESH_ENGINES"
 
@@ -32,13 +33,15 @@ def engine_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[For
         yield None
         return
     server = ForkServer(tmp_path_factory.mktemp("forkserver"), preload=ENGINE_PRELOAD)
+    forking = fork_environment(server.socket_path)
     try:
         server.start()
-        os.environ[FORK_SERVER_ENV] = str(server.socket_path)
+        os.environ.update(forking)
         with engines_forked_from(server):
             yield server
     finally:
-        os.environ.pop(FORK_SERVER_ENV, None)
+        for name in forking:
+            os.environ.pop(name, None)
         server.close()
 
 

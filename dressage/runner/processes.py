@@ -6,18 +6,18 @@ marker such as `engine ready on http://...`. `stop()` sends SIGTERM to the group
 sends SIGKILL to whatever is left; `stop_together` does the same for several children with one
 shared wait, so their shutdowns overlap.
 
-A child is a fresh interpreter, except where the environment names a fork server
-(`dressage_testkit.forkserver.FORK_SERVER_ENV`, which only the test suite sets): a `python -m`
-child is
-then forked from that warm server, in a session of its own and on its cores as a fresh one
-would be, and the server kills it when the runner dies (its connection to the server closes)
-as Linux does a fresh child (`PR_SET_PDEATHSIG`).
+A child is a fresh interpreter (`fresh_process`) unless its environment names another way to
+start it: `DRESSAGE_SPAWNER=module:callable` (`SPAWNER_ENV`), a `Spawner` imported when a child
+starts. Whatever starts it, a child runs in a session of its own, on its cores, with its output
+on one pipe, and dies with the runner (Linux's `PR_SET_PDEATHSIG` for a fresh one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib
 import os
 import signal
 import subprocess
@@ -25,15 +25,47 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
-
-from dressage_testkit.forkserver import ForkClient, ForkedProcess
+from typing import IO, Protocol, cast
 
 import dressage
 
 PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
+SPAWNER_ENV = "DRESSAGE_SPAWNER"
+"""Names the `Spawner` that starts a child instead of `fresh_process`, as `module:callable`;
+read from the child's environment, imported only when set."""
+
+
+class Process(Protocol):
+    """What the launcher uses of a started process: `subprocess.Popen`'s interface."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stdout(self) -> IO[str] | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
+class Spawner(Protocol):
+    """Starts `argv` with exactly `env` as its environment, in a session and process group of
+    its own (its pid is its group's id), pinned to `cpus` (None: this process's cores), its
+    stdout and stderr on one text pipe (`Process.stdout`), its stdin empty; it ends when the
+    process that started it dies."""
+
+    def __call__(
+        self, argv: Sequence[str], env: Mapping[str, str], *, cpus: Sequence[int] | None
+    ) -> Process: ...
+
+
+class SpawnerNotFound(RuntimeError):
+    """`DRESSAGE_SPAWNER` names no callable that can be imported."""
 
 
 class ChildFailed(RuntimeError):
@@ -58,7 +90,7 @@ class ChildProcess:
         self.log_path = log_path
         self.env = env
         self.cpus = None if cpus is None else sorted(set(cpus))
-        self.process: subprocess.Popen[str] | ForkedProcess | None = None
+        self.process: Process | None = None
         self.tail: deque[str] = deque(maxlen=40)
         self._lines: list[str] = []
         self._new_line = threading.Event()
@@ -71,20 +103,7 @@ class ChildProcess:
         )
         env["PYTHONUNBUFFERED"] = "1"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        server = ForkClient.for_command(self.argv, env)
-        if server is not None:
-            self.process = server.spawn(self.argv, env, new_session=True, cpus=self.cpus)
-        else:
-            self.process = subprocess.Popen(
-                self.argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_child_setup(self.cpus),
-            )
+        self.process = spawner_of(env)(self.argv, env, cpus=self.cpus)
         log = self.log_path.open("a", encoding="utf-8")
         self._reader = threading.Thread(
             target=self._drain, args=(self.process.stdout, log), name=f"{self.name}-output"
@@ -157,9 +176,48 @@ class ChildProcess:
         return process.returncode
 
     @staticmethod
-    def _signal(process: subprocess.Popen[str] | ForkedProcess, sig: signal.Signals) -> None:
+    def _signal(process: Process, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
+
+
+def fresh_process(
+    argv: Sequence[str], env: Mapping[str, str], *, cpus: Sequence[int] | None = None
+) -> subprocess.Popen[str]:
+    """The default `Spawner`: `argv` as a fresh process (`subprocess.Popen`)."""
+    return subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=dict(env),
+        start_new_session=True,
+        preexec_fn=_child_setup(cpus),
+    )
+
+
+def spawner_of(env: Mapping[str, str]) -> Spawner:
+    """The `Spawner` `env` names in `SPAWNER_ENV`, `fresh_process` when it names none;
+    `SpawnerNotFound` when the name cannot be imported."""
+    name = env.get(SPAWNER_ENV, "")
+    return _import_spawner(name) if name else fresh_process
+
+
+@functools.cache
+def _import_spawner(name: str) -> Spawner:
+    module, _, attribute = name.partition(":")
+    try:
+        if not module or not attribute:
+            raise ValueError("expected module:callable")
+        spawner = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SpawnerNotFound(
+            f"{SPAWNER_ENV}={name!r} names no importable spawner (module:callable): {exc}"
+        ) from exc
+    if not callable(spawner):
+        raise SpawnerNotFound(f"{SPAWNER_ENV}={name!r} names {spawner!r}, not a callable")
+    return cast(Spawner, spawner)
 
 
 def stop_together(children: Sequence[ChildProcess], grace_s: float = 10.0) -> None:

@@ -27,8 +27,9 @@ server kills its command (its process group, with `new_session`), as a child tha
 its parent.
 
 A process the server was not started by reaches it by its socket (`ForkClient`): the suite
-names its server in `DRESSAGE_FORK_SERVER` (`FORK_SERVER_ENV`), and a `dressage run` a test
-starts forks its engines and proxies there too (`dressage.runner.processes`).
+names its server in `DRESSAGE_FORK_SERVER` (`FORK_SERVER_ENV`) and this module's `spawn_child`
+as the launcher's spawner (`dressage.runner.processes.SPAWNER_ENV`, `fork_environment` sets
+both), so a `dressage run` a test starts forks its engines and proxies there too.
 
     server = ForkServer(Path(tmp), preload=("torch", "dressage.engine.embedded.server"))
     process = server.spawn([sys.executable, "-m", "dressage", "engine", "serve", ...], env)
@@ -51,12 +52,34 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from dressage.runner.processes import SPAWNER_ENV, Process, fresh_process
+
 SOCKET_NAME = "forkserver.sock"
 FORK_SERVER_ENV = "DRESSAGE_FORK_SERVER"
 """Names the socket of a fork server that commands of this interpreter may be forked from;
 only the test suite sets it."""
+SPAWNER = "dressage_testkit.forkserver:spawn_child"
+"""`spawn_child` as `dressage.runner.processes.SPAWNER_ENV` names it."""
 STARTUP_TIMEOUT_S = 120.0
 """How long a server may take to import its preloaded modules and listen."""
+
+
+def fork_environment(socket_path: Path) -> dict[str, str]:
+    """The variables that have the launcher (`dressage.runner.processes`) fork each `python -m`
+    child from the server listening on `socket_path`."""
+    return {SPAWNER_ENV: SPAWNER, FORK_SERVER_ENV: str(socket_path)}
+
+
+def spawn_child(
+    argv: Sequence[str], env: Mapping[str, str], *, cpus: Sequence[int] | None
+) -> Process:
+    """The suite's `dressage.runner.processes.Spawner`: a `python -m` command forked from the
+    server `env` names in `FORK_SERVER_ENV`, in a session of its own; any other command, or
+    every command when `env` names no server, a fresh process (`fresh_process`)."""
+    server = ForkClient.for_command(argv, env)
+    if server is None:
+        return fresh_process(argv, env, cpus=cpus)
+    return server.spawn(argv, env, new_session=True, cpus=cpus)
 
 
 class ForkServerError(RuntimeError):

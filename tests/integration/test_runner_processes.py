@@ -11,13 +11,21 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from dressage_testkit.forkserver import FORK_SERVER_ENV, ForkedProcess, ForkServer
+from dressage_testkit.forkserver import ForkedProcess, ForkServer, fork_environment
 from dressage_testkit.processes import exited_within
 
-from dressage.runner.processes import ChildProcess, available_cpus, stop_together
+from dressage.runner.processes import (
+    SPAWNER_ENV,
+    ChildProcess,
+    Process,
+    available_cpus,
+    fresh_process,
+    stop_together,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,16 +70,36 @@ def test_a_child_without_cpus_keeps_the_parents_cores(tmp_path: Path) -> None:
     assert (tmp_path / "probe.log").read_text().strip() == f"main {cores} thread {cores}"
 
 
+def tagging_spawner(
+    argv: Sequence[str], env: Mapping[str, str], *, cpus: Sequence[int] | None
+) -> Process:
+    """A spawner named in `DRESSAGE_SPAWNER`: a fresh process that knows who started it."""
+    return fresh_process(argv, dict(env, SPAWNED_BY="tagging_spawner"), cpus=cpus)
+
+
+async def test_a_child_is_started_by_the_spawner_its_environment_names(tmp_path: Path) -> None:
+    spawner = f"{__name__}:tagging_spawner"
+    child = ChildProcess(
+        "probe",
+        [sys.executable, "-c", "import os; print('by', os.environ.get('SPAWNED_BY'))"],
+        log_path=tmp_path / "probe.log",
+        env=dict(os.environ, **{SPAWNER_ENV: spawner}),
+    )
+    child.start()
+    assert await child.wait_for("by", 60) == "tagging_spawner"
+    _wait_exit(child)
+
+
 async def test_a_python_module_child_is_forked_from_the_server_its_environment_names(
     tmp_path: Path, engine_fork_server: ForkServer | None
 ) -> None:
-    """The suite names its fork server in the environment (tests/engine_forks.py); a child
-    forked there runs as a fresh one would: in a session of its own, on its cores, its output
-    in its log, stopped by SIGTERM to its group."""
+    """The suite names its fork server and its spawner in the environment
+    (tests/engine_forks.py); a child forked there runs as a fresh one would: in a session of
+    its own, on its cores, its output in its log, stopped by SIGTERM to its group."""
     if engine_fork_server is None:
         pytest.skip("DRESSAGE_TEST_FRESH_ENGINES: no fork server")
     core = available_cpus()[-1]
-    env = dict(os.environ, **{FORK_SERVER_ENV: str(engine_fork_server.socket_path)})
+    env = dict(os.environ, **fork_environment(engine_fork_server.socket_path))
     child = ChildProcess(
         "probe",
         [sys.executable, "-m", "tests.forkserver_probe", "child", "wait"],
