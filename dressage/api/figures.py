@@ -49,6 +49,7 @@ from dressage.api.figure_model import (
 )
 
 __all__ = [
+    "LENGTH_BUCKETS",
     "Figure",
     "FigureKind",
     "FigureSource",
@@ -58,6 +59,7 @@ __all__ = [
     "figure",
     "figures_of",
     "gauge",
+    "length_bucket",
     "line_parts",
     "ratios",
     "status_figures",
@@ -66,6 +68,17 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound="StepFigures")
+
+LENGTH_BUCKETS = ("le16", "le64", "le256", "gt256")
+"""The response-length buckets of the length figures: at most 16, 64, 256 tokens, and more."""
+
+
+def length_bucket(tokens: int) -> str:
+    """The bucket (`LENGTH_BUCKETS`) of a response of `tokens` tokens."""
+    for bound, name in zip((16, 64, 256), LENGTH_BUCKETS, strict=False):
+        if tokens <= bound:
+            return name
+    return LENGTH_BUCKETS[-1]
 
 
 @dataclass
@@ -342,6 +355,43 @@ class StepFigures:
         "Response tokens the engines generated (loss mask 1) in the prompt groups completed "
         "since the previous batch, whether trained or dropped after (a staleness verdict); "
         "attempts that failed before completing their group are not counted",
+    )
+    # --- length bias: what was generated against what was trained (`dressage.rollout.stats`)
+    generated_samples: int = counter(
+        "samples",
+        "Samples of the prompt groups completed since the previous batch, whether trained or "
+        "dropped after (a staleness verdict): the samples `generated_tokens` counts the tokens of",
+    )
+    generated_samples_by_length: Counter[str] = by_reason(
+        "samples",
+        "Samples of the completed prompt groups (`generated_samples`) by response length, the "
+        "reason being the length bucket (`le16`, `le64`, `le256`, `gt256` tokens)",
+        reasons=LENGTH_BUCKETS,
+    )
+    dropped_samples_by_length: Counter[str] = by_reason(
+        "samples",
+        "Samples of completed prompt groups that a staleness verdict then dropped at the batch "
+        "sink, by response length bucket as `generated_samples_by_length`: a drop rate that "
+        "grows with the bucket is a bias against long responses",
+        reasons=LENGTH_BUCKETS,
+    )
+    generated_mean_tokens: float | None = gauge(
+        "tokens",
+        "Mean response length of the samples generated since the previous batch "
+        "(`generated_tokens` / `generated_samples`)",
+        source=FigureSource.LOOP,
+        namespace="length",
+        ratio=("generated_tokens", "generated_samples"),
+        line=("len_gen", ".1f"),
+    )
+    trained_mean_tokens: float | None = gauge(
+        "tokens",
+        "Mean response length of the samples trained (`trained_tokens` / `samples`); below "
+        "`generated_mean_tokens` when drops or refusals keep long responses out of training",
+        source=FigureSource.LOOP,
+        namespace="length",
+        ratio=("trained_tokens", "samples"),
+        line=("len", ".1f"),
     )
     step_seconds: float = counter(
         "seconds",

@@ -37,7 +37,7 @@ from dressage.data.samples import Sample
 from dressage.data.versions import normalize_version
 from dressage.rollout.admission import AdmissionPolicy
 from dressage.rollout.retry import GroupAttempts, RetryPolicy, RolloutBroken
-from dressage.rollout.staleness import StalenessConfig, StalenessGroupFilter
+from dressage.rollout.staleness import DropReason, StalenessConfig, StalenessGroupFilter
 from dressage.rollout.stats import CollectorStats
 
 log = logging.getLogger(__name__)
@@ -345,10 +345,15 @@ class AsyncRolloutCollector(PromptPosition):
         return batch
 
     def _admit(self, group: Group) -> None:
-        before = self.filter.drop_counts.copy()
-        self._pending, _ = self.filter.admit(group, self._pending, samples_of=_samples_of)
-        for reason, count in (self.filter.drop_counts - before).items():
-            self.stats.totals.dropped_groups[reason] += count
+        before = self._pending
+        self._pending, verdict = self.filter.admit(group, before, samples_of=_samples_of)
+        kept = {id(g) for g in self._pending}
+        dropped = [g for g in before if id(g) not in kept]
+        for pending in dropped:
+            self.stats.dropped_at_sink(pending, DropReason.WINDOW_ADVANCED.value)
+        if not verdict.keep and verdict.reason is not None:
+            self.stats.dropped_at_sink(group, verdict.reason.value)
+        if dropped or not verdict.keep:
             self._free_capacity()
 
 

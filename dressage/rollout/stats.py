@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from dressage.api.figures import StepFigures
+from dressage.api.figures import StepFigures, length_bucket
 from dressage.data.groups import Group, TrainBatch
 from dressage.data.samples import Sample
 from dressage.tasks.base import REWARD_FAILURE, REWARD_PARTS
@@ -58,6 +58,14 @@ class CollectorStats:
         for it (`generated_tokens`), before anything decides whether it is trained."""
         self.groups_completed += 1
         self.totals.generated_tokens += sum(sum(s.loss_mask) for s in group.samples)
+        self.totals.generated_samples += len(group.samples)
+        self.totals.generated_samples_by_length.update(response_length_buckets(group))
+
+    def dropped_at_sink(self, group: Group, reason: str) -> None:
+        """Count a completed prompt group a staleness verdict dropped at the batch sink, and
+        its samples by response length (`dropped_samples_by_length`)."""
+        self.totals.dropped_groups[reason] += 1
+        self.totals.dropped_samples_by_length.update(response_length_buckets(group))
 
     def snapshot(self) -> CollectorStats:
         return replace(self, totals=self.totals.copy())
@@ -95,3 +103,9 @@ def reward_failures(samples: Sequence[Sample]) -> Counter[str]:
     return Counter(
         str(reason) for s in samples if (reason := s.metadata.get(REWARD_FAILURE)) is not None
     )
+
+
+def response_length_buckets(group: Group) -> Counter[str]:
+    """The samples of `group` by response length bucket (`dressage.api.figures.length_bucket`
+    of each sample's trainable tokens)."""
+    return Counter(length_bucket(sum(s.loss_mask)) for s in group.samples)
