@@ -18,6 +18,7 @@ from dressage.agents.whitebox import WhiteboxAgentRollout
 from dressage.api.job import AsyncRLJobSpec, RolloutMode
 from dressage.data.groups import GroupRollout
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
+from dressage.rollout.budget import BudgetSettings
 from dressage.rollout.collector import AsyncRolloutCollector, Collector
 from dressage.rollout.retry import RetryPolicy
 from dressage.rollout.staleness import StalenessConfig
@@ -77,6 +78,17 @@ def make_collector(
             concurrency=spec.rollout.concurrency,
             retry=retry_policy_of(spec),
         )
+    if spec.staleness.auto:  # the controller's first settings; it steers them after each step
+        budget = budget_settings(spec)
+        return AsyncRolloutCollector(
+            rollout,
+            batch_size=spec.rollout.batch_size,
+            concurrency=budget.start,
+            retry=retry_policy_of(spec),
+            staleness=StalenessConfig(keep_versions=budget.max_keep),
+            queue_size=max(spec.rollout.batch_size, spec.rollout.concurrency),
+            admission=True,
+        )
     return AsyncRolloutCollector(
         rollout,
         batch_size=spec.rollout.batch_size,
@@ -84,6 +96,16 @@ def make_collector(
         retry=retry_policy_of(spec),
         staleness=StalenessConfig(keep_versions=spec.staleness.keep_versions),
         admission=spec.staleness.admission,
+    )
+
+
+def budget_settings(spec: AsyncRLJobSpec) -> BudgetSettings:
+    """The staleness budget's controller settings of a job in `staleness.mode: auto`: its
+    budget, with `rollout.concurrency` as the depth's upper bound."""
+    return BudgetSettings.of(
+        spec.staleness.effective_budget,
+        batch_size=spec.rollout.batch_size,
+        max_concurrency=spec.rollout.concurrency,
     )
 
 

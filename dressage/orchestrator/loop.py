@@ -18,6 +18,7 @@ from typing import Protocol
 
 from dressage.api.figures import StepFigures, trainer_keys
 from dressage.data.groups import TrainBatch
+from dressage.rollout.budget import BudgetSteering
 from dressage.rollout.collector import Collector
 from dressage.rollout.lag import batch_lag, trainer_version_order
 from dressage.trainer.distributed import broadcast_object
@@ -117,9 +118,12 @@ async def train_loop(
     publisher: Publisher | None,
     sink: StepSink,
     clock: Callable[[], float] = time.monotonic,
+    steering: BudgetSteering | None = None,
 ) -> None:
     """Run steps until `session.state.step == steps` (rank 0 must pass collector and publisher;
-    the other ranks pass the publisher only when it is collective, see `is_collective`)."""
+    the other ranks pass the publisher only when it is collective, see `is_collective`).
+    `steering`: rank 0's staleness budget controller (`staleness.mode: auto`), which sets the
+    collector's depth and window after each step and adds its decision to the step's figures."""
     main = session.env.is_main
     if main and (collector is None or publisher is None):
         raise ValueError("rank 0 needs a collector and a weight publisher")
@@ -164,6 +168,9 @@ async def train_loop(
         # optimizer state) and before the step's record, which then always has its checkpoint.
         published = clock()
         await asyncio.to_thread(session.finish_commit)
-        sink(
-            replace(record, train_seconds=trained - collected, publish_seconds=published - trained)
+        done = replace(
+            record, train_seconds=trained - collected, publish_seconds=published - trained
         )
+        if steering is not None:
+            done = replace(done, figures=steering.after_step(done.figures))
+        sink(done)

@@ -38,12 +38,17 @@ import torch
 
 from dressage.api.figures import StepFigures
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec
-from dressage.orchestrator.collectors import make_collector, weight_update_pause_mode
+from dressage.orchestrator.collectors import (
+    budget_settings,
+    make_collector,
+    weight_update_pause_mode,
+)
 from dressage.orchestrator.loop import StepRecord, StepSink, sync_engines, train_loop
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.rollout_process import RolloutProcessCollector, RolloutRecipe
 from dressage.proxy.client import ProxyRolloutClient
-from dressage.rollout.collector import Collector
+from dressage.rollout.budget import BudgetController, BudgetSteering
+from dressage.rollout.collector import AsyncRolloutCollector, Collector
 from dressage.tasks import Environment, Task, get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.tasks.dataset import DatasetTask, bad_row_counts
@@ -239,6 +244,22 @@ async def run_pipeline(
             f"{spec.rollout.batch_size} groups x {spec.rollout.group_size} samples per step, "
             f"mode {spec.rollout.mode.value}"
         )
+        steering = None
+        if spec.staleness.auto:
+            assert isinstance(collector, AsyncRolloutCollector | RolloutProcessCollector)
+            settings = budget_settings(spec)
+            steering = BudgetSteering(BudgetController(settings), collector, log)
+            log(
+                f"staleness budget: version lag at most {settings.max_lag}"
+                + ("" if settings.max_kl is None else f", mismatch KL at most {settings.max_kl}")
+                + f"; depth {settings.start} of at most {settings.max_concurrency} groups, "
+                f"keepVersions {settings.max_keep}"
+            )
         await train_loop(
-            session, steps=steps, collector=collector, publisher=publisher, sink=record_step
+            session,
+            steps=steps,
+            collector=collector,
+            publisher=publisher,
+            sink=record_step,
+            steering=steering,
         )

@@ -12,6 +12,8 @@ parent needs without asking again:
 
 - `("load", state)`: the data position from the checkpoint (before the first batch);
 - `("published", version)`: a new weight version is live on the engines;
+- `("steer", concurrency, keep_versions)`: the staleness budget's controller changed the depth
+  and the window (`AsyncRolloutCollector.steer`);
 - `("next_batch",)`: answered by `("batch", batch, position, stats, faults)` or
   `("error", exception, faults)` (the batch's samples carry their reward parts and failures,
   `dressage.rollout.stats`), `faults` being the child's
@@ -102,6 +104,10 @@ class RolloutProcessCollector:
 
     def on_weights_published(self, version: str) -> None:
         self._send(("published", version))
+
+    def steer(self, concurrency: int, keep_versions: int) -> None:
+        """Change the child collector's depth and window (`AsyncRolloutCollector.steer`)."""
+        self._send(("steer", concurrency, keep_versions))
 
     async def next_batch(self) -> TrainBatch:
         if self._closed:
@@ -208,6 +214,7 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
     from dressage.api.job import AsyncRLJob
     from dressage.orchestrator.collectors import make_collector
     from dressage.proxy.client import ProxyRolloutClient
+    from dressage.rollout.collector import AsyncRolloutCollector
     from dressage.tasks import get_task
     from dressage.tasks.codec import PromptCodec, TaskPrompts
 
@@ -233,6 +240,8 @@ async def _serve(recipe: RolloutRecipe, conn: Connection) -> None:
                 collector.load_state_dict(command[1])
             elif kind == "published":
                 collector.on_weights_published(command[1])
+            elif kind == "steer" and isinstance(collector, AsyncRolloutCollector):
+                collector.steer(command[1], command[2])
             elif kind == "next_batch":
                 # Served in the background so that a publish arriving meanwhile reaches the
                 # collector at once.

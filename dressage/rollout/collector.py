@@ -27,6 +27,7 @@ for shutdown when the collector closes), so a resumed run never trains on a prom
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -134,7 +135,6 @@ class AsyncRolloutCollector(PromptPosition):
             maxsize=queue_size if queue_size is not None else max(batch_size, concurrency)
         )
         self._pending: list[Group] = []
-        self._slots = asyncio.Semaphore(concurrency)
         self._in_flight: set[asyncio.Task[None]] = set()
         self._worker: asyncio.Task[None] | None = None
         self._last_batch_stats = self.stats.snapshot()
@@ -178,6 +178,19 @@ class AsyncRolloutCollector(PromptPosition):
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    def steer(self, concurrency: int, keep_versions: int) -> None:
+        """Change the groups in flight and the staleness window from the next group started
+        on (the staleness budget's controller, `dressage.rollout.budget`). Groups in flight
+        above a lower `concurrency` finish; no new one starts until they are below it. A
+        narrower window takes effect at the next group the sink checks."""
+        if concurrency < 1 or keep_versions < 1:
+            raise ValueError("concurrency and keep_versions must be >= 1 when steered")
+        self.concurrency = concurrency
+        if keep_versions != self.filter.config.keep_versions:
+            self.filter.set_keep_versions(keep_versions)
+            self.admission = dataclasses.replace(self.admission, keep_versions=keep_versions)
+        self._free_capacity()
 
     @property
     def pending(self) -> int:
@@ -255,11 +268,10 @@ class AsyncRolloutCollector(PromptPosition):
     async def _work(self) -> None:
         try:
             while self.num_prompts is None or self.next_prompt < self.num_prompts:
-                await self._slots.acquire()
+                await self._wait_for_slot()
                 if self._attempts.broken is None:
                     await self._wait_for_admission()
                 if self._attempts.broken is not None:
-                    self._slots.release()
                     break
                 index = self.next_prompt
                 self.next_prompt += 1
@@ -276,9 +288,15 @@ class AsyncRolloutCollector(PromptPosition):
             self._exhausted = True
             self._signal_if_finished()
 
+    async def _wait_for_slot(self) -> None:
+        """Return once fewer than `concurrency` groups are in flight (or the breaker opened);
+        woken by a finished group and by `steer`."""
+        while len(self._in_flight) >= self.concurrency and self._attempts.broken is None:
+            self._capacity_changed.clear()
+            await self._capacity_changed.wait()
+
     def _group_done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
-        self._slots.release()
         self._free_capacity()  # a dropped group (retries exhausted, shutdown) frees capacity
         if not task.cancelled() and task.exception() is not None:
             log.error("rollout task crashed", exc_info=task.exception())

@@ -168,6 +168,11 @@ class StalenessTracker:
     def keep_versions(self) -> int:
         return self._config.keep_versions
 
+    def set_keep_versions(self, keep_versions: int) -> None:
+        """Move the window's width (the staleness budget's controller does, between batches):
+        the observed order is kept, the next check uses the new width."""
+        self._config = StalenessConfig(keep_versions)
+
     @property
     def versions(self) -> list[str]:
         """Every real version observed so far, oldest first."""
@@ -247,6 +252,11 @@ class StalenessGroupFilter:
         self.config = config
         self.tracker = tracker if tracker is not None else StalenessTracker(config.keep_versions)
         self.drop_counts: Counter[str] = Counter()
+
+    def set_keep_versions(self, keep_versions: int) -> None:
+        """Use a window of `keep_versions` from the next check on (0 disables the control)."""
+        self.config = StalenessConfig(keep_versions)
+        self.tracker.set_keep_versions(keep_versions)
 
     def observe_group(self, group: Sequence[VersionedSample]) -> bool:
         """Observe every real trajectory version of `group`; True if the window advanced."""
