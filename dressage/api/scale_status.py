@@ -45,6 +45,28 @@ class ScaleEvent(ApiModel):
     """Engines added (in `scaleUps`) or removed (in `scaleDowns`)."""
 
 
+class BudgetScaleStatus(ApiModel):
+    """The staleness budget as the autoscaler reads it (`spec.staleness.mode: auto`): the
+    budget, and the latest step's figures against it."""
+
+    max_lag_versions: int
+    """The budget's `maxLagVersions`."""
+    max_mismatch_kl: float | None = Field(default=None, alias="maxMismatchKL")
+    """The budget's `maxMismatchKL`, when it sets one."""
+    lag_versions: float | None = None
+    """The largest version lag of the latest step's trained samples
+    (`staleness/version_lag_max`)."""
+    mismatch_kl: float | None = Field(default=None, alias="mismatchKL")
+    """The latest step's mismatch KL (`mismatch_kl_k3`)."""
+    engine_ratio: float | None = None
+    """The engines the job's controller wants over those serving
+    (`staleness/budget_engine_ratio`): above 1 the trainer waits with the depth at its bound,
+    below 1 the budget holds rollout back."""
+    standing: str = "Unknown"
+    """`WithinBudget` (room for more rollout), `AtBudget` (lag at `maxLagVersions`),
+    `OverBudget` (lag or mismatch KL above the budget) or `Unknown` (nothing measured yet)."""
+
+
 class AutoscalingStatus(ApiModel):
     """The autoscaler's last decision, its signals and the history its next one needs."""
 
@@ -55,9 +77,13 @@ class AutoscalingStatus(ApiModel):
     waited for batches."""
     admission_held_fraction: float | None = None
     """Over the same steps, the fraction of wall time admission control held rollout back."""
+    budget: BudgetScaleStatus | None = None
+    """In `spec.staleness.mode: auto`, the budget the engine count is sized to and the
+    figures against it (`dressage_operator.budget_scale`)."""
     reason: str = ""
     """Machine-readable reason of the last decision (`ScaleUp`, `ScaleDown`,
-    `ScaleUpLimit`, `ScaleDownStabilized`, `WithinThresholds`, `WaitingForEngines`, ...)."""
+    `ScaleUpLimit`, `ScaleDownStabilized`, `WithinThresholds`, `WaitingForEngines`, and in
+    `spec.staleness.mode: auto` `AtStalenessBudget`, `OverStalenessBudget`, ...)."""
     message: str = ""
     """The last decision in words, with the signal values."""
     last_scale_time: str | None = None

@@ -52,6 +52,10 @@ class ConditionType(StrEnum):
     kubelet says it (Unschedulable, ImagePullBackOff, CreateContainerConfigError,
     CrashLoopBackOff, OOMKilled, ...); the reason is the first pod's, the message names each
     pod. True again once they recover."""
+    STALENESS_BUDGET_MET = "StalenessBudgetMet"
+    """In `spec.staleness.mode: auto`: True while the latest step's trained data is within
+    the budget (reason `WithinBudget` or `AtBudget`), False while its version lag or
+    mismatch KL is above it (`OverBudget`); the message gives the figures and the budget."""
     SUSPENDED = "Suspended"
     SGLANG_RELEASE_UNTESTED = "SGLangReleaseUntested"
     """True when `spec.inference.sglangVersion` is newer than the newest tested SGLang release;

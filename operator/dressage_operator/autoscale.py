@@ -29,6 +29,12 @@ One decision:
    highest of the scale-down window; the change is then limited by the direction's policies
    over the changes made within each policy's period, and by the bounds.
 
+In `spec.staleness.mode: auto` step 3 is the staleness budget's recommendation instead
+(`dressage_operator.budget_scale`: more engines only while the trainer is starved and the
+version lag is below the budget, fewer while the budget holds rollout back), steps 1, 2 and 4
+are the same, and the Events of its changes say `StalenessBudgetScaleUp` or
+`StalenessBudgetScaleDown`.
+
 What this guarantees (the "no oscillation" property, tested with hypothesis on noisy
 signals): after a scale-up, no scale-down within the scale-down stabilization window, and
 after a scale-down no scale-up within the scale-up window. A scale-up records a
@@ -48,6 +54,15 @@ from dressage.api.scale_status import (
     Recommendation,
     ScaleEvent,
     SignalSample,
+)
+from dressage_operator.budget_scale import (
+    EVENT_SCALE_DOWN,
+    EVENT_SCALE_UP,
+    Advice,
+    Budget,
+    BudgetFigures,
+    budget_status,
+    recommend_within_budget,
 )
 from dressage_operator.fleet_signals import FleetCounters, Signals, interval_signals
 
@@ -82,6 +97,9 @@ class ScaleDecision:
     status: AutoscalingStatus
     event: str | None = None
     """The Event's message when the count changes."""
+    event_reason: str = EVENT_REASON
+    """The Event's reason: `EnginesScaled`, or for the staleness budget
+    `StalenessBudgetScaleUp` / `StalenessBudgetScaleDown`."""
 
 
 def stamp(now: datetime) -> str:
@@ -264,12 +282,15 @@ def _changed(
     now: datetime,
     reason: str,
     why: str,
+    event_reason: str = EVENT_REASON,
 ) -> ScaleDecision:
     _record_change(status, spec, before, after, now)
     status.desired_replicas = after
     status.reason = reason
     status.message = f"engines {before} -> {after} ({reason}): {why}"
-    return ScaleDecision(replicas=after, status=status, event=status.message)
+    return ScaleDecision(
+        replicas=after, status=status, event=status.message, event_reason=event_reason
+    )
 
 
 def _held(status: AutoscalingStatus, current: int, reason: str, message: str) -> ScaleDecision:
@@ -285,9 +306,13 @@ def decide_scale(
     previous: AutoscalingStatus | None,
     counters: FleetCounters | None,
     now: datetime,
+    budget: Budget | None = None,
+    figures: BudgetFigures | None = None,
 ) -> ScaleDecision:
-    """This cycle's engine count and the autoscaler's new record (module docstring)."""
+    """This cycle's engine count and the autoscaler's new record (module docstring); with a
+    `budget` (`spec.staleness.mode: auto`), sized to it from the scrape's `figures`."""
     status = (previous or AutoscalingStatus()).model_copy(deep=True)
+    status.budget = None if budget is None else budget_status(budget, figures, status.budget)
     current = fleet.replicas
     bounded = spec.clamp(current)
     if bounded != current:
@@ -312,7 +337,11 @@ def decide_scale(
     status.sample = _sample(counters, now)
     status.trainer_wait_fraction = round(signals.trainer_wait_fraction, 4)
     status.admission_held_fraction = round(signals.admission_held_fraction, 4)
-    recommended, said = recommend(signals, current, spec)
+    if budget is not None and figures is not None:
+        advice = recommend_within_budget(signals, figures, budget, current, spec)
+    else:
+        advice = Advice(*recommend(signals, current, spec))
+    recommended, said = advice.replicas, advice.said
     up, down = spec.behavior.up(), spec.behavior.down()
     stabilized, status.recommendations = stabilize(
         status.recommendations, now, recommended, current, up, down
@@ -324,14 +353,18 @@ def decide_scale(
         elif recommended < current:
             reason = limited or "ScaleDownStabilized"
         else:
-            reason = "WithinThresholds"
+            reason = advice.hold_reason or "WithinThresholds"
         message = f"{current} engines (recommended {recommended}): {said}"
         return _held(status, current, reason, message)
     why = said
     if allowed != recommended:
         why += f"; recommended {recommended}, {LIMITED_BY.get(limited, 'stabilized')}"
-    reason = limited or (REASON_SCALE_UP if allowed > current else REASON_SCALE_DOWN)
-    return _changed(status, spec, current, allowed, now, reason, why)
+    up_or_down = REASON_SCALE_UP if allowed > current else REASON_SCALE_DOWN
+    reason = limited or advice.hold_reason or up_or_down
+    if budget is None:
+        return _changed(status, spec, current, allowed, now, reason, why)
+    event = EVENT_SCALE_UP if allowed > current else EVENT_SCALE_DOWN
+    return _changed(status, spec, current, allowed, now, reason, why, event)
 
 
 LIMITED_BY = {

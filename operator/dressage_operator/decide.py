@@ -45,7 +45,14 @@ from dressage.api.status import (
     JobPhase,
     RoleStatus,
 )
-from dressage_operator import autoscale, children, naming, pod_problems, sglang_release
+from dressage_operator import (
+    autoscale,
+    budget_scale,
+    children,
+    naming,
+    pod_problems,
+    sglang_release,
+)
 from dressage_operator.children import Obj, Owner
 from dressage_operator.conditions import Conditions, parse_timestamp, timestamp
 from dressage_operator.config import OperatorConfig
@@ -223,9 +230,16 @@ class _Decider:
         self.plan.events += [Event(*e) for e in found.events]
 
     def apply_scrape(self) -> None:
+        budget = budget_scale.Budget.of(self.spec)
+        if budget is None:
+            self.st.conditions = budget_scale.without_budget_condition(self.st.conditions)
         scrape = self.obs.scrape
         if scrape is None:
             return
+        found = scrape.budget
+        cond = None if budget is None or found is None else budget_scale.condition(budget, found)
+        if cond is not None:
+            self.conds.set(*cond)
         if scrape.staleness is not None:
             previous = self.st.staleness
             unchanged = scrape.staleness.model_copy(
@@ -505,11 +519,13 @@ class _Decider:
             self.st.autoscaling,
             scrape.counters if scrape is not None else None,
             self.obs.now,
+            budget_scale.Budget.of(self.spec),
+            scrape.budget if scrape is not None else None,
         )
         self.st.autoscaling = decision.status
         if decision.replicas != replicas and decision.event is not None:
             self.plan.scale_to = decision.replicas
-            self.event("Normal", autoscale.EVENT_REASON, decision.event)
+            self.event("Normal", decision.event_reason, decision.event)
 
     def count(self) -> None:
         spec = self.spec

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from dressage_operator.budget_scale import parse_budget_figures
 from dressage_operator.fleet_signals import parse_fleet_counters
 from dressage_operator.staleness_scrape import ScrapeResult, parse_staleness
 
@@ -20,6 +21,7 @@ async def scrape(
             url=url,
             staleness=parse_staleness(response.text, now),
             counters=parse_fleet_counters(response.text),
+            budget=parse_budget_figures(response.text),
         )
     except (httpx.HTTPError, ValueError) as exc:
         return ScrapeResult(url=url, error=f"{type(exc).__name__}: {exc}"[:300])

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dressage import metrics as names
 from dressage.api.figures import FigureKind, StepFigures, status_figures
 from dressage.api.status import StalenessStatus, staleness_status_model
+from dressage_operator.budget_scale import BudgetFigures
 from dressage_operator.fleet_signals import FleetCounters
 
 
@@ -26,6 +27,8 @@ class ScrapeResult:
     error: str = ""
     counters: FleetCounters | None = None
     """The engines' autoscaling counters (`fleet_signals`), when the job exports them."""
+    budget: BudgetFigures | None = None
+    """The staleness budget's figures (`budget_scale`), read from every successful scrape."""
 
 
 def parse_staleness(

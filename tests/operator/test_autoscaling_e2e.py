@@ -6,8 +6,13 @@ While the trainer waits for batches the operator adds engines one at a time (the
 scale-up policy), each only once the previous one is ready, up to `maxReplicas`; once
 admission control holds rollout back it removes them again, after its scale-down window, down
 to `minReplicas`. Every change is written through the job's scale subresource, posts an
-`EnginesScaled` Event naming the signals, and is counted on the operator's `/metrics`. The
-test plays the kubelet: every pod of the job is marked running and ready as it appears."""
+`EnginesScaled` Event naming the signals, and is counted on the operator's `/metrics`.
+
+A job in `staleness.mode: auto` is sized to its staleness budget: its trainer starved with the
+version lag at the budget gets no engine (the window, not the fleet, limits it), starved with
+the lag under the budget it gets one, with a `StalenessBudgetScaleUp` Event naming the
+figures. The test plays the kubelet: every pod of the job is marked running and ready as it
+appears."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from dressage_testkit.kube import EmulatedCluster
 from dressage_testkit.processes import free_port, stop_process
 
 from dressage import metrics as names
+from dressage.api.figures import figure
 
 from .jobs import delete_jobs, job_manifest, pods_of, set_phase, status_of
 from .waiting import wait_until
@@ -45,6 +51,8 @@ class Trainer:
         self.mode = "neither"
         self.steps = self.wait = self.held = 0.0
         self.lock = threading.Lock()
+        self.budget: dict[str, float] = {}
+        """The staleness budget's gauges (by figure name) a job in auto mode exports."""
 
     def text(self) -> str:
         with self.lock:
@@ -62,6 +70,7 @@ class Trainer:
                     "# TYPE dressage_rollout_admission_wait_seconds counter",
                     f"{names.ROLLOUT_ADMISSION_WAIT_SECONDS} {self.held}",
                     f"{names.TRAIN_STEP} {self.steps / STEP_SECONDS}",
+                    *(f"{figure(k).metric} {v}" for k, v in self.budget.items()),
                     "",
                 ]
             )
@@ -197,11 +206,11 @@ def _replicas(c: EmulatedCluster, job: str) -> int:
     return replicas
 
 
-def _scaling_events(c: EmulatedCluster, job: str) -> list[str]:
+def _scaling_events(c: EmulatedCluster, job: str, reason: str = "EnginesScaled") -> list[str]:
     return [
         str(e.get("message"))
         for e in c.items("v1", "events")
-        if e.get("involvedObject", {}).get("name") == job and e.get("reason") == "EnginesScaled"
+        if e.get("involvedObject", {}).get("name") == job and e.get("reason") == reason
     ]
 
 
@@ -265,6 +274,74 @@ def test_the_autoscaler_adds_engines_while_the_trainer_waits_and_removes_them_wh
         labels = f'dressage_job="{name}",namespace="{c.namespace}"'
         assert f'{names.JOB_ENGINE_SCALE_EVENTS}{{direction="up",{labels}}} 2.0' in text
         assert f'{names.JOB_ENGINE_SCALE_EVENTS}{{direction="down",{labels}}} 2.0' in text
+    finally:
+        kubelet.close()
+        delete_jobs(c, (("v1", "pods"), ("apps/v1", "deployments")))
+
+
+def test_a_job_in_budget_mode_gets_an_engine_only_while_its_lag_is_under_the_budget(
+    cluster: EmulatedCluster, trainer_metrics: TrainerMetrics, operator_process: OperatorProcess
+) -> None:
+    c = cluster
+    name = "budgeted"
+    trainer = trainer_metrics.trainers[f"/{c.namespace}/{name}/metrics"] = Trainer()
+    trainer.mode = "waiting"
+    # Starved with the depth at its bound (the job asks for 1.6x the engines), but the lag
+    # already at the budget of 2 versions.
+    trainer.budget = {"version_lag_max": 2.0, "budget_engine_ratio": 1.6, "budget_max_lag": 2.0}
+    scale_up = {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 1}]}
+    autoscaling = {"minReplicas": 1, "maxReplicas": 2, "behavior": {"scaleUp": scale_up}}
+    c.create(
+        job_manifest(
+            name,
+            trainer={"nodes": 1, "gpusPerNode": 0},
+            inference={"replicas": 1, "autoscaling": autoscaling},
+            staleness={"mode": "auto", "budget": {"maxLagVersions": 2}},
+        )
+    )
+    kubelet = Kubelet(c, name)
+    try:
+        wait_until(lambda: status_of(c, name).get("phase") == "Running", 60, "Running")
+        held = wait_until(
+            lambda: (
+                status_of(c, name).get("autoscaling", {}).get("reason") == "AtStalenessBudget"
+                and status_of(c, name)["autoscaling"]
+            ),
+            60,
+            "the scale-up held at the budget",
+        )
+        assert held["budget"] == {
+            "maxLagVersions": 2,
+            "lagVersions": 2.0,
+            "engineRatio": 1.6,
+            "standing": "AtBudget",
+        }
+        assert "version lag 2 of at most 2" in held["message"]
+        met = next(
+            cond
+            for cond in status_of(c, name)["conditions"]
+            if cond["type"] == "StalenessBudgetMet"
+        )
+        assert (met["status"], met["reason"]) == ("True", "AtBudget")
+        # Several more scrapes at the budget: still one engine, no Event.
+        first = held["sample"]["stepSeconds"]
+        wait_until(
+            lambda: status_of(c, name)["autoscaling"]["sample"]["stepSeconds"] >= first + 30,
+            60,
+            "three more scrapes",
+        )
+        assert _replicas(c, name) == 1
+        assert _scaling_events(c, name, "StalenessBudgetScaleUp") == []
+
+        trainer.budget["version_lag_max"] = 1.0
+        wait_until(lambda: _replicas(c, name) == 2, 60, "one more engine")
+        wait_until(lambda: _engines(c, name) == 2, 60, "two engine pods")
+        events = wait_until(lambda: _scaling_events(c, name, "StalenessBudgetScaleUp"), 30)
+        assert events == [
+            "engines 1 -> 2 (ScaleUp): the trainer waited for batches 60% of its step time, "
+            "admission control held rollout back 0% of it, the job asks for 1.60x the engines; "
+            "version lag 1 of at most 2"
+        ]
     finally:
         kubelet.close()
         delete_jobs(c, (("v1", "pods"), ("apps/v1", "deployments")))
