@@ -24,7 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol, cast
@@ -68,31 +67,36 @@ class SpawnerNotFound(RuntimeError):
     """`DRESSAGE_SPAWNER` names no callable that can be imported."""
 
 
+TAIL_LINES = 40
+"""How many of a failed child's last output lines its error shows."""
+
+
 class ChildFailed(RuntimeError):
     """A child exited or stayed silent before printing its readiness line."""
 
 
 class ChildProcess:
-    """One child process whose output goes to `log_path`."""
+    """One child process whose output goes to `log_path` (None: kept in `output` only)."""
 
     def __init__(
         self,
         name: str,
         argv: Sequence[str],
         *,
-        log_path: Path,
-        env: dict[str, str] | None = None,
+        log_path: Path | None,
+        env: Mapping[str, str] | None = None,
         cpus: Sequence[int] | None = None,
     ) -> None:
-        """`cpus`: the cores the child (and every thread it starts) is pinned to."""
+        """`env`: the child's whole environment (None: this process's); `cpus`: the cores the
+        child (and every thread it starts) is pinned to."""
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = env
         self.cpus = None if cpus is None else sorted(set(cpus))
         self.process: Process | None = None
-        self.tail: deque[str] = deque(maxlen=40)
-        self._lines: list[str] = []
+        self.output: list[str] = []
+        """Every line the child printed so far (stdout and stderr), without line ends."""
         self._new_line = threading.Event()
         self._reader: threading.Thread | None = None
 
@@ -102,49 +106,83 @@ class ChildProcess:
             p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
         )
         env["PYTHONUNBUFFERED"] = "1"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.process = spawner_of(env)(self.argv, env, cpus=self.cpus)
-        log = self.log_path.open("a", encoding="utf-8")
+        log = None
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log = self.log_path.open("a", encoding="utf-8")
+        try:
+            self.process = spawner_of(env)(self.argv, env, cpus=self.cpus)
+        except BaseException:
+            if log is not None:
+                log.close()
+            raise
         self._reader = threading.Thread(
             target=self._drain, args=(self.process.stdout, log), name=f"{self.name}-output"
         )
         self._reader.daemon = True
         self._reader.start()
 
-    def _drain(self, stream: IO[str] | None, log: IO[str]) -> None:
+    def _drain(self, stream: IO[str] | None, log: IO[str] | None) -> None:
         assert stream is not None
-        with log, stream:
+        with contextlib.ExitStack() as closing:
+            closing.enter_context(stream)
+            if log is not None:
+                closing.enter_context(log)
             for line in stream:
-                log.write(line)
-                log.flush()
-                self.tail.append(line.rstrip("\n"))
-                self._lines.append(line.rstrip("\n"))
+                if log is not None:
+                    log.write(line)
+                    log.flush()
+                self.output.append(line.rstrip("\n"))
                 self._new_line.set()
         self._new_line.set()
 
     async def wait_for(self, marker: str, deadline_s: float) -> str:
-        """The rest of the first output line starting with `marker` (e.g. the URL)."""
+        """The rest of the first output line starting with `marker` (e.g. the URL);
+        `ChildFailed` when the child ends, or `deadline_s` passes, without one."""
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline_s
         seen = 0
         while True:
-            while seen < len(self._lines):
-                line = self._lines[seen]
-                seen += 1
-                if line.startswith(marker):
-                    return line[len(marker) :].strip()
-            exited = self.process is None or self.process.poll() is not None
-            reader_done = self._reader is None or not self._reader.is_alive()
-            if exited and reader_done and seen >= len(self._lines):
-                raise ChildFailed(self._failure(f"exited before printing {marker!r}"))
-            if loop.time() >= end:
-                raise ChildFailed(self._failure(f"did not print {marker!r} in {deadline_s:.0f}s"))
+            found, seen = self._look_for(marker, seen, deadline_s, loop.time() >= end)
+            if found is not None:
+                return found
             await asyncio.sleep(0.05)
+
+    def wait_for_blocking(self, marker: str, deadline_s: float) -> str:
+        """`wait_for` for a caller without an event loop: blocks this thread until then."""
+        end = time.monotonic() + deadline_s
+        seen = 0
+        while True:
+            found, seen = self._look_for(marker, seen, deadline_s, time.monotonic() >= end)
+            if found is not None:
+                return found
+            self._new_line.wait(timeout=0.05)
+            self._new_line.clear()
+
+    def _look_for(
+        self, marker: str, seen: int, deadline_s: float, late: bool
+    ) -> tuple[str | None, int]:
+        """The rest of the first line after the `seen` first ones that starts with `marker`
+        (None: none yet), and how many lines are seen now; `ChildFailed` when the child has
+        ended with none, or when it is `late`."""
+        while seen < len(self.output):
+            line = self.output[seen]
+            seen += 1
+            if line.startswith(marker):
+                return line[len(marker) :].strip(), seen
+        exited = self.process is None or self.process.poll() is not None
+        reader_done = self._reader is None or not self._reader.is_alive()
+        if exited and reader_done and seen >= len(self.output):
+            raise ChildFailed(self._failure(f"exited before printing {marker!r}"))
+        if late:
+            raise ChildFailed(self._failure(f"did not print {marker!r} in {deadline_s:.0f}s"))
+        return None, seen
 
     def _failure(self, what: str) -> str:
         code = None if self.process is None else self.process.poll()
-        tail = "\n".join(f"  | {line}" for line in self.tail)
-        return f"{self.name} {what} (exit code {code}); log {self.log_path}:\n{tail}"
+        tail = "\n".join(f"  | {line}" for line in self.output[-TAIL_LINES:])
+        where = "" if self.log_path is None else f"; log {self.log_path}"
+        return f"{self.name} {what} (exit code {code}){where}:\n{tail}"
 
     @property
     def running(self) -> bool:

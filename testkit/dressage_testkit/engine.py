@@ -4,16 +4,15 @@
         async with EngineClient(engine.base_url) as client:
             ...
 
-The engine runs as `python -m dressage engine serve --port 0 ...` on loopback; the helper parses
-its `engine ready on URL` line (or `engine listening on URL` with `start_unloaded=True`), drains
-its output in the background so it never blocks on a full pipe, and terminates it on exit
-(SIGTERM, then SIGKILL after a grace period). No torch import here.
+The engine runs as `python -m dressage engine serve --port 0 ...` on loopback, started by
+`run_until_ready` (the product's launcher), which returns the URL of its `engine ready on URL`
+line (or `engine listening on URL` with `start_unloaded=True`) and stops it on exit. No torch
+import here.
 
-Within `engines_forked_from(server)` (the test suite's default, `tests/conftest.py`) the same
-command line is forked from a warm `dressage_testkit.forkserver.ForkServer` instead of run by a
-fresh
-interpreter: the engine parses the same arguments and serves the same routes, and starts
-without importing torch again. The benchmarks start fresh processes.
+Within `engines_forked_from(server)` (the test suite's default, `tests/engine_forks.py`) the
+same command line is forked from a warm `dressage_testkit.forkserver.ForkServer` instead of run
+by a fresh interpreter: the engine parses the same arguments and serves the same routes, and
+starts without importing torch again. The benchmarks start fresh processes.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import httpx
 
 from dressage.engine.sglang_support import WEIGHT_VERSION_ROUTES
 from dressage_testkit.forkserver import ForkServer
-from dressage_testkit.processes import ChildProcess, Spawn, popen, run_until_ready
+from dressage_testkit.processes import Process, run_until_ready
 
 ENGINE_PRELOAD = (
     "torch",
@@ -45,7 +44,7 @@ _fork_server: ForkServer | None = None
 @dataclasses.dataclass
 class EngineProcess:
     base_url: str
-    process: ChildProcess
+    process: Process
     output: list[str]
     """Every line the engine printed (stdout and stderr), for failure messages."""
 
@@ -119,9 +118,13 @@ def start_engine(
     )
     marker = "engine listening on " if start_unloaded else "engine ready on "
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
-    spawn: Spawn = popen if _fork_server is None else _fork_server.spawn
     with run_until_ready(
-        "engine", cmd, marker, env=env, startup_timeout_s=startup_timeout_s, spawn=spawn
+        "engine",
+        cmd,
+        marker,
+        env=env,
+        startup_timeout_s=startup_timeout_s,
+        forked_from=_fork_server,
     ) as ready:
         yield EngineProcess(base_url=ready.url, process=ready.process, output=ready.output)
 

@@ -2,10 +2,11 @@
 free loopback port.
 
 Shared by the engine and proxy test helpers (`dressage_testkit.engine`,
-`dressage_testkit.proxy`) and the benchmarks: start the command with the project on
-`PYTHONPATH`, drain its output in the background so it never blocks on a full pipe, wait for
-the line starting with `marker` and return the URL after it, and on exit terminate the process
-(SIGTERM, then SIGKILL after a grace period). Torch-free.
+`dressage_testkit.proxy`) and the benchmarks. `run_until_ready` starts the command through the
+product's own launcher (`dressage.runner.processes.ChildProcess`: the project on `PYTHONPATH`,
+a session of its own, its output drained in the background so it never blocks on a full pipe),
+waits for the line starting with `marker` and returns the URL after it, and on exit stops the
+process (SIGTERM to its group, then SIGKILL after a grace period). Torch-free.
 """
 
 from __future__ import annotations
@@ -14,17 +15,23 @@ import os
 import select
 import socket
 import subprocess
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any
 
-import dressage
+from dressage.runner.processes import PROJECT_ROOT, SPAWNER_ENV, ChildProcess, Process
+from dressage_testkit.forkserver import ForkClient, fork_environment
 
-PROJECT_ROOT = Path(dressage.__file__).resolve().parents[1]
+__all__ = [
+    "PROJECT_ROOT",
+    "Process",
+    "ReadyProcess",
+    "exited_within",
+    "free_port",
+    "run_until_ready",
+    "stop_process",
+]
 
 
 def free_port() -> int:
@@ -35,41 +42,12 @@ def free_port() -> int:
         return port
 
 
-class ChildProcess(Protocol):
-    """What the helpers and tests use of a started process: `subprocess.Popen`'s interface,
-    which a process forked by `dressage_testkit.forkserver.ForkServer` offers too."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def returncode(self) -> int | None: ...
-    @property
-    def stdout(self) -> IO[str] | None: ...
-    def poll(self) -> int | None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
-    def send_signal(self, sig: int) -> None: ...
-    def terminate(self) -> None: ...
-    def kill(self) -> None: ...
-
-
-Spawn = Callable[[Sequence[str], Mapping[str, str]], ChildProcess]
-"""Starts a command line with exactly this environment, its stdout and stderr on one text
-pipe (`ChildProcess.stdout`)."""
-
-
-def popen(cmd: Sequence[str], env: Mapping[str, str]) -> ChildProcess:
-    """`Spawn` as a fresh process (`subprocess.Popen`)."""
-    return subprocess.Popen(
-        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(env)
-    )
-
-
 @dataclass
 class ReadyProcess:
     """A running process and the URL from its ready line."""
 
     url: str
-    process: ChildProcess
+    process: Process
     output: list[str]
     """Every line the process printed (stdout and stderr), for failure messages."""
 
@@ -82,50 +60,24 @@ def run_until_ready(
     *,
     env: Mapping[str, str] | None = None,
     startup_timeout_s: float = 60.0,
-    spawn: Spawn = popen,
+    forked_from: ForkClient | None = None,
 ) -> Iterator[ReadyProcess]:
-    """Run `cmd` for the duration of the `with` block once it printed `marker` + URL
-    (`spawn` starts it: a fresh process unless told otherwise)."""
-    full_env = dict(os.environ)
+    """Run `cmd` for the duration of the `with` block once it printed `marker` + URL: a fresh
+    process, or, with `forked_from`, forked from that fork server. `env` is added to this
+    process's environment. `dressage.runner.processes.ChildFailed` when it ends or stays silent
+    before its ready line."""
+    full_env = {k: v for k, v in os.environ.items() if k != SPAWNER_ENV}
     full_env.update(env or {})
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PROJECT_ROOT), full_env.get("PYTHONPATH", "")) if p
-    )
-    full_env["PYTHONUNBUFFERED"] = "1"
-    process = spawn(cmd, full_env)
-    output: list[str] = []
-    found = threading.Event()
-    url: list[str] = []
-
-    def drain() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            output.append(line.rstrip("\n"))
-            if not found.is_set() and line.startswith(marker):
-                url.append(line[len(marker) :].strip())
-                found.set()
-        found.set()  # the process ended: stop waiting
-
-    reader = threading.Thread(target=drain, name=f"{name}-output", daemon=True)
-    reader.start()
+    if forked_from is not None:
+        full_env.update(fork_environment(forked_from.socket_path))
+    child = ChildProcess(name, cmd, log_path=None, env=full_env)
+    child.start()
     try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not found.wait(timeout=0.1):
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{name} did not print {marker!r} within {startup_timeout_s}s:\n"
-                    + "\n".join(output[-30:])
-                )
-        if not url:
-            raise RuntimeError(
-                f"{name} exited with {process.wait()} before it was up:\n" + "\n".join(output[-30:])
-            )
-        yield ReadyProcess(url=url[0], process=process, output=output)
+        url = child.wait_for_blocking(marker, startup_timeout_s)
+        assert child.process is not None
+        yield ReadyProcess(url=url, process=child.process, output=child.output)
     finally:
-        stop_process(process, grace_s=15)
-        reader.join(timeout=5)
-        if process.stdout is not None:
-            process.stdout.close()
+        child.stop(grace_s=15)
 
 
 def exited_within(pid: int, timeout_s: float) -> bool:
@@ -141,8 +93,9 @@ def exited_within(pid: int, timeout_s: float) -> bool:
         os.close(fd)
 
 
-def stop_process(process: subprocess.Popen[Any] | ChildProcess, *, grace_s: float) -> int:
-    """SIGTERM `process` if it still runs, SIGKILL it after `grace_s`; its exit code."""
+def stop_process(process: subprocess.Popen[Any] | Process, *, grace_s: float) -> int:
+    """SIGTERM `process` if it still runs, SIGKILL it after `grace_s`; its exit code (for a
+    process a test started itself: `run_until_ready` stops its own)."""
     if process.poll() is None:
         process.terminate()
         try:

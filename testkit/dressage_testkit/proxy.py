@@ -3,8 +3,8 @@
     with start_engine() as engine, start_proxy([engine.base_url], "--model", "builtin:tiny") as p:
         httpx.post(p.base_url + "/generate", ...)
 
-The proxy runs as `python -m dressage proxy --port 0 ...` on loopback; the helper waits for its
-`proxy ready on URL` line, drains its output in the background and terminates it on exit.
+The proxy runs as `python -m dressage proxy --port 0 ...` on loopback, a fresh process started
+by `run_until_ready`, which waits for its `proxy ready on URL` line and stops it on exit.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from dressage_testkit.processes import ChildProcess, run_until_ready
+from dressage_testkit.processes import Process, run_until_ready
 
 _MARKER = "proxy ready on "
 
@@ -22,7 +22,7 @@ _MARKER = "proxy ready on "
 @dataclasses.dataclass
 class ProxyProcess:
     base_url: str
-    process: ChildProcess
+    process: Process
     output: list[str]
     """Every line the proxy printed (stdout and stderr), for failure messages."""
 

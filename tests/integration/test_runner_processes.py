@@ -1,7 +1,7 @@
 """A local run's child processes: a child started with `cpus` runs (with every thread it starts)
 on those cores only, `pin_this_process` pins the threads a process already runs as well as the
-ones it starts later, and `stop_together` signals every child before it waits. Each test starts
-a real process."""
+ones it starts later, `stop_together` signals every child before it waits, and the test
+helpers start their processes through the same launcher. Each test starts a real process."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 from dressage_testkit.forkserver import ForkedProcess, ForkServer, fork_environment
-from dressage_testkit.processes import exited_within
+from dressage_testkit.processes import exited_within, run_until_ready
 
 from dressage.runner.processes import (
     SPAWNER_ENV,
+    ChildFailed,
     ChildProcess,
     Process,
     available_cpus,
@@ -222,3 +223,20 @@ async def test_stop_together_signals_every_child_before_waiting_and_kills_the_st
     assert [child.process.returncode for child in children if child.process] == [0, 0, 0]
     assert stubborn.process is not None
     assert stubborn.process.returncode == -signal.SIGKILL
+
+
+def test_the_test_helpers_launcher_is_the_runners() -> None:
+    """`run_until_ready` (the engine and proxy test helpers) starts through `ChildProcess`: the
+    URL after the ready line, the process stopped once the block ends, and a process that ends
+    before its ready line fails as a run's child does, with its output."""
+    serve = "import time; print('ready on http://x', flush=True); time.sleep(600)"
+    with run_until_ready("probe", [sys.executable, "-c", serve], "ready on ") as ready:
+        assert ready.url == "http://x"
+        assert ready.process.poll() is None
+    assert ready.process.returncode == -signal.SIGTERM
+    with (
+        pytest.raises(ChildFailed, match="probe exited before printing 'ready on '") as caught,
+        run_until_ready("probe", [sys.executable, "-c", "print('no luck')"], "ready on "),
+    ):
+        pass
+    assert "  | no luck" in str(caught.value)
