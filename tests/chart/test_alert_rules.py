@@ -30,6 +30,7 @@ ALERTS = {
     "DressageDroppedGroupsHigh",
     "DressageStalenessFailuresHigh",
     "DressageMismatchKLHigh",
+    "DressageStalenessBudgetExceeded",
     "DressageLogprobDiffHigh",
     "DressageRewardNaN",
     "DressageRewardCollapsed",
