@@ -3,9 +3,11 @@ replacement, suspend, deadline, TTL, the scrape's figures, fairness between jobs
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from dressage_operator.budget_scale import BudgetFigures
 from dressage_operator.conditions import timestamp
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import decide, invalid_spec_status
@@ -399,3 +401,37 @@ def test_without_autoscaling_nothing_is_decided_or_recorded() -> None:
         scrape=_scraped(20, wait=9),
     )
     assert (plan.scale_to, plan.status.autoscaling) == (None, None)
+
+
+# --- the staleness budget in the cycle ----------------------------------------------------------
+def test_a_job_in_auto_mode_shows_whether_its_budget_is_met_and_scales_for_it() -> None:
+    job = make_job(inference=AUTOSCALED, staleness={"mode": "auto"})
+    running = AsyncRLJobStatus(phase=JobPhase.RUNNING)
+    figures = BudgetFigures(lag_max=1.0, engine_ratio=1.5)
+    scrape = replace(_scraped(10), budget=figures)
+    first = decide_for(job, status=running, pods=running_pods(), scrape=scrape)
+    assert condition(first, "StalenessBudgetMet") == (
+        "True",
+        "WithinBudget",
+        "version lag 1 of at most 2",
+    )
+    later = Observed(
+        generation=1,
+        status=first.status,
+        now=NOW + timedelta(seconds=15),
+        pods=running_pods(),
+        scrape=replace(_scraped(20, wait=5), budget=figures),
+    )
+    plan = decide(job, OWNER, CONFIG, later)
+    assert plan.scale_to == 3
+    assert [e.reason for e in plan.events if "Scale" in e.reason] == ["StalenessBudgetScaleUp"]
+    over = replace(_scraped(30), budget=BudgetFigures(lag_max=3.0))
+    plan = decide_for(job, status=plan.status, pods=running_pods(), scrape=over)
+    assert condition(plan, "StalenessBudgetMet")[:2] == ("False", "OverBudget")
+    # Back in fixed mode: the condition and the budget block are gone.
+    fixed = decide_for(
+        make_job(inference=AUTOSCALED), status=plan.status, pods=running_pods(), scrape=over
+    )
+    assert all(c.type != "StalenessBudgetMet" for c in fixed.status.conditions)
+    assert fixed.status.autoscaling is not None
+    assert fixed.status.autoscaling.budget is None
