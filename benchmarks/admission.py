@@ -30,7 +30,18 @@ def job_for(label: str, admission: bool, repeat: int) -> dict[str, Any]:
     name = f"admission-{label}-{repeat}"
     return merged(
         base_job(),
-        {"metadata": {"name": name}, "spec": {"staleness": {"admission": admission}}},
+        {
+            "metadata": {"name": name},
+            # the window by hand (the example itself states a budget, `mode: auto`)
+            "spec": {
+                "staleness": {
+                    "mode": None,
+                    "budget": None,
+                    "keepVersions": 2,
+                    "admission": admission,
+                }
+            },
+        },
     )
 
 

@@ -80,7 +80,9 @@ def job_for(
     rollout: dict[str, Any] = {"mode": mode}
     if mode != "sync":
         rollout["concurrency"] = 16  # one batch of groups in flight ahead of the trainer
-    spec: dict[str, Any] = {"rollout": rollout}
+    # The window by hand, as measured before the example stated a budget (`mode: auto`).
+    staleness = {"mode": None, "budget": None, "keepVersions": 2}
+    spec: dict[str, Any] = {"rollout": rollout, "staleness": staleness}
     if job == "balanced":
         rollout["separateProcess"] = placement == "separate"
         spec["training"] = {"maxTokensPerMicroBatch": micro_batch}
