@@ -8,13 +8,22 @@ a newer one is accepted as untested: the operator marks the job `SGLangReleaseUn
 posts a Warning Event, `dressage run` prints one warning. The newest tested release is the
 default and the release of the engine image (`images/sglang/Dockerfile`).
 
-The job model and the operator read these here, below every other layer;
-`dressage.engine.sglang_support` re-exports them with the per-feature table.
+What each release has is one table here, `FEATURES`: every API feature Dressage uses that
+not every supported release has, with the first release on the package index that has it and
+the source evidence that decides it (a request field, a sampling key, a route, a server
+argument, a function). `scripts/sglang_release_facts.py` reads that evidence in the wheel of
+every release from the oldest to the newest tested, without importing SGLang, and the table's
+`since` values are held to its committed output (`scripts/sglang_release_facts.json`) by a unit
+test. The sampling keys (`SAMPLING_PARAM_KEYS`) and the null handling of each release derive
+from the same table. The job model and the operator read it here, below every other layer;
+the engine contract (`dressage.engine.sglang_support`) adds the client's route fallbacks, and
+the embedded engine's release profiles derive their per-release switches from it.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 SGLANG_TESTED_RELEASES: tuple[str, ...] = ("0.5.2", "0.5.23")
 """The releases the contract tier runs against, oldest first: the oldest release Dressage
@@ -33,28 +42,9 @@ SGLANG_PINNED_VERSION = SGLANG_DEFAULT_VERSION
 SGLANG_MIN_VERSION = SGLANG_OLDEST_TESTED
 """The oldest release Dressage supports."""
 
-DETERMINISTIC_INFERENCE_SINCE = "0.5.3"
-"""The first release whose server has `--enable-deterministic-inference`, the mode in which
-its sampler draws from `sampling_params.sampling_seed` (`server_args.py`, `layers/sampler.py`);
-0.5.2's parser refuses the flag."""
-MODEL_INFO_ROUTE_SINCE = "0.5.6"
-"""The first release that serves `GET /model_info`; from the same release on,
-`GET /get_model_info`, `/get_server_info` and `/get_weight_version` are deprecated aliases
-that log a warning on every call (`entrypoints/http_server.py`, read in the 0.5.5 and 0.5.6
-wheels; `/get_weight_version` is gone by 0.5.23)."""
-
-ROUTED_EXPERTS_SINCE = "0.5.7"
-"""The first release whose `/generate` takes `return_routed_experts` and answers
-`meta_info.routed_experts` (`managers/io_struct.py`, `layers/moe/routed_experts_capturer.py`),
-on a server started with `--enable-return-routed-experts`; 0.5.6 has neither."""
-
-ACCESS_LOG_EXCLUDE_SINCE = "0.5.8"
-"""The first release whose server has `--uvicorn-access-log-exclude-prefixes` (`server_args.py`
-in the 0.5.8 wheel, absent from 0.5.7's; `arg_groups/fields/observability.py` by 0.5.23): the
-uvicorn access log leaves out every request whose path starts with one of the prefixes
-(`utils/common.py` `UvicornAccessLogFilter`, `path.startswith(prefix)`)."""
 
 _RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+_POST = re.compile(r"^v?\d+\.\d+\.\d+\.?post(\d+)")
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -66,9 +56,16 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
+def release_order(text: str) -> tuple[int, int, int, int]:
+    """`0.5.15.post1` -> `(0, 5, 15, 1)`, `0.5.15` -> `(0, 5, 15, 0)`: a post release sorts
+    after its base, so a feature that arrived in one is not claimed for the base."""
+    post = _POST.match(text.strip())
+    return (*parse_version(text), int(post.group(1)) if post else 0)
+
+
 def at_least(version: str, since: str) -> bool:
     """Whether release `version` is `since` or later."""
-    return parse_version(version) >= parse_version(since)
+    return release_order(version) >= release_order(since)
 
 
 def check_release_in_range(version: str) -> None:
@@ -95,7 +92,7 @@ def stand_in_release(version: str) -> str:
 
 def has_routed_experts(version: str) -> bool:
     """Whether SGLang release `version` can return the routed experts of a generation."""
-    return parse_version(version) >= parse_version(ROUTED_EXPERTS_SINCE)
+    return supports(version, ROUTED_EXPERTS)
 
 
 def is_untested_newer(version: str) -> bool:
@@ -118,9 +115,302 @@ def untested_release_message(version: str) -> str | None:
 
 def has_access_log_exclusion(version: str) -> bool:
     """Whether SGLang release `version` has `--uvicorn-access-log-exclude-prefixes`."""
-    return at_least(version, ACCESS_LOG_EXCLUDE_SINCE)
+    return supports(version, ACCESS_LOG_EXCLUDE)
 
 
 def has_deterministic_inference(version: str) -> bool:
     """Whether SGLang release `version` has `--enable-deterministic-inference`."""
-    return at_least(version, DETERMINISTIC_INFERENCE_SINCE)
+    return supports(version, DETERMINISTIC_INFERENCE)
+
+
+# --- What each release has: one table, checked against every release's source
+
+
+@dataclass(frozen=True)
+class RequestField:
+    """A field of a request class in `srt/managers/io_struct.py` (or of its base there)."""
+
+    request: str
+    field: str
+
+
+@dataclass(frozen=True)
+class SamplingParam:
+    """A key `SamplingParams` (`srt/sampling/sampling_params.py`) takes."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class NullDefault:
+    """`SamplingParams` reads a `null` for `key` as the key's default: its `__init__` or
+    `__post_init__` compares the key with None (`self.top_p if self.top_p is not None else
+    1.0`)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route the HTTP server registers (`srt/entrypoints/http_server.py`)."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class ServerArg:
+    """A field of the server's arguments (`srt/server_args.py`, or `srt/arg_groups/` where a
+    release keeps them there); its flag is the name with dashes."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Function:
+    """A function or method defined anywhere in the release's package."""
+
+    name: str
+
+
+Evidence = RequestField | SamplingParam | NullDefault | Route | ServerArg | Function
+
+
+@dataclass(frozen=True)
+class Feature:
+    """An SGLang API feature Dressage uses that not every supported release has."""
+
+    name: str
+    since: str
+    """The first release on the package index that has it: what `scripts/
+    sglang_release_facts.py` found by reading every release's source for `evidence`
+    (committed in `scripts/sglang_release_facts.json`; a unit test keeps the two equal)."""
+    what: str
+    evidence: tuple[Evidence, ...]
+    """What shows the feature in a release's source; all of it must be there."""
+
+
+NULL_REFUSING_KEYS: frozenset[str] = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+    }
+)
+"""The keys whose `null` a release without `NULL_SAMPLING_DEFAULTS` cannot take (0.5.2's
+`SamplingParams` compares them: TypeError, HTTP 500). Such a release is sent such a key's
+null as no key at all, which means the default there too."""
+
+SAMPLING_SEED = Feature(
+    "sampling_seed",
+    "0.5.3",
+    "sampling_params.sampling_seed (per-request seed; the sampler uses it only when the server "
+    "runs with --enable-deterministic-inference); 0.5.3 to 0.5.9 refuse an explicit null",
+    (SamplingParam("sampling_seed"),),
+)
+DETERMINISTIC_INFERENCE = Feature(
+    "deterministic_inference",
+    "0.5.3",
+    "--enable-deterministic-inference, the mode in which the sampler draws from "
+    "sampling_params.sampling_seed (layers/sampler.py); an older parser refuses the flag",
+    (ServerArg("enable_deterministic_inference"),),
+)
+DESTROY_WEIGHTS_UPDATE_GROUP = Feature(
+    "destroy_weights_update_group",
+    "0.5.3",
+    "/destroy_weights_update_group {group_name}: leave a weight-update group (before it an "
+    "engine stays in the group until it exits; a new /init_weights_update_group replaces it)",
+    (Route("/destroy_weights_update_group"),),
+)
+PAUSE_MODES = Feature(
+    "pause_modes",
+    "0.5.6",
+    "/pause_generation {mode: abort|in_place|retract}; before it the body is ignored and "
+    "every pause aborts all in-flight requests",
+    (RequestField("PauseGenerationReqInput", "mode"),),
+)
+UPDATE_FLUSH_CACHE = Feature(
+    "update_flush_cache",
+    "0.5.6",
+    "/update_weights_from_disk flush_cache (keep the prefix cache across an update)",
+    (RequestField("UpdateWeightFromDiskReqInput", "flush_cache"),),
+)
+MODEL_INFO_ROUTE = Feature(
+    "model_info_route",
+    "0.5.6",
+    "GET /model_info; from the same release on, /get_model_info, /get_server_info and "
+    "/get_weight_version are deprecated aliases that log a warning on every call "
+    "(/get_weight_version is gone by 0.5.23)",
+    (Route("/model_info"),),
+)
+ROUTED_EXPERTS = Feature(
+    "routed_experts",
+    "0.5.7",
+    "/generate return_routed_experts: meta_info.routed_experts, the base64 of int32 "
+    "[prompt + output - 1, num_hidden_layers, num_experts_per_tok] (the server needs "
+    "--enable-return-routed-experts, layers/moe/routed_experts_capturer.py); an older release "
+    "ignores the field",
+    (
+        RequestField("GenerateReqInput", "return_routed_experts"),
+        ServerArg("enable_return_routed_experts"),
+    ),
+)
+ACCESS_LOG_EXCLUDE = Feature(
+    "access_log_exclude",
+    "0.5.8",
+    "--uvicorn-access-log-exclude-prefixes: the uvicorn access log leaves out every request "
+    "whose path starts with one of the prefixes (utils/common.py UvicornAccessLogFilter, "
+    "path.startswith(prefix))",
+    (ServerArg("uvicorn_access_log_exclude_prefixes"),),
+)
+ROUTED_EXPERTS_START_LEN = Feature(
+    "routed_experts_start_len",
+    "0.5.8",
+    "/generate routed_experts_start_len: return the routing from that token on",
+    (RequestField("GenerateReqInput", "routed_experts_start_len"),),
+)
+WEIGHT_VERSION_SPANS = Feature(
+    "weight_version_spans",
+    "0.5.19",
+    "meta_info.weight_versions: per-token weight version spans {version, start, end} "
+    "(utils/weight_versions.py)",
+    (Function("add_weight_versions_to_meta_info"),),
+)
+WEIGHT_UPDATE_SESSIONS = Feature(
+    "weight_update_sessions",
+    "0.5.21",
+    "/begin_weight_update and /end_weight_update around /update_weights_from_distributed "
+    "(from 0.5.23 a distributed update outside a session is refused: "
+    "SchedulerWeightUpdaterManager)",
+    (Route("/begin_weight_update"), Route("/end_weight_update")),
+)
+FLATTENED_BUCKET = Feature(
+    "flattened_bucket",
+    "0.5.21",
+    "/update_weights_from_distributed load_format: flattened_bucket (one uint8 broadcast "
+    "per bucket instead of one per tensor), received as 0.5.23 does "
+    "(weight_updater.py _receive_bucketed_weights_from_distributed into "
+    "FlattenedTensorBucket.empty); 0.5.17 to 0.5.20 take the load format through another "
+    "receive path (_update_bucketed_weights_from_distributed) whose layout Dressage has not "
+    "checked, so they are sent one broadcast per tensor",
+    (
+        RequestField("UpdateWeightsFromDistributedReqInput", "load_format"),
+        Function("_receive_bucketed_weights_from_distributed"),
+    ),
+)
+STOP_REGEX = Feature(
+    "stop_regex",
+    "0.5.3.post2",
+    "sampling_params.stop_regex (stop when the output matches a regular expression)",
+    (SamplingParam("stop_regex"),),
+)
+BEAM_WIDTH = Feature(
+    "beam_width",
+    "0.5.19",
+    "sampling_params.beam_width (beam search when above 1)",
+    (SamplingParam("beam_width"),),
+)
+WATERMARK = Feature(
+    "watermark",
+    "0.5.22",
+    "sampling_params.watermark",
+    (SamplingParam("watermark"),),
+)
+NULL_SAMPLING_DEFAULTS = Feature(
+    "null_sampling_defaults",
+    "0.5.11",
+    "sampling_params: null is the default (SamplingParams.__init__, by 0.5.23 __post_init__, "
+    "reads a null as the key's default); before, SamplingParams compares the value and a null "
+    "temperature, top_p, top_k, min_p, penalty or min_new_tokens raises TypeError (HTTP 500)",
+    tuple(NullDefault(key) for key in sorted(NULL_REFUSING_KEYS)),
+)
+
+FEATURES: dict[str, Feature] = {
+    f.name: f
+    for f in (
+        SAMPLING_SEED,
+        DETERMINISTIC_INFERENCE,
+        DESTROY_WEIGHTS_UPDATE_GROUP,
+        PAUSE_MODES,
+        UPDATE_FLUSH_CACHE,
+        MODEL_INFO_ROUTE,
+        ROUTED_EXPERTS,
+        ACCESS_LOG_EXCLUDE,
+        ROUTED_EXPERTS_START_LEN,
+        WEIGHT_VERSION_SPANS,
+        WEIGHT_UPDATE_SESSIONS,
+        FLATTENED_BUCKET,
+        STOP_REGEX,
+        BEAM_WIDTH,
+        WATERMARK,
+        NULL_SAMPLING_DEFAULTS,
+    )
+}
+"""Every versioned feature by name: the one table of what each release has."""
+
+DETERMINISTIC_INFERENCE_SINCE = DETERMINISTIC_INFERENCE.since
+MODEL_INFO_ROUTE_SINCE = MODEL_INFO_ROUTE.since
+ROUTED_EXPERTS_SINCE = ROUTED_EXPERTS.since
+ACCESS_LOG_EXCLUDE_SINCE = ACCESS_LOG_EXCLUDE.since
+
+SAMPLING_PARAM_KEYS: dict[str, Feature | None] = {
+    "max_new_tokens": None,
+    "stop": None,
+    "stop_token_ids": None,
+    "stop_regex": STOP_REGEX,
+    "temperature": None,
+    "top_p": None,
+    "top_k": None,
+    "min_p": None,
+    "frequency_penalty": None,
+    "presence_penalty": None,
+    "repetition_penalty": None,
+    "min_new_tokens": None,
+    "n": None,
+    "json_schema": None,
+    "regex": None,
+    "ebnf": None,
+    "structural_tag": None,
+    "ignore_eos": None,
+    "skip_special_tokens": None,
+    "spaces_between_special_tokens": None,
+    "no_stop_trim": None,
+    "stream_interval": None,
+    "logit_bias": None,
+    "sampling_seed": SAMPLING_SEED,
+    "custom_params": None,
+    "beam_width": BEAM_WIDTH,
+    "watermark": WATERMARK,
+}
+"""Every `sampling_params` key Dressage knows, with the feature that brings it (None: every
+supported release takes it, 0.5.2's `SamplingParams.__init__` keywords), in the order of the
+newest tested release's `/generate` schema (0.5.23 `api_types._FIELDS_SamplingParams`, whose
+unknown-field refusal lists them so). 0.5.23's schema also admits `choice`, which its
+`SamplingParams` does not take (HTTP 500; Dressage never sends it)."""
+
+NULL_DEFAULT_KEYS: frozenset[str] = NULL_REFUSING_KEYS | {
+    "n",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+}
+"""The keys whose `null` a release with `NULL_SAMPLING_DEFAULTS` reads as the key's default
+(0.5.23 `SamplingParams.__post_init__` and its schema decoder `api_types.
+decode_SamplingParams`: `1.0 if x is None else ...`); every other key's default is null."""
+
+
+def sampling_keys_of(version: str) -> tuple[str, ...]:
+    """The `sampling_params` keys SGLang release `version` takes, in `SAMPLING_PARAM_KEYS`'
+    order."""
+    return tuple(key for key, f in SAMPLING_PARAM_KEYS.items() if f is None or supports(version, f))
+
+
+def supports(version: str, feature: Feature | str) -> bool:
+    """Whether SGLang release `version` has `feature` (a `.postN` release is after its base)."""
+    f = FEATURES[feature] if isinstance(feature, str) else feature
+    return at_least(version, f.since)

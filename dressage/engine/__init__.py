@@ -1,11 +1,12 @@
 """The engine contract: Dressage talks to inference engines only through SGLang's HTTP API.
 
 `client.EngineClient` speaks that API (shapes in `protocol`, which release has what in
-`sglang_support`); SGLang servers serve it on a cluster and the embedded CPU engine
-(`dressage engine serve`, modules `model`, `sampling`, `scheduler`, `pacing`, `server`,
-`endpoints`) serves the same subset locally, as the SGLang release it is told to play does
-(`releases`).
-This package's top level imports no torch.
+`sglang_support`, which reads the one table of release facts, `dressage.api.sglang.FEATURES`;
+errors in `errors`; the weight-update group and its flattened buckets in `weight_group` and
+`flat_bucket`). SGLang servers serve it on a cluster; the embedded CPU engine
+(`dressage.engine.embedded`, `dressage engine serve`) serves the same subset locally, as the
+SGLang release it is told to play does. The contract never imports the embedded engine (an
+import contract in `pyproject.toml` holds it), and this package's top level imports no torch.
 """
 
 from dressage.engine.client import EngineClient

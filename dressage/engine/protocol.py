@@ -78,6 +78,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dressage.api.sglang import NULL_DEFAULT_KEYS
 from dressage.data.expert_routing import RoutedExperts
 from dressage.data.spans import expand_version_spans, spans_from_sglang
 
@@ -105,7 +106,8 @@ class SamplingParams(RequestModel):
     only the keys its release takes. `null` means the default, as 0.5.23's schema decoder
     reads it (`max_new_tokens: null` is no limit, as in every release); for an engine of an
     older release, whose `SamplingParams` compares the value and fails, such nulls are left out
-    of the request (`sglang_support.NULL_REFUSING_KEYS`).
+    of the request (`sglang_support.NULL_REFUSING_KEYS`); which nulls mean the default is
+    `NULL_DEFAULT_KEYS` (`dressage.api.sglang`).
 
     The embedded engine implements max_new_tokens, min_new_tokens, temperature, top_p, top_k,
     min_p, stop, stop_regex, stop_token_ids, ignore_eos, skip_special_tokens, no_stop_trim and
@@ -159,7 +161,7 @@ class SamplingParams(RequestModel):
     @classmethod
     def _null_is_the_default(cls, data: Any) -> Any:
         if isinstance(data, dict) and any(v is None for v in data.values()):
-            return {k: v for k, v in data.items() if v is not None or k not in _NULL_DEFAULTS}
+            return {k: v for k, v in data.items() if v is not None or k not in NULL_DEFAULT_KEYS}
         return data
 
     @field_validator("top_k")
@@ -187,27 +189,6 @@ class SamplingParams(RequestModel):
         if self.stop_regex is None:
             return []
         return [self.stop_regex] if isinstance(self.stop_regex, str) else list(self.stop_regex)
-
-
-_NULL_DEFAULTS = frozenset(
-    {
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "min_new_tokens",
-        "n",
-        "ignore_eos",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "no_stop_trim",
-    }
-)
-"""Keys whose `null` 0.5.23's schema decoder reads as the default (`api_types.
-decode_SamplingParams`: `1.0 if x is None else ...`); every other key's default is null."""
 
 
 class GenerateRequest(RequestModel):

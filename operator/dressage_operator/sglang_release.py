@@ -1,5 +1,8 @@
 """What the operator does per SGLang release (`spec.inference.sglangVersion`): pure decisions.
 
+Which release has what is read from the table of release facts (`dressage.api.sglang.FEATURES`):
+`/model_info` (`MODEL_INFO_ROUTE`) and the access-log exclusion (`ACCESS_LOG_EXCLUDE`).
+
 - The engine's liveness and readiness route (`engine_live_check`): one the HTTP process answers
   from the tokenizer manager's own fields, with no round trip to the scheduler (so it keeps
   answering while generation is paused for a weight update) and without logging anything per
@@ -18,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dressage.api.sglang import (
-    MODEL_INFO_ROUTE_SINCE,
+    MODEL_INFO_ROUTE,
     SGLANG_TESTED_RANGE,
-    at_least,
     has_access_log_exclusion,
+    supports,
     untested_release_message,
 )
 from dressage.api.status import Condition, ConditionType
@@ -88,7 +91,7 @@ mark every engine unready during each weight update.)"""
 
 def engine_live_check(version: str) -> str:
     """The liveness and readiness route of an engine running SGLang `version`."""
-    if at_least(version, MODEL_INFO_ROUTE_SINCE):
+    if supports(version, MODEL_INFO_ROUTE):
         return LIVE_CHECK
     return LIVE_CHECK_BEFORE_MODEL_INFO
 
@@ -102,7 +105,7 @@ log per call at SGLang's default `--log-level info` unless excluded."""
 
 def quiet_access_log_args(version: str) -> list[str]:
     """The engine flags that keep the routine polls out of the access log, on a release that
-    has `--uvicorn-access-log-exclude-prefixes` (0.5.8 and later); none before. The job model
+    has `--uvicorn-access-log-exclude-prefixes` (`ACCESS_LOG_EXCLUDE`); none before. The job model
     reserves the flag (`dressage.api.reserved.OPERATOR_ENGINE_FLAGS`): a job's `extraArgs`
     cannot replace the list."""
     if not has_access_log_exclusion(version):

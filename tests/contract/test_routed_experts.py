@@ -1,7 +1,7 @@
 """`return_routed_experts` against SGLang's own code at the installed release.
 
 Upstream: the field arrives in v0.5.7 (`managers/io_struct.py`
-`GenerateReqInput.return_routed_experts`, `layers/moe/routed_experts_capturer.py`); v0.5.19
+`GenerateReqInput.return_routed_experts`, `layers/moe/routed_experts_capturer.py`); v0.5.8
 adds `routed_experts_start_len`; at v0.5.23 the capturer is `state_capturer/routed_experts.py`,
 whose `extract_routed_experts_from_meta_info` decodes `meta_info.routed_experts` (base64 of
 int32, `np.frombuffer`). A release without the field would drop it silently (FastAPI builds the

@@ -8,8 +8,11 @@ matrix (`dressage.api.sglang.SGLANG_TESTED_RELEASES`); the newest is the default
 cluster that installs SGLang today. The contract tier (`tests/contract/`) checks each profile
 against that release's own code, so a profile cannot drift from its release without a red test.
 
-Each value below was read in that release's wheel (the package tree is the tag's
-`python/sglang/`), in `srt/entrypoints/http_server.py` (routes, handlers),
+What the table of release facts (`dressage.api.sglang.FEATURES`, first releases checked in
+every release's source) says a release has is read from it, not restated here: the sampling
+keys, which nulls it refuses, the pause modes, weight-update sessions, flattened buckets and
+weight-version spans. Each other value below was read in that release's wheel (the package
+tree is the tag's `python/sglang/`), in `srt/entrypoints/http_server.py` (routes, handlers),
 `srt/entrypoints/api_contract.py` with `api/v1/api_types.py` (0.5.23's `/generate` schema gate),
 `srt/managers/io_struct.py` (request classes), `srt/managers/tokenizer_manager.py`
 (`_handle_batch_output`, `_handle_abort_req`, `pause_generation`, the model-update lock),
@@ -24,47 +27,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dressage.api.sglang import SGLANG_NEWEST_TESTED, SGLANG_TESTED_RELEASES
+from dressage.api.sglang import (
+    FLATTENED_BUCKET,
+    NULL_REFUSING_KEYS,
+    NULL_SAMPLING_DEFAULTS,
+    PAUSE_MODES,
+    SGLANG_NEWEST_TESTED,
+    SGLANG_TESTED_RELEASES,
+    WEIGHT_UPDATE_SESSIONS,
+    WEIGHT_VERSION_SPANS,
+    sampling_keys_of,
+    supports,
+)
 from dressage.api.sglang import stand_in_release as api_stand_in_release
-from dressage.engine.sglang_support import BASE_SAMPLING_PARAM_KEYS, NULL_REFUSING_KEYS
 
 GET, POST, PUT = "GET", "POST", "PUT"
-
-SAMPLING_PARAM_KEYS_0_5_2: tuple[str, ...] = BASE_SAMPLING_PARAM_KEYS
-"""0.5.2 `SamplingParams.__init__`'s keywords, in order (no `sampling_seed` before 0.5.3)."""
-
-SAMPLING_PARAM_KEYS_0_5_23: tuple[str, ...] = (
-    "max_new_tokens",
-    "stop",
-    "stop_token_ids",
-    "stop_regex",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "frequency_penalty",
-    "presence_penalty",
-    "repetition_penalty",
-    "min_new_tokens",
-    "n",
-    "json_schema",
-    "regex",
-    "ebnf",
-    "structural_tag",
-    "ignore_eos",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "no_stop_trim",
-    "stream_interval",
-    "logit_bias",
-    "sampling_seed",
-    "custom_params",
-    "beam_width",
-    "watermark",
-    "choice",
-)
-"""0.5.23's `/generate` schema for `sampling_params` (`api_types._FIELDS_SamplingParams`), in
-its order: the unknown-field refusal lists them so."""
 
 Validation = Literal["dataclass", "schema-gate"]
 
@@ -106,22 +83,9 @@ class ReleaseProfile:
     server_info_route: str = "/get_server_info"
     """Reports `version` (the release) among the server's settings; asks the scheduler for its
     internal state (`get_internal_state`), so it is no probe."""
-    weight_update_sessions: bool = False
-    """`/update_weights_from_distributed` is refused outside `/begin_weight_update` ...
-    `/end_weight_update` (0.5.23 `SchedulerWeightUpdaterManager`: "update_weights_from_
-    distributed must run between begin_weight_update() and end_weight_update()")."""
-    flattened_bucket: bool = False
-    """`load_format: "flattened_bucket"`: the bucket arrives as one uint8 broadcast, tensor `i`
-    at the byte offset after tensors `0..i-1` (0.5.23 `weight_sync/tensor_bucket.py`
-    `FlattenedTensorBucket.empty`, which refuses an offset not aligned to the dtype)."""
-    sampling_param_keys: tuple[str, ...] = SAMPLING_PARAM_KEYS_0_5_2
-    """The keys the release's `/generate` admits (in its order)."""
     schema_only_keys: frozenset[str] = frozenset()
     """Keys the schema gate admits but the release's `SamplingParams` does not take: a
     `TypeError`, HTTP 500 (0.5.23 `choice`, which only its Rust server reads)."""
-    null_refusing_keys: frozenset[str] = frozenset()
-    """Keys whose `null` the release cannot take (0.5.2 compares them: TypeError, HTTP 500);
-    elsewhere a null is the default (0.5.23's schema decoder)."""
     lax_type_keys: frozenset[str] = frozenset()
     """Keys whose value of the wrong type the release takes without a look (0.5.2
     `max_new_tokens: 2.5`, `ignore_eos: "yes"`, `stop_token_ids: ["2"]`). The embedded engine
@@ -150,8 +114,6 @@ class ReleaseProfile:
     """Weight updates wait for in-flight generations (`model_update_lock.writer_lock`, both
     releases) unless generation is paused (0.5.23 `update_weights_from_disk`: "Immediately
     update the weights if the engine is in paused state")."""
-    pause_modes: bool = False
-    """`/pause_generation` reads `{mode}` (0.5.23); 0.5.2 reads no body and aborts all."""
     health_generates: bool = True
     """`/health` runs a one-token generation like `/health_generate` (0.5.2: one handler);
     0.5.23 answers `/health` at once unless `SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`."""
@@ -179,13 +141,49 @@ class ReleaseProfile:
         "e2e_latency",
     )
     """The `meta_info` keys of a finished answer (plus `output_token_logprobs` when asked)."""
-    weight_version_spans: bool = False
-    """`meta_info.weight_versions`: per-token version spans `{version, start, end}`."""
     stream_output_ids: Literal["incremental", "cumulative"] = "incremental"
     """What a stream chunk's `output_ids` holds: the tokens since the last chunk (0.5.2
     `_handle_batch_output`: `state.output_ids[state.last_output_offset:]`) or all so far
     (0.5.23 without `--incremental-streaming-output`). `text`, `output_token_logprobs` and
     `completion_tokens` are cumulative in both."""
+
+    @property
+    def sampling_param_keys(self) -> tuple[str, ...]:
+        """The keys the release's `/generate` admits: those its `SamplingParams` takes, then
+        the schema-only ones (in the schema's order where the release has a schema gate)."""
+        return sampling_keys_of(self.release) + tuple(sorted(self.schema_only_keys))
+
+    @property
+    def null_refusing_keys(self) -> frozenset[str]:
+        """Keys whose `null` the release cannot take (0.5.2 compares them: TypeError, HTTP
+        500); from `NULL_SAMPLING_DEFAULTS` on a null is the default."""
+        if supports(self.release, NULL_SAMPLING_DEFAULTS):
+            return frozenset()
+        return NULL_REFUSING_KEYS
+
+    @property
+    def weight_update_sessions(self) -> bool:
+        """`/update_weights_from_distributed` is refused outside `/begin_weight_update` ...
+        `/end_weight_update` (0.5.23 `SchedulerWeightUpdaterManager`: "update_weights_from_
+        distributed must run between begin_weight_update() and end_weight_update()")."""
+        return supports(self.release, WEIGHT_UPDATE_SESSIONS)
+
+    @property
+    def flattened_bucket(self) -> bool:
+        """`load_format: "flattened_bucket"`: the bucket arrives as one uint8 broadcast, tensor
+        `i` at the byte offset after tensors `0..i-1` (0.5.23 `weight_sync/tensor_bucket.py`
+        `FlattenedTensorBucket.empty`, which refuses an offset not aligned to the dtype)."""
+        return supports(self.release, FLATTENED_BUCKET)
+
+    @property
+    def pause_modes(self) -> bool:
+        """`/pause_generation` reads `{mode}` (0.5.23); 0.5.2 reads no body and aborts all."""
+        return supports(self.release, PAUSE_MODES)
+
+    @property
+    def weight_version_spans(self) -> bool:
+        """`meta_info.weight_versions`: per-token version spans `{version, start, end}`."""
+        return supports(self.release, WEIGHT_VERSION_SPANS)
 
     def serves(self, method: str, path: str) -> bool:
         return (method, path) in self.routes
@@ -223,7 +221,6 @@ PROFILE_0_5_2 = ReleaseProfile(
         "/resume_memory_occupation",
         "/get_load",
     ),
-    null_refusing_keys=NULL_REFUSING_KEYS,
     lax_type_keys=frozenset(
         {
             "max_new_tokens",
@@ -274,16 +271,12 @@ PROFILE_0_5_23 = ReleaseProfile(
     weight_version_route="/model_info",
     model_info_route="/model_info",
     server_info_route="/server_info",
-    weight_update_sessions=True,
-    flattened_bucket=True,
-    sampling_param_keys=SAMPLING_PARAM_KEYS_0_5_23,
     schema_only_keys=frozenset({"choice"}),
     validation="schema-gate",
     flush_refused_while_running=True,
     flush_takes_timeout=True,
     flush_failure_text="Flush cache failed.\n",
     update_skips_lock_when_paused=True,
-    pause_modes=True,
     health_generates=False,
     ready_while_paused=False,
     aborts=AbortShapes(
@@ -308,7 +301,6 @@ PROFILE_0_5_23 = ReleaseProfile(
         "weight_versions",
         "e2e_latency",
     ),
-    weight_version_spans=True,
     stream_output_ids="cumulative",
 )
 """SGLang 0.5.23 (October 2026), the newest release on the package index when the matrix last
