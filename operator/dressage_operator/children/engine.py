@@ -8,13 +8,14 @@ updates, another command line and resources."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib import resources
 
 from dressage.api.job import AsyncRLJob
 from dressage.api.sglang import stand_in_release
 from dressage.data.versions import INITIAL_VERSION
 from dressage_operator import naming, sglang_release
+from dressage_operator.children import drain_hook
 from dressage_operator.children.pods import (
-    PROXY_TOKEN_ENV,
     Obj,
     Owner,
     container_env,
@@ -149,68 +150,21 @@ def embedded_threads(job: AsyncRLJob) -> int:
     return max(1, int(cores))
 
 
-ENGINE_DRAIN_TIMEOUT_SECONDS = 20
+ENGINE_DRAIN_TIMEOUT_SECONDS = drain_hook.DRAIN_TIMEOUT_SECONDS
 """The longest the engine pod's `preStop` hook waits for the proxy's drain
-(`dressage.proxy.drain`): it answers once the engine's generations came back aborted, which
-takes one decode step and a reply, well under a second; the bound keeps a stuck drain from
-using up the grace period."""
+(`dressage.proxy.drain`), as the hook asks it (`drain_hook`)."""
 ENGINE_GRACE_PERIOD_SECONDS = 40
 """The engine pods' `terminationGracePeriodSeconds`: the drain's bound, 5 s for the hook's
 own request to answer, and 15 s for SGLang to end its scheduler and detokenizer processes
 and free the GPU after SIGTERM before the kubelet kills them. A drain normally ends within a
 second, so even a notice shorter than this (a 30 s spot reclaim; a node's graceful shutdown
 period) leaves it time; what a node taken without notice had in flight is a crash's cost."""
-ENGINE_URL_ENV = "DRESSAGE_ENGINE_URL"
+ENGINE_URL_ENV = drain_hook.ENGINE_URL_ENV
 """The engine's own URL as the proxy lists it (the `preStop` hook drains that engine)."""
-PROXY_URL_ENV = "DRESSAGE_PROXY_URL"
-DRAIN_HOOK = f"""\
-import json, os, socket, sys, threading, urllib.request
-engine = os.environ["{ENGINE_URL_ENV}"]
-proxies = [u.strip().rstrip("/") for u in os.environ["{PROXY_URL_ENV}"].split(",") if u.strip()]
-if proxies and proxies[0].startswith("dns+"):
-    scheme, _, authority = proxies[0][4:].partition("://")
-    host, _, port = authority.rpartition(":")
-    try:
-        found = {{i[4][0] for i in socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)}}
-    except OSError as exc:
-        print("cannot resolve the proxy replicas:", exc, file=sys.stderr)
-        found = set()
-    proxies = sorted(f"{{scheme}}://[{{a}}]:{{port}}" if ":" in a else f"{{scheme}}://{{a}}:{{port}}"
-                     for a in found)
-headers = {{"content-type": "application/json"}}
-token = os.environ.get("{PROXY_TOKEN_ENV}")
-if token:
-    headers["authorization"] = "Bearer " + token
-def call(proxy, body, timeout):
-    request = urllib.request.Request(
-        proxy + "/dressage/engines/drain", json.dumps(body).encode(), headers
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            print(proxy, "drained:" if body.get("abort", True) else "marked:",
-                  reply.read().decode()[:500])
-    except Exception as exc:
-        print(proxy, "drain failed:", exc, file=sys.stderr)
-def every(body, timeout):
-    threads = [threading.Thread(target=call, args=(p, body, timeout)) for p in proxies]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-if len(proxies) > 1:
-    every({{"url": engine, "abort": False}}, 5)
-drain = {{"url": engine, "timeout_s": {ENGINE_DRAIN_TIMEOUT_SECONDS}}}
-every(drain, {ENGINE_DRAIN_TIMEOUT_SECONDS + 5})
-"""
-"""The `preStop` hook's program (the engine image's Python, standard library only, so any
-SGLang image runs it): ask the proxy to drain this engine and wait for its answer. With several
-proxy replicas (`{PROXY_URL_ENV}` lists them, comma-separated, or names their headless Service
-as `dns+http://HOST:PORT`, resolved here to the ready replicas) every replica must drain its
-own turns on the engine: the hook first marks the engine draining on each (`"abort": false`,
-so no replica routes a new turn there and each knows the coming abort for a drain's), then
-drains it on all at once. A failure (a proxy gone, the engine no longer listed) is printed and
-the pod stops anyway: the hook never holds a termination beyond its bound (5 s to mark it
-draining, then the drain's)."""
+PROXY_URL_ENV = drain_hook.PROXY_URL_ENV
+DRAIN_HOOK = resources.files("dressage_operator.children").joinpath("drain_hook.py").read_text()
+"""The `preStop` hook's program: the source of `dressage_operator.children.drain_hook`, a
+standard-library module shipped in the package, which the engine image's Python runs."""
 
 
 def engine_lifecycle() -> Obj:

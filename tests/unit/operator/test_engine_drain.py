@@ -4,13 +4,21 @@ scale-down that keeps the proxy listing an engine until its pod is gone (pure)."
 from __future__ import annotations
 
 import ast
+import io
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
 
 from dressage_operator import children, naming
+from dressage_operator.children import drain_hook
 from dressage_operator.children.engine import (
     DRAIN_HOOK,
     ENGINE_DRAIN_TIMEOUT_SECONDS,
     ENGINE_GRACE_PERIOD_SECONDS,
 )
+from dressage_operator.children.pods import PROXY_TOKEN_ENV
 from dressage_operator.decide import decide
 from dressage_operator.observe import PodInfo
 from dressage_operator.plan import Applied, ChildResult, Observed
@@ -46,23 +54,101 @@ def test_every_engine_pod_drains_itself_through_the_proxy_before_it_stops() -> N
             "secretKeyRef": {"name": "proxy-auth", "key": "token"}
         }
         assert pod["spec"]["terminationGracePeriodSeconds"] == ENGINE_GRACE_PERIOD_SECONDS
-    ast.parse(DRAIN_HOOK)  # a program any image's Python runs: the standard library only
+    # A program any image's Python runs: the standard library only.
     imported = {
-        alias.name
+        (node.module if isinstance(node, ast.ImportFrom) else alias.name).partition(".")[0]
         for node in ast.walk(ast.parse(DRAIN_HOOK))
-        if isinstance(node, ast.Import)
+        if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names
     }
-    assert imported == {"json", "os", "socket", "sys", "threading", "urllib.request"}
+    assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported
+
+
+def test_the_hook_is_the_drain_hook_modules_source_and_reads_the_pods_env_names() -> None:
+    assert Path(drain_hook.__file__).read_text() == DRAIN_HOOK
+    assert drain_hook.PROXY_TOKEN_ENV == PROXY_TOKEN_ENV  # the env `proxy_token_env` sets
 
 
 def test_the_grace_period_outlasts_the_drain_and_the_hooks_own_bound() -> None:
     # The hook asks for at most the drain bound and waits 5 s more for the answer; SGLang
     # needs the rest of the grace period to end after SIGTERM.
     assert ENGINE_DRAIN_TIMEOUT_SECONDS <= DEFAULT_DRAIN_TIMEOUT_S
-    assert f'"timeout_s": {ENGINE_DRAIN_TIMEOUT_SECONDS}' in DRAIN_HOOK
-    assert f"every(drain, {ENGINE_DRAIN_TIMEOUT_SECONDS + 5})" in DRAIN_HOOK
+    assert drain_hook.ANSWER_MARGIN_SECONDS == 5
     assert ENGINE_GRACE_PERIOD_SECONDS >= ENGINE_DRAIN_TIMEOUT_SECONDS + 5 + 15
+
+
+class _Proxies:
+    """The proxies' side of the hook's requests: records each, fails those of `down`."""
+
+    def __init__(self, down: tuple[str, ...] = ()) -> None:
+        self.down = down
+        self.calls: list[tuple[str, dict[str, Any], float]] = []
+        self._lock = threading.Lock()
+
+    def post(self, proxy: str, body: dict[str, Any], timeout: float) -> str:
+        with self._lock:
+            self.calls.append((proxy, body, timeout))
+        if proxy in self.down:
+            raise OSError("connection refused")
+        return '{"drained": true}'
+
+
+def test_one_proxy_is_asked_to_drain_the_engine_within_the_bound() -> None:
+    proxies = _Proxies()
+    out, err = io.StringIO(), io.StringIO()
+    drain_hook.drain("http://e0:30000", ["http://p:8000"], proxies.post, out, err)
+    assert proxies.calls == [
+        (
+            "http://p:8000",
+            {"url": "http://e0:30000", "timeout_s": ENGINE_DRAIN_TIMEOUT_SECONDS},
+            ENGINE_DRAIN_TIMEOUT_SECONDS + 5,
+        )
+    ]
+    assert out.getvalue() == 'http://p:8000 drained: {"drained": true}\n'
+    assert err.getvalue() == ""
+
+
+def test_several_replicas_all_mark_the_engine_draining_before_any_drains_it() -> None:
+    replicas = ["http://p0:8000", "http://p1:8000"]
+    proxies = _Proxies(down=("http://p1:8000",))
+    out, err = io.StringIO(), io.StringIO()
+    drain_hook.drain("http://e0:30000", replicas, proxies.post, out, err)
+    marks, drains = proxies.calls[:2], proxies.calls[2:]
+    assert sorted(p for p, _, _ in marks) == replicas
+    assert all(body == {"url": "http://e0:30000", "abort": False} for _, body, _ in marks)
+    assert all(timeout == 5 for _, _, timeout in marks)
+    assert sorted(p for p, _, _ in drains) == replicas
+    assert all(body["timeout_s"] == ENGINE_DRAIN_TIMEOUT_SECONDS for _, body, _ in drains)
+    # A replica that fails is reported and the hook goes on: the pod stops anyway.
+    assert out.getvalue().count("http://p0:8000") == 2
+    assert err.getvalue().count("http://p1:8000 drain failed: connection refused") == 2
+
+
+def test_the_proxy_urls_are_a_comma_list_or_a_services_resolved_replicas() -> None:
+    assert drain_hook.proxy_urls(" http://a:1/, ,http://b:2") == ["http://a:1", "http://b:2"]
+
+    def resolve(host: str, port: int) -> set[str]:
+        assert (host, port) == ("p.ns.svc", 8000)
+        return {"10.0.0.2", "fd00::1", "10.0.0.1"}
+
+    assert drain_hook.proxy_urls("dns+http://p.ns.svc:8000", resolve) == [
+        "http://10.0.0.1:8000",
+        "http://10.0.0.2:8000",
+        "http://[fd00::1]:8000",
+    ]
+
+    def unresolved(host: str, port: int) -> set[str]:
+        raise socket.gaierror("Name or service not known")
+
+    err = io.StringIO()
+    assert drain_hook.proxy_urls("dns+http://p.ns.svc:8000", unresolved, err) == []
+    assert err.getvalue().startswith("cannot resolve the proxy replicas:")
+
+
+def test_the_token_goes_as_a_bearer_header_only_when_set() -> None:
+    assert drain_hook.request_headers(None) == {"content-type": "application/json"}
+    assert drain_hook.request_headers("") == {"content-type": "application/json"}
+    assert drain_hook.request_headers("s3cret")["authorization"] == "Bearer s3cret"
 
 
 def _observed(pods: tuple[PodInfo, ...], generation: int = 2) -> Observed:
