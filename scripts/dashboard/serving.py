@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dashboard.layout import JL, JOB, POD, RATE, J, Layout, quantile, rate
 from dressage import metrics as m
+from dressage.api.figures import figure
 
 
 def add(d: Layout) -> None:
@@ -100,6 +101,25 @@ def add(d: Layout) -> None:
             ),
         ],
         width=8,
+    )
+    d.timeseries(
+        "Staleness budget: lag against the budget, engines wanted",
+        "Jobs in staleness.mode auto: the largest version lag of the latest step's samples "
+        "against the budget's maxLagVersions, and the engines the job's controller wants over "
+        "those serving (above 1 the trainer waits with the depth at its bound: the autoscaler "
+        "adds engines while the lag is under the budget; below 1 the budget holds rollout "
+        "back: it removes them). Each change posts a StalenessBudgetScaleUp or "
+        "StalenessBudgetScaleDown Event on the job.",
+        [
+            (f"max by ({J}) ({m.JOB_STALENESS_VERSION_LAG_MAX}{{{JOB}}})", f"{JL} max lag"),
+            (f"max by ({J}) ({figure('budget_max_lag').job_metric}{{{JOB}}})", f"{JL} budget"),
+            (
+                f"max by ({J}) ({figure('budget_engine_ratio').job_metric}{{{JOB}}})",
+                f"{JL} engines wanted / serving",
+            ),
+        ],
+        decimals=2,
+        width=24,
     )
     d.timeseries(
         "Drained tokens moved / trained / lost",
