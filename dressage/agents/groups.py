@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from dressage.data.groups import Group, GroupFailed
+from dressage.data.versions import normalize_version
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.tasks.base import Scored
 
@@ -61,6 +62,60 @@ async def collect_group(
             f"{len({s.parent_traj_id for s in samples})} trajectories, expected {group_size}"
         )
     return Group(group_id=group_id, samples=tuple(samples))
+
+
+REFRESH_SHARE = 0.25
+"""`GroupAgent.refresh_share`'s default: a rerun of a quarter of the longest trajectory's
+length, or less, beats losing the group."""
+
+
+def stale_short_members(group: Group, share: float) -> dict[str, int]:
+    """The trajectories of `group` (session id: member) worth running again before the batch
+    sink sees it: those that ended under another weight version than its longest trajectory
+    (the one that ended last) and whose response is at most `share` of that one's tokens.
+
+    Why: a group completes when its longest trajectory does; its short ones ended versions
+    earlier, and with partial rollout its long one spans versions up to the span limit. The
+    sink judges each trajectory by its end-token version, so the group is dropped whole for
+    its short members when the window moves past their version while it waits, and that is
+    the group with the long member: training is biased toward short responses, and the
+    group's tokens are wasted. Running the short ones again under the live version costs a
+    small share of the group's tokens and keeps it inside the window.
+    """
+    if share <= 0:
+        return {}
+    lengths: dict[str, int] = {}
+    last: dict[str, tuple[int, str | None]] = {}
+    """Each trajectory's last segment: its index and end-token version (as the sink reads
+    a trajectory's version, `dressage.rollout.staleness.trajectory_version_infos`)."""
+    for sample in group.samples:
+        traj = sample.parent_traj_id
+        if not traj:
+            continue
+        lengths[traj] = lengths.get(traj, 0) + sum(sample.loss_mask)
+        if traj not in last or sample.segment_index >= last[traj][0]:
+            last[traj] = (
+                sample.segment_index,
+                normalize_version(sample.dressage_end_token_version),
+            )
+    if len({version for _, version in last.values()}) < 2:
+        return {}
+    longest = max(last, key=lambda traj: lengths[traj])
+    newest, limit = last[longest][1], share * lengths[longest]
+    return {
+        traj: _member_of(traj)
+        for traj, (_, version) in last.items()
+        if version is not None
+        and version != newest
+        and lengths[traj] <= limit
+        and _member_of(traj) >= 0
+    }
+
+
+def _member_of(session_id: str) -> int:
+    """The member index of a session `<group_id>-t<i>` (`collect_group`); -1 for another."""
+    _, sep, tail = session_id.rpartition("-t")
+    return int(tail) if sep and tail.isdigit() else -1
 
 
 def group_id_of(run_tag: str, index: int, attempt: int) -> str:
@@ -105,6 +160,10 @@ class GroupAgent(abc.ABC, Generic[P]):
     """Base of the sampling seeds (`sample_seed`)."""
     run_tag: str = "run"
     """Names the run's groups in the proxy (`group_id_of`)."""
+    refresh_share: float = REFRESH_SHARE
+    """Run a trajectory again once its group completed when it ended under another weight
+    version than the group's longest one and is at most this share of its length
+    (`stale_short_members`); 0 never does."""
 
     @abc.abstractmethod
     def prompt(self, index: int) -> P:
@@ -121,14 +180,44 @@ class GroupAgent(abc.ABC, Generic[P]):
         rewards: dict[str, Scored] = {}
 
         async def run(session_id: str, member: int) -> None:
-            seed = sample_seed(self.seed, index, attempt, member)
+            rerun = session_id.endswith("-r")
+            seed = sample_seed(self.seed, index, attempt, member + rerun * self.group_size)
             session = TrajectorySession(session_id, group_id, seed, member)
             reward = await self.trajectory(index, prompt, session)
             rewards[session_id] = reward if isinstance(reward, Scored) else Scored(reward)
             await self.client.finalize(session_id, rewards[session_id].value, instance_id=group_id)
 
         group = await collect_group(self.client, group_id, self.group_size, run)
+        stale = stale_short_members(group, self.refresh_share)
+        if stale:
+            group = await self._refreshed(group, stale, run)
         return with_reward_metadata(group, rewards)
+
+    async def _refreshed(
+        self, group: Group, stale: Mapping[str, int], run: Callable[[str, int], Awaitable[None]]
+    ) -> Group:
+        """`group` with the trajectories `stale` (session id: member) run again, each in a new
+        session, and their samples in place of the old ones; `group` as it was when a rerun
+        fails (its old samples are still trajectories of the group, the sink judges them)."""
+        fresh = {f"{sid}-r": member for sid, member in stale.items()}
+        results = await asyncio.gather(
+            *(run(sid, member) for sid, member in fresh.items()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+        if any(isinstance(r, BaseException) for r in results):
+            await asyncio.gather(
+                *(self.client.discard(s, instance_id=group.group_id) for s in fresh)
+            )
+            with contextlib.suppress(RolloutError):
+                await self.client.segments(group.group_id)
+            return group
+        samples = await self.client.segments(group.group_id)
+        if {s.parent_traj_id for s in samples} != set(fresh):
+            return group
+        kept = tuple(s for s in group.samples if s.parent_traj_id not in stale)
+        return replace(group, samples=kept + tuple(samples))
 
 
 def with_reward_metadata(group: Group, rewards: Mapping[str, Scored]) -> Group:

@@ -396,6 +396,11 @@ class Generator:
             epoch = self.gate.epoch
             params = sampling_params
             done = len(gen.output_ids)
+            target = self.pool.target_version
+            if resume and done and target is not None:
+                # The rule would refuse the resumed piece after generating it: the engines
+                # routed to serve the target version, so refuse before its tokens are spent.
+                rule.check(earlier, [*gen.versions, target])
             if done:
                 params = dict(sampling_params)
                 if isinstance(max_new, int):

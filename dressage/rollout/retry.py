@@ -5,7 +5,11 @@ A prompt group whose rollout fails (`GroupFailed`: an HTTP error, the proxy's 50
 fresh sessions, up to `max_retries` times; attempt `k` waits `backoff_s * 2**(k-1)` seconds
 (capped at `max_backoff_s`) times a jitter factor in [0.5, 1.5), so a brief outage (an engine
 restarting) does not burn every retry at once and retries of many groups do not arrive
-together. A group that exhausts its retries is dropped as `retries_exhausted`.
+together. An attempt a staleness control refused (`GroupFailed.staleness`: the partial-rollout
+span limit) is retried at once instead: it is no outage, the refusal comes at a publish, and a
+group started then has the new version's whole interval to finish inside the span limit,
+where a backoff spends part of it (a long trajectory refused again is generated again). A
+group that exhausts its retries is dropped as `retries_exhausted`.
 
 The breaker: when `breaker_after` groups in a row are dropped that way, rollout is broken (the
 proxy or every engine is down, the agent program cannot start) rather than unlucky, and
@@ -111,16 +115,21 @@ class GroupAttempts:
         """
         failed: set[str] = set()
         """The reasons this group failed under so far (counted once each in failed_groups)."""
+        refused = False
+        """The last attempt was refused by a staleness control (no outage: retried at once)."""
         for attempt in range(self.policy.max_retries + 1):
             if self.broken is not None:
                 self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += 1
                 raise self.broken
             if attempt:
                 self.stats.totals.retries += 1
-                await self._sleep(self.policy.delay(attempt, self._jitter()))
+                if not refused:
+                    await self._sleep(self.policy.delay(attempt, self._jitter()))
+            refused = False
             try:
                 group = await self.rollout(index, attempt)
             except GroupFailed as exc:
+                refused = exc.staleness
                 self._failed(exc.reason, failed, staleness=exc.staleness)
                 if isinstance(exc, UserCodeFailed):
                     self._recent_faults.add(exc.fault)
