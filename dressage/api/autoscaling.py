@@ -17,6 +17,13 @@ Signals (the definitions the operator's README documents):
   admission control because rollout ran ahead of the staleness window
   (`dressage_rollout_admission_wait_seconds_total` over the step seconds); above
   `scaleDownHeldFraction`, engines generate faster than the trainer can use: fewer engines.
+
+In `spec.staleness.mode: auto` the job's own figures decide instead
+(`dressage_operator.budget_scale`): its engine ratio (engines wanted over engines serving,
+`staleness/budget_engine_ratio`) above 1 adds engines only while the version lag of the
+latest step (`staleness/version_lag_max`) is below the budget's `maxLagVersions`, and a ratio
+below 1 (or the held fraction above `scaleDownHeldFraction`) removes them. The bounds,
+thresholds and `behavior` apply the same way.
 """
 
 from __future__ import annotations
@@ -111,7 +118,10 @@ def _complete(
 
 class AutoscalingSpec(ApiModel):
     """The operator sets `inference.replicas` between `minReplicas` and `maxReplicas` from
-    what the trainer waits for (see the operator's README, Autoscaling)."""
+    what the trainer waits for (see the operator's README, Autoscaling); in
+    `staleness.mode: auto`, from the staleness budget's figures: more engines only while the
+    trainer is starved and the version lag is under `maxLagVersions` (the operator's README,
+    Autoscaling to a staleness budget)."""
 
     min_replicas: int = Field(ge=1, le=MAX_INFERENCE_REPLICAS)
     """The fewest engines the autoscaler leaves running."""
