@@ -21,7 +21,7 @@ by seed (`benchmarks/_stress_report.py`: figures, bootstrap intervals, table, pl
 `benchmarks/results/staleness_stress.json` (after every run, so a stopped benchmark keeps what
 it measured), `staleness_stress.md` (the tables) and `staleness_stress.png` (the plot).
 
-    python benchmarks/staleness_stress.py [--steps 16] [--seeds 5] [--threshold 0.6] [--quick]
+    python benchmarks/staleness_stress.py [--steps 24] [--seeds 5] [--threshold 0.6] [--quick]
     python benchmarks/staleness_stress.py --render benchmarks/results/staleness_stress.json
 """
 
@@ -58,14 +58,17 @@ class Setting:
 
 
 REGIME: dict[str, Any] = {
-    "rollout": {"mode": "partial_async", "concurrency": 48, "batchSize": 8},
-    "training": {"learningRate": 0.001},
+    "rollout": {"mode": "partial_async", "concurrency": 48, "batchSize": 4},
+    "training": {"learningRate": 0.0006, "maxTokensPerMicroBatch": 192},
     "proxy": {"maxConcurrency": 1024},
 }
-"""48 groups in flight against batches of 8 groups: six batches ahead of the trainer, so a
-completed group waits up to about five steps; a learning rate of 1e-3 (the example's 3e-4
-learns too gently for a few versions to matter). The proxy's admission limit is raised above
-the 384 requests in flight, so the regime is not one of 429 retries."""
+"""48 groups in flight against batches of 4 groups, and as many completed groups queued for
+the trainer: twelve batches ahead, so a completed group waits several steps before it is
+trained. Micro-batches of at most 192 tokens (two or three samples; the gradient is the same,
+accumulated) slow the trainer's step so that the engine, not the trainer, stays ahead and the
+queue stays full. A learning rate of 6e-4, twice the example's 3e-4, so each version moves the
+policy far enough that a sample a few versions old is off-policy. The proxy's admission limit is
+raised above the 384 requests in flight, so the regime is not one of 429 retries."""
 OFF = {"keepVersions": 0, "maxPartialRolloutPreempts": None}
 KV2 = {"keepVersions": 2, "maxPartialRolloutPreempts": None}
 TIS = {"offPolicyCorrection": {"mode": "tis", "tisClip": 2.0}}
@@ -81,7 +84,7 @@ SETTINGS = (
     Setting("tis", "baseline + TIS", {"staleness": OFF, "training": TIS}),
 )
 KEYS = tuple(s.key for s in SETTINGS)
-DEFAULTS = {"steps": 16, "seeds": 5, "threshold": 0.6}
+DEFAULTS = {"steps": 24, "seeds": 5, "threshold": 0.6}
 QUICK = {"steps": 4, "seeds": 2, "threshold": 0.6, "settings": "baseline,kv2-adm"}
 
 
@@ -147,7 +150,7 @@ def report(results: dict[str, Any], out: Path, *, readme: bool = False) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 16)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 24)")
     parser.add_argument("--seeds", type=int, default=None, help="training seeds (default 5)")
     parser.add_argument("--threshold", type=float, default=None, help="reward threshold")
     parser.add_argument("--settings", default=None, help=f"subset of {', '.join(KEYS)}")

@@ -147,7 +147,7 @@ def test_rows_compare_each_control_with_the_baseline_seed_by_seed(tmp_path: Path
 def test_jobs_differ_only_in_their_control_and_seed() -> None:
     base = staleness_stress.job_for(staleness_stress.SETTINGS[0], 3)["spec"]
     assert base["rollout"]["concurrency"] == 48
-    assert base["rollout"]["batchSize"] == 8
+    assert base["rollout"]["batchSize"] == 4
     assert base["staleness"]["keepVersions"] == 0
     assert "maxPartialRolloutPreempts" not in base["staleness"]
     assert base["training"]["seed"] == 3
