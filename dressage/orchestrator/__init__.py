@@ -3,11 +3,8 @@
 Modules: `pipeline` (wires one job's run: proxy client, prompts, collector, resume, weight
 publisher, engine sync, the training loop, and closes every client it opened), `loop` (collect
 -> train -> publish -> record, one `StepRecord` per step), `collectors` (the agent and the
-collector a job's spec asks for), `publish` (`WeightPublisher`: pause, update from disk,
-continue; the engine set from the proxy, lagging engines caught up), `distributed_publish`
-(`DistributedPublisher` and `PublishFollower`: every trainer rank gathers, rank 0 broadcasts
-over the weight-update group of `weight_sync`),
-`metrics` (the job's `/metrics`), `train_cli` (`dressage train`, the trainer gang's entry
-point). The entry points above it start processes; the layers below it (trainer, rollout,
-agents, proxy and engine clients) never reference the loop that wires them.
+collector a job's spec asks for), `metrics` (the job's `/metrics`), `train_cli` (`dressage
+train`, the trainer gang's entry point). The weight publishers `pipeline` wires live in
+`dressage.weights`. The entry points above it start processes; the layers below it (trainer,
+rollout, agents, proxy and engine clients) never reference the loop that wires them.
 """

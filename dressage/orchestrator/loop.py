@@ -13,8 +13,6 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Protocol
 
 from dressage.api.figures import StepFigures, trainer_keys
 from dressage.data.groups import TrainBatch
@@ -23,6 +21,7 @@ from dressage.rollout.collector import Collector
 from dressage.rollout.lag import batch_lag, trainer_version_order
 from dressage.trainer.distributed import broadcast_object
 from dressage.trainer.session import TrainerSession
+from dressage.weights.base import Publisher
 
 
 @dataclass(frozen=True)
@@ -59,24 +58,6 @@ class StepRecord:
 StepSink = Callable[[StepRecord], None]
 
 
-class Publisher(Protocol):
-    """What the loop needs of a weight publisher (`WeightPublisher`, or the distributed ones
-    of `dressage.weights.collective`)."""
-
-    async def publish(self, model_path: Path, version: str) -> None: ...
-
-    async def versions(self) -> list[str | None]: ...
-
-    async def sync(self, model_path: Path, version: str) -> bool: ...
-
-
-def is_collective(publisher: object) -> bool:
-    """Whether every trainer rank must enter the publisher's `publish` (a distributed publish
-    gathers each parameter over the gang, `dressage.weights.collective`); a disk
-    publish is rank 0's alone."""
-    return bool(getattr(publisher, "collective", False))
-
-
 async def sync_engines(
     session: TrainerSession, publisher: Publisher, *, engines_have_initial_weights: bool
 ) -> bool:
@@ -85,14 +66,14 @@ async def sync_engines(
     Engines outlive a trainer restart on a cluster, and an engine replaced meanwhile starts on
     the staged base model; each engine that serves another version than the checkpoint's loads
     its weights, while the proxy routes only to engines on that version
-    (`WeightPublisher.sync`). Engines started from the staged base model while the trainer
+    (`DiskPublisher.sync`). Engines started from the staged base model while the trainer
     warm-started its own serve other weights under the same label `v0`
     (`engines_have_initial_weights=False`): before the first step they get the trainer's `v0`
     in a full publish. With a collective publisher (weights over the network) every rank calls
     this, rank 0 decides and the gang publishes together. Returns whether any engine loaded
     weights.
     """
-    if not is_collective(publisher):
+    if not publisher.collective:
         if session.state.version_index == 0 and not engines_have_initial_weights:
             await publisher.publish(session.weights_dir, session.state.version)
             return True
@@ -121,7 +102,7 @@ async def train_loop(
     steering: BudgetSteering | None = None,
 ) -> None:
     """Run steps until `session.state.step == steps` (rank 0 must pass collector and publisher;
-    the other ranks pass the publisher only when it is collective, see `is_collective`).
+    the other ranks pass the publisher only when it is `collective`).
     `steering`: rank 0's staleness budget controller (`staleness.mode: auto`), which sets the
     collector's depth and window after each step and adds its decision to the step's figures."""
     main = session.env.is_main
@@ -162,7 +143,7 @@ async def train_loop(
             assert publisher is not None
             await publisher.publish(path, version)
             collector.on_weights_published(version)
-        elif publisher is not None and is_collective(publisher):
+        elif publisher is not None and publisher.collective:
             await publisher.publish(path, version)
         # A checkpoint written in line completes after the publish (which never waits for the
         # optimizer state) and before the step's record, which then always has its checkpoint.

@@ -10,8 +10,8 @@ Rank 0 (the only rank under `dressage run`):
    (`dressage.orchestrator.rollout_process`);
 4. resume: the collector's data position from the trainer session's checkpoint;
 5. the weight publisher for the job's engines and `spec.inference.weightSync`: `disk`
-   (`WeightPublisher`, engines load each version's checkpoint) or `distributed`
-   (`DistributedPublisher`: a weight-update group per engine, formed here with the engines
+   (`DiskPublisher`, engines load each version's checkpoint) or `distributed`
+   (`CollectivePublisher`: a weight-update group per engine, formed here with the engines
    up now and at each publish with those that joined since; each step's weights are
    broadcast to the engines);
 6. engine sync: engines that serve another version than the session's get its weights;
@@ -22,7 +22,7 @@ Rank 0 (the only rank under `dressage run`):
    not trained, a run stopped by the breaker before its first step) goes to `unrecorded`.
 
 The other ranks train on rank 0's batches (`train_loop` without collector); with distributed
-sync they also take part in every publish (`PublishFollower`: each parameter is gathered over
+sync they also take part in every publish (`CollectiveFollower`: each parameter is gathered over
 the gang while rank 0 sends it).
 Starting engines and proxies is the entry points' business: local child processes under
 `dressage run`, pods of the operator on a cluster.
@@ -54,12 +54,13 @@ from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.tasks.dataset import DatasetTask, bad_row_counts
 from dressage.tasks.faults import UserCodeFaults
 from dressage.trainer.session import TrainerSession
-from dressage.weights.collective import DistributedPublisher, PublishFollower
-from dressage.weights.publisher import WeightPublisher
+from dressage.weights.collective import CollectiveFollower, CollectivePublisher
+from dressage.weights.disk import DiskPublisher
+from dressage.weights.engines import ProxyEngines
 
 ENGINE_WAIT_SECONDS = 300.0
 """How long rank 0 waits for a first engine before forming the weight-update groups of a fresh
-run (`DistributedPublisher.wait_for_an_engine`): below the default timeouts of the trainer
+run (`CollectivePublisher.wait_for_an_engine`): below the default timeouts of the trainer
 gang's own collectives, which its other ranks wait in meanwhile."""
 
 
@@ -138,7 +139,7 @@ async def run_pipeline(
     spec = job.spec
     distributed = spec.inference.weight_sync == "distributed"
     if not session.env.is_main:
-        follower = PublishFollower(session.trainer.iter_publishable) if distributed else None
+        follower = CollectiveFollower(session.trainer.iter_publishable) if distributed else None
         if follower is not None:
             await sync_engines(
                 session, follower, engines_have_initial_weights=engines_have_initial_weights
@@ -204,31 +205,30 @@ async def run_pipeline(
             )
         assert collector is not None
         collector.load_state_dict(session.state.collector)
-        publisher: WeightPublisher
+        publisher: DiskPublisher
+        engines = ProxyEngines(proxy)  # the engines the proxy lists, as the rollouts see them
         if endpoints.weight_sync is not None and distributed:
             wiring = endpoints.weight_sync
-            publisher = DistributedPublisher(
-                endpoints.engine_urls,
+            publisher = CollectivePublisher(
+                engines,
                 weights=session.trainer.iter_publishable,
                 master_address=wiring.master_address,
                 master_port=wiring.master_port,
                 backend=wiring.backend,
                 ranks_per_engine=wiring.ranks_per_engine,
                 bucket_bytes=spec.inference.weight_sync_bucket_megabytes * 1024 * 1024,
-                proxy=proxy,
                 pause_mode=weight_update_pause_mode(spec),
                 update_timeout_s=spec.inference.weight_update_timeout_seconds,
             )
         else:
-            publisher = WeightPublisher(
-                endpoints.engine_urls,
-                proxy=proxy,
+            publisher = DiskPublisher(
+                engines,
                 pause_mode=weight_update_pause_mode(spec),
                 update_timeout_s=spec.inference.weight_update_timeout_seconds,
             )
         opened.push_async_callback(publisher.aclose)
         opened.push_async_callback(collector.aclose)
-        if isinstance(publisher, DistributedPublisher):
+        if isinstance(publisher, CollectivePublisher):
             if session.state.version_index == 0 and not engines_have_initial_weights:
                 await publisher.wait_for_an_engine(ENGINE_WAIT_SECONDS)
             await publisher.start()

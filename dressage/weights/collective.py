@@ -2,27 +2,29 @@
 
 Every rank of the trainer gang takes part in a publish: each parameter's full tensor is an
 all-gather of its FSDP shards (`GRPOTrainer.iter_publishable`), so all ranks walk the
-parameters in step, one at a time. Rank 0 holds a `DistributedPublisher`: it pauses generation,
+parameters in step, one at a time. Rank 0 holds a `CollectivePublisher`: it pauses generation,
 groups the gathered tensors into buckets and broadcasts each bucket to the engines
 (`DistributedWeightSender`, the version label on the last bucket), then continues generation.
-The other ranks hold a `PublishFollower`, which drains the same iterator: they gather and drop
+The other ranks hold a `CollectiveFollower`, which drains the same iterator: they gather and drop
 each tensor, so no rank ever holds a full copy of the model, and rank 0 at most one bucket
 plus one tensor.
 
 Membership follows the engine set (`dressage.weights.fleet`): each engine has a
-weight-update group of its own with rank 0, formed when it first appears in the set (the proxy's
-healthy engines, else the fixed URL list) and closed when it leaves it or stops answering. So
+weight-update group of its own with rank 0, formed when it first appears in the job's
+`EngineSource` (the proxy's healthy engines, or a fixed URL list) and closed when it leaves it
+or stops answering. So
 an engine added, replaced or removed while the job runs changes the membership at the next
 publish, with no restart of the trainer gang. An engine that joins is held out by the proxy
 (it serves another version label) until that publish has sent it the current weights; where the
 current version was also written to storage (a checkpoint step, or every version with
-`disk`), the background catch-up of `WeightPublisher` loads it from there sooner. A publish
-fails only when no engine took the new weights (with a proxy; without one, when any engine did
-not); an engine that did not is held out, and offered a fresh group at the next publish.
+`disk`), the background catch-up the publisher keeps from `DiskPublisher` loads it from there
+sooner. A publish fails only when no engine took the new weights (with the proxy's set; with a
+fixed list, when any engine did not); an engine that did not is held out, and offered a fresh
+group at the next publish.
 
-Both classes keep `WeightPublisher.publish(model_path, version)` as their entry point (the
-path is ignored: the weights come from the trainer's memory) and set `collective`, which tells
-the training loop that every rank must enter `publish`.
+Both classes are `Publisher`s (`publish(model_path, version)`, the path ignored: the weights
+come from the trainer's memory) whose `collective` is true: the training loop has every rank
+enter `publish`.
 """
 
 from __future__ import annotations
@@ -30,16 +32,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import torch
 
 from dressage.engine.weight_group import DEFAULT_TIMEOUT_S
-from dressage.proxy.client import ProxyRolloutClient, RolloutError
+from dressage.proxy.client import RolloutError
+from dressage.weights.base import Publisher
 from dressage.weights.broadcast import DEFAULT_BUCKET_BYTES, WeightSyncError
+from dressage.weights.disk import DiskPublisher
+from dressage.weights.engines import EngineSource
 from dressage.weights.fleet import FleetWeightSender, MembershipChange
-from dressage.weights.publisher import WeightPublisher
 
 log = logging.getLogger("dressage.publish")
 
@@ -54,14 +58,14 @@ def _drain(named: Iterator[tuple[str, torch.Tensor]]) -> None:
         pass
 
 
-class DistributedPublisher(WeightPublisher):
-    """Trainer rank 0: pause, broadcast the weights bucket by bucket, continue."""
-
-    collective = True
+class CollectivePublisher(DiskPublisher):
+    """Trainer rank 0: pause, broadcast the weights bucket by bucket, continue. A
+    `DiskPublisher` for what it keeps of that transport: engines that lag load a version also
+    written to storage from there, between publishes."""
 
     def __init__(
         self,
-        engine_urls: Sequence[str],
+        source: EngineSource,
         *,
         weights: NamedTensors,
         master_address: str,
@@ -69,15 +73,12 @@ class DistributedPublisher(WeightPublisher):
         backend: str,
         ranks_per_engine: int = 1,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-        proxy: ProxyRolloutClient | None = None,
         pause_mode: str = "in_place",
         update_timeout_s: float | None = None,
     ) -> None:
         """`master_address:master_port` is where the engines reach this process (trainer
         rank 0's stable address; port 0 picks a free one, for engines on the same host)."""
-        super().__init__(
-            engine_urls, proxy=proxy, pause_mode=pause_mode, update_timeout_s=update_timeout_s
-        )
+        super().__init__(source, pause_mode=pause_mode, update_timeout_s=update_timeout_s)
         self.weights = weights
         self._sent: str | None = None
         """The version the last publish sent: every member took it (the others left)."""
@@ -90,11 +91,15 @@ class DistributedPublisher(WeightPublisher):
             timeout_s=DEFAULT_TIMEOUT_S if update_timeout_s is None else update_timeout_s,
         )
 
+    @property
+    def collective(self) -> bool:
+        return True
+
     async def wait_for_an_engine(
         self, deadline_s: float, *, poll_s: float = 1.0, clock: Callable[[], float] | None = None
     ) -> list[str]:
         """Wait until the proxy lists at least one healthy engine, at most `deadline_s`; the
-        engines it lists then (empty when none came in time, or without a proxy).
+        engines it lists then (empty when none came in time, or with a fixed list).
 
         Over the network there is no storage an engine that comes later could load the first
         weights from: the trainer's initial `v0` reaches an engine only by a collective
@@ -102,14 +107,14 @@ class DistributedPublisher(WeightPublisher):
         `v0`. On a cluster the trainer's pod may be ready before any engine's (an engine loads
         its model first), so the groups are formed once one engine is there instead of with
         none."""
-        if self.proxy is None:
+        if not self.source.routed:
             return []
         now = clock or asyncio.get_running_loop().time
         end = now() + deadline_s
         said = False
         while True:
             with contextlib.suppress(RolloutError):
-                urls = await self._publish_targets()
+                urls = await self.source.targets()
                 if urls:
                     return urls
             if now() >= end:
@@ -126,13 +131,13 @@ class DistributedPublisher(WeightPublisher):
 
     async def start(self) -> MembershipChange:
         """Form a weight-update group with every engine of the engine set that has none yet
-        (and close those of engines gone from it); what changed. Without a proxy every engine
-        must join (else `WeightSyncError`); with one, an engine that cannot is held out and
-        tried again at the next publish."""
-        urls = await self._publish_targets()
-        engines = [self._client(url) for url in urls]
+        (and close those of engines gone from it); what changed. With a fixed list every engine
+        must join (else `WeightSyncError`); with the proxy's set, an engine that cannot is held
+        out and tried again at the next publish."""
+        urls = await self.source.targets()
+        engines = [self.source.client(url) for url in urls]
         restarted: list[str] = []
-        if self.proxy is not None and self.sender.members:
+        if self.source.routed and self.sender.members:
             # A member the proxy still lists healthy may have died since its last check: one
             # cheap read of its version tells, before a broadcast would wait for it.
             alive = await asyncio.gather(
@@ -164,7 +169,7 @@ class DistributedPublisher(WeightPublisher):
             change = MembershipChange(change.joined, (*restarted, *change.left), change.failed)
         for url, why in change.failed.items():
             log.warning("engine %s could not join a weight-update group: %s", url, why)
-        if change.failed and self.proxy is None:
+        if change.failed and not self.source.routed:
             raise WeightSyncError(
                 "weight-update groups were not formed: "
                 + "; ".join(f"{url}: {why}" for url, why in change.failed.items())
@@ -181,7 +186,7 @@ class DistributedPublisher(WeightPublisher):
     async def publish(self, model_path: Path, version: str) -> None:
         """Broadcast the trainer's current weights to every engine as `version`, generation
         paused meanwhile, after bringing the membership up to the engine set. Every trainer
-        rank must publish together (the other ranks through `PublishFollower`); on a failure
+        rank must publish together (the other ranks through `CollectiveFollower`); on a failure
         rank 0 still takes part in the remaining gathers, so the gang's collectives stay
         matched, and then raises."""
         named = iter(self.weights())
@@ -189,12 +194,12 @@ class DistributedPublisher(WeightPublisher):
             async with self._lock:
                 await self.start()
                 try:
-                    await self._pause()
+                    await self.source.pause(self.pause_mode)
                 except Exception:
-                    # As `WeightPublisher.publish`: a refused pause still closed the proxy's
+                    # As `DiskPublisher.publish`: a refused pause still closed the proxy's
                     # gate; continue, and report the pause's error.
                     with contextlib.suppress(Exception):
-                        await self._resume(None)
+                        await self.source.resume(None)
                     raise
                 took = False
                 failed: dict[str, str] = {}
@@ -208,7 +213,7 @@ class DistributedPublisher(WeightPublisher):
                 finally:
                     # The proxy routes to engines on the new version: one that missed it (it
                     # failed, or joined too late) is held out until it has it.
-                    await self._resume(version if took else None)
+                    await self.source.resume(version if took else None)
                 if took:
                     self._sent = version
                 for url, why in failed.items():
@@ -219,7 +224,7 @@ class DistributedPublisher(WeightPublisher):
                         version,
                         why,
                     )
-                if failed and (self.proxy is None or not took):
+                if failed and (not self.source.routed or not took):
                     raise WeightSyncError(
                         f"weight version {version} was not loaded: "
                         + "; ".join(f"{url}: {why}" for url, why in failed.items())
@@ -239,13 +244,15 @@ class DistributedPublisher(WeightPublisher):
         await super().aclose()
 
 
-class PublishFollower:
+class CollectiveFollower(Publisher):
     """A trainer rank other than 0: takes part in each publish's gathers and sends nothing."""
-
-    collective = True
 
     def __init__(self, weights: NamedTensors) -> None:
         self.weights = weights
+
+    @property
+    def collective(self) -> bool:
+        return True
 
     async def start(self) -> None:
         """Nothing to form: only rank 0 belongs to the weight-update group."""

@@ -10,15 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dressage.weights.collective import DistributedPublisher, PublishFollower
+from dressage.weights.collective import CollectiveFollower, CollectivePublisher
+from dressage.weights.engines import FixedEngines
 from dressage_testkit.trainer import ddp_worker
 
 
 def publish_to_engine(trainer: Any, env: Any, engine_url: str, out: Path) -> None:
     """Publish `trainer`'s weights to one engine from a gang (the `--engine-url` step of
     `dressage_testkit.trainer.ddp_worker`): every rank gathers each parameter
-    (`PublishFollower` on ranks other than 0), rank 0 sends over a gloo weight-update group
-    (`DistributedPublisher`) as version `v-gang`; each rank records how many tensors it was
+    (`CollectiveFollower` on ranks other than 0), rank 0 sends over a gloo weight-update group
+    (`CollectivePublisher`) as version `v-gang`; each rank records how many tensors it was
     handed in `OUT/published-rank<R>.json`.."""
     import asyncio
     import json
@@ -33,8 +34,8 @@ def publish_to_engine(trainer: Any, env: Any, engine_url: str, out: Path) -> Non
 
     async def publish() -> None:
         if env.is_main:
-            publisher = DistributedPublisher(
-                [engine_url],
+            publisher = CollectivePublisher(
+                FixedEngines([engine_url]),
                 weights=weights,
                 master_address="127.0.0.1",
                 master_port=0,
@@ -47,7 +48,7 @@ def publish_to_engine(trainer: Any, env: Any, engine_url: str, out: Path) -> Non
             finally:
                 await publisher.aclose()
         else:
-            await PublishFollower(weights).publish(Path(), "v-gang")
+            await CollectiveFollower(weights).publish(Path(), "v-gang")
 
     asyncio.run(publish())
     (out / f"published-rank{env.rank}.json").write_text(json.dumps({"tensors": handed}))

@@ -6,7 +6,7 @@ between two publishes, with one trainer and one publisher throughout.
 Real processes on loopback: a `dressage proxy` reading its engine list from a file (as the
 operator's ConfigMap is read), embedded engines playing each tested SGLang release, and in this
 process the trainer's rank 0: a model trained one optimizer step per version and a
-`DistributedPublisher` broadcasting its weights over gloo. After every publish every engine the
+`CollectivePublisher` broadcasting its weights over gloo. After every publish every engine the
 proxy routes to serves the current version with exactly the trainer's weights (its logprobs
 are the trainer's), and an engine that joined is not routed to before it does: it gets them
 in the next publish, or, when the current version was also written to storage, from there.
@@ -29,7 +29,8 @@ from dressage_testkit.trainer import small_model
 from transformers import LlamaForCausalLM
 
 from dressage.proxy.client import ProxyRolloutClient
-from dressage.weights.collective import DistributedPublisher
+from dressage.weights.collective import CollectivePublisher
+from dressage.weights.engines import ProxyEngines
 from tests.integration.proxy_support import wait_for
 from tests.integration.test_weight_sync import engine_logprobs, model_logprobs
 
@@ -106,14 +107,13 @@ async def test_engines_join_leave_and_crash_between_publishes_without_a_trainer_
             )
         )
         client = ProxyRolloutClient(proxy.base_url)
-        publisher = DistributedPublisher(
-            [],
+        publisher = CollectivePublisher(
+            ProxyEngines(client),
             weights=trainer.weights,
             master_address="127.0.0.1",
             master_port=0,
             backend="gloo",
             bucket_bytes=64 * 1024,
-            proxy=client,
             pause_mode="abort",
             update_timeout_s=TIMEOUT_S,
         )

@@ -23,7 +23,8 @@ from dressage.proxy.affinity import replica_for
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.rollout.retry import RetryPolicy
 from dressage.rollout.sync_rollout import SyncCollector
-from dressage.weights.publisher import WeightPublisher
+from dressage.weights.disk import DiskPublisher
+from dressage.weights.engines import ProxyEngines
 from tests.integration.proxy_support import wait_for
 from tests.scripted_http import Answer, scripted_server
 
@@ -282,7 +283,7 @@ async def test_a_restarted_replica_is_told_the_current_version_by_the_catch_up(
     ):
         with start_proxy([engine.base_url], "--port", str(port)) as p1:
             client = ProxyRolloutClient([p0.base_url, p1.base_url])
-            publisher = WeightPublisher(proxy=client, catch_up_interval_s=None)
+            publisher = DiskPublisher(ProxyEngines(client), catch_up_interval_s=None)
             try:
                 await publisher.sync(tmp_path / "weights", "v0")
                 for p in (p0, p1):

@@ -26,7 +26,8 @@ from dressage_testkit.proxy import start_proxy
 from dressage.api.sglang import SGLANG_NEWEST_TESTED
 from dressage.engine.errors import EngineError
 from dressage.proxy.client import ProxyRolloutClient, RolloutError
-from dressage.weights.publisher import WeightPublisher
+from dressage.weights.disk import DiskPublisher
+from dressage.weights.engines import ProxyEngines
 from tests.integration.proxy_support import engine_version, tiny_checkpoint, wait_for
 from tests.scripted_http import Status, scripted_server
 
@@ -70,7 +71,7 @@ async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
             )
         )
         client = ProxyRolloutClient(proxy.base_url)
-        publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=0.2)
+        publisher = DiskPublisher(ProxyEngines(client), pause_mode="abort", catch_up_interval_s=0.2)
 
         async def caught_up(url: str) -> bool:
             view = (await engines_of(proxy.base_url)).get(url)
@@ -144,7 +145,9 @@ async def test_an_engine_that_misses_a_publish_is_held_out_and_caught_up(
     async with scripted_server(a.answer) as url_a, scripted_server(b.answer) as url_b:
         with start_proxy([url_a, url_b], "--health-interval-s", HEALTH_INTERVAL) as proxy:
             client = ProxyRolloutClient(proxy.base_url)
-            publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=None)
+            publisher = DiskPublisher(
+                ProxyEngines(client), pause_mode="abort", catch_up_interval_s=None
+            )
             try:
                 assert await publisher.sync(tmp_path, "v0") is False
                 b.fail = True
@@ -183,7 +186,9 @@ async def test_a_listed_engine_that_is_not_up_yet_does_not_fail_a_publish(tmp_pa
         args = ("--engine-urls-file", str(listing), "--health-interval-s", HEALTH_INTERVAL)
         with start_proxy([], *args) as proxy:
             client = ProxyRolloutClient(proxy.base_url)
-            publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=None)
+            publisher = DiskPublisher(
+                ProxyEngines(client), pause_mode="abort", catch_up_interval_s=None
+            )
             try:
                 assert await publisher.sync(tmp_path, "v0") is False
                 write_engines(listing, [url, starting])
@@ -210,7 +215,9 @@ async def test_a_refused_pause_fails_the_publish_and_leaves_the_proxy_open(tmp_p
     async with scripted_server(a.answer) as url_a, scripted_server(b.answer) as url_b:
         with start_proxy([url_a, url_b], "--health-interval-s", HEALTH_INTERVAL) as proxy:
             client = ProxyRolloutClient(proxy.base_url)
-            publisher = WeightPublisher(proxy=client, pause_mode="abort", catch_up_interval_s=None)
+            publisher = DiskPublisher(
+                ProxyEngines(client), pause_mode="abort", catch_up_interval_s=None
+            )
             try:
                 assert await publisher.sync(tmp_path, "v0") is False
                 b.refuse_pause = True
@@ -239,8 +246,8 @@ async def test_a_restarted_trainer_continues_a_pause_its_killed_predecessor_left
                 await client.pause("abort")  # the killed trainer's publish, never continued
                 async with httpx.AsyncClient(timeout=10) as http:
                     assert (await http.get(proxy.base_url + "/health")).json()["paused"] is True
-                publisher = WeightPublisher(
-                    proxy=client, pause_mode="abort", catch_up_interval_s=None
+                publisher = DiskPublisher(
+                    ProxyEngines(client), pause_mode="abort", catch_up_interval_s=None
                 )
                 try:
                     assert await publisher.sync(tmp_path, "v0") is False

@@ -21,7 +21,8 @@ from dressage.tasks import get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.trainer.checkpoint import RunDir
 from dressage.trainer.session import TrainerSession
-from dressage.weights.publisher import WeightPublisher
+from dressage.weights.disk import DiskPublisher
+from dressage.weights.engines import ProxyEngines
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +65,7 @@ async def test_sync_loop_publishes_versions_that_the_next_batch_carries(tmp_path
         collector = RecordingCollector(
             make_collector(spec, source=source, proxy=proxy, run_tag="t")
         )
-        publisher = WeightPublisher([engine.base_url], proxy=proxy)
+        publisher = DiskPublisher(ProxyEngines(proxy))
         try:
             await train_loop(
                 session, steps=2, collector=collector, publisher=publisher, sink=records.append

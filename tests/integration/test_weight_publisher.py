@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from dressage.engine.errors import EngineError
-from dressage.weights.publisher import WeightPublisher
+from dressage.weights.disk import DiskPublisher
+from dressage.weights.engines import FixedEngines
 from tests.scripted_http import scripted_server
 
 INFO = ("/server_info", "/model_info")
@@ -58,7 +59,7 @@ async def test_an_update_past_its_time_bound_fails_and_generation_still_continue
 ) -> None:
     engine = SlowEngine()
     async with engine.serving() as url:
-        publisher = WeightPublisher([url], pause_mode="abort", update_timeout_s=0.3)
+        publisher = DiskPublisher(FixedEngines([url]), pause_mode="abort", update_timeout_s=0.3)
         try:
             with pytest.raises(EngineError):
                 await publisher.publish(tmp_path, "v1")
@@ -75,7 +76,7 @@ async def test_an_update_within_its_time_bound_publishes(tmp_path: Path) -> None
     engine = SlowEngine()
     engine.release.set()
     async with engine.serving() as url:
-        publisher = WeightPublisher([url], pause_mode="abort", update_timeout_s=30.0)
+        publisher = DiskPublisher(FixedEngines([url]), pause_mode="abort", update_timeout_s=30.0)
         try:
             await publisher.publish(tmp_path, "v1")
         finally:
@@ -112,7 +113,7 @@ async def test_before_the_first_step_engines_get_the_trainers_initial_weights_wh
     engine = SlowEngine()
     engine.release.set()
     async with engine.serving() as url:
-        publisher = WeightPublisher([url], pause_mode="abort")
+        publisher = DiskPublisher(FixedEngines([url]), pause_mode="abort")
         try:
             did = await sync_engines(
                 _Session(0, tmp_path),  # type: ignore[arg-type]

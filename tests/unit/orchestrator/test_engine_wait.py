@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from dressage.proxy.client import EngineSet, EngineView, ProxyRolloutClient
-from dressage.weights.collective import DistributedPublisher
+from dressage.weights.collective import CollectivePublisher
+from dressage.weights.engines import engine_source
 
 
 class _Proxy:
@@ -36,17 +37,16 @@ class _Clock:
         return self.now
 
 
-def _publisher(proxy: Any) -> DistributedPublisher:
+def _publisher(proxy: Any) -> CollectivePublisher:
     def weights() -> Iterator[tuple[str, torch.Tensor]]:
         yield "w", torch.zeros(1)
 
-    return DistributedPublisher(
-        [] if proxy is not None else ["http://127.0.0.1:9"],
+    return CollectivePublisher(
+        engine_source(["http://127.0.0.1:9"], proxy),
         weights=weights,
         master_address="127.0.0.1",
         master_port=0,
         backend="gloo",
-        proxy=proxy,
     )
 
 

@@ -10,7 +10,40 @@ import pytest
 import torch
 
 from dressage.weights.broadcast import DistributedWeightSender, WeightSyncError, buckets
+from dressage.weights.engines import EngineSource
 from dressage.weights.fleet import MembershipChange
+
+
+class _Engines(EngineSource):
+    """An engine set that records pauses and continues (`routed`: a proxy routes around an
+    engine on another version)."""
+
+    def __init__(self, urls: list[str], *, routed: bool = False) -> None:
+        super().__init__()
+        self.urls = urls
+        self._routed = routed
+        self.calls: list[str] = []
+        self.resumed: list[str | None] = []
+
+    @property
+    def routed(self) -> bool:
+        return self._routed
+
+    async def targets(self) -> list[str]:
+        return list(self.urls)
+
+    async def pause(self, mode: str) -> None:
+        self.calls.append("pause")
+
+    async def resume(self, version: str | None) -> None:
+        self.calls.append("continue")
+        self.resumed.append(version)
+
+    async def lagging(self, version: str) -> list[str]:
+        return []
+
+    async def versions(self) -> list[str | None]:
+        return [None for _ in self.urls]
 
 
 def test_buckets_hold_at_most_bucket_bytes_and_pull_one_tensor_ahead() -> None:
@@ -77,7 +110,7 @@ class _FailingSender:
 async def test_a_failed_publish_still_takes_part_in_every_gather_and_continues_generation() -> None:
     """Each tensor is a collective over the trainer gang: rank 0 must consume all of them
     even when a bucket fails, or the other ranks would wait in a gather forever."""
-    from dressage.weights.collective import DistributedPublisher, PublishFollower
+    from dressage.weights.collective import CollectiveFollower, CollectivePublisher
 
     handed: list[str] = []
 
@@ -86,33 +119,24 @@ async def test_a_failed_publish_still_takes_part_in_every_gather_and_continues_g
             handed.append(name)
             yield name, torch.zeros(2)
 
-    publisher = DistributedPublisher(
-        ["http://127.0.0.1:9"],
+    engines = _Engines(["http://127.0.0.1:9"])
+    publisher = CollectivePublisher(
+        engines,
         weights=weights,
         master_address="127.0.0.1",
         master_port=0,
         backend="gloo",
     )
-    calls: list[str] = []
-
-    async def pause() -> None:
-        calls.append("pause")
-
-    async def resume(version: str | None) -> None:
-        calls.append("continue")
-        assert version is None  # the engines keep their old label
-
     publisher.sender = _FailingSender()  # type: ignore[assignment]
-    publisher._pause = pause  # type: ignore[method-assign]
-    publisher._resume = resume  # type: ignore[method-assign]
     with pytest.raises(WeightSyncError, match="not loaded"):
         await publisher.publish(Path(), "v1")
     assert handed == ["a", "b", "c"]
-    assert calls == ["pause", "continue"]
+    assert engines.calls == ["pause", "continue"]
+    assert engines.resumed == [None]  # the engines keep their old label
     await publisher.aclose()
 
     handed.clear()
-    await PublishFollower(weights).publish(Path(), "v1")
+    await CollectiveFollower(weights).publish(Path(), "v1")
     assert handed == ["a", "b", "c"]
 
 
@@ -178,38 +202,30 @@ async def test_an_engine_that_fails_a_publish_fails_it_only_without_a_proxy(
 ) -> None:
     """With a proxy the engines that took the version serve it and the one that did not is
     held out (the publish succeeds, as with disk); without one every engine must take it."""
-    from dressage.weights.collective import DistributedPublisher
+    from dressage.weights.collective import CollectivePublisher
 
     def weights() -> Iterator[tuple[str, torch.Tensor]]:
         yield from (("a", torch.zeros(2)), ("b", torch.zeros(2)), ("c", torch.zeros(2)))
 
-    publisher = DistributedPublisher(
-        ["http://a:1", "http://b:1"],
+    engines = _Engines(["http://a:1", "http://b:1"], routed=with_proxy)
+    publisher = CollectivePublisher(
+        engines,
         weights=weights,
         master_address="127.0.0.1",
         master_port=0,
         backend="gloo",
     )
-    if with_proxy:
-        publisher.proxy = object()  # type: ignore[assignment]
-    resumed: list[str | None] = []
 
     async def nothing(*args: object) -> None:
         return None
 
-    async def resume(version: str | None) -> None:
-        resumed.append(version)
-
     publisher.sender = _HalfFailingSender()  # type: ignore[assignment]
     publisher.start = nothing  # type: ignore[assignment,method-assign]
-    publisher._pause = nothing  # type: ignore[method-assign]
-    publisher._resume = resume  # type: ignore[method-assign]
     publisher.catch_up_interval_s = None
     if with_proxy:
         await publisher.publish(Path("/nonexistent"), "v1")
     else:
         with pytest.raises(WeightSyncError, match=r"http://b:1: connection reset"):
             await publisher.publish(Path("/nonexistent"), "v1")
-    assert resumed == ["v1"]  # the engine that took it serves it either way
-    publisher.proxy = None
+    assert engines.resumed == ["v1"]  # the engine that took it serves it either way
     await publisher.aclose()
