@@ -91,11 +91,6 @@ def muted(item: ScoredSample) -> ScoredSample:
     return ScoredSample(sample, 0.0)
 
 
-def padded_tokens(scored: Sequence[ScoredSample]) -> int:
-    """Tokens of `scored` once padded to its longest sample (what the model processes)."""
-    return len(scored) * max((len(s.sample.tokens) for s in scored), default=0)
-
-
 def micro_batches(scored: Sequence[ScoredSample], max_tokens: int) -> list[list[ScoredSample]]:
     """Split `scored` into micro-batches of at most `max_tokens` padded tokens each.
 

@@ -12,11 +12,16 @@ from dressage.rollout.artifacts.samples import Sample
 from dressage.trainer.batch import (
     ScoredSample,
     micro_batches,
-    padded_tokens,
     score_batch,
     shard,
     to_tensors,
 )
+
+
+def padded_tokens(scored: list[ScoredSample]) -> int:
+    """Tokens of `scored` once padded to its longest sample (what the model processes, and what
+    `micro_batches` bounds)."""
+    return len(scored) * max((len(s.sample.tokens) for s in scored), default=0)
 
 
 def _sample(
