@@ -21,7 +21,7 @@ by seed (`benchmarks/_stress_report.py`: figures, bootstrap intervals, table, pl
 `benchmarks/results/staleness_stress.json` (after every run, so a stopped benchmark keeps what
 it measured), `staleness_stress.md` (the tables) and `staleness_stress.png` (the plot).
 
-    python benchmarks/staleness_stress.py [--steps 24] [--seeds 5] [--threshold 0.6] [--quick]
+    python benchmarks/staleness_stress.py [--steps 20] [--seeds 5] [--threshold 0.6] [--quick]
     python benchmarks/staleness_stress.py --render benchmarks/results/staleness_stress.json
 """
 
@@ -84,7 +84,7 @@ SETTINGS = (
     Setting("tis", "baseline + TIS", {"staleness": OFF, "training": TIS}),
 )
 KEYS = tuple(s.key for s in SETTINGS)
-DEFAULTS = {"steps": 24, "seeds": 5, "threshold": 0.6}
+DEFAULTS = {"steps": 20, "seeds": 5, "threshold": 0.6}
 QUICK = {"steps": 4, "seeds": 2, "threshold": 0.6, "settings": "baseline,kv2-adm"}
 
 
@@ -150,7 +150,7 @@ def report(results: dict[str, Any], out: Path, *, readme: bool = False) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 24)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 20)")
     parser.add_argument("--seeds", type=int, default=None, help="training seeds (default 5)")
     parser.add_argument("--threshold", type=float, default=None, help="reward threshold")
     parser.add_argument("--settings", default=None, help=f"subset of {', '.join(KEYS)}")
