@@ -24,11 +24,21 @@ the trainer waited for its batch, `batch_wait_fraction`), smoothed over steps (E
 `smoothing`), with a dead band `[wait_low, wait_high]`, bounded to
 `[min_concurrency, max_concurrency]`:
 
+The depth starts at one batch (`batch_size` groups in flight).
+
 - *starved* (`w > wait_high`) while the depth is what limits rollout (admission did not hold
   the worker): groups are produced at a rate proportional to the depth until the engines
   saturate, and a trainer that waits a fraction `w` of its step needs production to grow by
   `(1 - wait_target) / (1 - w)` to wait only `wait_target`. The depth moves `gain` (0.5) of
-  the way to that target, at least one group, at most `max_growth` times;
+  the way to that target, at least one group, at most `max_growth` times. The increase is a
+  trial: the step after its rest judges it, and if the trainer still waits (more than
+  `wait_high`, the mean of the two steps since) and got less than half the fall in wait the
+  increase should have brought, it
+  is undone and the depth it started from becomes a ceiling for `ceiling_memory` steps (30,
+  doubled each time a probe past the same depth fails again, up to `MAX_CEILING_STEPS`): the
+  engines are saturated, and more in flight only queues behind them (or, with partial
+  rollout, has more interrupted by every publish). Increases too small to tell from noise
+  (an expected fall below `4 * improvement`) are kept;
 - *ahead* (`w < wait_low` while admission held the worker a share `h >= held_small` of the
   step, smoothed) for `fed_patience` steps in a row: rollout produces `1 / (1 - h)` times what
   the trainer takes (with admission on, over-production always ends in admission holding the
@@ -43,8 +53,8 @@ the trainer waited for its batch, `batch_wait_fraction`), smoothed over steps (E
 After any change both are held for `cooldown` steps: the next batch was mostly started
 before the change, and reacting to it again would overshoot.
 
-The fleet. When the trainer starves while the depth is at its bound (`max_concurrency`
-reached, or admission holds the worker: the budget's window is the limit), only more engines
+The fleet. When the trainer starves while the depth is at its bound (`max_concurrency` or the
+ceiling reached, or admission holds the worker: the budget's window is the limit), only more engines
 feed it within the budget; when the trainer is fed and admission holds the worker most of the
 step, fewer engines would do. `Decision.engine_ratio` says by how much (the same proportional
 estimate, smoothed), and the operator's autoscaler sizes `inference.replicas` from it
@@ -64,6 +74,8 @@ from dressage.api.figures import StepFigures, figure
 
 MAX_RECOVERY_STEPS = 64
 """The longest wait, in steps within budget, before the window widens again."""
+MAX_CEILING_STEPS = 480
+"""The longest a depth that did not feed the trainer stays a ceiling."""
 STALE_REASONS: Final = frozenset({"stale_version", "window_advanced"})
 """The drop reasons of the batch-level control (`DropReason`)."""
 LAG_MAX: Final = figure("version_lag_max").key
@@ -85,8 +97,7 @@ class BudgetSettings:
     min_concurrency: int | None = None
     """The depth's lower bound; None: half a batch (at least 1, at most `max_concurrency`)."""
     initial_concurrency: int | None = None
-    """The depth of the first steps; None: what the widest window admits,
-    `batch_size * (max_lag + 1)`, within the bounds."""
+    """The depth of the first steps; None: one batch (`batch_size`), within the bounds."""
     wait_low: float = 0.03
     wait_high: float = 0.12
     wait_target: float = 0.05
@@ -98,7 +109,11 @@ class BudgetSettings:
     fed_patience: int = 2
     cooldown: int = 1
     recovery: int = 4
-    starve_memory: int = 10
+    starve_memory: int = 20
+    ceiling_memory: int = 30
+    improvement: float = 0.03
+    """The noise an increase is judged against: one expected to lower the wait by four times
+    this or more must deliver half of it (or bring the wait into the band) to stay."""
     held_small: float = 0.1
     """Admission held the worker less than this share of the step: the depth is the limit."""
     held_high: float = 0.5
@@ -140,7 +155,7 @@ class BudgetSettings:
     def start(self) -> int:
         depth = self.initial_concurrency
         if depth is None:
-            depth = self.batch_size * self.max_keep
+            depth = self.batch_size
         return self.clamp(depth)
 
     def clamp(self, depth: int) -> int:
@@ -194,6 +209,15 @@ class BudgetState:
     recovery: int = 0
     starved_at: tuple[tuple[int, int], ...] = ()
     """(step, depth) of the recent starved steps: depths not to step down to again."""
+    trial: tuple[int, float, tuple[float, ...]] | None = None
+    """After an increase: the depth before it, the wait that called for it, and the waits
+    seen since."""
+    ceiling: tuple[int, int] | None = None
+    """(step, depth): an increase from this depth did not feed the trainer; not tried again
+    for `ceiling_for` steps."""
+    ceiling_for: int = 0
+    """How long the ceiling holds: `ceiling_memory`, doubled each time a probe past the same
+    depth fails again (at most `MAX_CEILING_STEPS`)."""
 
     @classmethod
     def initial(cls, settings: BudgetSettings) -> BudgetState:
@@ -209,7 +233,7 @@ class Decision:
     concurrency: int
     keep_versions: int
     reason: str
-    """`hold`, `warmup`, `starved`, `fed`, `over_lag`, `over_kl`, `widen`, `bound`."""
+    """`hold`, `warmup`, `starved`, `no_gain`, `fed`, `over_lag`, `over_kl`, `widen`, `bound`."""
     exceeded: bool
     """The observed batch was over budget."""
     engine_ratio: float
@@ -252,6 +276,8 @@ def decide(settings: BudgetSettings, state: BudgetState, seen: Observation) -> D
     cooldown = max(0, state.cooldown - 1)
     fed_streak, within, recovery = state.fed_streak, state.within, state.recovery
     starved_at = tuple((t, d) for t, d in state.starved_at if steps - t <= s.starve_memory)
+    trial = state.trial
+    ceiling, ceiling_for = state.ceiling, state.ceiling_for
     reason = "hold"
     if steps <= s.warmup_steps:
         reason = "warmup"
@@ -270,13 +296,37 @@ def decide(settings: BudgetSettings, state: BudgetState, seen: Observation) -> D
         within += 1
         if keep < s.max_keep and within >= recovery:
             keep, within, reason = keep + 1, 0, "widen"
+        elif resting and trial is not None and seen.wait_fraction is not None:
+            trial = (trial[0], trial[1], (*trial[2], seen.wait_fraction))
+        elif not resting and trial is not None and seen.wait_fraction is not None:
+            # The step after the rest judges the last increase: kept if the trainer waits
+            # less, else undone, and the depth it started from becomes a ceiling for a while
+            # (the engines are saturated: more in flight only queues, or interrupts more).
+            before, wanted, since = trial
+            trial = None
+            waits = (*since, seen.wait_fraction)
+            now = sum(waits) / len(waits)
+            # Production grows with the depth until the engines saturate: the wait it should
+            # fall to, and whether the fall is large enough to tell from noise.
+            expected = max(0.0, 1.0 - (1.0 - wanted) * depth / before)
+            fall = wanted - expected
+            judged = fall >= 4 * s.improvement
+            if judged and now > s.wait_high and now > wanted - fall / 2:
+                again = state.ceiling is not None and state.ceiling[1] == before
+                ceiling_for = min(MAX_CEILING_STEPS, 2 * ceiling_for) if again else s.ceiling_memory
+                depth, reason, ceiling = before, "no_gain", (steps, before)
+                cooldown = s.cooldown
         elif not resting and wait is not None:
+            top = _top(s, ceiling, ceiling_for, steps)
             depth, reason, fed_streak, starved_at = _depth_step(
-                s, depth, wait, held, seen, fed_streak, starved_at, steps
+                s, depth, top, wait, held, seen, fed_streak, starved_at, steps
             )
             if depth != state.concurrency:
                 cooldown = s.cooldown
-    ratio = _engine_ratio(s, depth, wait, held)
+            if depth > state.concurrency and seen.wait_fraction is not None:
+                trial = (state.concurrency, seen.wait_fraction, ())
+    at_bound = depth >= _top(s, ceiling, ceiling_for, steps)
+    ratio = _engine_ratio(s, at_bound, wait, held)
     engine_ratio = _smooth(state.engine_ratio, ratio, s.smoothing) or 1.0
     new = BudgetState(
         concurrency=depth,
@@ -291,6 +341,9 @@ def decide(settings: BudgetSettings, state: BudgetState, seen: Observation) -> D
         within=within,
         recovery=recovery,
         starved_at=starved_at,
+        trial=trial,
+        ceiling=ceiling,
+        ceiling_for=ceiling_for,
     )
     changed = (depth, keep) != (state.concurrency, state.keep_versions)
     return Decision(depth, keep, reason, exceeded, engine_ratio, changed, new)
@@ -299,6 +352,7 @@ def decide(settings: BudgetSettings, state: BudgetState, seen: Observation) -> D
 def _depth_step(
     s: BudgetSettings,
     depth: int,
+    top: int,
     wait: float,
     held: float,
     seen: Observation,
@@ -309,11 +363,11 @@ def _depth_step(
     """The depth's move inside the budget: (depth, reason, fed streak, starved depths)."""
     if wait > s.wait_high:
         starved_at = (*starved_at, (steps, depth))
-        if depth >= s.max_concurrency or held >= s.held_small:
+        if depth >= top or held >= s.held_small:
             return depth, "bound", 0, starved_at
         target = depth * min(s.max_growth, (1.0 - s.wait_target) / (1.0 - wait))
         step = max(1, round(s.gain * (target - depth)))
-        return s.clamp(depth + step), "starved", 0, starved_at
+        return min(top, s.clamp(depth + step)), "starved", 0, starved_at
     ahead = wait < s.wait_low and held >= s.held_small
     dropping = seen.stale_drops > s.batch_size // 4
     if not (ahead or dropping):
@@ -332,11 +386,20 @@ def _depth_step(
     return lower, "fed", 0, starved_at
 
 
-def _engine_ratio(s: BudgetSettings, depth: int, wait: float | None, held: float) -> float | None:
+def _top(s: BudgetSettings, ceiling: tuple[int, int] | None, hold: int, steps: int) -> int:
+    """The depth's upper bound now: `max_concurrency`, or a ceiling still in force."""
+    if ceiling is None or steps - ceiling[0] > hold:
+        return s.max_concurrency
+    return min(s.max_concurrency, ceiling[1])
+
+
+def _engine_ratio(
+    s: BudgetSettings, at_bound: bool, wait: float | None, held: float
+) -> float | None:
     """Engines wanted over engines serving, from this step (None: no evidence)."""
     if wait is None:
         return None
-    if wait > s.wait_high and (depth >= s.max_concurrency or held >= s.held_small):
+    if wait > s.wait_high and (at_bound or held >= s.held_small):
         return min(2.0, max(1.0, (1.0 - s.wait_target) / (1.0 - wait)))
     if wait < s.wait_low and held > s.held_high:
         return max(0.5, (1.0 - held) / (1.0 - s.held_target))

@@ -52,7 +52,7 @@ def test_an_auto_run_stays_within_its_budget_and_shows_its_decisions(tmp_path: P
     finally:
         runner.kill()
     start = next(line for line in runner.lines if "staleness budget: version lag at most" in line)
-    assert "depth 4 of at most 8 groups, keepVersions 2" in start, start
+    assert "depth 2 of at most 8 groups, keepVersions 2" in start, start
     steps = [line for line in runner.lines if line.startswith("step ")]
     assert len(steps) == 8, runner.output[-4000:]
     assert all("  depth " in line and "  keep " in line for line in steps), steps

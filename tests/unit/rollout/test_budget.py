@@ -99,18 +99,22 @@ def test_on_a_noisy_trainer_the_depth_settles_and_does_not_oscillate(
 ) -> None:
     """After 40 steps of settling, 120 more: the depth changes direction at most 6 times
     (a probe down and the step back up, every `starve_memory` steps at most) and its spread is
-    within a tenth of its mean; it stays in its bounds and keeps the trainer fed (the
-    throughput within 15 % of the plant's best at the widest window). With late tails (a
-    batch over budget now and then) the window narrows and widens with back-off meanwhile."""
+    within a tenth of its mean (or a one-group dither, at depths of a few groups); it stays in
+    its bounds and keeps the trainer fed (the throughput within 15 % of the plant's best).
+    With late tails (a batch over budget now and then) the window narrows and widens with
+    back-off meanwhile."""
     rng = random.Random(seed)
     plant = Plant(train_s=train_s, latency_s=latency_s, noise=noise, tail=tail)
     c = controller(max_lag=3)
     depths, rates = drive(c, plant, 160, rng)
     settled = depths[40:]
     assert direction_changes(settled) <= 6, settled
-    assert statistics.pstdev(settled) <= 0.1 * statistics.mean(settled), settled
+    assert statistics.pstdev(settled) <= max(0.1 * statistics.mean(settled), 0.6), settled
     assert all(c.settings.floor <= d <= c.settings.max_concurrency for d in depths)
-    best = max(Plant(train_s=train_s, latency_s=latency_s).step(d, 4, rng)[1] for d in (32, 64))
+    # A late tail now and then narrows the window, for a while, to maxLagVersions: the
+    # budget's price, so the reference is the best at that window.
+    keep = 3 if tail else 4
+    best = max(Plant(train_s=train_s, latency_s=latency_s).step(d, keep, rng)[1] for d in (32, 64))
     assert statistics.mean(rates[40:]) >= 0.85 * best
 
 
@@ -137,8 +141,8 @@ def test_a_step_change_in_trainer_speed_is_followed_within_twenty_steps(
 
 def test_starting_depth_is_what_the_widest_window_admits() -> None:
     s = BudgetSettings(max_lag=2, batch_size=8, max_concurrency=32)
-    assert (s.start, s.max_keep, s.floor) == (24, 3, 4)
-    assert BudgetSettings(max_lag=5, batch_size=16, max_concurrency=32).start == 32
+    assert (s.start, s.max_keep, s.floor) == (8, 3, 4)
+    assert BudgetSettings(max_lag=5, batch_size=64, max_concurrency=32).start == 32
     assert BudgetSettings.of(
         StalenessBudget(max_lag_versions=1, max_mismatch_kl=0.01), batch_size=4, max_concurrency=8
     ) == BudgetSettings(max_lag=1, max_kl=0.01, batch_size=4, max_concurrency=8)
@@ -181,13 +185,31 @@ def test_a_mismatch_kl_over_its_ceiling_narrows_down_to_one_then_cuts_the_depth(
 
 
 def test_a_starved_trainer_at_the_depths_bound_asks_for_engines() -> None:
+    """Each increase feeds the trainer a little more until the depth's bound; there it still
+    waits, and only more engines would feed it."""
     c = controller(max_lag=2, max_depth=16)
     c.observe(Observation(wait_fraction=0.6))
-    for _ in range(6):
-        d = c.observe(Observation(wait_fraction=0.5))
+    wait = 0.6
+    for _ in range(12):
+        d = c.observe(Observation(wait_fraction=wait))
+        wait = max(0.25, 1.0 - 0.4 * c.concurrency / 8)
     assert c.concurrency == 16
     assert d.reason == "bound"
-    assert 1.5 < d.engine_ratio <= 2.0
+    assert d.engine_ratio == pytest.approx(0.95 / 0.75, abs=0.02)  # to wait 0.05, not 0.25
+
+
+def test_an_increase_that_does_not_feed_the_trainer_is_undone_and_becomes_a_ceiling() -> None:
+    """Engines saturated: the wait does not fall with more depth (more in flight only queues),
+    so the trial increase is undone, the depth stays at its start and the fleet is asked to
+    grow; a probe again only after `ceiling_memory` steps."""
+    c = controller(max_lag=2, max_depth=64)
+    reasons = Counter()
+    for _ in range(25):
+        d = c.observe(Observation(wait_fraction=0.5))
+        reasons[d.reason] += 1
+    assert (c.concurrency, reasons["starved"], reasons["no_gain"]) == (8, 1, 1)
+    assert reasons["bound"] >= 20
+    assert d.engine_ratio > 1.5
 
 
 def test_a_fed_trainer_with_rollout_held_back_has_engines_to_spare() -> None:
@@ -202,7 +224,7 @@ def test_inside_the_dead_band_nothing_moves() -> None:
     c = controller()
     for wait in [0.5] + [0.05, 0.1, 0.04, 0.11, 0.06] * 5:
         d = c.observe(Observation(wait_fraction=wait, lag_max=1.0))
-    assert (d.concurrency, d.keep_versions, d.engine_ratio) == (24, 3, 1.0)
+    assert (d.concurrency, d.keep_versions, d.engine_ratio) == (8, 3, 1.0)
 
 
 class Recorder:
@@ -221,15 +243,15 @@ def test_steering_steers_the_collector_on_a_change_and_records_every_decision() 
     steering = BudgetSteering(controller(max_depth=32), recorder, lines.append)
     starved = StepFigures(version_lag_max=1.0).timed(3.0, 1.0, 0.0)
     first = steering.after_step(starved)
-    assert (first.budget_concurrency, first.budget_keep_versions) == (24.0, 3.0)
+    assert (first.budget_concurrency, first.budget_keep_versions) == (8.0, 3.0)
     assert (first.budget_max_lag, first.budget_changes) == (2.0, 0)
     assert recorder.calls == []
     second = steering.after_step(starved)
-    assert second.budget_concurrency == 32.0
+    assert second.budget_concurrency == 12.0
     assert second.budget_changes == 1
-    assert recorder.calls == [(32, 3)]
+    assert recorder.calls == [(12, 3)]
     assert lines == [
-        "staleness budget: depth 24 -> 32, keepVersions 3 -> 3 (starved: trainer waited 0.75 "
+        "staleness budget: depth 8 -> 12, keepVersions 3 -> 3 (starved: trainer waited 0.75 "
         "of the step, lag max 1.00 of 2, admission held 0.00)"
     ]
     over = steering.after_step(StepFigures(version_lag_max=3.0).timed(0.1, 1.0, 0.0))
