@@ -76,7 +76,8 @@ class ChildFailed(RuntimeError):
 
 
 class ChildProcess:
-    """One child process whose output goes to `log_path` (None: kept in `output` only)."""
+    """One child process: its output lines kept in `output` and appended to `log_path` (None:
+    no log file)."""
 
     def __init__(
         self,
