@@ -18,7 +18,7 @@ JOB = "budget-run"
 MAX_LAG = 1
 
 
-def _manifest(tmp: Path) -> Path:
+def _manifest(tmp: Path, separate: bool) -> Path:
     job = {
         "apiVersion": "dressage.io/v1alpha1",
         "kind": "AsyncRLJob",
@@ -34,9 +34,16 @@ def _manifest(tmp: Path) -> Path:
                 "batchSize": 2,
                 "concurrency": 8,
                 "maxNewTokens": 3,
+                "separateProcess": separate,
             },
             "training": {"steps": 8, "learningRate": 1e-3},
-            "local": {"metricsPort": 0, "cacheDir": str(tmp / "cache")},
+            # Paced decode steps: rollout slower than training, so the trainer waits and the
+            # controller raises the depth.
+            "local": {
+                "metricsPort": 0,
+                "cacheDir": str(tmp / "cache"),
+                "engineMinStepIntervalMs": 100,
+            },
         },
     }
     path = tmp / "job.yaml"
@@ -44,9 +51,14 @@ def _manifest(tmp: Path) -> Path:
     return path
 
 
-def test_an_auto_run_stays_within_its_budget_and_shows_its_decisions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("separate", [False, True], ids=["in-process", "rollout-process"])
+def test_an_auto_run_stays_within_its_budget_and_shows_its_decisions(
+    tmp_path: Path, separate: bool
+) -> None:
+    """In the trainer's process and in a rollout process of its own (the decision then
+    travels over the pipe as a `steer` command)."""
     workdir = tmp_path / "runs"
-    runner = Runner(_manifest(tmp_path), workdir)
+    runner = Runner(_manifest(tmp_path, separate), workdir)
     try:
         assert runner.wait() == 0, runner.output[-4000:]
     finally:
@@ -67,3 +79,9 @@ def test_an_auto_run_stays_within_its_budget_and_shows_its_decisions(tmp_path: P
         assert record["budget_exceeded_steps"] == 0
     report = json.loads((workdir / JOB / "report.json").read_text())
     assert report["summary"]["budget_exceeded_steps"] == 0
+    # The trainer waited for its batches, so the depth went up: decided after a step, said
+    # in the log, and applied to the collector (over the pipe with a rollout process).
+    assert report["summary"]["budget_changes"] >= 1
+    raised = [line for line in runner.lines if line.startswith("staleness budget: depth 2 -> ")]
+    assert raised, runner.output[-4000:]
+    assert max(r["staleness/budget_concurrency"] for r in history) > 2
