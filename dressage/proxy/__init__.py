@@ -9,10 +9,12 @@ Modules: `app` (routes and lifespan), `middleware` (auth, limits, per-endpoint m
 `turns` (one model turn: plan, generate, check, record), `generation` (engine calls, pauses,
 resumes), `span_rule` (the version rule), `sessions` and `records` (trajectories and their
 segment records), `engine_pool` (the engines and routing among them), `upstream` (pooled
-keep-alive connections to them), `background` (health, versions, expiry), `client` (the typed client
-agents, collectors and the publisher use). `openai/` is the OpenAI-compatible layer (chat
-templates, replies, tool calls, `/v1/chat/completions`): the core never imports it, only
-`app` mounts its routes (an import contract holds this).
+keep-alive connections to them; what is sent over them and how answers are read is the
+engine contract's, `dressage.engine.wire`, shared with `dressage.engine.client`),
+`background` (health, versions, expiry), `client` (the typed client agents, collectors and
+the publisher use). `openai/` is the OpenAI-compatible layer (chat templates, replies, tool
+calls, `/v1/chat/completions`): the core never imports it, only `app` mounts its routes (an
+import contract holds this).
 
 This package never imports torch: the proxy image does not ship it.
 """

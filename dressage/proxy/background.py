@@ -9,8 +9,8 @@ import logging
 
 import orjson
 
-from dressage.data.versions import normalize_version
-from dressage.engine.sglang_support import SERVER_INFO_ROUTES, WEIGHT_VERSION_ROUTES, parse_version
+from dressage.engine.sglang_support import SERVER_INFO_ROUTES, WEIGHT_VERSION_ROUTES
+from dressage.engine.wire import HEALTH, first_served, release_of, weight_version_of
 from dressage.proxy.config import read_engine_urls
 from dressage.proxy.engine_pool import EngineState
 from dressage.proxy.state import ProxyState
@@ -96,7 +96,7 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
     epoch = gate.epoch
     timeout_s = max(PROBE_TIMEOUT_FLOOR_S, min(5.0, state.config.health_interval_s * 2))
     try:
-        reply = await connections.request("GET", url, "/health", timeout_s=timeout_s)
+        reply = await connections.request("GET", url, HEALTH, timeout_s=timeout_s)
         ok = reply.status == 200
         reason = f"health check answered HTTP {reply.status}"
     except UpstreamError as exc:
@@ -129,14 +129,14 @@ async def get_moved(
     timeout_s: float,
 ) -> tuple[str, Reply]:
     """GET the route of `routes` (a route that moved between releases, newest name first) the
-    engine serves: `known` when it answered before, else each in turn while they answer 404.
-    Returns the path asked last and its reply; `UpstreamError` when the engine did not reply."""
-    candidates = (known,) if known is not None else routes
-    for path in candidates:
-        reply = await connections.request("GET", url, path, timeout_s=timeout_s)
-        if reply.status != 404 or path == candidates[-1]:
-            return path, reply
-    raise AssertionError("unreachable")  # pragma: no cover
+    engine serves (`wire.first_served`: `known` when it answered before, else each in turn
+    while they answer 404). Returns the path asked last and its reply; `UpstreamError` when
+    the engine did not reply."""
+
+    async def get(path: str) -> Reply:
+        return await connections.request("GET", url, path, timeout_s=timeout_s)
+
+    return await first_served(routes, get, lambda reply: reply.status == 404, known=known)
 
 
 async def read_weight_version(
@@ -154,7 +154,7 @@ async def read_weight_version(
         return None
     if engine is not None and reply.status == 200:
         engine.version_route = path
-    return normalize_version(data.get("weight_version")) if isinstance(data, dict) else None
+    return weight_version_of(data)
 
 
 async def refresh_weight_versions(state: ProxyState, connections: EngineConnections) -> None:
@@ -175,17 +175,9 @@ async def _release(connections: EngineConnections, url: str) -> str | None:
     """The SGLang release an engine reports in its server info (`version`), if it does."""
     try:
         _, reply = await get_moved(connections, url, SERVER_INFO_ROUTES, None, _INFO_TIMEOUT_S)
-        info = orjson.loads(reply.body) if reply.status == 200 else None
+        return release_of(orjson.loads(reply.body) if reply.status == 200 else None)
     except (UpstreamError, ValueError):
         return None
-    version = info.get("version") if isinstance(info, dict) else None
-    if not isinstance(version, str):
-        return None
-    try:
-        parse_version(version)
-    except ValueError:
-        return None
-    return version
 
 
 async def expiry_loop(state: ProxyState) -> None:

@@ -48,7 +48,10 @@ routing of every forwarded token of the piece's input and output; across the pie
 resumed turn a position keeps its first report (`dressage.data.expert_routing`).
 
 The engines are called through `EngineConnections` (pooled keep-alive connections): it is
-on the hot path, and its CPU per request is most of what the proxy adds to a generation.
+on the hot path, and its CPU per request is most of what the proxy adds to a generation. What
+is sent and how an answer's status is read are the engine contract's (`dressage.engine.wire`:
+the body for each release, the error class of a status, the field a refusal names), shared
+with `dressage.engine.client`.
 """
 
 from __future__ import annotations
@@ -68,8 +71,15 @@ from dressage.data.spans import (
     spans_from_sglang,
     spans_to_sglang,
 )
-from dressage.engine.protocol import error_message
+from dressage.engine.errors import EngineRequestError, EngineUnavailable
 from dressage.engine.sglang_support import SGLANG_MIN_VERSION
+from dressage.engine.wire import (
+    GENERATE,
+    UnsupportedField,
+    body_for_release,
+    refused_field,
+    status_error,
+)
 from dressage.proxy import errors
 from dressage.proxy.drain import (
     LOST_AFTER_TOKENS,
@@ -81,7 +91,6 @@ from dressage.proxy.drain import (
 )
 from dressage.proxy.engine_pool import EnginePool, EngineState
 from dressage.proxy.errors import ProxyError, invalid
-from dressage.proxy.release_body import body_for_release, refused_field
 from dressage.proxy.sessions import Session
 from dressage.proxy.span_rule import StalenessRefusal, VersionRule
 from dressage.proxy.upstream import (
@@ -498,12 +507,16 @@ class Generator:
             release = engine.release or SGLANG_MIN_VERSION
             payload = payloads.get(release)
             if payload is None:
-                payload = payloads[release] = dumps(body_for_release(body, release))
+                try:
+                    shaped = body_for_release(body, release)
+                except UnsupportedField as exc:
+                    raise invalid(str(exc), exc.field) from None
+                payload = payloads[release] = dumps(shaped)
             session.engine_url = engine.url
             engine.inflight += 1
             try:
                 reply = await self.connections.request(
-                    "POST", engine.url, "/generate", payload, timeout_s=self.engine_timeout_s
+                    "POST", engine.url, GENERATE, payload, timeout_s=self.engine_timeout_s
                 )
             except ConnectFailed as exc:
                 # The request never reached the engine: another one can take it.
@@ -537,26 +550,26 @@ class Generator:
                 ) from exc
             finally:
                 engine.inflight -= 1
-            status, raw = reply.status, reply.body
-            if status == 503:
+            failure = status_error(reply.status, reply.body, url=engine.url)
+            if isinstance(failure, EngineUnavailable):
                 # Busy (SGLang: "The request queue is full."), not dead: see the module doc.
-                busy[engine.url] = f"HTTP 503: {_message(raw)}"
+                busy[engine.url] = f"HTTP 503: {failure.message}"
                 self.on_busy(engine.url)
                 continue
-            if 400 <= status < 500:
-                message = _message(raw)
+            if isinstance(failure, EngineRequestError):
+                message = failure.message
                 raise invalid(
                     f"engine {engine.url} refused the request: {message}", refused_field(message)
                 )
-            if status >= 400:
+            if failure is not None:
                 raise ProxyError(
                     502,
                     errors.ENGINE_ERROR,
-                    f"engine {engine.url} answered HTTP {status}: {_message(raw)}",
-                    detail={"engine": engine.url, "status": status},
+                    f"engine {engine.url} answered HTTP {reply.status}: {failure.message}",
+                    detail={"engine": engine.url, "status": reply.status},
                 )
             try:
-                return engine, loads(raw)
+                return engine, loads(reply.body)
             except ValueError:
                 raise ProxyError(
                     502, errors.ENGINE_ERROR, f"engine {engine.url} answered non-JSON"
@@ -566,11 +579,6 @@ class Generator:
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else str(exc)
         self.pool.mark_down(url, reason)
         return reason
-
-
-def _message(raw: bytes) -> str:
-    """The error text of an engine's error body, in any of SGLang's shapes."""
-    return error_message(raw[:2000])
 
 
 def _failure_name(exc: BaseException) -> str:

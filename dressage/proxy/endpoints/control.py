@@ -33,6 +33,7 @@ import orjson
 from dressage.asgi import Answer, HttpRequest
 from dressage.data.versions import normalize_version
 from dressage.engine import sglang_support as sglang
+from dressage.engine.wire import CONTINUE_GENERATION, PAUSE_GENERATION
 from dressage.proxy import errors
 from dressage.proxy.answers import error_response, json_response
 from dressage.proxy.background import refresh_weight_versions
@@ -62,7 +63,7 @@ async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -
     state.gate.pause()
     if not to_engines:
         return _control_answer(_Results({}, set()), state)
-    failures = await _broadcast(state, "/pause_generation", {"mode": mode}, legacy_body={})
+    failures = await _broadcast(state, PAUSE_GENERATION, {"mode": mode}, legacy_body={})
     return _control_answer(failures, state)
 
 
@@ -71,7 +72,7 @@ async def continue_generation(
 ) -> Answer:
     stated = "weight_version" in body
     version = _weight_version(body) if stated else None
-    failures = await _broadcast(state, "/continue_generation", {})
+    failures = await _broadcast(state, CONTINUE_GENERATION, {})
     if stated:
         await _apply_weight_version(state, version)
     state.gate.resume()

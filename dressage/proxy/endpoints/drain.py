@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from dressage.asgi import Answer, HttpRequest
+from dressage.engine.wire import ABORT_REQUEST
 from dressage.proxy import errors
 from dressage.proxy.answers import json_response
 from dressage.proxy.config import normalize_engine_urls
@@ -120,7 +121,7 @@ async def _abort_all(connections: EngineConnections, engine: EngineState) -> Non
         reply = await connections.request(
             "POST",
             engine.url,
-            "/abort_request",
+            ABORT_REQUEST,
             ABORT_ALL_BODY,
             timeout_s=_ABORT_TIMEOUT_S,
             fresh=True,

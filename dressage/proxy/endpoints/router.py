@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from dressage.asgi import Answer, HttpRequest
+from dressage.engine.wire import ABORT_REQUEST
 from dressage.proxy import errors
 from dressage.proxy.answers import json_response
 from dressage.proxy.config import normalize_engine_urls
@@ -133,7 +134,7 @@ async def abort_request(state: ProxyState, request: HttpRequest, body: dict[str,
     async def send(url: str) -> str | None:
         try:
             reply = await connections.request(
-                "POST", url, "/abort_request", payload, timeout_s=_ABORT_TIMEOUT_S, fresh=True
+                "POST", url, ABORT_REQUEST, payload, timeout_s=_ABORT_TIMEOUT_S, fresh=True
             )
         except UpstreamError as exc:
             return f"{type(exc).__name__}: {exc}"
