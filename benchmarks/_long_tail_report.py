@@ -100,6 +100,7 @@ def render_markdown(
             f"| {_f(entry.get('wait_s_per_step_engine'))} "
             f"| {_f(entry.get('wait_s_per_step_trainer'))} |"
         )
+    lines += length_lines(results)
     lines += ["", verdict(results)]
     if compare is not None:
         lines += compare_lines(results, compare)
@@ -111,6 +112,38 @@ def render_markdown(
     # does not resolve.
     lines += ["", f"The plot of these runs: `{plot}`.", "", END, ""]
     return "\n".join(lines)
+
+
+def length_lines(results: dict[str, Any]) -> list[str]:
+    """Length bias per setting: the mean response length generated (completed groups, trained
+    or dropped after) against trained, their ratio, and the long responses (over 64 tokens)
+    the batch sink dropped of those generated."""
+    stated = results.get("stated_mean_response_tokens")
+    lines = [
+        "",
+        "Length bias (medians over repeats; generated: the samples of the groups that "
+        "completed, trained or dropped after; the job's stated mean is "
+        f"{_f(stated, 2)} tokens):",
+        "",
+        "| setting | generated mean length | trained mean length | trained / generated "
+        "| trained / stated | long samples (> 64 tokens) dropped at the sink |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for entry in results["summary"].values():
+        trained = entry.get("trained_mean_response_tokens")
+        long_total = entry.get("long_samples_generated")
+        long_dropped = entry.get("long_samples_dropped")
+        dropped = (
+            f"{long_dropped} of {long_total}"
+            if long_total is not None and long_dropped is not None
+            else "-"
+        )
+        lines.append(
+            f"| {entry['label']} | {_f(entry.get('generated_mean_response_tokens'), 1)} "
+            f"| {_f(trained, 1)} | {_f(entry.get('length_bias'), 3)} "
+            f"| {_f(trained / stated if trained and stated else None, 3)} | {dropped} |"
+        )
+    return lines
 
 
 def verdict(results: dict[str, Any]) -> str:

@@ -36,8 +36,11 @@ busy fraction (share of its 128 decode slots that produced a token, the tail's i
 visible) and active fraction (share of time it stepped at all), read from the engine's own
 counters; median and p99 step time; the trained samples' version-span distribution and share
 of multi-version samples; `train_rollout_logprob_abs_diff`; groups dropped and trajectories
-refused; the trained samples' mean response length against the distribution's (the groups
-dropped for staleness are the ones with a long member); the engine tokens generated and the
+refused; length bias: the mean response length of the samples generated (the completed
+groups, trained or dropped after) against those trained, their ratio, the trained mean against
+the distribution's, and the long samples (over 64 tokens) the batch sink dropped, from the
+step figures `length/generated_mean_tokens`, `length/trained_mean_tokens` and
+`dropped_samples_by_length`; the engine tokens generated and the
 CPU each process spent per trained sample, and the seconds per step its threads waited for a
 core (what other work on the machine took); reward against wall clock. Per setting the
 medians over repeats (drops and refusals per run, spans summed). About 35 s per run (startup,
@@ -86,6 +89,7 @@ from _runs import (
     write_result,
 )
 
+from dressage.api.figures import LENGTH_BUCKETS, figure
 from dressage.api.job import TaskSpec
 from dressage.data.samples import VERSION_SPAN_SAMPLES
 from dressage.tasks.long_tail import from_spec as long_tail_task
@@ -109,6 +113,11 @@ ASYNC_PLACEMENT = "trainer-core"
 on an idle machine) it trained 65.5 samples/s against 61.9 with rollout on the engine's core,
 where the engine's threads waited 0.66 s per step for the core instead of 0.37."""
 LOGPROB_DIFF = "train_rollout_logprob_abs_diff"
+GENERATED_SAMPLES = figure("generated_samples").key
+GENERATED_BY_LENGTH = figure("generated_samples_by_length").key
+DROPPED_BY_LENGTH = figure("dropped_samples_by_length").key
+LONG_BUCKETS = LENGTH_BUCKETS[2:]
+"""The buckets of the long responses (over 64 tokens: the task's tail at 20x the median)."""
 EXIT_INTERRUPTED = 130
 """`dressage run`'s exit status when stopped by SIGINT (`dressage.runner.cli`)."""
 
@@ -236,6 +245,12 @@ def run_figures(
     diffs = [float(h[LOGPROB_DIFF]) for h in steady if LOGPROB_DIFF in h]
     curve = reward_curve(history)
     late = [r for t, r in curve if t >= curve[-1][0] / 2] if curve else []
+    generated_tokens = sum(float(h.get("generated_tokens", 0.0)) for h in steady)
+    generated_samples = sum(float(h.get(GENERATED_SAMPLES, 0.0)) for h in steady)
+    by_length = {
+        name: sum(int(h.get(key, {}).get(bucket, 0)) for h in steady for bucket in LONG_BUCKETS)
+        for name, key in (("generated", GENERATED_BY_LENGTH), ("dropped", DROPPED_BY_LENGTH))
+    }
     engine_tokens = engine.get("engine_tokens")
     prefill = engine.get("engine_prefill_tokens")
     # CPU per trained sample by process, and the seconds per step each process waited for a
@@ -281,6 +296,16 @@ def run_figures(
         "failed_groups": sum(_total(h.get("failed_groups", 0)) for h in steady),
         "admissions_held": sum(int(h.get("admissions_held", 0)) for h in steady),
         "trained_mean_response_tokens": steady_tokens / samples if samples else None,
+        "generated_mean_response_tokens": (
+            generated_tokens / generated_samples if generated_samples else None
+        ),
+        "length_bias": (
+            (steady_tokens / samples) / (generated_tokens / generated_samples)
+            if samples and generated_samples and generated_tokens
+            else None
+        ),
+        "long_samples_generated": by_length["generated"],
+        "long_samples_dropped": by_length["dropped"],
         "reward_curve": curve,
         "reward_late": sum(late) / len(late) if late else None,
     }
@@ -331,6 +356,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "staleness_failures": sum(r["staleness_failures"] for r in runs),
         "admissions_held": sum(r["admissions_held"] for r in runs),
         "trained_mean_response_tokens": med("trained_mean_response_tokens"),
+        "generated_mean_response_tokens": med("generated_mean_response_tokens"),
+        "length_bias": med("length_bias"),
+        "long_samples_generated": sum(r.get("long_samples_generated", 0) for r in runs),
+        "long_samples_dropped": sum(r.get("long_samples_dropped", 0) for r in runs),
         "reward_late": med("reward_late"),
     }
 

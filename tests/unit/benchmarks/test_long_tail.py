@@ -66,6 +66,35 @@ def test_run_figures_cover_the_steps_after_the_warm_up_and_the_reward_curve_ever
     assert later["dropped_total"] == 0
 
 
+def test_length_bias_is_trained_against_generated_mean_length_after_the_warm_up() -> None:
+    """Generated 20 samples of 16 tokens in the measured steps (long ones among them, two of
+    those dropped at the sink), trained 16 of 10 tokens: a bias of 10 / 16."""
+    history = [
+        _step(1, 10.0, spans={1: 8}),
+        _step(2, 2.0, spans={1: 8}),
+        _step(3, 2.0, spans={1: 8}),
+    ]
+    for record in history[1:]:
+        record.update(
+            generated_tokens=160.0,
+            generated_samples=10.0,
+            generated_samples_by_length={"le16": 8, "le256": 1, "gt256": 1},
+            dropped_samples_by_length={"le256": 1},
+        )
+    figures = long_tail.run_figures(history, {}, warmup=1)
+    assert figures["generated_mean_response_tokens"] == pytest.approx(16.0)
+    assert figures["trained_mean_response_tokens"] == pytest.approx(10.0)
+    assert figures["length_bias"] == pytest.approx(10 / 16)
+    assert (figures["long_samples_generated"], figures["long_samples_dropped"]) == (4, 2)
+    block = report.length_lines(
+        {
+            "stated_mean_response_tokens": 20.0,
+            "summary": {"x": {"label": "x", **long_tail.summarize([figures])}},
+        }
+    )
+    assert "| x | 16.0 | 10.0 | 0.625 | 0.500 | 2 of 4 |" in block
+
+
 def test_engine_utilisation_is_the_share_of_decode_slots_and_of_time_used() -> None:
     def sample(step: int, at: float, slot_s: float, active_s: float) -> EngineSample:
         stats = {
