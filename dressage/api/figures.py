@@ -47,6 +47,7 @@ from dressage.api.figure_model import (
     gauge,
     read_declaration,
 )
+from dressage.api.lengths import LENGTH_BUCKETS, length_bucket
 
 __all__ = [
     "LENGTH_BUCKETS",
@@ -68,17 +69,6 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound="StepFigures")
-
-LENGTH_BUCKETS = ("le16", "le64", "le256", "gt256")
-"""The response-length buckets of the length figures: at most 16, 64, 256 tokens, and more."""
-
-
-def length_bucket(tokens: int) -> str:
-    """The bucket (`LENGTH_BUCKETS`) of a response of `tokens` tokens."""
-    for bound, name in zip((16, 64, 256), LENGTH_BUCKETS, strict=False):
-        if tokens <= bound:
-            return name
-    return LENGTH_BUCKETS[-1]
 
 
 @dataclass
