@@ -54,11 +54,14 @@ After any change both are held for `cooldown` steps: the next batch was mostly s
 before the change, and reacting to it again would overshoot.
 
 The fleet. When the trainer starves while the depth is at its bound (`max_concurrency` or the
-ceiling reached, or admission holds the worker: the budget's window is the limit), only more engines
-feed it within the budget; when the trainer is fed and admission holds the worker most of the
-step, fewer engines would do. `Decision.engine_ratio` says by how much (the same proportional
-estimate, smoothed), and the operator's autoscaler sizes `inference.replicas` from it
-(`staleness/budget_engine_ratio`).
+ceiling reached, or admission holds the worker), the depth cannot feed it and
+`Decision.engine_ratio` asks for more engines by the same proportional estimate, smoothed; when
+the trainer is fed and admission holds the worker most of the step, the ratio falls below 1.
+The operator's autoscaler sizes `inference.replicas` from it (`staleness/budget_engine_ratio`),
+but adds no engine while the trained data's lag is already at the budget
+(`dressage_operator.budget_scale`): there the version window, not the fleet, is taken to be the
+limit, and the job pays for freshness with a trainer that waits, which the step line and the
+`AtStalenessBudget` reason show.
 """
 
 from __future__ import annotations
