@@ -57,6 +57,7 @@ from typing import Any
 
 import httpx
 
+from dressage.engine import wire
 from dressage.engine.errors import (
     EngineError,
     EngineRequestError,
@@ -83,12 +84,10 @@ from dressage.engine.protocol import (
 from dressage.engine.sglang_support import (
     DESTROY_WEIGHTS_UPDATE_GROUP,
     FLATTENED_BUCKET,
-    LATER_SAMPLING_PARAM_KEYS,
     MODEL_INFO_ROUTES,
     PAUSE_MODES,
-    ROUTED_EXPERTS,
-    ROUTED_EXPERTS_START_LEN,
     SERVER_INFO_ROUTES,
+    SGLANG_MIN_VERSION,
     UPDATE_FLUSH_CACHE,
     WEIGHT_VERSION_ROUTES,
     Feature,
@@ -172,7 +171,7 @@ class EngineClient:
         body = await self._generate_body(req)
         body.pop("stream", None)
         response = await self._send(
-            "POST", "/generate", json_body=body, request_timeout=self._generate_timeout
+            "POST", wire.GENERATE, json_body=body, request_timeout=self._generate_timeout
         )
         return GenerateResponse.model_validate(self._json(response))
 
@@ -183,7 +182,7 @@ class EngineClient:
         chunk; 0.5.23: all so far, like `text`, the logprobs and `completion_tokens` in both);
         a chunk with fewer ids than its `completion_tokens` is taken as new ones and added."""
         body = await self._generate_body(req) | {"stream": True}
-        url = self.base_url + "/generate"
+        url = self.base_url + wire.GENERATE
         output_ids: list[int] = []
         try:
             async with self._client.stream(
@@ -191,7 +190,7 @@ class EngineClient:
             ) as response:
                 if response.status_code >= 400:
                     await response.aread()
-                    raise self._status_error(url, response)
+                    _raise_for_status(url, response)
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -212,23 +211,22 @@ class EngineClient:
             raise EngineUnavailable(f"{type(exc).__name__}: {exc}", url=url) from exc
 
     async def _generate_body(self, req: GenerateRequest) -> dict[str, Any]:
-        """The request's body for this engine's release. (A `null` that means the default is
-        never in it: `SamplingParams` reads such a null as the default, leaving it unset.)"""
+        """The request's body for this engine's release (`wire.body_for_release`, strict: a
+        field the release lacks, the seed and the routed experts included, is
+        `EngineVersionError` rather than an answer without it). A body the oldest supported
+        release takes is taken by every release, so the engine's release is asked only for a
+        body that needs it."""
         body = req.to_json()
-        params: dict[str, Any] = body["sampling_params"]
-        for key in [k for k in params if k in LATER_SAMPLING_PARAM_KEYS]:
-            if params[key] is None:
-                # No value is the default everywhere (0.5.3 to 0.5.9 refuse an explicit null
-                # seed).
-                del params[key]
-            else:
-                await self._require_for(f"sampling_params.{key}", LATER_SAMPLING_PARAM_KEYS[key])
-        if body.get("return_routed_experts"):
-            # An older release would ignore the field and answer without the routing.
-            await self._require_for("return_routed_experts", ROUTED_EXPERTS)
-        if "routed_experts_start_len" in body:
-            await self._require_for("routed_experts_start_len", ROUTED_EXPERTS_START_LEN)
-        return body
+        if self._sglang_version is None:
+            try:
+                return wire.body_for_release(body, SGLANG_MIN_VERSION, strict=True)
+            except wire.UnsupportedField:
+                pass
+        release = await self.sglang_version()
+        try:
+            return wire.body_for_release(body, release, strict=True)
+        except wire.UnsupportedField as exc:
+            raise self._lacking(exc.field, exc.feature, release) from None
 
     # --- weights and versions
 
@@ -263,7 +261,7 @@ class EngineClient:
             separate_flush = True
         response = await self._send(
             "POST",
-            "/update_weights_from_disk",
+            wire.UPDATE_WEIGHTS_FROM_DISK,
             json_body=req.model_dump(exclude_unset=True),
             request_timeout=_call_timeout(timeout_s),
         )
@@ -278,7 +276,7 @@ class EngineClient:
         """`/flush_cache`: drop the prefix cache. False (and a log line) when requests still
         run or wait (e.g. held by an `in_place` pause: they go on from the cache they have).
         `timeout_s` (0.5.23's `?timeout=`) lets the engine wait that long for them."""
-        path = "/flush_cache"
+        path = wire.FLUSH_CACHE
         if timeout_s is not None:
             path += f"?timeout={timeout_s:g}"
         try:
@@ -317,7 +315,7 @@ class EngineClient:
             group_name=group_name,
             backend=backend,
         )
-        return await self._group_call("/init_weights_update_group", req.model_dump(), timeout_s)
+        return await self._group_call(wire.INIT_WEIGHTS_UPDATE_GROUP, req.model_dump(), timeout_s)
 
     async def update_weights_from_distributed(
         self,
@@ -354,7 +352,7 @@ class EngineClient:
             load_format="flattened_bucket" if flattened else None,
         )
         return await self._group_call(
-            "/update_weights_from_distributed", req.model_dump(exclude_defaults=True), timeout_s
+            wire.UPDATE_WEIGHTS_FROM_DISTRIBUTED, req.model_dump(exclude_defaults=True), timeout_s
         )
 
     async def supports_flattened_buckets(self) -> bool:
@@ -371,7 +369,7 @@ class EngineClient:
             return False
         body = BeginWeightUpdateRequest().model_dump(exclude_defaults=True)
         try:
-            await self._group_call("/begin_weight_update", body, timeout_s)
+            await self._group_call(wire.BEGIN_WEIGHT_UPDATE, body, timeout_s)
         except EngineRequestError as exc:
             if exc.status_code == 404:
                 self._sessions = False
@@ -384,21 +382,23 @@ class EngineClient:
                 self.base_url,
             )
             await self.end_weight_update(timeout_s=timeout_s)
-            await self._group_call("/begin_weight_update", body, timeout_s)
+            await self._group_call(wire.BEGIN_WEIGHT_UPDATE, body, timeout_s)
         self._sessions = True
         return True
 
     async def end_weight_update(self, *, timeout_s: float | None = None) -> None:
         """Close the weight-update session `begin_weight_update` opened."""
-        await self._group_call("/end_weight_update", {}, timeout_s)
+        await self._group_call(wire.END_WEIGHT_UPDATE, {}, timeout_s)
 
     async def destroy_weights_update_group(
         self, group_name: str = DEFAULT_WEIGHTS_GROUP, *, timeout_s: float | None = None
     ) -> WeightsGroupResult:
         """Have the engine leave `group_name` (SGLang >= 0.5.3, `EngineVersionError` before)."""
-        await self._require_for("/destroy_weights_update_group", DESTROY_WEIGHTS_UPDATE_GROUP)
+        await self._require_for(wire.DESTROY_WEIGHTS_UPDATE_GROUP, DESTROY_WEIGHTS_UPDATE_GROUP)
         req = DestroyWeightsUpdateGroupRequest(group_name=group_name)
-        return await self._group_call("/destroy_weights_update_group", req.model_dump(), timeout_s)
+        return await self._group_call(
+            wire.DESTROY_WEIGHTS_UPDATE_GROUP, req.model_dump(), timeout_s
+        )
 
     async def _group_call(
         self, path: str, body: dict[str, Any], timeout_s: float | None
@@ -416,32 +416,40 @@ class EngineClient:
 
     async def get_weight_version(self) -> str | None:
         """The weight version the engine serves (0.5.23 `/model_info`, 0.5.2
-        `/get_weight_version`: no scheduler round trip, so also while paused)."""
-        data = self._json(await self._get_moved(WEIGHT_VERSION_ROUTES))
-        version = data.get("weight_version") if isinstance(data, dict) else None
-        return None if version is None else str(version)
+        `/get_weight_version`: no scheduler round trip, so also while paused); None when it
+        reports none, or a label that is no version (`""`, `-1`, ...: `wire.weight_version_of`)."""
+        return wire.weight_version_of(self._json(await self._get_moved(WEIGHT_VERSION_ROUTES)))
 
     async def get_model_info(self) -> ModelInfo:
         return ModelInfo.model_validate(self._json(await self._get_moved(MODEL_INFO_ROUTES)))
 
     async def _get_moved(self, routes: tuple[str, ...]) -> httpx.Response:
-        """GET the first of `routes` (newest first) the engine serves: the one that answered
-        before, else each in turn while they answer 404."""
-        known = self._routes.get(routes)
-        if known is not None:
-            return await self._send("GET", known)
-        candidates = [path for path in routes if path not in self._absent] or [routes[-1]]
-        for i, path in enumerate(candidates):
+        """GET the first of `routes` (newest first) the engine serves (`wire.first_served`):
+        the one that answered before, else each in turn while they answer 404."""
+
+        async def get(path: str) -> httpx.Response | EngineRequestError:
             try:
-                response = await self._send("GET", path)
+                return await self._send("GET", path)
             except EngineRequestError as exc:
-                if exc.status_code == 404 and i + 1 < len(candidates):
-                    self._absent.add(path)
-                    continue
-                raise
-            self._routes[routes] = path
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
+                if exc.status_code != 404:
+                    raise
+                return exc
+
+        known = self._routes.get(routes)
+        path, answer = await wire.first_served(
+            routes,
+            get,
+            lambda answer: isinstance(answer, EngineRequestError),
+            known=known,
+            absent=self._absent,
+        )
+        if known is None:
+            # Every route before the one asked last was absent (asked now or before).
+            self._absent.update(routes[: routes.index(path)])
+        if isinstance(answer, EngineRequestError):
+            raise answer
+        self._routes[routes] = path
+        return answer
 
     # --- SGLang release
 
@@ -449,12 +457,8 @@ class EngineClient:
         """The engine's SGLang release (given at construction, else its server-info route)."""
         if self._sglang_version is None:
             data = self._json(await self._get_moved(SERVER_INFO_ROUTES))
-            version = data.get("version") if isinstance(data, dict) else None
-            if not isinstance(version, str):
-                raise EngineVersionError(
-                    "the server info reports no SGLang release (`version`)", url=self.base_url
-                )
             try:
+                version = wire.release_of(data)
                 check_supported_release(version)
             except ValueError as exc:
                 raise EngineVersionError(str(exc), url=self.base_url) from None
@@ -478,11 +482,14 @@ class EngineClient:
     async def _require_for(self, what: str, feature: Feature) -> None:
         version = await self.sglang_version()
         if missing(version, (feature,)):
-            raise EngineVersionError(
-                f"{what} needs SGLang >= {feature.since} ({feature.what}); the engine runs "
-                f"SGLang {version}",
-                url=self.base_url,
-            )
+            raise self._lacking(what, feature, version)
+
+    def _lacking(self, what: str, feature: Feature, version: str) -> EngineVersionError:
+        return EngineVersionError(
+            f"{what} needs SGLang >= {feature.since} ({feature.what}); the engine runs "
+            f"SGLang {version}",
+            url=self.base_url,
+        )
 
     # --- control
 
@@ -496,37 +503,37 @@ class EngineClient:
         if req.mode != "abort":
             await self._require_for(f"pause mode {req.mode!r}", PAUSE_MODES)
         await self._send(
-            "POST", "/pause_generation", json_body=req.model_dump(exclude_defaults=True)
+            "POST", wire.PAUSE_GENERATION, json_body=req.model_dump(exclude_defaults=True)
         )
 
     async def continue_generation(self) -> None:
-        await self._send("POST", "/continue_generation", json_body={})
+        await self._send("POST", wire.CONTINUE_GENERATION, json_body={})
 
     async def abort_request(self, rid: str | None = None, abort_all: bool = False) -> None:
         """Abort one request by rid, or all; an unknown rid is not an error (as in SGLang)."""
         body = AbortRequest(rid=rid, abort_all=abort_all).model_dump(exclude_none=True)
-        await self._send("POST", "/abort_request", json_body=body)
+        await self._send("POST", wire.ABORT_REQUEST, json_body=body)
 
     # --- health
 
     async def health(self) -> bool:
         """True when `/health` answers 200; False when not ready or unreachable."""
-        return await self._probe("/health")
+        return await self._probe(wire.HEALTH)
 
     async def health_generate(self) -> bool:
         """True when `/health_generate` (a one-token generation) answers 200."""
-        return await self._probe("/health_generate")
+        return await self._probe(wire.HEALTH_GENERATE)
 
     async def wait_until_ready(self, deadline_s: float, *, interval_s: float = 0.1) -> None:
         """Poll `/health` until it answers 200; `EngineUnavailable` after `deadline_s` seconds."""
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline_s
         while True:
-            if await self._probe("/health", retries=0):
+            if await self._probe(wire.HEALTH, retries=0):
                 return
             if loop.time() >= end:
                 raise EngineUnavailable(
-                    f"engine not ready after {deadline_s:.1f}s", url=self.base_url + "/health"
+                    f"engine not ready after {deadline_s:.1f}s", url=self.base_url + wire.HEALTH
                 )
             await asyncio.sleep(interval_s)
 
@@ -561,20 +568,9 @@ class EngineClient:
                     raise EngineUnavailable(f"{type(exc).__name__}: {exc}", url=url) from exc
                 await asyncio.sleep(0.1 * 2**attempt)
                 continue
-            if response.status_code >= 400:
-                raise self._status_error(url, response)
+            _raise_for_status(url, response)
             return response
         raise AssertionError("unreachable")  # pragma: no cover
-
-    @staticmethod
-    def _status_error(url: str, response: httpx.Response) -> EngineError:
-        code = response.status_code
-        message = error_message(response.content) if response.content else response.reason_phrase
-        if code == 503:
-            return EngineUnavailable(message, url=url, status_code=code)
-        if code < 500:
-            return EngineRequestError(message, url=url, status_code=code)
-        return EngineServerError(message, url=url, status_code=code)
 
     @staticmethod
     def _json(response: httpx.Response) -> Any:
@@ -586,3 +582,12 @@ class EngineClient:
                 url=str(response.request.url),
                 status_code=response.status_code,
             ) from exc
+
+
+def _raise_for_status(url: str, response: httpx.Response) -> None:
+    """The error of an answer with an HTTP error status (`wire.status_error`), raised."""
+    error = wire.status_error(
+        response.status_code, response.content, url=url, reason=response.reason_phrase
+    )
+    if error is not None:
+        raise error

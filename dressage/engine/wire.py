@@ -87,11 +87,13 @@ async def first_served(
 
 
 class UnsupportedField(ValueError):
-    """A request field the engine's release does not have (`field`: where it is)."""
+    """A request field the engine's release does not have (`field`: where it is; `feature`:
+    the release fact it needs)."""
 
-    def __init__(self, message: str, field: str) -> None:
+    def __init__(self, message: str, field: str, feature: Feature) -> None:
         super().__init__(message)
         self.field = field
+        self.feature = feature
 
 
 def body_for_release(body: dict[str, Any], release: str, *, strict: bool = False) -> dict[str, Any]:
@@ -144,6 +146,7 @@ def _refuse(field: str, feature: Feature, release: str) -> None:
         f"{field}: the engine runs SGLang {release}, which has no {name} ({feature.what}; "
         f"SGLang >= {feature.since})",
         field,
+        feature,
     )
 
 

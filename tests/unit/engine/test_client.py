@@ -106,6 +106,23 @@ async def test_a_moved_route_is_asked_by_its_newest_name_first_and_remembered() 
     ]
 
 
+@pytest.mark.parametrize(
+    ("reported", "version"), [("v3", "v3"), (3, "3"), ("", None), ("-1", None)]
+)
+async def test_a_label_that_is_no_version_reads_as_none(
+    reported: object, version: str | None
+) -> None:
+    """The weight version is read as the proxy reads it (`wire.weight_version_of`): a label
+    that names no weights (an empty or `-1` one) is None, like a missing one."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"weight_version": reported})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as shared:
+        client = EngineClient("http://engine", client=shared)
+        assert await client.get_weight_version() == version
+
+
 async def test_stream_chunks_with_only_the_new_tokens_are_accumulated() -> None:
     """0.5.2 streams each chunk's new `output_ids` (with cumulative `completion_tokens`);
     the client yields cumulative snapshots either way."""

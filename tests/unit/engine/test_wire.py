@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from dressage.engine.errors import EngineRequestError, EngineServerError, EngineUnavailable
+from dressage.engine.sglang_support import ROUTED_EXPERTS, STOP_REGEX
 from dressage.engine.wire import (
     UnsupportedField,
     body_for_release,
@@ -36,6 +37,7 @@ def test_a_body_is_sent_to_each_release_as_it_takes_it() -> None:
     with pytest.raises(UnsupportedField) as refused:
         body_for_release(_body(stop_regex="[0-9]"), "0.5.2")
     assert refused.value.field == "sampling_params.stop_regex"
+    assert refused.value.feature is STOP_REGEX
     assert "SGLang 0.5.2" in str(refused.value)
     assert str(refused.value).startswith("sampling_params.stop_regex: ")
 
@@ -47,6 +49,7 @@ def test_routed_experts_are_left_out_for_a_release_without_them_unless_strict() 
     with pytest.raises(UnsupportedField) as refused:
         body_for_release(body, "0.5.2", strict=True)
     assert refused.value.field == "return_routed_experts"
+    assert refused.value.feature is ROUTED_EXPERTS
     with pytest.raises(UnsupportedField):
         body_for_release(_body(sampling_seed=1), "0.5.2", strict=True)
 
