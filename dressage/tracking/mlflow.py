@@ -41,6 +41,17 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, 
             yield _UNSAFE.sub("_", name), text[:PARAM_VALUE_LIMIT]
 
 
+def mlflow_names(scalars: Mapping[str, float]) -> dict[str, float]:
+    """A step's numbers under the names MLflow logs them by: characters it refuses replaced,
+    and a number whose name is also the group of others (a counter's total beside its
+    `<key>/<reason>` parts) as `<key>/total`. MLflow's file store keeps each metric in a file
+    at its name's path, so `<key>` and `<key>/<reason>` cannot both be files: the batch would
+    fail from the first clash on."""
+    safe = {_UNSAFE.sub("_", k): v for k, v in scalars.items()}
+    groups = {name.rsplit("/", i)[0] for name in safe for i in range(1, name.count("/") + 1)}
+    return {(f"{name}/total" if name in groups else name): v for name, v in safe.items()}
+
+
 class MlflowTracker:
     """One MLflow run."""
 
@@ -93,7 +104,8 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(_UNSAFE.sub("_", k), v, now, step) for k, v in scalars.items()]
+        named = mlflow_names(scalars)
+        metrics = [Metric(name, v, now, step) for name, v in named.items()]
         for start in range(0, len(metrics), 1000):
             self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
 

@@ -29,7 +29,13 @@ print(row["a"])
 
 @dataclass
 class _Segment:
+    """What the group's code reads of a fetched segment: its trajectory, its response tokens
+    (the mask), its place in the trajectory and the version of its last token."""
+
     parent_traj_id: str
+    loss_mask: tuple[int, ...] = (1,)
+    segment_index: int = 0
+    dressage_end_token_version: str | None = "v0"
 
 
 class RecordingProxy:

@@ -19,7 +19,7 @@ from dressage.api.figures import StepFigures, counter, gauge
 from dressage.api.job import AsyncRLJob
 from dressage.tracking import RunContext, TrackerFailed, Trackers, TrackingError
 from dressage.tracking.base import step_scalars
-from dressage.tracking.mlflow import flatten
+from dressage.tracking.mlflow import flatten, mlflow_names
 
 
 def _job(tracking: dict[str, object]) -> AsyncRLJob:
@@ -212,3 +212,28 @@ def test_a_last_step_that_failed_to_log_is_a_warning_when_the_trackers_close() -
     trackers.log_step(StepFigures(), {"step": 3})
     trackers.close()
     assert warnings == ["warning: spec.tracking.wandb: could not log a step: connection refused"]
+
+
+def test_mlflow_logs_a_counters_total_beside_its_reasons_as_total() -> None:
+    # MLflow's file store keeps a metric in a file at its name's path: `x` and `x/reason` cannot
+    # both be files, and a clash fails the batch from there on (every later figure lost).
+    named = mlflow_names(
+        {
+            "generated_samples_by_length": 4.0,
+            "generated_samples_by_length/le16": 4.0,
+            "staleness/version_lag_mean": 1.5,
+            "a/b": 1.0,
+            "a/b/c": 2.0,
+            "loss (x)": 0.5,
+        }
+    )
+    assert named == {
+        "generated_samples_by_length/total": 4.0,
+        "generated_samples_by_length/le16": 4.0,
+        "staleness/version_lag_mean": 1.5,
+        "a/b/total": 1.0,
+        "a/b/c": 2.0,
+        "loss _x_": 0.5,
+    }
+    files = set(named)
+    assert not any(name.startswith(other + "/") for name in files for other in files)
