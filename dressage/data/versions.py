@@ -2,9 +2,10 @@
 
 A weight version is an opaque label issued by the trainer each time it publishes weights
 (`version_label(i)`: `v0` for the initial weights, then `v1`, `v2`, ...). Labels are compared
-as strings (`3` and `"3"` are the same version) and ordered only by when they are first
-observed, never by sorting. A version is *real* unless it is missing, empty, `unknown` or `-1`;
-non-real versions carry no information and are ignored by every count here.
+as strings (`3` and `"3"` are the same version) and ordered by when they are first observed,
+never by sorting labels (the staleness tracker places a late-observed label of the trainer's own
+form at its issue index: `issued_index`). A version is *real* unless it is missing, empty,
+`unknown` or `-1`; non-real versions carry no information and are ignored by every count here.
 
 Labels are normalised where they enter the data model (`Sample` construction, the staleness
 tracker's `observe`); code holding a `Sample` can trust its versions are canonical.
@@ -28,6 +29,18 @@ def version_label(index: int) -> str:
     if index < 0:
         raise ValueError(f"a weight version index must be >= 0, got {index}")
     return f"{VERSION_PREFIX}{index}"
+
+
+def issued_index(label: str) -> int | None:
+    """The index of a label `version_label` issued (`v12` -> 12); None for any other label.
+
+    Only the exact form `version_label` writes counts (`v012`, `v-1` or `12` do not), so a label
+    from another source is never mistaken for one of the trainer's."""
+    digits = label[len(VERSION_PREFIX) :]
+    if not label.startswith(VERSION_PREFIX) or not digits.isdigit() or not digits.isascii():
+        return None
+    index = int(digits)
+    return index if version_label(index) == label else None
 
 
 INITIAL_VERSION: Final = version_label(0)

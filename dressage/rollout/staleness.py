@@ -5,7 +5,11 @@ Semantics (the rules and their reasons: `docs/staleness.md`):
 - `StalenessConfig.keep_versions` is `dressage_staleness_keep_versions`: 0 disables the control;
   N > 0 lets a trainer batch hold trajectories from the N most recent *observed* versions only.
 - `StalenessTracker` records real versions in the order they are first observed (never sorted
-  by label) and exposes the window of the N most recent.
+  by label) and exposes the window of the N most recent. A label the trainer issued
+  (`v<index>`, `dressage.data.versions.version_label`) that is first observed after a later
+  one takes its place in issue order instead: one completed group can reveal several new
+  versions at once, in trajectory order, and appending them as they come would make an older
+  version the newest and the version the engines serve stale (`issued_index`).
 - A trajectory's version is the `dressage_end_token_version` of its last segment
   (`trajectory_version_infos`). Samples without `parent_traj_id` or without a real version
   never advance the tracker and never cause a drop by themselves.
@@ -29,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
-from dressage.data.versions import normalize_version
+from dressage.data.versions import issued_index, normalize_version
 
 KEEP_VERSIONS_SETTING = "dressage_staleness_keep_versions"
 
@@ -162,7 +166,8 @@ class StalenessTracker:
 
     def __init__(self, keep_versions: int) -> None:
         self._config = StalenessConfig(keep_versions)
-        self._order: dict[str, int] = {}
+        self._order: list[str] = []
+        self._positions: dict[str, int] = {}
 
     @property
     def keep_versions(self) -> int:
@@ -180,7 +185,7 @@ class StalenessTracker:
 
     @property
     def latest(self) -> str | None:
-        return next(reversed(self._order), None) if self._order else None
+        return self._order[-1] if self._order else None
 
     def window(self) -> list[str]:
         """The versions a batch may currently hold (all observed ones when disabled)."""
@@ -192,20 +197,34 @@ class StalenessTracker:
     def observe(self, version: object) -> bool:
         """Record `version`; True when it is a real version seen for the first time.
 
-        A new version always moves the window forward; non-real and already seen versions
-        change nothing.
+        A new version moves the window: it becomes the newest, unless it is a label the trainer
+        issued (`v<index>`) and a later issued label was observed before it; then it is placed
+        before the first of those, where the trainer issued it. Non-real and already seen
+        versions change nothing.
         """
         label = normalize_version(version)
-        if label is None or label in self._order:
+        if label is None or label in self._positions:
             return False
-        self._order[label] = len(self._order)
+        self._order.insert(self._place(label), label)
+        self._positions = {seen: i for i, seen in enumerate(self._order)}
         return True
+
+    def _place(self, label: str) -> int:
+        """Where a newly observed `label` goes in the order."""
+        index = issued_index(label)
+        if index is None:
+            return len(self._order)
+        for position, seen in enumerate(self._order):
+            seen_index = issued_index(seen)
+            if seen_index is not None and seen_index > index:
+                return position
+        return len(self._order)
 
     def position(self, version: object) -> int | None:
         """Where `version` stands in observation order (0: the first observed); None when it
         is not a real version or was never observed."""
         label = normalize_version(version)
-        return None if label is None else self._order.get(label)
+        return None if label is None else self._positions.get(label)
 
     def is_fresh(self, version: object) -> bool:
         """Whether a trajectory of `version` may enter a batch now.
@@ -217,7 +236,7 @@ class StalenessTracker:
         label = normalize_version(version)
         if label is None or not self._config.enabled:
             return True
-        position = self._order.get(label)
+        position = self._positions.get(label)
         if position is None:
             return True
         return position >= len(self._order) - self._config.keep_versions

@@ -147,7 +147,9 @@ def test_the_step_line_and_the_status_carry_the_lag() -> None:
     assert figure("version_lag_mean").status
 
 
-LABELS = [f"v{i}" for i in range(12)]
+LABELS = [f"r{i}" for i in range(12)]
+"""Labels of another source than the trainer's `v<index>`, so that any observation order
+stands (the trainer's own labels take their issue place: `test_staleness.py`)."""
 NOT_REAL = [None, "", "unknown", "-1"]
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dressage.data.versions import normalize_version
+from dressage.data.versions import issued_index, normalize_version, version_label
 from dressage.rollout.artifacts.samples import Sample
 from dressage.rollout.staleness import (
     DropReason,
@@ -236,7 +236,12 @@ def test_non_real_versions_never_advance_or_drop(keep: int, groups: list[list[ob
             label = normalize_version(v)
             if label is not None and label not in real_in_order:
                 real_in_order.append(label)
-    assert f.tracker.versions == real_in_order
+    # Every real label once; the trainer's own labels in issue order, others as first seen.
+    assert sorted(f.tracker.versions) == sorted(real_in_order)
+    issued = [v for v in f.tracker.versions if issued_index(v) is not None]
+    assert issued == sorted(issued, key=lambda v: issued_index(v) or 0)
+    foreign = [v for v in real_in_order if issued_index(v) is None]
+    assert [v for v in f.tracker.versions if issued_index(v) is None] == foreign
     # Groups made only of non-real versions are always kept.
     only_unreal = StalenessGroupFilter(StalenessConfig(keep_versions=keep or 1))
     only_unreal.tracker.observe("x")
@@ -250,3 +255,42 @@ def test_keep_versions_zero_keeps_every_group(groups: list[list[object]]) -> Non
     f, pending = _replay(0, groups)
     assert len(pending) == len(groups)
     assert f.dropped_groups == 0
+
+
+# --- issue order ---------------------------------------------------------------------------
+
+
+def test_a_group_revealing_several_new_versions_keeps_the_served_one_fresh() -> None:
+    """A group whose trajectories ended on v13, v12 and v9 (trajectory order) after the
+    tracker saw only v0..v2: appended as they came, v9 would be the newest and every later
+    group of v13, the version the engines serve, stale; the trainer would then wait for a
+    batch that never comes."""
+    f = StalenessGroupFilter(StalenessConfig(keep_versions=2))
+    for label in ["v0", "v1", "v2"]:
+        f.observe_group(group(label))
+    pending, verdict = f.admit(group("v13", "v12", "v9"), [])
+    assert f.tracker.versions == ["v0", "v1", "v2", "v9", "v12", "v13"]
+    assert not verdict.keep
+    assert f.admit(group("v13", "v13"), pending)[1].keep
+
+
+def test_only_the_trainers_own_label_form_takes_its_issue_place() -> None:
+    tracker = StalenessTracker(keep_versions=1)
+    for label in ["v5", "v012", "12", "v3", "a"]:
+        tracker.observe(label)
+    assert tracker.versions == ["v3", "v5", "v012", "12", "a"]
+    assert issued_index("v12") == 12
+    assert [issued_index(x) for x in ["v012", "v-1", "12", "v", "v١"]] == [None] * 5
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.permutations([version_label(i) for i in range(8)]), st.integers(1, 4))
+def test_issued_labels_are_ordered_by_issue_whatever_order_they_arrive_in(
+    arrival: list[str], keep: int
+) -> None:
+    tracker = StalenessTracker(keep_versions=keep)
+    for label in arrival:
+        tracker.observe(label)
+    assert tracker.versions == [version_label(i) for i in range(8)]
+    assert tracker.is_fresh(version_label(7))
+    assert tracker.window() == [version_label(i) for i in range(8 - keep, 8)]
