@@ -44,6 +44,10 @@ from dressage.rollout.stats import CollectorStats
 log = logging.getLogger(__name__)
 
 SHUTDOWN: Final = "shutdown"
+STALE_DROPS_WARN_BATCHES: Final = 8
+"""Stale drops worth this many batches while the trainer waits for one batch are logged (and
+again at every doubling): a window that keeps refusing what the engines produce is otherwise a
+run that generates and drops without a line on screen."""
 
 
 class Collector(Protocol):
@@ -340,6 +344,7 @@ class AsyncRolloutCollector(PromptPosition):
         self.start()
         self._sink_waiting = True
         self._free_capacity()
+        dropped_waiting, warn_at = 0, STALE_DROPS_WARN_BATCHES * self.batch_size
         try:
             while len(self._pending) < self.batch_size:
                 if self._attempts.broken is not None:
@@ -352,7 +357,10 @@ class AsyncRolloutCollector(PromptPosition):
                         self._drained = True
                         raise CollectorClosed("the data buffer is exhausted")
                     continue
-                self._admit(group)
+                dropped_waiting += self._admit(group)
+                if dropped_waiting >= warn_at:
+                    self._warn_stale_drops(dropped_waiting)
+                    warn_at *= 2
         finally:
             self._sink_waiting = False
         groups, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size :]
@@ -362,7 +370,20 @@ class AsyncRolloutCollector(PromptPosition):
         self._last_batch_stats = self.stats.snapshot()  # after what `batch` counted
         return batch
 
-    def _admit(self, group: Group) -> None:
+    def _warn_stale_drops(self, dropped: int) -> None:
+        log.warning(
+            "%d prompt groups dropped as stale while the trainer waits for one batch of %d: "
+            "the window (keepVersions %d) holds %s; the engines serve %s",
+            dropped,
+            self.batch_size,
+            self.filter.config.keep_versions,
+            ", ".join(self.filter.tracker.window()) or "no version yet",
+            self.version or "an unknown version",
+        )
+
+    def _admit(self, group: Group) -> int:
+        """Take a completed group at the sink; returns how many groups it cost (itself, if
+        dropped, and pending ones the window advanced past)."""
         before = self._pending
         self._pending, verdict = self.filter.admit(group, before, samples_of=_samples_of)
         kept = {id(g) for g in self._pending}
@@ -373,6 +394,7 @@ class AsyncRolloutCollector(PromptPosition):
             self.stats.dropped_at_sink(group, verdict.reason.value)
         if dropped or not verdict.keep:
             self._free_capacity()
+        return len(dropped) + (0 if verdict.keep else 1)
 
 
 def _samples_of(group: Group) -> Sequence[Sample]:

@@ -324,3 +324,40 @@ async def test_a_success_closes_the_breaker_count() -> None:
         batch = await c.next_batch()
     assert [index_of(g) for g in batch.groups] == [0, 2, 4, 6, 8, 10]
     assert batch.figures.dropped_groups == {RETRIES_EXHAUSTED: 5}
+
+
+async def test_a_window_refusing_every_group_says_so_while_the_trainer_waits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Engines that keep producing a version the window has left behind: the trainer waits for
+    a batch that never fills, and the log says how many groups were dropped, the window and
+    the served version, instead of staying silent."""
+    produced = 0
+    enough = asyncio.Event()
+
+    async def rollout(index: int, attempt: int) -> Group:
+        nonlocal produced
+        produced += 1
+        if produced > 40:
+            enough.set()
+            await asyncio.Event().wait()  # parked until the collector is closed
+        return group_for(index, "v2" if index == 0 else "v1")
+
+    c = AsyncRolloutCollector(
+        rollout,
+        batch_size=2,
+        concurrency=2,
+        retry=no_backoff(0),
+        staleness=StalenessConfig(keep_versions=1),
+        admission=False,
+    )
+    c.on_weights_published("v1")
+    async with c:
+        waiting = asyncio.create_task(c.next_batch())
+        await enough.wait()
+        assert not waiting.done()
+        waiting.cancel()
+    warnings = [r.getMessage() for r in caplog.records if "dropped as stale" in r.getMessage()]
+    assert warnings[0].startswith("16 prompt groups dropped as stale")
+    assert "keepVersions 1) holds v2; the engines serve v1" in warnings[0]
+    assert warnings[1].startswith("32 prompt groups")
