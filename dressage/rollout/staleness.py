@@ -168,6 +168,8 @@ class StalenessTracker:
         self._config = StalenessConfig(keep_versions)
         self._order: list[str] = []
         self._positions: dict[str, int] = {}
+        self._newest_issued = -1
+        """The highest `issued_index` observed (-1: none yet)."""
 
     @property
     def keep_versions(self) -> int:
@@ -205,15 +207,19 @@ class StalenessTracker:
         label = normalize_version(version)
         if label is None or label in self._positions:
             return False
-        self._order.insert(self._place(label), label)
-        self._positions = {seen: i for i, seen in enumerate(self._order)}
+        index = issued_index(label)
+        if index is not None and index > self._newest_issued:
+            self._newest_issued = index
+        elif index is not None:  # a later issued label came first: insert at the issue place
+            self._order.insert(self._place(index), label)
+            self._positions = {seen: i for i, seen in enumerate(self._order)}
+            return True
+        self._positions[label] = len(self._order)  # the common case: O(1)
+        self._order.append(label)
         return True
 
-    def _place(self, label: str) -> int:
-        """Where a newly observed `label` goes in the order."""
-        index = issued_index(label)
-        if index is None:
-            return len(self._order)
+    def _place(self, index: int) -> int:
+        """Where a label of issue `index`, older than the newest issued one seen, goes."""
         for position, seen in enumerate(self._order):
             seen_index = issued_index(seen)
             if seen_index is not None and seen_index > index:

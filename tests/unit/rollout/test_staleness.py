@@ -294,3 +294,13 @@ def test_issued_labels_are_ordered_by_issue_whatever_order_they_arrive_in(
     assert tracker.versions == [version_label(i) for i in range(8)]
     assert tracker.is_fresh(version_label(7))
     assert tracker.window() == [version_label(i) for i in range(8 - keep, 8)]
+
+
+def test_observing_versions_in_issue_order_stays_linear() -> None:
+    """A resumed trainer observes its whole history at once (`trainer_version_order`): fifty
+    thousand versions in issue order, each appended, not placed by a scan."""
+    tracker = StalenessTracker(keep_versions=2)
+    for index in range(50_000):
+        tracker.observe(version_label(index))
+    assert tracker.position("v49999") == 49_999
+    assert tracker.window() == ["v49998", "v49999"]
