@@ -94,6 +94,12 @@ def job_for(setting: Setting, seed: int) -> dict[str, Any]:
     return merged(base_job(JOB), {"metadata": {"name": name}, "spec": spec})
 
 
+def run_order(seeds: int, settings: int) -> list[tuple[int, int]]:
+    """The (seed, setting index) pairs in the order they run: seeds outermost, so every setting
+    meets the machine's load of the same minutes and a drift in load spreads over all of them."""
+    return [(seed, index) for seed in range(seeds) for index in range(settings)]
+
+
 def status_of(ok: bool, timed_out: bool, steps: int) -> str:
     if timed_out:
         return f"timed out at step {steps}"
@@ -190,37 +196,37 @@ def main() -> int:
     loads: list[float] = []
     per_setting: list[list[dict[str, Any]]] = [[] for _ in settings]
     with tempfile.TemporaryDirectory(prefix="dressage-stress-") as tmp:
-        for seed in range(args.seeds):  # seeds outermost: interleaved across settings
-            for index, setting in enumerate(settings):
-                load_before = load_average()
-                result = run_job(
-                    job_for(setting, seed), Path(tmp), steps=args.steps, timeout_s=args.run_timeout
-                )
-                figures = seed_figures(result.history, args.threshold)
-                figures.update(
-                    seed=seed,
-                    wall_seconds=round(result.wall_seconds, 1),
-                    load_before=load_before,
-                    load_after=load_average(),
-                    status=status_of(result.ok, result.timed_out, len(result.history)),
-                )
-                if figures["status"] != "ok":
-                    figures["output_tail"] = result.output_tail
-                loads += [load_before, figures["load_after"]]
-                per_setting[index].append(figures)
-                partial = results_of(
-                    args, settings, per_setting, time.monotonic() - started, loads, complete=False
-                )
-                write_result(args.out, partial, announce=False)
-                print(
-                    f"  {setting.label} seed {seed}: {figures['status']}, final reward "
-                    f"{fmt(figures['final_reward'])}, to threshold "
-                    f"{figures['steps_to_threshold']}, lp diff "
-                    f"{fmt(figures['logprob_diff_mean'], 4)}, lag {fmt(figures['lag_mean'], 2)}"
-                    f"/{fmt(figures['lag_max'], 0)}, drops {figures['dropped_groups']}, "
-                    f"{result.wall_seconds:.0f} s, load {load_before}->{figures['load_after']}",
-                    flush=True,
-                )
+        for seed, index in run_order(args.seeds, len(settings)):
+            setting = settings[index]
+            load_before = load_average()
+            result = run_job(
+                job_for(setting, seed), Path(tmp), steps=args.steps, timeout_s=args.run_timeout
+            )
+            figures = seed_figures(result.history, args.threshold)
+            figures.update(
+                seed=seed,
+                wall_seconds=round(result.wall_seconds, 1),
+                load_before=load_before,
+                load_after=load_average(),
+                status=status_of(result.ok, result.timed_out, len(result.history)),
+            )
+            if figures["status"] != "ok":
+                figures["output_tail"] = result.output_tail
+            loads += [load_before, figures["load_after"]]
+            per_setting[index].append(figures)
+            partial = results_of(
+                args, settings, per_setting, time.monotonic() - started, loads, complete=False
+            )
+            write_result(args.out, partial, announce=False)
+            print(
+                f"  {setting.label} seed {seed}: {figures['status']}, final reward "
+                f"{fmt(figures['final_reward'])}, to threshold "
+                f"{figures['steps_to_threshold']}, lp diff "
+                f"{fmt(figures['logprob_diff_mean'], 4)}, lag {fmt(figures['lag_mean'], 2)}"
+                f"/{fmt(figures['lag_max'], 0)}, drops {figures['dropped_groups']}, "
+                f"{result.wall_seconds:.0f} s, load {load_before}->{figures['load_after']}",
+                flush=True,
+            )
     results = results_of(
         args, settings, per_setting, time.monotonic() - started, loads, complete=True
     )

@@ -16,6 +16,7 @@ from tests.integration.test_run_local import Runner
 pytestmark = pytest.mark.integration
 JOB = "budget-run"
 MAX_LAG = 1
+STEPS = 4
 
 
 def _manifest(tmp: Path, separate: bool) -> Path:
@@ -36,7 +37,7 @@ def _manifest(tmp: Path, separate: bool) -> Path:
                 "maxNewTokens": 3,
                 "separateProcess": separate,
             },
-            "training": {"steps": 8, "learningRate": 1e-3},
+            "training": {"steps": STEPS, "learningRate": 1e-3},
             # Paced decode steps: rollout slower than training, so the trainer waits and the
             # controller raises the depth.
             "local": {
@@ -66,7 +67,7 @@ def test_an_auto_run_stays_within_its_budget_and_shows_its_decisions(
     start = next(line for line in runner.lines if "staleness budget: version lag at most" in line)
     assert "depth 2 of at most 8 groups, keepVersions 2" in start, start
     steps = [line for line in runner.lines if line.startswith("step ")]
-    assert len(steps) == 8, runner.output[-4000:]
+    assert len(steps) == STEPS, runner.output[-4000:]
     assert all("  depth " in line and "  keep " in line for line in steps), steps
     history = [
         json.loads(line) for line in (workdir / JOB / "history.jsonl").read_text().splitlines()

@@ -155,3 +155,9 @@ def test_jobs_differ_only_in_their_control_and_seed() -> None:
     assert adm["staleness"] == {"keepVersions": 2, "admission": True}
     tis = staleness_stress.job_for(staleness_stress.SETTINGS[4], 0)["spec"]
     assert tis["training"]["offPolicyCorrection"]["mode"] == "tis"
+
+
+def test_seeds_run_outermost_so_every_setting_meets_the_same_minutes() -> None:
+    order = staleness_stress.run_order(3, 2)
+    assert order == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert staleness_stress.run_order(1, 4) == [(0, 0), (0, 1), (0, 2), (0, 3)]
