@@ -88,6 +88,7 @@ def make_collector(
             staleness=StalenessConfig(keep_versions=budget.max_keep),
             queue_size=max(spec.rollout.batch_size, spec.rollout.concurrency),
             admission=True,
+            window_on_published=True,  # the budget counts lag from the trainer's version
         )
     return AsyncRolloutCollector(
         rollout,

@@ -9,11 +9,14 @@ step's figures and the controller's own state (no clock, no I/O, deterministic),
 is tested against simulated plants (`tests/unit/rollout/test_budget.py`).
 
 The window. Admission control (`dressage.rollout.admission`) starts a group only while its
-projected lag is below `keepVersions`, and the batch sink drops what ends outside it, so the
-widest window the budget allows, `keepVersions = maxLagVersions + 1`, is where the controller
-starts: the widest window drops least. When a trained batch is over budget anyway (a sample
-lagging more than `maxLagVersions`: a late tail, a retry; or the smoothed mismatch KL above
-its ceiling) the window narrows by one version, down to 1. It widens again by one after
+projected lag is below `keepVersions`, and the batch sink drops what ends outside it; in auto
+mode the window also moves on every version the trainer publishes (the collector's
+`window_on_published`), so no trained sample lags the trainer by more than `keepVersions - 1`.
+The widest window the budget allows, `keepVersions = maxLagVersions + 1`, is where the
+controller starts: the widest window drops least. When a trained batch is over budget (the
+smoothed mismatch KL above its ceiling; or a sample lagging more than `maxLagVersions`, which
+the window's rule keeps out, so the law holds for a collector without it) the window narrows
+by one version, down to 1. It widens again by one after
 `recovery` steps within budget, and every narrowing doubles that wait (up to
 `MAX_RECOVERY_STEPS`): the classic exponential back-off that keeps a probe from turning into
 a limit cycle. Only when the window is already 1 does an over-budget step cut the depth too

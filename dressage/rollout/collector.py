@@ -106,11 +106,15 @@ class AsyncRolloutCollector(PromptPosition):
         num_prompts: int | None = None,
         queue_size: int | None = None,
         admission: bool | None = None,
+        window_on_published: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`admission`: admission control on or off; None turns it on exactly when the
-        staleness control is (`staleness.keep_versions > 0`). `clock` measures the seconds
-        rollout waited for admission."""
+        staleness control is (`staleness.keep_versions > 0`). `window_on_published`: the
+        window also moves on every version the trainer publishes, not only on versions seen in
+        completed groups (the staleness budget's rule: with `keep_versions = maxLagVersions +
+        1` no handed-out sample then lags the trainer's version by more than
+        `maxLagVersions`). `clock` measures the seconds rollout waited for admission."""
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be >= 1")
         self.batch_size = batch_size
@@ -124,6 +128,7 @@ class AsyncRolloutCollector(PromptPosition):
             enabled=staleness.enabled if admission is None else admission,
         )
         self._clock = clock
+        self._window_on_published = window_on_published
         self._published: set[str] = set()
         """Distinct new versions published since the collector started."""
         self._batches_taken = 0
@@ -209,15 +214,21 @@ class AsyncRolloutCollector(PromptPosition):
         super().load_state_dict(state)
 
     def on_weights_published(self, version: str) -> None:
-        """Record the live version. The staleness window only moves on *observed* versions
-        (from completed groups), as the design prescribes; a new version only widens what
-        admission control lets the worker start. A label published again is not a new version.
+        """Record the live version. The staleness window moves on *observed* versions (from
+        completed groups), as the design prescribes, and a new version widens what admission
+        control lets the worker start. With `window_on_published` (the staleness budget) the
+        published version is observed too, and the pending groups it moved the window past are
+        dropped (`window_advanced`): the next batch is trained on this version, and the budget
+        counts lag from it. A label published again is not a new version.
         """
         self.version = version
         label = normalize_version(version)
-        if label is not None and label not in self._published:
-            self._published.add(label)
-            self._free_capacity()
+        if label is None or label in self._published:
+            return
+        self._published.add(label)
+        if self._window_on_published and self.filter.tracker.observe(label):
+            self._drop_pending_outside_window()
+        self._free_capacity()
 
     @property
     def ahead(self) -> int:
@@ -386,15 +397,28 @@ class AsyncRolloutCollector(PromptPosition):
         dropped, and pending ones the window advanced past)."""
         before = self._pending
         self._pending, verdict = self.filter.admit(group, before, samples_of=_samples_of)
-        kept = {id(g) for g in self._pending}
-        dropped = [g for g in before if id(g) not in kept]
-        for pending in dropped:
-            self.stats.dropped_at_sink(pending, DropReason.WINDOW_ADVANCED.value)
+        dropped = self._count_dropped_pending(before)
         if not verdict.keep and verdict.reason is not None:
             self.stats.dropped_at_sink(group, verdict.reason.value)
         if dropped or not verdict.keep:
             self._free_capacity()
-        return len(dropped) + (0 if verdict.keep else 1)
+        return dropped + (0 if verdict.keep else 1)
+
+    def _drop_pending_outside_window(self) -> None:
+        """Re-check the candidate batch after the window moved without a completed group."""
+        if not self.filter.config.enabled:
+            return
+        before = self._pending
+        self._pending = self.filter.filter_pending(before, samples_of=_samples_of)
+        self._count_dropped_pending(before)
+
+    def _count_dropped_pending(self, before: list[Group]) -> int:
+        """Count the groups of `before` no longer pending as `window_advanced` drops."""
+        kept = {id(g) for g in self._pending}
+        dropped = [g for g in before if id(g) not in kept]
+        for pending in dropped:
+            self.stats.dropped_at_sink(pending, DropReason.WINDOW_ADVANCED.value)
+        return len(dropped)
 
 
 def _samples_of(group: Group) -> Sequence[Sample]:
