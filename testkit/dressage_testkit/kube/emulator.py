@@ -443,6 +443,24 @@ class EmulatedCluster:
         body: Obj = response.json()
         return body
 
+    def history(self, api_version: str, plural: str, name: str) -> list[Obj]:
+        """Every version of one object the API server stored, oldest first: what a watch
+        started before its creation streams (ADDED, then a MODIFIED per write, status writes
+        included), so a test sees a state that lasted shorter than any poll. Read on the
+        server's loop, between its writes."""
+        assert self.emulator is not None
+        objects = self.emulator.objects
+        key = (f"{api_version}/{plural}", self.namespace, name)
+
+        async def read() -> list[Obj]:
+            try:
+                versions = objects[key].history
+            except KeyError:  # never created
+                return []
+            return [copy.deepcopy(v.raw) for v in versions if v is not None]
+
+        return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=10)
+
     def items(self, api_version: str, plural: str) -> list[Obj]:
         body = self.get(self.path(api_version, plural)) or {}
         items: list[Obj] = body.get("items", [])
