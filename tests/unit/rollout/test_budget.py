@@ -131,8 +131,14 @@ def test_on_a_noisy_trainer_the_depth_settles_and_does_not_oscillate(
 def test_a_fast_trainer_with_over_budget_steps_now_and_then_is_kept_fed() -> None:
     """The case the property above found on a random draw (seed 172812, noise 0.064, steps of
     0.61 s, groups of 2 s, 3 % of steps over budget): the depth settles near 12 with jumps to
-    17, and the throughput is half the plant's best. Kept as an expected failure until the law
-    handles it."""
+    17, and the throughput is half the plant's best. The cause is in the increase's trial, not
+    the over-budget steps: the 12 -> 17 probe is judged against the one noisy wait of the step
+    it started at (0.44, where the plant's wait at 12 is 0.54), so the fall it sees (to 0.33)
+    looks too small, the probe is undone and 12 becomes a ceiling. Judging against the smoothed
+    wait passes this case but follows a step change in trainer speed too slowly
+    (`test_a_step_change_in_trainer_speed_is_followed_within_twenty_steps`); a baseline both
+    fresh and averaged (the waits seen at the depth since it last changed) is the next thing to
+    try. Kept as an expected failure until the law handles it."""
     rng = random.Random(172812)
     plant = Plant(train_s=0.609375, latency_s=2.0, noise=0.064453125, tail=0.03)
     c = controller(max_lag=3)
