@@ -36,7 +36,9 @@ The depth starts at one batch (`batch_size` groups in flight).
   the way to that target, at least one group, at most `max_growth` times. The increase is a
   trial: the step after its rest judges it, and if the trainer still waits (more than
   `wait_high`, the mean of the two steps since) and got less than half the fall in wait the
-  increase should have brought, it
+  increase should have brought from the wait at the depth it left (the mean of the last
+  `BASELINE_STEPS` waits seen there, or the last one when higher: one noisy step would make a
+  good increase look useless, and a trainer that just sped up shows first in the last wait), it
   is undone and the depth it started from becomes a ceiling for `ceiling_memory` steps (30,
   doubled each time a probe past the same depth fails again, up to `MAX_CEILING_STEPS`): the
   engines are saturated, and more in flight only queues behind them (or, with partial
@@ -82,6 +84,8 @@ MAX_RECOVERY_STEPS = 64
 """The longest wait, in steps within budget, before the window widens again."""
 MAX_CEILING_STEPS = 480
 """The longest a depth that did not feed the trainer stays a ceiling."""
+BASELINE_STEPS = 4
+"""How many of the waits seen at the current depth an increase's trial starts from."""
 STALE_REASONS: Final = frozenset({"stale_version", "window_advanced"})
 """The drop reasons of the batch-level control (`DropReason`)."""
 LAG_MAX: Final = figure("version_lag_max").key
@@ -215,9 +219,13 @@ class BudgetState:
     recovery: int = 0
     starved_at: tuple[tuple[int, int], ...] = ()
     """(step, depth) of the recent starved steps: depths not to step down to again."""
+    at_depth: tuple[float, ...] = ()
+    """The waits seen at the current depth since it last changed (the last
+    `BASELINE_STEPS`): the baseline an increase is judged against."""
     trial: tuple[int, float, tuple[float, ...]] | None = None
-    """After an increase: the depth before it, the wait that called for it, and the waits
-    seen since."""
+    """After an increase: the depth before it, the wait at that depth (the mean of
+    `at_depth` with the step's own wait, or that wait when higher), and the waits seen
+    since."""
     ceiling: tuple[int, int] | None = None
     """(step, depth): an increase from this depth did not feed the trainer; not tried again
     for `ceiling_for` steps."""
@@ -330,8 +338,13 @@ def decide(settings: BudgetSettings, state: BudgetState, seen: Observation) -> D
             if depth != state.concurrency:
                 cooldown = s.cooldown
             if depth > state.concurrency and seen.wait_fraction is not None:
-                trial = (state.concurrency, seen.wait_fraction, ())
+                here = (*state.at_depth, seen.wait_fraction)
+                baseline = max(seen.wait_fraction, sum(here) / len(here))
+                trial = (state.concurrency, baseline, ())
     at_bound = depth >= _top(s, ceiling, ceiling_for, steps)
+    at_depth: tuple[float, ...] = ()
+    if depth == state.concurrency and seen.wait_fraction is not None and reason != "warmup":
+        at_depth = (*state.at_depth, seen.wait_fraction)[-BASELINE_STEPS:]
     ratio = _engine_ratio(s, at_bound, wait, held)
     engine_ratio = _smooth(state.engine_ratio, ratio, s.smoothing) or 1.0
     new = BudgetState(
@@ -347,6 +360,7 @@ def decide(settings: BudgetSettings, state: BudgetState, seen: Observation) -> D
         within=within,
         recovery=recovery,
         starved_at=starved_at,
+        at_depth=at_depth,
         trial=trial,
         ceiling=ceiling,
         ceiling_for=ceiling_for,

@@ -96,7 +96,7 @@ def controller(max_lag: int = 2, batch: int = 8, max_depth: int = 64) -> BudgetC
     noise=st.floats(0.0, 0.08),
     train_s=st.floats(0.6, 2.0),
     latency_s=st.floats(1.0, 3.0),
-    tail=st.just(0.0),
+    tail=st.sampled_from([0.0, 0.03]),
 )
 def test_on_a_noisy_trainer_the_depth_settles_and_does_not_oscillate(
     seed: int, noise: float, train_s: float, latency_s: float, tail: float
@@ -105,8 +105,9 @@ def test_on_a_noisy_trainer_the_depth_settles_and_does_not_oscillate(
     (a probe down and the step back up, every `starve_memory` steps at most) and its spread is
     within a tenth of its mean (or a one-group dither, at depths of a few groups); it stays in
     its bounds and keeps the trainer fed (the throughput within 15 % of the plant's best).
-    Over-budget steps now and then are outside this property: there the law underfeeds a
-    fast trainer (`test_a_fast_trainer_with_over_budget_steps_now_and_then_is_kept_fed`)."""
+    With over-budget steps now and then (3 % of steps) too: each narrows the window for a
+    while (`test_a_fast_trainer_with_over_budget_steps_now_and_then_is_kept_fed` is the draw
+    that once underfed a fast trainer)."""
     rng = random.Random(seed)
     plant = Plant(train_s=train_s, latency_s=latency_s, noise=noise, tail=tail)
     c = controller(max_lag=3)
@@ -122,23 +123,13 @@ def test_on_a_noisy_trainer_the_depth_settles_and_does_not_oscillate(
     assert statistics.mean(rates[40:]) >= 0.85 * best
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit of the control law: a fast trainer (0.6 s steps) with over-budget steps "
-    "now and then settles at about half the depth that would feed it, and the depth jumps when "
-    "the window widens back",
-)
 def test_a_fast_trainer_with_over_budget_steps_now_and_then_is_kept_fed() -> None:
-    """The case the property above found on a random draw (seed 172812, noise 0.064, steps of
-    0.61 s, groups of 2 s, 3 % of steps over budget): the depth settles near 12 with jumps to
-    17, and the throughput is half the plant's best. The cause is in the increase's trial, not
-    the over-budget steps: the 12 -> 17 probe is judged against the one noisy wait of the step
-    it started at (0.44, where the plant's wait at 12 is 0.54), so the fall it sees (to 0.33)
-    looks too small, the probe is undone and 12 becomes a ceiling. Judging against the smoothed
-    wait passes this case but follows a step change in trainer speed too slowly
-    (`test_a_step_change_in_trainer_speed_is_followed_within_twenty_steps`); a baseline both
-    fresh and averaged (the waits seen at the depth since it last changed) is the next thing to
-    try. Kept as an expected failure until the law handles it."""
+    """The case the property above once found on a random draw (seed 172812, noise 0.064,
+    steps of 0.61 s, groups of 2 s, 3 % of steps over budget): an increase from 12 to 17 was
+    judged against the one noisy wait of the step it started at (0.44, where the plant's wait
+    at 12 is 0.54), so the fall it brought (to 0.33) looked too small, the increase was undone
+    and 12 became a ceiling: half the plant's best. Judged against the waits seen at the depth
+    it left, it is kept."""
     rng = random.Random(172812)
     plant = Plant(train_s=0.609375, latency_s=2.0, noise=0.064453125, tail=0.03)
     c = controller(max_lag=3)
