@@ -226,8 +226,10 @@ class AsyncRolloutCollector(PromptPosition):
         if label is None or label in self._published:
             return
         self._published.add(label)
-        if self._window_on_published and self.filter.tracker.observe(label):
-            self._drop_pending_outside_window()
+        if self._window_on_published:
+            before = self._pending
+            self._pending = self.filter.advance(label, before, samples_of=_samples_of)
+            self._count_dropped_pending(before)
         self._free_capacity()
 
     @property
@@ -403,14 +405,6 @@ class AsyncRolloutCollector(PromptPosition):
         if dropped or not verdict.keep:
             self._free_capacity()
         return dropped + (0 if verdict.keep else 1)
-
-    def _drop_pending_outside_window(self) -> None:
-        """Re-check the candidate batch after the window moved without a completed group."""
-        if not self.filter.config.enabled:
-            return
-        before = self._pending
-        self._pending = self.filter.filter_pending(before, samples_of=_samples_of)
-        self._count_dropped_pending(before)
 
     def _count_dropped_pending(self, before: list[Group]) -> int:
         """Count the groups of `before` no longer pending as `window_advanced` drops."""

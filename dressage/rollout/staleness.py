@@ -268,9 +268,10 @@ class StalenessGroupFilter:
     """Applies batch-level staleness control to completed GRPO groups.
 
     Use `admit(group, pending)` at the batch sink: it observes the group's versions, re-filters
-    the pending candidate batch if the window advanced, then decides for the group itself. The
-    pieces are also public (`observe_group`, `filter_pending`, `keep_group`) for collectors
-    that need them separately. `drop_counts` counts dropped groups by reason.
+    the pending candidate batch if the window advanced, then decides for the group itself;
+    `advance(version, pending)` does the same for a version no group showed. The pieces are
+    also public (`observe_group`, `filter_pending`, `keep_group`) for collectors that need
+    them separately. `drop_counts` counts dropped groups by reason.
     """
 
     def __init__(self, config: StalenessConfig, tracker: StalenessTracker | None = None) -> None:
@@ -326,6 +327,19 @@ class StalenessGroupFilter:
             else:
                 self.drop_counts[DropReason.WINDOW_ADVANCED.value] += 1
         return kept
+
+    def advance(
+        self,
+        version: str,
+        pending: list[G],
+        samples_of: Callable[[G], Sequence[VersionedSample]] | None = None,
+    ) -> list[G]:
+        """Observe a version no completed group showed (the trainer's own, as it publishes);
+        if the window advanced, re-filter `pending` as `admit` does. Returns the new pending
+        list."""
+        if self.tracker.observe(version) and self.config.enabled:
+            return self.filter_pending(pending, samples_of)
+        return pending
 
     def admit(
         self,

@@ -54,7 +54,21 @@ def _scheduled(c: EmulatedCluster, name: str) -> dict[str, Any]:
 
 
 def _main(c: EmulatedCluster, name: str) -> dict[str, Any]:
-    return next(iter(_status(c, name).get("containerStatuses") or [{}]))
+    return _first_container(_status(c, name))
+
+
+def _first_container(status: dict[str, Any]) -> dict[str, Any]:
+    return next(iter(status.get("containerStatuses") or [{}]))
+
+
+def _waiting_in(status: dict[str, Any]) -> tuple[str, str]:
+    """The first container's waiting (reason, message) in a pod status; empty when none."""
+    waiting = (_first_container(status).get("state") or {}).get("waiting") or {}
+    return waiting.get("reason", ""), waiting.get("message", "")
+
+
+def _waiting(c: EmulatedCluster, name: str) -> tuple[str, str]:
+    return _waiting_in(_status(c, name))
 
 
 def _waited(c: EmulatedCluster, name: str) -> list[tuple[str, str]]:
@@ -62,17 +76,10 @@ def _waited(c: EmulatedCluster, name: str) -> list[tuple[str, str]]:
     (each state once per stretch, in order)."""
     states: list[tuple[str, str]] = []
     for version in c.history("v1", "pods", name):
-        statuses = (version.get("status") or {}).get("containerStatuses") or [{}]
-        waiting = (statuses[0].get("state") or {}).get("waiting")
-        state = (waiting["reason"], waiting.get("message", "")) if waiting else None
-        if state is not None and (not states or states[-1] != state):
+        state = _waiting_in(version.get("status") or {})
+        if state[0] and (not states or states[-1] != state):
             states.append(state)
     return states
-
-
-def _waiting(c: EmulatedCluster, name: str) -> tuple[str, str]:
-    waiting = (_main(c, name).get("state") or {}).get("waiting") or {}
-    return waiting.get("reason", ""), waiting.get("message", "")
 
 
 def test_a_pod_asking_more_than_the_node_has_or_a_missing_claim_is_unschedulable(

@@ -143,6 +143,20 @@ def test_window_advance_refilters_pending_groups() -> None:
     assert f.drop_counts[DropReason.WINDOW_ADVANCED] == 2
 
 
+def test_a_version_no_group_showed_advances_the_window_over_pending_groups() -> None:
+    """`advance`: the trainer's published version moves the window like a completed group's."""
+    f = StalenessGroupFilter(StalenessConfig(keep_versions=2))
+    pending, _ = f.admit(group("v1"), [])
+    assert f.advance("v2", pending) == pending  # v1 is still one of the 2 newest
+    assert f.advance("v2", pending) == pending  # a version seen again moves nothing
+    assert f.advance("v3", pending) == []
+    assert f.drop_counts[DropReason.WINDOW_ADVANCED] == 1
+    off = StalenessGroupFilter(StalenessConfig(keep_versions=0))
+    kept, _ = off.admit(group("v1"), [])
+    assert off.advance("v9", kept) == kept
+    assert off.dropped_groups == 0
+
+
 def test_keep_versions_zero_keeps_everything() -> None:
     f = StalenessGroupFilter(StalenessConfig(keep_versions=0))
     pending: list[list[Sample]] = []
