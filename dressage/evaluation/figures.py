@@ -169,3 +169,12 @@ def best(evaluations: Iterable[Evaluation]) -> Evaluation | None:
         if found is None or key > (found.pass_at_1, found.reward_mean):
             found = evaluation
     return found
+
+
+def exported(evaluations: Sequence[Evaluation], latest: int) -> list[Evaluation]:
+    """The evaluations whose series stay exported: the `latest` last ones and the best."""
+    kept = list(evaluations[-latest:]) if latest > 0 else []
+    top = best(evaluations)
+    if top is not None and all(e.version != top.version for e in kept):
+        kept.insert(0, top)
+    return kept

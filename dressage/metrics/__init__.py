@@ -185,3 +185,19 @@ def all_names(declaration: type[StepFigures] = StepFigures) -> frozenset[str]:
         and isinstance(value, str)
         and value.startswith("dressage_")
     )
+
+# Held-out evaluation (`spec.evaluation`), labelled by the evaluated weight version: only the
+# latest `EVAL_EXPORTED_VERSIONS` evaluated versions and the best one are exported (older label
+# sets are removed), so the series stay bounded however long the run.
+EVAL_PASS_AT_K: Final = "dressage_eval_pass_at_k"
+"""Gauge labelled by `version` and `k`: the version's pass@k on the evaluation prompts."""
+EVAL_REWARD_MEAN: Final = "dressage_eval_reward_mean"
+"""Gauge labelled by `version`: the version's mean reward on the evaluation prompts."""
+EVAL_STEP: Final = "dressage_eval_step"
+"""Gauge labelled by `version`: the training step whose publish made it (0: the start)."""
+EVAL_PROMPTS: Final = "dressage_eval_prompts"
+"""Gauge labelled by `version`: the prompts its evaluation used."""
+EVAL_RUNS: Final = "dressage_eval_runs_total"
+"""Counter: evaluations completed."""
+EVAL_EXPORTED_VERSIONS: Final = 4
+"""How many of the latest evaluated versions stay exported (besides the best)."""

@@ -206,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> int:
+    from dressage.evaluation.figures import Evaluation
     from dressage.model.warmstart import initial_model_dir
     from dressage.orchestrator.loop import StepRecord
     from dressage.orchestrator.metrics import RunMetrics
@@ -269,6 +270,10 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
             )
             trackers.log_step(record.figures, record.to_dict())
 
+        def evaluated(evaluation: Evaluation) -> None:
+            print(evaluation.line(), flush=True)
+            trackers.log_evaluation(evaluation.step, evaluation.tracker_figures())
+
         try:
             await run_pipeline(
                 job,
@@ -284,6 +289,7 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
                 steps=steps,
                 metrics=metrics,
                 sink=sink,
+                evaluated=evaluated,
                 log=lambda line: print(line, flush=True),
                 # Engine pods start from the staged base model; a warm start changed it.
                 engines_have_initial_weights=spec.model.warm_start is None,
