@@ -82,8 +82,11 @@ class Evaluator:
         *,
         clock: Callable[[], float] = time.monotonic,
         started_at: float | None = None,
+        counted: Callable[[str, Group], None] = lambda version, group: None,
     ) -> None:
         self.agent_for = agent_for
+        self.counted = counted
+        """Called with each prompt group an evaluation counts, and its version."""
         self.settings = settings
         self.clock = clock
         self.started_at = clock() if started_at is None else started_at
@@ -141,6 +144,7 @@ class Evaluator:
                     ) from exc
                 continue
             if single_version(group.samples, version):
+                self.counted(version, group)
                 return group
             seen = distinct_real_versions(v for s in group.samples for v in generated_versions(s))
             if not seen:
