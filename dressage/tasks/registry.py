@@ -52,7 +52,13 @@ def held_out_task(spec: TaskSpec, dataset: DatasetSpec | None = None) -> Task | 
     set of prompts), or a built-in task's held-out split, disjoint from its training prompts
     (`dressage.tasks.held_out`)."""
     if dataset is not None:
-        return get_task(spec.model_copy(update={"dataset": dataset}))
+        try:
+            return get_task(spec.model_copy(update={"dataset": dataset}))
+        except ValueError as exc:  # its errors name the task's dataset: say it is this one
+            message = str(exc).replace("spec.task.dataset", "spec.evaluation.dataset")
+            if "spec.evaluation.dataset" not in message:
+                message = f"spec.evaluation.dataset: {message}"
+            raise ConfigurationError(message) from exc
     task = get_task(spec)
     held_out = getattr(task, "held_out", None)
     if held_out is None:
