@@ -154,6 +154,12 @@ class EvaluationLog:
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
 
     def append(self, record: Mapping[str, Any]) -> None:
+        """Add `record`, in place of an earlier one of its version (a resumed run evaluates
+        the version it resumes at again)."""
+        earlier = [r for r in self.read() if r.get("version") == record.get("version")]
+        if earlier:
+            kept = [r for r in self.read() if r.get("version") != record.get("version")]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(dict(record)) + "\n")
