@@ -185,15 +185,14 @@ def plot_evaluations(run_root: Path, records: Sequence[Mapping[str, Any]]) -> li
         return []
     evaluations = sorted((Evaluation.from_dict(r) for r in records), key=lambda e: e.step)
     written = []
-    for filename, (x_of, xlabel) in zip(
-        EVAL_PLOTS,
-        ((lambda e: e.step, "step"), (lambda e: e.elapsed, "seconds since the run started")),
-        strict=True,
-    ):
+    axes: tuple[tuple[list[float], str], ...] = (
+        ([float(e.step) for e in evaluations], "step"),
+        ([e.elapsed for e in evaluations], "seconds since the run started"),
+    )
+    for filename, (xs, xlabel) in zip(EVAL_PLOTS, axes, strict=True):
         fig = Figure(figsize=(6, 3.5), dpi=100)
         fig.subplots_adjust(left=0.13, right=0.97, top=0.9, bottom=0.15)
         ax = fig.add_subplot()
-        xs = [x_of(e) for e in evaluations]
         ax.plot(xs, [e.pass_at_1 for e in evaluations], "-", marker="o", label="pass@1")
         ax.plot(xs, [e.reward_mean for e in evaluations], "--", marker=".", label="mean reward")
         ax.set_title("Held-out evaluation (one weight version each)")
