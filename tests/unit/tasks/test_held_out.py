@@ -57,3 +57,10 @@ def test_a_split_with_no_instance_is_an_error_not_a_hang() -> None:
     only = next(k for k in map(str, range(100)) if not is_held_out(k))
     with pytest.raises(ValueError, match="too few distinct instances"):
         draw_in_split(random.Random(0), lambda r: only, str, "heldOut")
+
+
+def test_a_small_ranges_held_out_prompts_are_distinct_pairs_until_the_split_runs_out() -> None:
+    held = ArithmeticTask(seed=1, max_operand=19).held_out()
+    pairs = {held.prompt(i).text for i in range(200)}
+    assert len({held.prompt(i).text for i in range(min(48, len(pairs)))}) == min(48, len(pairs))
+    assert all(is_held_out(text.removesuffix("=")) for text in pairs)
