@@ -70,7 +70,8 @@ class Evaluation:
     seconds: float
     """Wall seconds the evaluation took."""
     elapsed: float = 0.0
-    """Seconds since the run started when the evaluation finished (plots against time)."""
+    """Seconds from the start of training (the evaluator's start) to the evaluation's end:
+    the wall-clock that quality is plotted against."""
     regenerated: int = 0
     """Prompt groups generated again because a sample was not all `version`'s."""
     reward_parts: Mapping[str, float] = field(default_factory=dict)
