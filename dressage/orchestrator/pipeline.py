@@ -130,6 +130,7 @@ async def run_pipeline(
     unrecorded: Callable[[StepFigures], None] = lambda figures: None,
     faults: UserCodeFaults | None = None,
     evaluated: Callable[[Evaluation], None] = lambda evaluation: None,
+    earlier_evaluations: Sequence[Evaluation] = (),
 ) -> None:
     """Train `session` until step `steps`; rank 0 needs `endpoints`.
 
@@ -142,7 +143,9 @@ async def run_pipeline(
     run's registry of user-code faults (the caller reads it for the report), handed to the
     reward function, the agents and the rollout process; None: one of the pipeline's own.
     `evaluated`: called with each held-out evaluation (`spec.evaluation`) as it completes: the
-    starting version's, every `everySteps` steps', the final version's."""
+    starting version's, every `everySteps` steps', the final version's.
+    `earlier_evaluations`: those of the run before it resumed, so that the best version's
+    weights stay pinned across restarts."""
     spec = job.spec
     distributed = spec.inference.weight_sync == "distributed"
     if not session.env.is_main:
@@ -262,13 +265,18 @@ async def run_pipeline(
                 + f"; depth {settings.start} of at most {settings.max_concurrency} groups, "
                 f"keepVersions {settings.max_keep}"
             )
-        done: list[Evaluation] = []
+        done: list[Evaluation] = list(earlier_evaluations)
+
+        def pin_best() -> None:  # weight pruning never deletes the best-evaluated version
+            top = best(done)
+            if top is not None:
+                session.pinned_versions = {top.version}
+
+        pin_best()
 
         def record_evaluation(evaluation: Evaluation) -> None:
             done.append(evaluation)
-            top = best(done)
-            if top is not None:  # weight pruning never deletes the best-evaluated version
-                session.pinned_versions = {top.version}
+            pin_best()
             if metrics is not None:
                 metrics.observe_evaluation(evaluation)
             evaluated(evaluation)

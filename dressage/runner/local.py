@@ -38,6 +38,7 @@ from dressage.api.figures import StepFigures, line_parts
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
 from dressage.engine.embedded.release_profiles import stand_in_release
 from dressage.evaluation.figures import Evaluation, best
+from dressage.evaluation.log import EvaluationLog
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
@@ -50,7 +51,6 @@ from dressage.runner.report import (
     EVAL_PLOTS,
     PLOTS,
     REPORT,
-    EvaluationLog,
     History,
     no_real_reward,
     run_summary,
@@ -221,6 +221,7 @@ class LocalRun:
             unrecorded=self._set_unrecorded,
             faults=self.faults,
             evaluated=self._on_evaluation,
+            earlier_evaluations=self.evaluations.evaluations(),
         )
 
     def _best_weights(self) -> dict[str, str]:

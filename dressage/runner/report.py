@@ -30,6 +30,7 @@ from typing import Any
 
 from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, ratios, totals
 from dressage.evaluation.figures import Evaluation, best
+from dressage.evaluation.log import EvaluationLog
 from dressage.rollout.collector import SHUTDOWN
 
 _FAILED_ATTEMPTS = figure("failed_attempts").key
@@ -44,9 +45,6 @@ _LAG_UNKNOWN = figure("version_lag_unknown_samples").key
 
 HISTORY = "history.jsonl"
 REPORT = "report.json"
-EVALUATIONS = "evaluations.jsonl"
-"""One line per held-out evaluation (`spec.evaluation`), kept across restarts like the
-history."""
 EVAL_PLOTS = ("eval_pass_at_1.png", "eval_pass_at_1_time.png")
 """The evaluations' plots: pass@1 against the step and against the run's wall-clock."""
 _REWARD = figure("reward").key
@@ -130,36 +128,6 @@ class History:
             self.append(record)
 
     def append(self, record: Mapping[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(dict(record)) + "\n")
-
-
-class EvaluationLog:
-    """Append-only held-out evaluations in `<run>/evaluations.jsonl`."""
-
-    def __init__(self, run_root: Path) -> None:
-        self.path = Path(run_root) / EVALUATIONS
-
-    def read(self) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
-
-    def truncate(self, step: int) -> None:
-        """Forget evaluations of versions past `step` (a resumed run evaluates them again)."""
-        if self.path.is_file():
-            kept = [r for r in self.read() if int(r.get("step", 0)) <= step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        """Add `record`, in place of an earlier one of its version (a resumed run evaluates
-        the version it resumes at again)."""
-        earlier = [r for r in self.read() if r.get("version") == record.get("version")]
-        if earlier:
-            kept = [r for r in self.read() if r.get("version") != record.get("version")]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(dict(record)) + "\n")

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from dressage.evaluation.figures import Evaluation
-from dressage.runner.report import EVAL_PLOTS, EvaluationLog, History, write_report
+from dressage.evaluation.log import EvaluationLog
+from dressage.runner.report import EVAL_PLOTS, History, write_report
 
 
 def _evaluation(version: str, step: int, p1: float) -> dict[str, object]:
