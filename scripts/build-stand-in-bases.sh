@@ -20,8 +20,9 @@
 #       it serves nothing (no GPU, no kernels).
 # A base is rebuilt only when its recipe changed: each carries the hash of its inputs (this
 # script's recipe for it, the base below it, the files it copies) in the label
-# io.dressage.stand-in.recipe. Needs podman (or $DRESSAGE_CONTAINER_ENGINE) and, for the Debian
-# base, debootstrap, as root; .venv and .sglang from scripts/setup.sh.
+# io.dressage.stand-in.recipe; a second run on the same machine builds none. Needs a container
+# engine (scripts/container-engine.sh: the tests pick podman with DRESSAGE_CONTAINER_ENGINE) and,
+# for the Debian base, debootstrap, as root; .venv and .sglang from scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/container-engine.sh
