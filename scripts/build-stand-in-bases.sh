@@ -134,12 +134,13 @@ for release in "${releases[@]}"; do
   env_dir=$(bash scripts/sglang-env.sh "$release" | tail -n 1)
   release_context=$context/sglang-$release
   mkdir -p "$release_context"
-  cp -a "$env_dir" "$release_context/site"
   sglang_pins > "$release_context/requirements.txt"
   want=$({ declare -f sglang_base; cat images/stand-in/sglang.Dockerfile; image_id "$TORCH_BASE"
     cat "$release_context/requirements.txt" "$env_dir/.dressage-stamp"; } | hash_of)
   if [ "$(current_recipe "$SGLANG_BASE:$release")" != "$want" ]; then
     echo "build-stand-in-bases: building $SGLANG_BASE:$release" >&2
+    # The release's package, copied only for a build (the stamp above stands for it).
+    cp -a "$env_dir" "$release_context/site"
     sglang_base "$want" "$release" "$release_context"
   fi
   echo "sglang-$release=$SGLANG_BASE:$release"

@@ -61,7 +61,9 @@ def runs_here(command: str) -> bool:
 def run_as_written(command: str, env: dict[str, str], workdir: Path) -> str:
     """`command` run by bash from the repository's root; its output, or a failure naming it."""
     if command.startswith(TRAINS):
-        command += f" --steps 2 --workdir {shlex.quote(str(workdir))} --metrics-port 0"
+        argv = shlex.split(command, comments=True)  # the page's comment, if any, goes
+        command = shlex.join([*argv, "--steps", "2", "--workdir", str(workdir)])
+        command += " --metrics-port 0"
     result = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", command],
         cwd=ROOT,
