@@ -11,8 +11,8 @@
 #   operator     R/dressage-operator:T
 #   runtime      R/dressage-runtime:T        trainer, proxy and embedded engine on CUDA torch
 #   runtime-cpu  R/dressage-runtime:T-cpu    the same on the CPU build of torch, from PyTorch's
-#                CPU index (https://download.pytorch.org/whl/cpu) on the Python base: a third
-#                of the size, for CPU jobs (kind: docs/quickstart-kind.md)
+#                CPU index (https://download.pytorch.org/whl/cpu) on the Python base: about
+#                1.8 GB, for CPU jobs (kind: docs/quickstart-kind.md)
 #   sglang       R/dressage-sglang:T-sglang<release>, one per --sglang-release (default: the
 #                release jobs default to, dressage.api.sglang.SGLANG_DEFAULT_VERSION)
 # R defaults to the chart's registry (charts/dressage-operator/values.yaml `image.repository`:
