@@ -1,5 +1,6 @@
-"""The three images, built by `scripts/build-images.sh` on local stand-in bases, run as the
-chart's and the operator's pods run them: their own numeric non-root user, a read-only root
+"""The images (the operator, the CUDA and CPU runtimes, SGLang's), built by
+`scripts/build-images.sh` on local stand-in bases, run as the chart's and the operator's pods
+run them: their own numeric non-root user, a read-only root
 filesystem, every capability dropped, no privilege escalation; they write only to the tmpfs and
 volumes a test mounts.
 
