@@ -1,8 +1,7 @@
 """The images (the operator, the CUDA and CPU runtimes, SGLang's), built by
 `scripts/build-images.sh` on local stand-in bases, run as the chart's and the operator's pods
-run them: their own numeric non-root user, a read-only root
-filesystem, every capability dropped, no privilege escalation; they write only to the tmpfs and
-volumes a test mounts.
+run them: their own numeric non-root user, a read-only root filesystem, every capability
+dropped, no privilege escalation; they write only to the tmpfs and volumes a test mounts.
 
 - The operator image starts against the emulated API server (`dressage_testkit.kube`, on
   this machine's loopback, reached with `--network host` and a kubeconfig naming it) and
