@@ -50,7 +50,15 @@ TORCH_BASE=localhost/dressage-stand-in-torch:$TORCH_VERSION-cpu
 SGLANG_BASE=localhost/dressage-stand-in-sglang
 
 current_recipe() {  # the recipe hash an image carries, empty when there is no such image
-  container_engine image inspect --format "{{ index .Labels \"$LABEL\" }}" "$1" 2>/dev/null || true
+  local found
+  if found=$(container_engine image inspect --format "{{ index .Labels \"$LABEL\" }}" "$1" 2>&1); then
+    echo "$found"
+  elif [[ $found != *"image not known"* && $found != *"No such image"* ]]; then
+    # Any other failure (a store busy with another build, say) stops here instead of taking
+    # the base for absent and rebuilding it and every base above it.
+    echo "build-stand-in-bases: cannot read $1's recipe: $found" >&2
+    return 1
+  fi
 }
 image_id() { container_engine image inspect --format '{{.Id}}' "$1"; }
 
@@ -111,7 +119,8 @@ scratch=()  # directories removed on exit, whatever the exit
 trap 'rm -rf "${scratch[@]}"' EXIT
 
 want=$({ declare -f python_base; cat /etc/ssl/certs/ca-certificates.crt; } | hash_of)
-if [ "$(current_recipe "$PYTHON_BASE")" != "$want" ]; then
+have=$(current_recipe "$PYTHON_BASE")
+if [ "$have" != "$want" ]; then
   echo "build-stand-in-bases: building $PYTHON_BASE (debootstrap)" >&2
   python_base "$want"
 fi
@@ -124,7 +133,8 @@ wheel_dir=$context/torch
   "torch==$TORCH_VERSION" 2>&1 | { grep -v "^WARNING: Location .* is ignored" || true; }
 want=$({ declare -f torch_base; cat images/stand-in/torch.Dockerfile; image_id "$PYTHON_BASE"
   ls "$wheel_dir"; } | hash_of)
-if [ "$(current_recipe "$TORCH_BASE")" != "$want" ]; then
+have=$(current_recipe "$TORCH_BASE")
+if [ "$have" != "$want" ]; then
   echo "build-stand-in-bases: building $TORCH_BASE" >&2
   torch_base "$want" "$wheel_dir"
 fi
@@ -137,7 +147,8 @@ for release in "${releases[@]}"; do
   sglang_pins > "$release_context/requirements.txt"
   want=$({ declare -f sglang_base; cat images/stand-in/sglang.Dockerfile; image_id "$TORCH_BASE"
     cat "$release_context/requirements.txt" "$env_dir/.dressage-stamp"; } | hash_of)
-  if [ "$(current_recipe "$SGLANG_BASE:$release")" != "$want" ]; then
+  have=$(current_recipe "$SGLANG_BASE:$release")
+  if [ "$have" != "$want" ]; then
     echo "build-stand-in-bases: building $SGLANG_BASE:$release" >&2
     # The release's package, copied only for a build (the stamp above stands for it).
     cp -a "$env_dir" "$release_context/site"
