@@ -182,3 +182,11 @@ def test_rounding_follows_the_decimals_the_page_shows() -> None:
     assert [q for q, actual in shown if not agrees(actual, q)] == []
     wrong = [("0.3", 0.3611), ("+4.5", 4.4), ("65", 66), ("half", 0.5), ("0.32", "0.32x")]
     assert [q for q, actual in wrong if agrees(actual, q)] == []
+
+
+def test_the_budget_tables_are_the_results_file_s() -> None:
+    """`docs/benchmarks.md` shows the staleness budget's tables as the benchmark rendered them
+    into its results file (`markdown`), not typed in again."""
+    results = json.loads((ROOT / "benchmarks/results/staleness_budget.json").read_text())
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert results["markdown"].strip() in page
