@@ -63,3 +63,12 @@ def test_the_shared_claim_is_the_reader_s_choice(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     for claim in sorted((ROOT / "examples" / "storage").glob("*.yaml")):
         assert claim.stem in text, f"{page.name} does not offer {claim.name}"
+
+
+def test_the_chart_s_notes_name_a_storage_file_that_exists() -> None:
+    """What `helm install` prints offers the storage files there are, none as the one to apply."""
+    notes = (ROOT / "charts" / "dressage-operator" / "templates" / "NOTES.txt").read_text()
+    for path in re.findall(r"examples/[\w/.-]+\.yaml", notes):
+        assert path == "examples/storage/FILE.yaml" or (ROOT / path).is_file(), path
+    for claim in sorted((ROOT / "examples" / "storage").glob("*.yaml")):
+        assert claim.stem in notes, f"NOTES.txt does not offer {claim.name}"
