@@ -21,6 +21,9 @@ A 422 answer is a `Status` as the API server writes it: `reason: Invalid`, the m
 `<Kind> "<name>" is invalid: <field>: <detail>[, ...]` and one `details.causes[]` entry
 (`reason`, `field`, `message`) per problem.
 
+`kubectl get arj` gets the jobs as a `Table` of the CRD's printer columns, as the API server
+prints a custom resource (`dressage_testkit.kube.tables`).
+
 The jobs' scale subresource is served as the API server serves a CRD's (`testing.scale`):
 `GET`, `PUT` and `PATCH` of `.../asyncrljobs/NAME/scale` read and write
 `spec.inference.replicas` through an `autoscaling/v1` `Scale`, refusing what the CRD's schema
@@ -66,6 +69,7 @@ from dressage_testkit.kube.scale import (
     discovery_entries,
     for_jobs,
 )
+from dressage_testkit.kube.tables import printer_columns, table_requested, to_table
 
 Obj = dict[str, Any]
 
@@ -154,6 +158,14 @@ class DressageKube(kmock.KubernetesEmulator):
     async def _handle_object(self, request: rendering.Request) -> Any:
         if request.subresource == "scale" and request.resource is not None and request.name:
             return await self._serve_scale(request)
+        if (
+            request.action in (enums.action.LIST, enums.action.FETCH)
+            and request.resource is not None
+            and request.resource.plural == PLURAL
+            and not request.subresource
+            and table_requested(_header(request.headers, "Accept"))
+        ):
+            return self._serve_table(request)
         if request.resource is not None and isinstance(request.data, dict):
             if request.action == enums.action.CREATE:
                 self._on_create(request)
@@ -300,6 +312,27 @@ class DressageKube(kmock.KubernetesEmulator):
                 status=exc.status, reason=exc.reason, message=exc.message, details=exc.details
             ) from None
 
+    def _serve_table(self, request: rendering.Request) -> Any:
+        """`kubectl get arj [NAME]`: the jobs as a `Table` of the CRD's printer columns
+        (`dressage_testkit.kube.tables`), as the API server prints them."""
+        if request.name:
+            found = self._lookup(request)
+            if found.deleted:
+                raise kmock.KubernetesObjectNotFoundError()
+            objects = [found.raw]
+        else:
+            objects = [
+                obj.raw
+                for (resource, namespace, _), obj in sorted(
+                    self.objects.items(), key=lambda item: str(item[0][2])
+                )
+                if resource == request.resource
+                and (request.namespace is None or namespace == request.namespace)
+                and not obj.deleted
+            ]
+        table = to_table(printer_columns(), objects, "", datetime.now(UTC))
+        return aiohttp.web.json_response(table)
+
     async def _serve_version(self, request: rendering.Request) -> Any:
         """Discovery of a group version, with the jobs' `status` and `scale` subresources
         listed as the API server lists a CRD's (`testing.scale.discovery_entries`)."""
@@ -339,6 +372,10 @@ class DressageKube(kmock.KubernetesEmulator):
 
     async def _serve_delete(self, request: rendering.Request) -> Any:
         return self._lookup(request).last.raw
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), "")
 
 
 class EmulatedCluster:
