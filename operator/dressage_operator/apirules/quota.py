@@ -98,7 +98,9 @@ def _scope_matches(scope: str, operator: str, values: list[str], spec: Obj) -> b
 def quota_matches(quota: Obj, spec: Obj) -> bool:
     """Whether a ResourceQuota's scopes all match a pod spec (no scope: every pod)."""
     quota_spec = quota.get("spec") or {}
-    selectors = [(str(s), "Exists", []) for s in quota_spec.get("scopes") or ()]
+    selectors: list[tuple[str, str, list[str]]] = [
+        (str(s), "Exists", []) for s in quota_spec.get("scopes") or ()
+    ]
     for expression in (quota_spec.get("scopeSelector") or {}).get("matchExpressions") or ():
         selectors.append(
             (
