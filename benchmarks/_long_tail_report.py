@@ -1,4 +1,4 @@
-"""The long-tail benchmark's report: the Markdown block `benchmarks/README.md` quotes and the
+"""The long-tail benchmark's report: the Markdown block `docs/benchmarks.md` quotes and the
 plot, both rendered from the results JSON alone (`benchmarks/long_tail.py --render PATH`), so
 that page, the plot and the JSON always carry the same figures.
 

@@ -55,7 +55,7 @@ to compare.
     python benchmarks/long_tail.py --render PATH [--compare PATH] [--update-readme]
 
 Writes the results JSON, a plot next to it and a Markdown block; `--update-readme` puts that
-block into `benchmarks/README.md` ("The long-tail regime"), so that page and the JSON quote the
+block into `docs/benchmarks.md` ("The long-tail regime"), so that page and the JSON quote the
 same figures.
 """
 
@@ -94,7 +94,7 @@ from dressage.tasks.long_tail import from_spec as long_tail_task
 JOB = ROOT / "examples" / "local-long-tail.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "long_tail.json"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "long_tail_quick.json"
-README = ROOT / "benchmarks" / "README.md"
+README = ROOT / "docs" / "benchmarks.md"
 """The page that quotes the generated block (`--update-readme`)."""
 TARGET_SPEEDUP = 2.5
 KEEP_VERSIONS = 3
@@ -297,7 +297,7 @@ def main() -> int:
         help="results JSON of another keepVersions to tabulate beside these (a path in the repo)",
     )
     parser.add_argument(
-        "--update-readme", action="store_true", help="write the block into benchmarks/README.md"
+        "--update-readme", action="store_true", help="write the block into docs/benchmarks.md"
     )
     args = parser.parse_args()
     if args.render is not None:
@@ -404,7 +404,7 @@ def main() -> int:
 
 def publish(results: dict[str, Any], path: Path, *, update: bool) -> int:
     """Print the table, write the plot and the Markdown block next to `path`, and put the
-    block into `benchmarks/README.md` when asked."""
+    block into `docs/benchmarks.md` when asked."""
     plot = path.with_suffix(".png")
     plot_results(results, plot)
     other = None

@@ -133,12 +133,12 @@ def results_of(
     }
 
 
-README = ROOT / "benchmarks" / "README.md"
+README = ROOT / "docs" / "benchmarks.md"
 
 
 def report(results: dict[str, Any], out: Path, *, readme: bool = False) -> None:
     """Print the tables and write them (`.md`) and the plot (`.png`) next to `out`; with
-    `readme`, also into the generated block of `benchmarks/README.md`."""
+    `readme`, also into the generated block of `docs/benchmarks.md`."""
     rows = build_rows(results)
     text = render_markdown(results, rows)
     print()
@@ -165,7 +165,7 @@ def main() -> int:
     parser.add_argument("--render", type=Path, default=None, help="re-render a results JSON")
     parser.add_argument("--out", type=Path, default=None, help="results JSON path")
     parser.add_argument(
-        "--update-readme", action="store_true", help="rewrite the block in benchmarks/README.md"
+        "--update-readme", action="store_true", help="rewrite the block in docs/benchmarks.md"
     )
     args = parser.parse_args()
     if args.render is not None:

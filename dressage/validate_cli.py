@@ -5,7 +5,8 @@ Without `--cluster` a manifest is checked as `dressage run` reads it (the job mo
 each AsyncRLJob in the files is checked as the operator and the API server would check it
 (`dressage_operator.cluster_check`, the operator's own checks): the CRD's rules, what a
 cluster cannot run, this cluster's limits, the children against the Kubernetes schemas and
-the API server's rules, and a namespace's Pod Security level. The operator's checks need the
+the API server's rules, a namespace's Pod Security level and its ResourceQuotas
+(`--resource-quota`). The operator's checks need the
 `operator` extra; this command is an entry point, the one layer that may reach the operator's
 package, and imports it only for `--cluster`.
 """
@@ -60,6 +61,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the Pod Security Standard the namespace enforces (its label "
         "pod-security.kubernetes.io/enforce; with --cluster; default: none)",
     )
+    parser.add_argument(
+        "--resource-quota",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a YAML file with the namespace's ResourceQuota objects (`kubectl get "
+        "resourcequota -n NAMESPACE -o yaml`); with --cluster, the pods are checked against "
+        "them and a container without the requests or limits they track is named (repeatable)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,6 +104,13 @@ def _run_cluster(args: argparse.Namespace) -> int:
         print(f"the operator's settings: {exc}", file=sys.stderr)
         return 2
     release = schemas.schema_release(args.kubernetes_version, children_check.DEFAULT_SCHEMA_RELEASE)
+    quotas: list[Mapping[str, Any]] = []
+    for path in args.resource_quota:
+        try:
+            quotas += _documents(Path(path), cluster_check.quota_documents, "ResourceQuota")
+        except (JobValidationError, OSError) as exc:
+            print(exc, file=sys.stderr)
+            return 2
     failed = 0
     for path in args.manifests:
         try:
@@ -109,6 +126,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
                 namespace=args.namespace,
                 release=release,
                 pod_security=args.pod_security,
+                quotas=quotas,
             )
             _report(path, found)
             failed += found.refused
@@ -116,14 +134,18 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
 
 def _jobs(path: Path, select: Any) -> list[Mapping[str, Any]]:
+    return _documents(path, select, "AsyncRLJob")
+
+
+def _documents(path: Path, select: Any, kind: str) -> list[Mapping[str, Any]]:
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except yaml.YAMLError as exc:
         raise JobValidationError(str(path), [("<yaml>", str(exc))]) from None
-    jobs: list[Mapping[str, Any]] = select(docs)
-    if not jobs:
-        raise JobValidationError(str(path), [("kind", "no document of kind AsyncRLJob")])
-    return jobs
+    found: list[Mapping[str, Any]] = select(docs)
+    if not found:
+        raise JobValidationError(str(path), [("kind", f"no document of kind {kind}")])
+    return found
 
 
 def _report(path: str, found: cluster_check.ClusterCheck) -> None:

@@ -20,8 +20,9 @@
 #       it serves nothing (no GPU, no kernels).
 # A base is rebuilt only when its recipe changed: each carries the hash of its inputs (this
 # script's recipe for it, the base below it, the files it copies) in the label
-# io.dressage.stand-in.recipe. Needs podman (or $DRESSAGE_CONTAINER_ENGINE) and, for the Debian
-# base, debootstrap, as root; .venv and .sglang from scripts/setup.sh.
+# io.dressage.stand-in.recipe; a second run on the same machine builds none. Needs a container
+# engine (scripts/container-engine.sh: the tests pick podman with DRESSAGE_CONTAINER_ENGINE) and,
+# for the Debian base, debootstrap, as root; .venv and .sglang from scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/container-engine.sh
@@ -49,7 +50,15 @@ TORCH_BASE=localhost/dressage-stand-in-torch:$TORCH_VERSION-cpu
 SGLANG_BASE=localhost/dressage-stand-in-sglang
 
 current_recipe() {  # the recipe hash an image carries, empty when there is no such image
-  container_engine image inspect --format "{{ index .Labels \"$LABEL\" }}" "$1" 2>/dev/null || true
+  local found
+  if found=$(container_engine image inspect --format "{{ index .Labels \"$LABEL\" }}" "$1" 2>&1); then
+    echo "$found"
+  elif [[ $found != *"image not known"* && $found != *"No such image"* ]]; then
+    # Any other failure (a store busy with another build, say) stops here instead of taking
+    # the base for absent and rebuilding it and every base above it.
+    echo "build-stand-in-bases: cannot read $1's recipe: $found" >&2
+    return 1
+  fi
 }
 image_id() { container_engine image inspect --format '{{.Id}}' "$1"; }
 
@@ -110,7 +119,8 @@ scratch=()  # directories removed on exit, whatever the exit
 trap 'rm -rf "${scratch[@]}"' EXIT
 
 want=$({ declare -f python_base; cat /etc/ssl/certs/ca-certificates.crt; } | hash_of)
-if [ "$(current_recipe "$PYTHON_BASE")" != "$want" ]; then
+have=$(current_recipe "$PYTHON_BASE")
+if [ "$have" != "$want" ]; then
   echo "build-stand-in-bases: building $PYTHON_BASE (debootstrap)" >&2
   python_base "$want"
 fi
@@ -123,7 +133,8 @@ wheel_dir=$context/torch
   "torch==$TORCH_VERSION" 2>&1 | { grep -v "^WARNING: Location .* is ignored" || true; }
 want=$({ declare -f torch_base; cat images/stand-in/torch.Dockerfile; image_id "$PYTHON_BASE"
   ls "$wheel_dir"; } | hash_of)
-if [ "$(current_recipe "$TORCH_BASE")" != "$want" ]; then
+have=$(current_recipe "$TORCH_BASE")
+if [ "$have" != "$want" ]; then
   echo "build-stand-in-bases: building $TORCH_BASE" >&2
   torch_base "$want" "$wheel_dir"
 fi
@@ -133,12 +144,14 @@ for release in "${releases[@]}"; do
   env_dir=$(bash scripts/sglang-env.sh "$release" | tail -n 1)
   release_context=$context/sglang-$release
   mkdir -p "$release_context"
-  cp -a "$env_dir" "$release_context/site"
   sglang_pins > "$release_context/requirements.txt"
   want=$({ declare -f sglang_base; cat images/stand-in/sglang.Dockerfile; image_id "$TORCH_BASE"
     cat "$release_context/requirements.txt" "$env_dir/.dressage-stamp"; } | hash_of)
-  if [ "$(current_recipe "$SGLANG_BASE:$release")" != "$want" ]; then
+  have=$(current_recipe "$SGLANG_BASE:$release")
+  if [ "$have" != "$want" ]; then
     echo "build-stand-in-bases: building $SGLANG_BASE:$release" >&2
+    # The release's package, copied only for a build (the stamp above stands for it).
+    cp -a "$env_dir" "$release_context/site"
     sglang_base "$want" "$release" "$release_context"
   fi
   echo "sglang-$release=$SGLANG_BASE:$release"

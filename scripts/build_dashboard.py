@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from dashboard import (  # noqa: E402
     engines,
+    evaluation,
     operator_health,
     serving,
     staleness,
@@ -44,6 +45,7 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
     d = Layout()
     staleness.add(d)
     training.add(d)
+    evaluation.add(d)
     serving.add(d)
     engines.add(d)
     step_figures.add(d, declaration)
@@ -51,8 +53,8 @@ def build(declaration: type[StepFigures] = StepFigures) -> dict[str, Any]:
 
     return {
         "annotations": {"list": []},
-        "description": "Dressage async RL jobs: staleness control, training progress, proxy "
-        "and engines, SGLang's own engine metrics, operator health.",
+        "description": "Dressage async RL jobs: staleness control, training progress, held-out "
+        "evaluation, proxy and engines, SGLang's own engine metrics, operator health.",
         "editable": True,
         "fiscalYearStartMonth": 0,
         "graphTooltip": 1,

@@ -1,13 +1,31 @@
 # shellcheck shell=bash
-# Sourced by the image scripts: `container_engine ARGS...` runs podman or docker, whichever is
-# on PATH (podman first; $DRESSAGE_CONTAINER_ENGINE names another). Podman gets the settings
-# the test machines need (images/podman/containers.conf) unless CONTAINERS_CONF names others.
-CONTAINER_ENGINE=${DRESSAGE_CONTAINER_ENGINE:-$(command -v podman || command -v docker || true)}
-if [ -z "$CONTAINER_ENGINE" ]; then
-  echo "neither podman nor docker is on PATH (or set DRESSAGE_CONTAINER_ENGINE)" >&2
-  exit 1
+# Sourced by the image scripts: `container_engine ARGS...` runs the container engine, and
+# $CONTAINER_ENGINE_NAME says which (docker or podman).
+#
+# $DRESSAGE_CONTAINER_ENGINE picks it (`docker` or `podman`, or a path to either); unset, it is
+# docker when docker is on PATH, else podman. Docker first because kind runs on Docker unless
+# told otherwise, and `kind load docker-image` reads Docker's store: on a machine with both,
+# DRESSAGE_CONTAINER_ENGINE=podman builds into Podman's store instead (then load the images
+# into kind with `podman save -m` and `kind load image-archive`, docs/quickstart-kind.md).
+# The engine runs with its user's own settings: nothing here changes them (the test machines'
+# Podman settings, images/podman/containers.conf, are the tests' to apply).
+if [ -n "${DRESSAGE_CONTAINER_ENGINE:-}" ]; then
+  case $(basename "$DRESSAGE_CONTAINER_ENGINE") in
+    docker|podman) ;;
+    *) echo "DRESSAGE_CONTAINER_ENGINE=$DRESSAGE_CONTAINER_ENGINE: docker or podman" >&2; exit 2 ;;
+  esac
+  CONTAINER_ENGINE=$(command -v "$DRESSAGE_CONTAINER_ENGINE" || true)
+  if [ -z "$CONTAINER_ENGINE" ]; then
+    echo "DRESSAGE_CONTAINER_ENGINE=$DRESSAGE_CONTAINER_ENGINE: not found on PATH" >&2
+    exit 1
+  fi
+else
+  CONTAINER_ENGINE=$(command -v docker || command -v podman || true)
+  if [ -z "$CONTAINER_ENGINE" ]; then
+    echo "neither docker nor podman is on PATH (DRESSAGE_CONTAINER_ENGINE names one)" >&2
+    exit 1
+  fi
 fi
-if [ "$(basename "$CONTAINER_ENGINE")" = podman ]; then
-  export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/images/podman/containers.conf}
-fi
+# shellcheck disable=SC2034  # read by the scripts that source this file
+CONTAINER_ENGINE_NAME=$(basename "$CONTAINER_ENGINE")
 container_engine() { "$CONTAINER_ENGINE" "$@"; }

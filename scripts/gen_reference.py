@@ -44,6 +44,13 @@ def _cell(text: str) -> str:
     return "`".join(parts)
 
 
+def heading(level: int, title: str, anchor_id: str) -> list[str]:
+    """A heading with a fixed anchor both renderers honour: an empty `<a id>` on the line
+    before it. GitHub shows attribute lists (`{ #id }`) as text; mkdocs reads the id from the
+    raw HTML, so links to `#id` resolve on the site and on GitHub alike."""
+    return [f'<a id="{anchor_id}"></a>', "", f"{'#' * level} {title}"]
+
+
 def anchor(path: str) -> str:
     """The HTML id of a field path's section (`spec.trainer.template.env[]` ->
     `spec-trainer-template-env`)."""
@@ -116,7 +123,7 @@ def _default(node: Schema) -> str:
 
 def _section(path: str, node: Schema) -> list[str]:
     required = set(node.get("required", []))
-    lines = [f"### `{path}` {{ #{anchor(path)} }}", ""]
+    lines = [*heading(3, f"`{path}`", anchor(path)), ""]
     if node.get("description"):
         lines += [_cell(node["description"]), ""]
     lines += ["| Field | Type | Default | Bounds | Description |", "|---|---|---|---|---|"]
@@ -271,10 +278,10 @@ def _cli_reference() -> str:
     ]
     for name, (_, help_text) in cli.SUBCOMMANDS.items():
         section = _parser_section(f"dressage {name}", subcommand_parser(name))
-        section[0:1] = [f"## `dressage {name}` {{ #dressage-{name} }}", "", _cell(help_text)]
+        section[0:1] = [*heading(2, f"`dressage {name}`", f"dressage-{name}"), "", _cell(help_text)]
         lines += section
     section = _parser_section("dressage-operator", build_parser())
-    section[0] = "## `dressage-operator` { #dressage-operator }"
+    section[0:1] = heading(2, "`dressage-operator`", "dressage-operator")
     lines += section
     return "\n".join(lines).rstrip() + "\n"
 

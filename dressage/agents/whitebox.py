@@ -13,6 +13,9 @@ A turn refused by the proxy (a version change without partial rollout, or the pa
 span limit) fails the trajectory and so the group, which the collector retries whole. So does an
 environment whose `episode()` or `step()` raises: the failure is `environment_raised`, a
 `UserCodeFailed` naming the environment's class, the exception and the line that raised it.
+Under `spec.task.onRewardError: drop`, a failure that is the infrastructure's
+(`dressage.tasks.infrastructure`: a timeout, an unreachable service, a crashed sandbox) drops
+the group at once instead, counted as `environment_error`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dressage.tasks.faults import (
     UserCodeFaults,
     fault_from_exception,
 )
+from dressage.tasks.infrastructure import DROP_SETTING, ENVIRONMENT_ERROR, is_infrastructure
 
 
 @dataclass(kw_only=True, eq=False)
@@ -39,6 +43,9 @@ class WhiteboxAgentRollout(GroupAgent[None]):
     codec: PromptCodec
     faults: UserCodeFaults = field(default_factory=UserCodeFaults)
     """Where the environment's failures are recorded (the run's registry)."""
+    drop_infrastructure_errors: bool = False
+    """Drop the group at once when the environment fails for the infrastructure's reason
+    (`spec.task.onRewardError: drop`) instead of leaving it to the retry policy."""
 
     def prompt(self, index: int) -> None:
         return None  # each trajectory starts its own episode of instance `index`
@@ -94,5 +101,8 @@ class WhiteboxAgentRollout(GroupAgent[None]):
             reason=ENVIRONMENT_RAISED,
             call=call,
         )
+        if self.drop_infrastructure_errors and is_infrastructure(exc):
+            self.faults.record(fault, then=f"its prompt group is dropped ({DROP_SETTING})")
+            return UserCodeFailed(fault, dropped=ENVIRONMENT_ERROR)
         self.faults.record(fault, then="its prompt group fails and is retried")
         return UserCodeFailed(fault)

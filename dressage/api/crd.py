@@ -226,6 +226,25 @@ PRINTER_COLUMNS: list[Schema] = [
         "jsonPath": f".status.staleness.{figure('dropped_groups').status_key}",
         "description": "GRPO groups dropped by the staleness controls and retries",
     },
+    {
+        "name": "Eval",
+        "type": "number",
+        "jsonPath": ".status.evaluation.latest.passAt1",
+        "description": "Held-out pass@1 of the latest evaluated weight version",
+    },
+    {
+        "name": "Best",
+        "type": "string",
+        "jsonPath": ".status.evaluation.best.version",
+        "description": "The weight version with the best held-out pass@1 so far",
+    },
+    {
+        "name": "Best Eval",
+        "type": "number",
+        "jsonPath": ".status.evaluation.best.passAt1",
+        "priority": 1,
+        "description": "Held-out pass@1 of the best evaluated weight version",
+    },
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
     {
         "name": "Engines",

@@ -90,17 +90,18 @@ class StepFigures:
     dropped_groups: Counter[str] = by_reason(
         "groups",
         "Prompt groups dropped (a staleness verdict such as `stale_version` or "
-        "`window_advanced`, `retries_exhausted`, `shutdown`)",
+        "`window_advanced`, `retries_exhausted`, `shutdown`, and under `onRewardError: drop` "
+        "`reward_error` or `environment_error`: a failure that is the infrastructure's)",
         status=True,
         line=("drops", "d"),
-        reasons=("retries_exhausted",),
+        reasons=("retries_exhausted", "reward_error", "environment_error"),
     )
     failed_attempts: Counter[str] = by_reason(
         "attempts",
         "Prompt-group attempts that failed, each retry counting one (a group tried 4 times "
         "counts 4); the reason is the proxy's error name, the user code's failure reason "
-        "(`reward_raised` under `onRewardError: stop`, `environment_raised`, `agent_failed`) "
-        "or `rollout_error`",
+        "(`reward_raised` under `onRewardError: stop`, `reward_timeout` under `drop`, "
+        "`environment_raised`, `agent_failed`) or `rollout_error`",
         metric="rollout_failed_attempts",
     )
     failed_groups: Counter[str] = by_reason(

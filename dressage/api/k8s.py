@@ -218,6 +218,7 @@ class SeccompProfile(ApiModel):
 MAX_POSIX_ID = 2147483647
 """The largest user or group ID Kubernetes accepts (`IsValidUserID`, `IsValidGroupID`)."""
 POD_SECURITY_CONTEXT_FIELDS = (
+    "runAsNonRoot",
     "runAsUser",
     "runAsGroup",
     "fsGroup",
@@ -227,18 +228,22 @@ POD_SECURITY_CONTEXT_FIELDS = (
 )
 """The pod-level `securityContext` fields a job's pod template may set: those the Restricted
 Pod Security Standard leaves to the pod (shared storage often needs the claim's owner as
-`runAsUser`, `fsGroup` or a supplemental group). The others are the operator's
-(`runAsNonRoot`, from `security.profile`) or outside what the job's pods may ask (SELinux
-options, sysctls, AppArmor, Windows options)."""
+`runAsUser`, `fsGroup` or a supplemental group), and `runAsNonRoot`, which most pod templates
+carry, where it agrees with `security.profile`. The others are outside what the job's pods may
+ask (SELinux options, sysctls, AppArmor, Windows options)."""
 
 
 class PodSecurityContext(ApiModel):
     """The pod-level security settings a job may set, merged over the operator's own
     (`security`): a field set here replaces the operator's value of it."""
 
-    run_as_user: int | None = Field(default=None, ge=1, le=MAX_POSIX_ID)
-    """UID of every container (never 0: the Restricted standard forbids root); replaces
-    `security.runAsUser`."""
+    run_as_non_root: bool | None = None
+    """`true` makes the kubelet refuse to start a container as root: what the `restricted`
+    profile sets anyway (so `false` is refused there); under `baseline` it is the pod's own
+    choice."""
+    run_as_user: int | None = Field(default=None, ge=0, le=MAX_POSIX_ID)
+    """UID of every container; replaces `security.runAsUser`. 0 (root) only under the
+    `baseline` profile and without `runAsNonRoot: true`."""
     run_as_group: int | None = Field(default=None, ge=0, le=MAX_POSIX_ID)
     """Primary GID of every container's processes."""
     fs_group: int | None = Field(default=None, ge=0, le=MAX_POSIX_ID)
@@ -272,8 +277,8 @@ class PodSecurityContext(ApiModel):
                             (str(key),),
                             "not accepted in a job's pod template: only the pod-level fields the "
                             "Restricted Pod Security Standard allows can be set "
-                            f"({', '.join(POD_SECURITY_CONTEXT_FIELDS)}); runAsNonRoot and the "
-                            "containers' settings follow security.profile",
+                            f"({', '.join(POD_SECURITY_CONTEXT_FIELDS)}); the containers' "
+                            "settings follow security.profile",
                         )
                     ],
                 )
@@ -306,8 +311,57 @@ class PodTemplateOverrides(ApiModel):
     security: PodSecuritySpec = Field(default_factory=PodSecuritySpec)
     """Pod security: the Restricted Pod Security Standard unless relaxed explicitly."""
     security_context: PodSecurityContext | None = None
-    """Pod-level `securityContext` fields merged over the operator's (`security`): `runAsUser`,
-    `runAsGroup`, `fsGroup`, `fsGroupChangePolicy`, `supplementalGroups` and
-    `seccompProfile`, the ones the Restricted Pod Security Standard allows. Shared storage
-    often needs them: a claim owned by another UID or group (an NFS export, a Filestore or
-    EFS access point). Any other field is refused by name."""
+    """Pod-level `securityContext` fields merged over the operator's (`security`):
+    `runAsNonRoot`, `runAsUser`, `runAsGroup`, `fsGroup`, `fsGroupChangePolicy`,
+    `supplementalGroups` and `seccompProfile`, the ones the Restricted Pod Security Standard
+    allows. Shared storage often needs them: a claim owned by another UID or group (an NFS
+    export, a Filestore or EFS access point). A value that agrees with `security.profile` is
+    accepted (`runAsNonRoot: true` under `restricted`); one that contradicts it
+    (`runAsNonRoot: false` or `runAsUser: 0` under `restricted`, `runAsUser: 0` with
+    `runAsNonRoot: true`) is refused by name, and so is any other field."""
+
+    @model_validator(mode="after")
+    def _agrees_with_the_profile(self) -> PodTemplateOverrides:
+        context = self.security_context
+        if context is None:
+            return self
+        problems = security_context_contradictions(self.security.profile, context)
+        if problems:
+            raise field_errors("PodTemplateOverrides", "security_context_contradiction", problems)
+        return self
+
+
+def security_context_contradictions(
+    profile: str, context: PodSecurityContext
+) -> list[tuple[Loc, str]]:
+    """`(field, message)` for each `securityContext` setting of a pod template that
+    contradicts the role's `security.profile` or another setting: the pod would be refused by
+    the Pod Security admission, or its containers by the kubelet (a root UID with
+    `runAsNonRoot: true`)."""
+    problems: list[tuple[Loc, str]] = []
+    restricted = profile == "restricted"
+    if restricted and context.run_as_non_root is False:
+        problems.append(
+            (
+                ("securityContext", "runAsNonRoot"),
+                "false contradicts security.profile 'restricted', which runs the pods as a "
+                "non-root user: leave it out, set it true, or set security.profile to 'baseline'",
+            )
+        )
+    if context.run_as_user == 0 and restricted:
+        problems.append(
+            (
+                ("securityContext", "runAsUser"),
+                "0 (root) contradicts security.profile 'restricted', which forbids root: "
+                "give the UID of the image's user, or set security.profile to 'baseline'",
+            )
+        )
+    elif context.run_as_user == 0 and context.run_as_non_root:
+        problems.append(
+            (
+                ("securityContext", "runAsUser"),
+                "0 (root) contradicts securityContext.runAsNonRoot true: the kubelet would "
+                "refuse to start the containers",
+            )
+        )
+    return problems

@@ -236,9 +236,14 @@ class TaskSpec(ApiModel):
     sum); unset weighs every part 1. A weighted part missing from the result is an error."""
     reward_timeout_seconds: float = Field(default=30.0, gt=0)
     """Time one reward call may take before it counts as failed (`reward_timeout`)."""
-    on_reward_error: Literal["zero", "stop"] = "zero"
+    on_reward_error: Literal["zero", "stop", "drop"] = "zero"
     """When the reward raises, hangs or returns something that is not a number: `zero` gives
-    the sample reward 0 and counts the failure by reason; `stop` stops the run with the error."""
+    the sample reward 0 and counts the failure by reason; `stop` stops the run with the error;
+    `drop` drops the sample's whole GRPO group, unretried, when the failure is the
+    infrastructure's (a reward call past `rewardTimeoutSeconds`; a `TimeoutError`,
+    `ConnectionError` or `dressage.tasks.InfrastructureError` raised by the reward or by an
+    environment's `episode()` or `step()`), counted in `droppedGroups` as `reward_error` or
+    `environment_error`, and gives reward 0 for any other failure, as `zero` does."""
     environment: str | None = Field(default=None, min_length=1)
     """The `environment` task's class, `package.module:Class`, constructed as `Class(spec)` with
     this task spec and implementing `dressage.tasks.base.Environment`."""

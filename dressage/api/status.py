@@ -169,6 +169,33 @@ else:
     """The model of `status.staleness`; its figure fields come from `StepFigures`."""
 
 
+class EvaluatedVersion(ApiModel):
+    """One weight version's held-out evaluation, as the job's trainer rank 0 exports it."""
+
+    version: str
+    """The weight version's label (`v0` for the starting weights)."""
+    step: int | None = None
+    """The training step whose publish made the version (0 for `v0`); None when the job did
+    not export it."""
+    pass_at_1: float | None = None
+    """Held-out pass@1 of the version, in [0, 1]: the headline figure."""
+    reward: float | None = None
+    """Mean held-out reward of the version."""
+
+
+class EvaluationStatus(ApiModel):
+    """Held-out evaluation (`spec.evaluation`), read from the job's metrics (trainer rank 0):
+    the latest evaluated version and the best one so far."""
+
+    latest: EvaluatedVersion | None = None
+    """The evaluated version with the highest step among those the job exports now."""
+    best: EvaluatedVersion | None = None
+    """The version with the highest held-out pass@1 seen so far (ties go to the later step).
+    Kept when the job stops exporting it; replaced only by a higher figure."""
+    runs: int = 0
+    """Evaluations the job has run (its `dressage_eval_runs_total`)."""
+
+
 class AsyncRLJobStatus(ApiModel):
     """Observed state of an asynchronous RL job."""
 
@@ -197,6 +224,9 @@ class AsyncRLJobStatus(ApiModel):
     (force-deleted, its node lost) restarts the gang like a failed one."""
     staleness: StalenessStatus = Field(default_factory=StalenessStatus)
     """Staleness figures from the job's metrics."""
+    evaluation: EvaluationStatus | None = None
+    """Held-out evaluation figures from the job's metrics (latest and best version); absent
+    until the job exports an evaluation."""
     start_time: str | None = None
     """When the job's pods were first created (or the job was last resumed)."""
     completion_time: str | None = None

@@ -52,13 +52,23 @@ class GroupFailed(Exception):
 
     `reason` is the stable name counted in metrics (for example the proxy's
     `partial_rollout_staleness_exceeded`); `staleness` marks failures caused by a staleness
-    control, which are counted separately as staleness failures.
+    control, which are counted separately as staleness failures; `dropped` names the drop
+    reason of a failure that drops the group at once, unretried (`reward_error` under
+    `onRewardError: drop`).
     """
 
-    def __init__(self, reason: str, message: str = "", *, staleness: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        message: str = "",
+        *,
+        staleness: bool = False,
+        dropped: str | None = None,
+    ) -> None:
         super().__init__(message or reason)
         self.reason = reason
         self.staleness = staleness
+        self.dropped = dropped
 
 
 EVALUATION_GROUP_PREFIX = "eval."

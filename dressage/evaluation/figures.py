@@ -162,12 +162,15 @@ def summarize(
 
 
 def best(evaluations: Iterable[Evaluation]) -> Evaluation | None:
-    """The best-evaluated version: highest pass@1, then highest mean reward; of equals, the
-    one evaluated first (the earlier version reached it)."""
+    """The best-evaluated version: the highest pass@1; of equals, the later step (the rule
+    the operator's `status.evaluation.best` follows, so the version it names is the one whose
+    weights pruning keeps)."""
     found: Evaluation | None = None
     for evaluation in evaluations:
-        key = (evaluation.pass_at_1, evaluation.reward_mean)
-        if found is None or key > (found.pass_at_1, found.reward_mean):
+        if found is None or (evaluation.pass_at_1, evaluation.step) >= (
+            found.pass_at_1,
+            found.step,
+        ):
             found = evaluation
     return found
 

@@ -88,6 +88,23 @@ TRAINED_TOKENS_PER_SECOND: Final = figure("trained_tokens_per_second").metric
 GENERATED_TOKENS_PER_TRAINED_TOKEN: Final = figure("generated_tokens_per_trained_token").metric
 """Gauge: the latest step's waste; over a window, the rate of `GENERATED_TOKENS` over that of
 `TRAINED_TOKENS`."""
+# ... and the held-out evaluations (`spec.evaluation`), each labelled by `version`; only the
+# latest few evaluated versions and the best one are exported at any time.
+EVAL_PASS_AT_K: Final = "dressage_eval_pass_at_k"
+"""Gauge labelled by `version` and `k`: held-out pass@k of that weight version (`k="1"` is the
+headline figure)."""
+EVAL_REWARD_MEAN: Final = "dressage_eval_reward_mean"
+"""Gauge labelled by `version`: the version's mean held-out reward."""
+EVAL_STEP: Final = "dressage_eval_step"
+"""Gauge labelled by `version`: the training step whose publish made the version (0 for
+`v0`)."""
+EVAL_PROMPTS: Final = "dressage_eval_prompts"
+"""Gauge labelled by `version`: the held-out prompts the version was evaluated on."""
+EVAL_RUNS: Final = "dressage_eval_runs_total"
+"""Counter: evaluations run."""
+EVAL_EXPORTED_VERSIONS: Final = 4
+"""How many of the latest evaluated versions stay exported (besides the best, with the
+trainer's `dressage.orchestrator.metrics`)."""
 
 # --- Proxy.
 PROXY_REQUESTS: Final = "dressage_proxy_requests_total"
@@ -159,6 +176,15 @@ waiting for batches over its last interval."""
 JOB_ADMISSION_HELD_FRACTION: Final = "dressage_job_admission_held_fraction"
 """Gauge: the autoscaler's scale-down signal, the fraction of the same time admission control
 held rollout back."""
+JOB_EVAL_LATEST_PASS_AT_1: Final = "dressage_job_eval_latest_pass_at_1"
+"""Gauge: held-out pass@1 of the job's latest evaluated version (`status.evaluation.latest`)."""
+JOB_EVAL_BEST_PASS_AT_1: Final = "dressage_job_eval_best_pass_at_1"
+"""Gauge: the best held-out pass@1 the job reached (`status.evaluation.best`), kept by the
+operator when the job no longer exports that version."""
+JOB_EVAL_LATEST_STEP: Final = "dressage_job_eval_latest_step"
+"""Gauge: the training step of the latest evaluated version."""
+JOB_EVAL_BEST_STEP: Final = "dressage_job_eval_best_step"
+"""Gauge: the training step of the best evaluated version."""
 
 # --- Operator health.
 OPERATOR_RECONCILE: Final = "dressage_operator_reconcile_total"
@@ -185,19 +211,3 @@ def all_names(declaration: type[StepFigures] = StepFigures) -> frozenset[str]:
         and isinstance(value, str)
         and value.startswith("dressage_")
     )
-
-# Held-out evaluation (`spec.evaluation`), labelled by the evaluated weight version: only the
-# latest `EVAL_EXPORTED_VERSIONS` evaluated versions and the best one are exported (older label
-# sets are removed), so the series stay bounded however long the run.
-EVAL_PASS_AT_K: Final = "dressage_eval_pass_at_k"
-"""Gauge labelled by `version` and `k`: the version's pass@k on the evaluation prompts."""
-EVAL_REWARD_MEAN: Final = "dressage_eval_reward_mean"
-"""Gauge labelled by `version`: the version's mean reward on the evaluation prompts."""
-EVAL_STEP: Final = "dressage_eval_step"
-"""Gauge labelled by `version`: the training step whose publish made it (0: the start)."""
-EVAL_PROMPTS: Final = "dressage_eval_prompts"
-"""Gauge labelled by `version`: the prompts its evaluation used."""
-EVAL_RUNS: Final = "dressage_eval_runs_total"
-"""Counter: evaluations completed."""
-EVAL_EXPORTED_VERSIONS: Final = 4
-"""How many of the latest evaluated versions stay exported (besides the best)."""

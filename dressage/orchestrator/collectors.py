@@ -135,6 +135,7 @@ def group_rollout(
             seed=spec.training.seed,
             run_tag=run_tag,
             faults=faults,
+            drop_infrastructure_errors=spec.task.on_reward_error == "drop",
         )
     lengths = None
     if isinstance(source, TaskPrompts) and has_fixed_lengths(source.task):

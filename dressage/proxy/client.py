@@ -161,7 +161,7 @@ class ProxyRolloutClient:
     connection would be a request the collector thinks is generating. aiohttp hands out
     connections in constant time; httpx's pool, which this client used before, scans every
     connection and every waiting request whenever a request starts or ends, so hundreds of
-    long generations in flight cost milliseconds of CPU per request (`benchmarks/README.md`,
+    long generations in flight cost milliseconds of CPU per request (`docs/benchmarks.md`,
     "Rollout client").
 
     `base_url`: the proxy's URL, or its replicas' URLs (a sequence, or one comma-separated

@@ -9,9 +9,12 @@ together. An attempt a staleness control refused (`GroupFailed.staleness`: the p
 span limit) is retried at once instead: it is no outage, the refusal comes at a publish, and a
 group started then has the new version's whole interval to finish inside the span limit,
 where a backoff spends part of it (a long trajectory refused again is generated again). A
-group that exhausts its retries is dropped as `retries_exhausted`.
+group that exhausts its retries is dropped as `retries_exhausted`. A failure that names a drop
+reason (`GroupFailed.dropped`: under `onRewardError: drop`, a reward or environment failure
+that is the infrastructure's, `reward_error` or `environment_error`) drops its group at once,
+unretried: a rerun would generate the group again for a service that just failed it.
 
-The breaker: when `breaker_after` groups in a row are dropped that way, rollout is broken (the
+The breaker: when `breaker_after` groups in a row are dropped either way, rollout is broken (the
 proxy or every engine is down, the agent program cannot start) rather than unlucky, and
 `RolloutBroken` is raised to the training loop with the failure reasons, instead of the
 collector waiting forever for a batch. Its message counts failed *attempts* (each retry one, of
@@ -101,6 +104,7 @@ class GroupAttempts:
         self._sleep = sleep
         self._jitter = jitter
         self._dropped_in_a_row = 0
+        self._drops_in_a_row: Counter[str] = Counter()
         self._recent: Counter[str] = Counter()
         self._recent_faults = FaultTally()
         self.broken: RolloutBroken | None = None
@@ -136,27 +140,48 @@ class GroupAttempts:
                     if exc.stop is not None:
                         self._stop(exc)
                         return None
+                if exc.dropped is not None:
+                    self._drop(exc.dropped)
+                    return None
             except Exception:
                 log.exception("prompt group %d failed (attempt %d)", index, attempt)
                 self._failed(ROLLOUT_ERROR, failed, staleness=False)
             else:
                 self.stats.completed(group)
                 self._dropped_in_a_row = 0
+                self._drops_in_a_row.clear()
                 self._recent.clear()
                 self._recent_faults.clear()
                 return group
-        self.stats.totals.dropped_groups[RETRIES_EXHAUSTED] += 1
+        self._drop(RETRIES_EXHAUSTED)
+        return None
+
+    def _drop(self, reason: str) -> None:
+        """Count the group dropped under `reason`; open the breaker when that makes
+        `breaker_after` in a row."""
+        self.stats.totals.dropped_groups[reason] += 1
         self._dropped_in_a_row += 1
+        self._drops_in_a_row[reason] += 1
         if self._dropped_in_a_row >= self.policy.breaker_after and self.broken is None:
             attempts = sum(self._recent.values())
             reasons = ", ".join(f"{r} {n}" for r, n in self._recent.most_common(5))
             self.broken = RolloutBroken(
                 f"rollout is failing: {self._dropped_in_a_row} prompt groups in a row were "
-                f"dropped after {self.policy.max_retries + 1} attempts each; "
+                f"dropped {self._how_dropped()}; "
                 f"{attempts} failed attempt{'s' if attempts != 1 else ''} since a group last "
                 f"completed (all groups in flight), by reason: {reasons}. {self._hint()}"
             )
-        return None
+
+    def _how_dropped(self) -> str:
+        """How the groups in a row were dropped: after every retry, or at once by reason."""
+        retried = f"after {self.policy.max_retries + 1} attempts each"
+        if set(self._drops_in_a_row) == {RETRIES_EXHAUSTED}:
+            return retried
+        parts = [
+            f"{count} {retried}" if reason == RETRIES_EXHAUSTED else f"{count} at once as {reason}"
+            for reason, count in self._drops_in_a_row.most_common()
+        ]
+        return f"({', '.join(parts)})"
 
     def _hint(self) -> str:
         """Who to suspect: the user code that failed, else the infrastructure."""

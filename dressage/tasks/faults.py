@@ -138,22 +138,26 @@ class UserCodeFailed(GroupFailed):
     """A prompt group failed because the job's own code did; `fault` says what and where.
 
     `stop` names the job setting that makes this failure end the run at once (`spec.task.
-    onRewardError is stop`); None leaves the group to the retry policy like any failure.
+    onRewardError is stop`); `dropped` the drop reason of one that drops its group at once
+    (`reward_error`, `environment_error` under `onRewardError: drop`); with neither, the group
+    is left to the retry policy like any failure.
     """
 
-    def __init__(self, fault: UserCodeFault, *, stop: str | None = None) -> None:
-        super().__init__(fault.reason, f"{fault.reason}: {fault}")
+    def __init__(
+        self, fault: UserCodeFault, *, stop: str | None = None, dropped: str | None = None
+    ) -> None:
+        super().__init__(fault.reason, f"{fault.reason}: {fault}", dropped=dropped)
         self.fault = fault
         self.stop = stop
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_failed, (type(self), self.fault, self.stop))
+        return (_rebuild_failed, (type(self), self.fault, self.stop, self.dropped))
 
 
 def _rebuild_failed(
-    cls: type[UserCodeFailed], fault: UserCodeFault, stop: str | None
+    cls: type[UserCodeFailed], fault: UserCodeFault, stop: str | None, dropped: str | None = None
 ) -> UserCodeFailed:
-    return cls(fault, stop=stop)
+    return cls(fault, stop=stop, dropped=dropped)
 
 
 # --- capture ---------------------------------------------------------------------------------

@@ -18,6 +18,11 @@ that raised it. The fault is logged the first time it occurs (later occurrences 
 error are counted) and kept for the run's report. With `spec.task.onRewardError: zero` (the
 default) the sample gets reward 0 and the failure is counted in `RewardStats`; with `stop` the
 call raises `RewardError`, which stops the run at once, and every later call raises it again.
+With `drop`, a failure that is the infrastructure's (`dressage.tasks.infrastructure`: a
+timeout, an unreachable service, a crashed sandbox) makes `ascored` raise `UserCodeFailed`
+with the drop reason `reward_error`, so the sample's whole group is dropped, unretried, rather
+than trained with a 0 that says nothing about the answer; any other failure gets reward 0, as
+under `zero`. Outside rollout (`score`, an evaluation) such a failure scores 0 too.
 
 `dry_run` calls the function once outside all that (nothing counted), so a job can check its
 reward on a dataset row before anything starts.
@@ -52,6 +57,7 @@ from dressage.tasks.faults import (
     UserCodeFaults,
     fault_from_exception,
 )
+from dressage.tasks.infrastructure import DROP_SETTING, REWARD_ERROR, is_infrastructure
 from dressage.tasks.usercode import UserCodeError, import_object
 
 log = logging.getLogger(__name__)
@@ -99,9 +105,11 @@ class RewardStats:
 
 
 class _Failure(Exception):
-    def __init__(self, fault: UserCodeFault) -> None:
+    def __init__(self, fault: UserCodeFault, *, infrastructure: bool = False) -> None:
         super().__init__(str(fault))
         self.fault = fault
+        self.infrastructure = infrastructure
+        """Whether the failure is the infrastructure's (`dressage.tasks.infrastructure`)."""
 
 
 _Outcome = tuple[float, dict[str, float] | None] | _Failure
@@ -177,8 +185,10 @@ class RewardFunction:
     ) -> None:
         """`faults`: where failures are recorded (default: a registry of its own); a run sets
         its registry (`faults`) before rollout starts."""
-        if on_error not in ("zero", "stop"):
-            raise ValueError(f"spec.task.onRewardError must be zero or stop, got {on_error!r}")
+        if on_error not in ("zero", "stop", "drop"):
+            raise ValueError(
+                f"spec.task.onRewardError must be zero, stop or drop, got {on_error!r}"
+            )
         self.fn = fn
         self.name = name
         self.batched = batched
@@ -238,7 +248,7 @@ class RewardFunction:
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Rewards of `completions` (blocking; the timeout bounds the wait)."""
         self._check_stopped()
-        return [s.value for s in self._record(self._outcomes(completions, rows))]
+        return [s.value for s in self._record(self._outcomes(completions, rows), droppable=False)]
 
     def dry_run(self, completion: str, row: Row, *, where: str = "") -> float:
         """The reward of one sample, computed as rollout would but counted nowhere (no
@@ -288,16 +298,25 @@ class RewardFunction:
             return [exc] * count
         return self._values(raw, count)
 
-    def _record(self, outcomes: Sequence[_Outcome]) -> list[Scored]:
-        """Count every outcome; a failure scores 0, or stops the run under `stop`."""
+    def _record(self, outcomes: Sequence[_Outcome], *, droppable: bool = True) -> list[Scored]:
+        """Count every outcome; a failure scores 0, or stops the run under `stop`, or (when
+        `droppable`, in rollout) drops the group under `drop` when it is the
+        infrastructure's: every outcome is counted first, then `UserCodeFailed` is raised."""
         out: list[Scored] = []
+        dropped: _Failure | None = None
         for outcome in outcomes:
             if isinstance(outcome, _Failure):
+                if droppable and self.on_error == "drop" and outcome.infrastructure:
+                    self._drop(outcome.fault)
+                    dropped = dropped or outcome
+                    continue
                 out.append(Scored(self._fail(outcome.fault), failure=outcome.fault.reason))
                 continue
             value, parts = outcome
             self.stats.record(parts, None)
             out.append(Scored(value, parts))
+        if dropped is not None:
+            raise UserCodeFailed(dropped.fault, dropped=REWARD_ERROR)
         return out
 
     def _invoke(self, completions: list[str], rows: list[Row]) -> Any:
@@ -364,8 +383,14 @@ class RewardFunction:
             self.faults.record(fault, then="the run stops (spec.task.onRewardError: stop)")
             self.stopped = RewardError(fault, stop=STOP_SETTING)
             raise self.stopped
-        self.faults.record(fault, then="the sample gets reward 0 (spec.task.onRewardError: zero)")
+        self.faults.record(
+            fault, then=f"the sample gets reward 0 (spec.task.onRewardError: {self.on_error})"
+        )
         return 0.0
+
+    def _drop(self, fault: UserCodeFault) -> None:
+        self.stats.record(None, fault.reason)
+        self.faults.record(fault, then=f"the sample's prompt group is dropped ({DROP_SETTING})")
 
     def _check_stopped(self) -> None:
         if self.stopped is not None:
@@ -375,15 +400,18 @@ class RewardFunction:
         return _Failure(UserCodeFault(REWARD_FIELD, self.name, reason, message))
 
     def _timeout(self) -> _Failure:
-        return self._fault(REWARD_TIMEOUT, f"no result within {self.timeout_s:g} s")
+        failure = self._fault(REWARD_TIMEOUT, f"no result within {self.timeout_s:g} s")
+        failure.infrastructure = True
+        return failure
 
     def _invalid(self, message: str) -> _Failure:
         return self._fault(REWARD_INVALID, message)
 
     def _raised(self, exc: BaseException) -> _Failure:
-        return _Failure(
-            fault_from_exception(exc, field=REWARD_FIELD, reference=self.name, reason=REWARD_RAISED)
+        fault = fault_from_exception(
+            exc, field=REWARD_FIELD, reference=self.name, reason=REWARD_RAISED
         )
+        return _Failure(fault, infrastructure=is_infrastructure(exc))
 
 
 def _in_thread(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:

@@ -169,6 +169,9 @@ class _Origin:
             owner = self.base if main else "spec.trainer"
             image = self.spec.image if main else self.job.spec.trainer.image
             return f"{owner}.image" if image else None
+        if field == "resources":
+            # An init container takes the main container's (`init_container_resources`).
+            return self._resources(path[2:])
         if not main:
             return None
         if field == "volumeMounts":
@@ -179,8 +182,6 @@ class _Origin:
         if field == "env":
             env = [{"name": e.name, "value": e.value} for e in self.template.env]
             return _listed(path[1:], container.get("env") or [], env, f"{template}.env")
-        if field == "resources":
-            return self._resources(path[2:])
         if field == "securityContext":
             return f"{template}.security"
         return None

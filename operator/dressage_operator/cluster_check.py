@@ -15,7 +15,11 @@ rule the operator already checks its children with, in the order a reconcile mak
    `checkChildren` off, the API server refuses the child instead: `ChildRefused`);
 5. in a namespace that enforces a Pod Security Standard, the PodSecurity admission on each pod
    the operator would create (`apirules.pod_security`): the API server refuses the pod and the
-   operator fails the job (`ChildRefused`).
+   operator fails the job (`ChildRefused`);
+6. in a namespace with ResourceQuota objects, the ResourceQuota admission on each of those
+   pods (`apirules.quota`): a container or init container that does not declare a resource a
+   quota tracks (`limits.cpu` where the role gives no cpu limit) is named, and the pod refused
+   (`ChildRefused`).
 
 The operator stops at the first of 2-4 that refuses, and its status names that stage's fields;
 here every stage that can run does, so that one pass names everything to fix. Stages 3-5 need
@@ -26,7 +30,7 @@ a job the model accepts. Each stage that refuses carries the message the operato
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +45,7 @@ from dressage_operator.apirules.pod_security import (
     restricted_violations,
     strictest_level_met,
 )
+from dressage_operator.apirules.quota import hard_resources, quota_refusal
 from dressage_operator.children import Obj, Owner
 from dressage_operator.config import OperatorConfig
 from dressage_operator.decide import REASON_INVALID_SPEC, REASON_LIMIT_EXCEEDED, invalid_spec_status
@@ -55,6 +60,11 @@ _ROLE_FIELD = {
     naming.ROLE_TRAINER: "spec.trainer.template.security",
     naming.ROLE_INFERENCE: "spec.inference.template.security",
     naming.ROLE_PROXY: "spec.proxy.template.security",
+}
+_RESOURCES_FIELD = {
+    naming.ROLE_TRAINER: "spec.trainer.resources",
+    naming.ROLE_INFERENCE: "spec.inference.resources",
+    naming.ROLE_PROXY: "spec.proxy.resources",
 }
 
 
@@ -146,6 +156,32 @@ def _pod_security(rendered: list[Obj], level: str) -> tuple[list[Refusal], list[
     return refusals, results, met
 
 
+def _quotas(
+    rendered: list[Obj], quotas: Sequence[Mapping[str, Any]]
+) -> tuple[list[Refusal], list[ChildResult]]:
+    """The ResourceQuota admission on each rendered pod (a Deployment's through its pod
+    template), reported against the role's `resources`: its init containers take the main
+    container's."""
+    refusals: list[Refusal] = []
+    results: list[ChildResult] = []
+    for obj in rendered:
+        name = obj["metadata"]["name"]
+        template = obj["spec"]["template"] if obj["kind"] == "Deployment" else obj
+        pod = name if obj["kind"] == "Pod" else f"{name}-<pod>"
+        message = quota_refusal(pod, template.get("spec") or {}, quotas)
+        if message is None:
+            continue
+        role = (template["metadata"].get("labels") or {}).get(naming.LABEL_ROLE, "")
+        field = _RESOURCES_FIELD.get(role, f"{obj['kind']} {name}")
+        if obj["kind"] == "Pod":
+            result = ChildResult("Pod", name, "create", Applied.REFUSED, 403, message)
+            results.append(result)
+            refusals.append(Refusal(field, result.describe()))
+        else:
+            refusals.append(Refusal(field, f"the pods of {obj['kind']} {name}: {message}"))
+    return refusals, results
+
+
 def check(
     body: Mapping[str, Any],
     config: OperatorConfig,
@@ -153,10 +189,11 @@ def check(
     namespace: str = "default",
     release: str = children_check.DEFAULT_SCHEMA_RELEASE,
     pod_security: str = "privileged",
+    quotas: Sequence[Mapping[str, Any]] = (),
 ) -> ClusterCheck:
     """Every refusal a cluster would make of the job object `body` in `namespace`, whose API
-    server is Kubernetes `release` (schemas) and enforces `pod_security` (`privileged`:
-    nothing)."""
+    server is Kubernetes `release` (schemas), enforces `pod_security` (`privileged`:
+    nothing) and holds the ResourceQuota objects `quotas`."""
     name = str((body.get("metadata") or {}).get("name", ""))
     stages: list[Stage] = []
     checked: list[str] = []
@@ -200,6 +237,16 @@ def check(
         stages.append(Stage(REASON_CHILD_REFUSED, tuple(security), status))
     enforced = "no level" if pod_security == "privileged" else f"'{pod_security}'"
     checked.append(f"the pods' Pod Security: they meet '{met}' (the namespace enforces {enforced})")
+    over_quota, results = _quotas(rendered, quotas)
+    if over_quota:
+        status = _child_refused(results) if results else over_quota[0].message
+        stages.append(Stage(REASON_CHILD_REFUSED, tuple(over_quota), status))
+    if quotas:
+        names = ", ".join(
+            f"{(q.get('metadata') or {}).get('name', '')} ({', '.join(hard_resources(q))})"
+            for q in quotas
+        )
+        checked.append(f"the pods' resources against the namespace's ResourceQuotas: {names}")
     warning = untested_release_message(job.spec.inference.sglang_version)
     return ClusterCheck(name, tuple(stages), tuple(checked), (warning,) if warning else ())
 
@@ -207,3 +254,17 @@ def check(
 def job_documents(docs: list[Any]) -> list[Mapping[str, Any]]:
     """The AsyncRLJob objects among a file's YAML documents."""
     return [d for d in docs if isinstance(d, Mapping) and d.get("kind") == "AsyncRLJob"]
+
+
+def quota_documents(docs: list[Any]) -> list[Mapping[str, Any]]:
+    """The ResourceQuota objects among a file's YAML documents, a `List`'s items among them
+    (what `kubectl get resourcequota -o yaml` prints)."""
+    found: list[Mapping[str, Any]] = []
+    for doc in docs:
+        if not isinstance(doc, Mapping):
+            continue
+        items = doc.get("items") if doc.get("kind") == "List" else [doc]
+        found += [
+            d for d in items or () if isinstance(d, Mapping) and d.get("kind") == "ResourceQuota"
+        ]
+    return found

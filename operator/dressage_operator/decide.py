@@ -49,6 +49,7 @@ from dressage_operator import (
     autoscale,
     budget_scale,
     children,
+    eval_scrape,
     naming,
     pod_problems,
     sglang_release,
@@ -247,6 +248,8 @@ class _Decider:
             )
             # Unchanged figures keep their timestamp: an idle job's status is not rewritten.
             self.st.staleness = previous if unchanged == previous else scrape.staleness
+            # The best evaluated version is the status's memory (`eval_scrape`).
+            self.st.evaluation = eval_scrape.merge_evaluation(self.st.evaluation, scrape.evaluation)
             self.conds.set(ConditionType.METRICS_AVAILABLE, True, "Scraped", scrape.url)
         else:
             message = f"{scrape.url}: {scrape.error}"

@@ -1,4 +1,5 @@
-"""The operator's own Prometheus metrics: per-job staleness and health, reconcile counters.
+"""The operator's own Prometheus metrics: per-job staleness, evaluation and health, reconcile
+counters.
 
 Per-job series are labelled `namespace` and `dressage_job` (`dressage.metrics.JOB_LABEL`, which
 leaves Prometheus' own `job` label alone) and are produced by a collector from the
@@ -98,6 +99,16 @@ class JobMetricsCollector(Collector):
             names.JOB_MAX_VERSION_SPAN_LIMIT,
             "Version span limit of the job (maxPartialRolloutPreempts + 1); absent when unset.",
         )
+        evaluation = {
+            "latest": (
+                gauge(names.JOB_EVAL_LATEST_PASS_AT_1, "Held-out pass@1 of the latest version."),
+                gauge(names.JOB_EVAL_LATEST_STEP, "Training step of the latest evaluated version."),
+            ),
+            "best": (
+                gauge(names.JOB_EVAL_BEST_PASS_AT_1, "Best held-out pass@1 so far."),
+                gauge(names.JOB_EVAL_BEST_STEP, "Training step of the best evaluated version."),
+            ),
+        }
         for (ns, job), (st, max_span) in sorted(jobs.items()):
             labels = [ns, job]
             if max_span is not None:
@@ -120,8 +131,15 @@ class JobMetricsCollector(Collector):
             for p in JobPhase:
                 phase.add_metric([*labels, p.value], 1.0 if st.phase is p else 0.0)
             restarts.add_metric(labels, float(st.restarts))
+            for which, (pass_at_1, step_of) in evaluation.items():
+                seen = getattr(st.evaluation, which, None)
+                if seen is not None and seen.pass_at_1 is not None:
+                    pass_at_1.add_metric(labels, seen.pass_at_1)
+                if seen is not None and seen.step is not None:
+                    step_of.add_metric(labels, float(seen.step))
         yield from (family for _, family in figures)
         yield from (limit, mode, step, version, phase, restarts)
+        yield from (family for pair in evaluation.values() for family in pair)
         yield from fleet_families({key: st for key, (st, _) in jobs.items()})
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 
 from dressage_operator.budget_scale import parse_budget_figures
+from dressage_operator.eval_scrape import parse_evaluation
 from dressage_operator.fleet_signals import parse_fleet_counters
 from dressage_operator.staleness_scrape import ScrapeResult, parse_staleness
 
@@ -22,6 +23,7 @@ async def scrape(
             staleness=parse_staleness(response.text, now),
             counters=parse_fleet_counters(response.text),
             budget=parse_budget_figures(response.text),
+            evaluation=parse_evaluation(response.text),
         )
     except (httpx.HTTPError, ValueError) as exc:
         return ScrapeResult(url=url, error=f"{type(exc).__name__}: {exc}"[:300])

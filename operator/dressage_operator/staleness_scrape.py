@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dressage import metrics as names
 from dressage.api.figures import FigureKind, StepFigures, status_figures
-from dressage.api.status import StalenessStatus, staleness_status_model
+from dressage.api.status import EvaluationStatus, StalenessStatus, staleness_status_model
 from dressage_operator.budget_scale import BudgetFigures
 from dressage_operator.fleet_signals import FleetCounters
 
@@ -29,6 +29,8 @@ class ScrapeResult:
     """The engines' autoscaling counters (`fleet_signals`), when the job exports them."""
     budget: BudgetFigures | None = None
     """The staleness budget's figures (`budget_scale`), read from every successful scrape."""
+    evaluation: EvaluationStatus | None = None
+    """The held-out evaluations the job exports (`eval_scrape`), None when it exports none."""
 
 
 def parse_staleness(

@@ -24,6 +24,7 @@ ALERTS = {
     "DressageTrainingStalled",
     "DressageJobFailed",
     "DressageEnginesNotReady",
+    "DressageEvalBelowBest",
     "DressageOperatorDown",
     "DressageOperatorReconcileErrors",
     "DressageTrainerWaitingForBatches",

@@ -256,3 +256,21 @@ def test_the_chart_readme_lists_every_alert(tmp_path: Path) -> None:
     readme = (ROOT / "charts" / "dressage-operator" / "README.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"^\| `(Dressage\w+)` \|", readme, re.M))
     assert listed == set(rendered_rules(monitoring_values(True, True), tmp_path))
+
+
+_COUNTS = [
+    *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"),
+    *("eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen"),
+    *("eighteen", "nineteen", "twenty"),
+]
+
+
+def test_the_readme_counts_the_alerts_the_chart_renders(tmp_path: Path) -> None:
+    """The README's "N alerts" is the number of alerts the chart's PrometheusRule holds, so an
+    alert added or removed fails here until the README says so."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    said = re.findall(r"\b(\w+) alerts\b", readme)
+    counts = [int(w) if w.isdigit() else _COUNTS.index(w) for w in said if w in _COUNTS]
+    assert counts, "the README does not say how many alerts the chart has"
+    rendered = len(rendered_rules(monitoring_values(True, True), tmp_path))
+    assert set(counts) == {rendered}, f"the README says {counts}, the chart renders {rendered}"

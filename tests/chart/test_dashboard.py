@@ -105,6 +105,10 @@ def test_dashboard_covers_the_required_figures() -> None:
         m.JOB_ADMISSION_HELD_FRACTION,
         m.ROUTING_AGREEMENT,
         m.ROUTED_TOKEN_FRACTION,
+        m.EVAL_PASS_AT_K,
+        m.EVAL_REWARD_MEAN,
+        m.JOB_EVAL_LATEST_PASS_AT_1,
+        m.JOB_EVAL_BEST_PASS_AT_1,
     ]
     missing = [name for name in required if name not in used]
     assert missing == []

@@ -55,6 +55,7 @@ def _chart_defaults() -> tuple[str, str]:
 def test_every_command_is_exercised_here_or_named_as_needing_a_cluster() -> None:
     handled = (
         "bash scripts/build-images.sh",
+        "podman save",
         "helm install dressage-operator",
         "helm upgrade dressage-operator",
         "kubectl apply -f examples/kind-cpu.yaml",
@@ -68,19 +69,32 @@ def test_every_command_is_exercised_here_or_named_as_needing_a_cluster() -> None
         assert f"`{prefix}`" in untested, f"the page does not say that {prefix!r} needs a cluster"
 
 
-def test_the_images_built_and_loaded_are_the_ones_the_chart_and_the_operator_name() -> None:
+def test_the_images_built_and_loaded_are_the_ones_the_chart_and_the_example_name() -> None:
+    """The page builds the operator and the CPU runtime, loads both into kind with Docker's
+    `kind load docker-image` or Podman's one archive of both (`podman save -m`: without it the
+    second name is saved as another tag of the first image), and those are the operator image
+    the chart runs and the image every pod of the example names. (tests/images runs the build
+    and the save as written, and loads the archive.)"""
     build = _command("bash scripts/build-images.sh")
     script = (ROOT / "scripts" / "build-images.sh").read_text()
     only = [build[i + 1] for i, a in enumerate(build) if a == "--only"]
-    assert only == ["operator", "runtime"]
-    assert "operator|runtime|sglang" in script
+    assert only == ["operator", "runtime-cpu"]
+    assert "operator|runtime|runtime-cpu|sglang" in script
     operator_image, tag = _chart_defaults()
     registry = operator_image.rsplit("/", 1)[0]
-    built = {f"{registry}/dressage-{name}:{tag}" for name in only}
+    built = {f"{registry}/dressage-operator:{tag}", f"{registry}/dressage-runtime:{tag}-cpu"}
     load = _command("kind load docker-image")
     loaded = {a for a in load[3:] if not a.startswith("--") and a != "dressage"}
     assert loaded == built
-    assert built == {operator_image, OperatorConfig().runtime_image}
+    save = _command("podman save")
+    assert save[:5] == ["podman", "save", "-m", "-o", "images.tar"], save
+    assert set(save[5:]) == built
+    archive = _command("kind load image-archive")
+    assert archive[-1] == "images.tar"
+    spec = yaml.safe_load((ROOT / "examples" / "kind-cpu.yaml").read_text())["spec"]
+    named = {spec[role]["image"] for role in ("trainer", "inference", "proxy")}
+    assert built == {operator_image, *named}
+    assert named == {f"{OperatorConfig().runtime_image}-cpu"}
 
 
 def _helm(args: list[str]) -> tuple[str, list[str]]:

@@ -146,22 +146,54 @@ def test_the_release_runs_on_version_tags_and_may_write_packages() -> None:
     assert workflow["permissions"]["packages"] == "write"
 
 
+def _build_steps() -> dict[str, list[str]]:
+    """The release's `scripts/build-images.sh` runs, by job, as argument lists."""
+    workflow = _workflow(RELEASE)
+    found = {}
+    for job in workflow["jobs"]:
+        for step in _steps(workflow, job):
+            if "build-images.sh" in step.get("run", ""):
+                assert job not in found, f"{job}: one build step per job"
+                assert step["env"]["REGISTRY"] == "${{ needs.version.outputs.registry }}"
+                assert step["env"]["DRESSAGE_CONTAINER_ENGINE"] == "docker"
+                found[job] = step["run"].split()
+    return found
+
+
 def test_the_release_builds_the_images_with_the_build_scripts_own_flags() -> None:
-    """The release pushes the images with `scripts/build-images.sh`, the one way to build
-    them, with flags its `--help` names."""
-    steps = _steps(_workflow(RELEASE), "images")
-    (build,) = [s for s in steps if "build-images.sh" in s.get("run", "")]
-    command = build["run"]
-    assert command.startswith("bash scripts/build-images.sh "), command
-    flags = re.findall(r"(--[a-z][a-z-]*)", command)
-    assert flags == ["--registry", "--tag", "--push"], flags
-    assert build["env"]["REGISTRY"] == "${{ needs.version.outputs.registry }}"
+    """The release pushes every image with `scripts/build-images.sh`, the one way to build
+    them, with flags its `--help` names: each image exactly once, all pushed."""
+    builds = _build_steps()
     assert BUILD_SCRIPT.is_file(), f"{BUILD_SCRIPT} is missing"
     result = run_tool(["bash", str(BUILD_SCRIPT), "--help"], timeout=60)
     usage = result.stdout + result.stderr
     assert "build-images.sh" in usage, usage
-    for flag in flags:
-        assert re.search(rf"\[{flag}\b", usage), (flag, usage)
+    images = []
+    for job, command in builds.items():
+        assert command[:2] == ["bash", "scripts/build-images.sh"], command
+        flags = [a for a in command if a.startswith("--")]
+        assert flags[:3] == ["--registry", "--tag", "--push"], (job, flags)
+        for flag in flags:
+            assert re.search(rf"\[{flag}\b", usage), (flag, usage)
+        images += [command[i + 1] for i, a in enumerate(command) if a == "--only"]
+    assert sorted(images) == ["operator", "runtime", "runtime-cpu", "sglang"], builds
+
+
+def test_the_release_builds_the_operator_and_cpu_runtime_for_amd64_and_arm64() -> None:
+    """Apple Silicon laptops run arm64 kind nodes: the images the kind quickstart loads are
+    built for both platforms with buildx, QEMU running the arm64 build steps; the CUDA images
+    stay amd64, as their bases are."""
+    workflow = _workflow(RELEASE)
+    for job, command in _build_steps().items():
+        only = {command[i + 1] for i, a in enumerate(command) if a == "--only"}
+        platform = command[command.index("--platform") + 1] if "--platform" in command else None
+        if only & {"operator", "runtime-cpu"}:
+            assert only == {"operator", "runtime-cpu"}, command
+            assert platform == "linux/amd64,linux/arm64", command
+            uses = [s["uses"].split("@")[0] for s in _steps(workflow, job) if "uses" in s]
+            assert uses[-2:] == ["docker/setup-qemu-action", "docker/setup-buildx-action"], uses
+        else:
+            assert platform is None, command
 
 
 def _run_step(

@@ -2,9 +2,12 @@
 
 The images tier (`tests/images`) and the test kubelet's container mode run Dressage's images
 with podman, the container engine Debian packages. This host's cgroups need podman's settings
-in `images/podman/containers.conf` (runc instead of crun, explicit ulimits); every call here
-names it with `CONTAINERS_CONF` (an environment variable the caller's own value overrides),
-so nothing under /etc changes.
+in `images/podman/containers.conf` (runc instead of crun, explicit ulimits); every call here,
+and every script the tests run, names it with `CONTAINERS_CONF` (an environment variable the
+caller's own value overrides), so nothing under /etc changes. The tests apply those settings;
+the scripts a user runs (scripts/build-images.sh) never do: a user's podman runs as they set it
+up (crun, their limits). `DRESSAGE_CONTAINER_ENGINE=podman` makes the scripts build into
+podman's store, where the tests run the images, on a machine that has docker too (CI's).
 
 No registry can be pulled from on the test machines, so `ensure_images` builds the images
 with `scripts/build-images.sh --stand-in-bases` (Debian and Python made by debootstrap, the CPU
@@ -38,10 +41,12 @@ LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "dressage-images-build.lock"
 
 
 def podman_env() -> dict[str, str]:
-    """The environment every podman call of the tests runs with: this process's, with
-    `CONTAINERS_CONF` naming the project's settings unless it is already set."""
+    """The environment every podman call and image script of the tests runs with: this
+    process's, with `CONTAINERS_CONF` naming the test machines' settings unless it is already
+    set, and the scripts' engine podman."""
     env = dict(os.environ)
     env.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
+    env["DRESSAGE_CONTAINER_ENGINE"] = "podman"
     return env
 
 
@@ -116,6 +121,9 @@ class Images:
 
     operator: str
     runtime: str
+    runtime_cpu: str
+    """`dressage-runtime:VERSION-cpu`, the kind quickstart's runtime (here on the same stand-in
+    torch base as `runtime`: the CPU build of torch from this machine's wheel)."""
     sglang: tuple[tuple[str, str], ...]
     """(SGLang release, engine image) for each tested release, oldest first."""
     bases: tuple[tuple[str, str], ...]
@@ -128,8 +136,10 @@ class Images:
         return dict(self.sglang)[release]
 
     def all(self) -> dict[str, str]:
-        """Every image by its build name (`operator`, `runtime`, `sglang-<release>`)."""
+        """Every image by its build name (`operator`, `runtime`, `runtime-cpu`,
+        `sglang-<release>`)."""
         named = {"operator": self.operator, "runtime": self.runtime}
+        named["runtime-cpu"] = self.runtime_cpu
         named.update({f"sglang-{release}": ref for release, ref in self.sglang})
         return named
 
@@ -143,6 +153,8 @@ def tested_releases() -> tuple[str, ...]:
 def build_command() -> list[str]:
     """The build `ensure_images` runs: every image, every tested release, stand-in bases."""
     command = ["bash", str(BUILD_SCRIPT), "--registry", REGISTRY, "--stand-in-bases"]
+    for image in ("operator", "runtime", "runtime-cpu", "sglang"):
+        command += ["--only", image]
     for release in tested_releases():
         command += ["--sglang-release", release]
     return command
@@ -174,6 +186,7 @@ def _built() -> Images:
     return Images(
         operator=built["operator"],
         runtime=built["runtime"],
+        runtime_cpu=built["runtime-cpu"],
         sglang=tuple((r, built[f"sglang-{r}"]) for r in tested_releases()),
         bases=tuple((k.removesuffix(".base"), v) for k, v in built.items() if k.endswith(".base")),
         build_seconds=time.monotonic() - started,

@@ -1,7 +1,7 @@
-"""The three images, built by `scripts/build-images.sh` on local stand-in bases, run as the
-chart's and the operator's pods run them: their own numeric non-root user, a read-only root
-filesystem, every capability dropped, no privilege escalation; they write only to the tmpfs and
-volumes a test mounts.
+"""The images (the operator, the CUDA and CPU runtimes, SGLang's), built by
+`scripts/build-images.sh` on local stand-in bases, run as the chart's and the operator's pods
+run them: their own numeric non-root user, a read-only root filesystem, every capability
+dropped, no privilege escalation; they write only to the tmpfs and volumes a test mounts.
 
 - The operator image starts against the emulated API server (`dressage_testkit.kube`, on
   this machine's loopback, reached with `--network host` and a kubeconfig naming it) and
@@ -13,6 +13,7 @@ volumes a test mounts.
   default release's: the stand-in base holds SGLang's Python package, not its GPU kernels,
   which older releases' launch_server imports (`sgl_kernel`).
 - Each image's size above its base is bounded (`SIZE_BUDGET_MB`) and printed.
+- The stand-in bases, once built, are found by their recipe's hash: a second run builds none.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ from dressage_testkit.processes import free_port
 
 from dressage.api import load_job, validate_job
 from dressage.api.sglang import SGLANG_DEFAULT_VERSION, SGLANG_TESTED_RELEASES
-from tests.images.support import Images, podman
+from tests.images.support import Images, podman, podman_env
 
 ROOT = Path(__file__).resolve().parents[2]
 RESTRICTED = (
@@ -94,6 +96,24 @@ def test_image_sizes_stay_within_their_budget(
     with capsys.disabled():
         print("\nimage sizes:", *report, sep="\n  ")
     assert not over, over
+
+
+def test_a_second_run_of_the_stand_in_bases_builds_none(images: Images) -> None:
+    """The tier's build made (or found) the stand-in bases; run again, the script finds the
+    hash of each one's recipe on its label (io.dressage.stand-in.recipe) and builds nothing."""
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-stand-in-bases.sh")],
+        cwd=ROOT,
+        env=podman_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "building" not in result.stderr, result.stderr[-4000:]
+    found = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert set(dict(images.bases).values()) <= set(found.values()), (found, images.bases)
 
 
 # --- the operator ---------------------------------------------------------------------------

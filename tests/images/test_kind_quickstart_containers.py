@@ -5,8 +5,9 @@ API emulation, its pods run by the test kubelet in its container mode
 with the pod's command, environment, user, groups, capabilities and volumes, on the host's
 loopback where the kubelet's ports, names and probes are.
 
-The operator names the image podman built (`DRESSAGE_OPERATOR_RUNTIME_IMAGE`), as a chart
-install names the one a user pushed or loaded into kind. The job is the one
+Every pod of the example names the CPU runtime image (`dressage-runtime:VERSION-cpu` at the
+chart's registry, the image the quickstart builds and loads into kind); here each names the
+one podman built under the tests' registry, the only change besides the steps. The job is the one
 `tests/operator/test_cluster_kind_example.py` runs as local processes (`kind_job`: the example
 with fewer steps), in a namespace that enforces the Restricted Pod Security Standard. While it
 runs, the trainer's container is read back from podman: the runtime image, the pod's user,
@@ -18,11 +19,13 @@ from __future__ import annotations
 
 import json
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dressage_operator.config import DEFAULT_RUNTIME_IMAGE
 from dressage_testkit.kube import ENFORCE_LABEL, EmulatedCluster, emulated_cluster, operator_env
 from dressage_testkit.processes import free_port
 
@@ -33,7 +36,7 @@ from tests.operator.kubelet_processes import ContainerProcess, Containers, Podma
 from tests.operator.test_cluster_kind_example import kind_job
 from tests.operator.waiting import wait_until
 
-from .support import CONTAINERS_CONF, Images, podman
+from .support import CONTAINERS_CONF, ROOT, Images, podman
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -49,11 +52,19 @@ def cluster() -> Iterator[EmulatedCluster]:
 
 @pytest.fixture
 def kubelet(cluster: EmulatedCluster, images: Images, tmp_path: Path) -> Iterator[Kubelet]:
-    runner = Containers(Podman({"CONTAINERS_CONF": str(CONTAINERS_CONF)}), [images.runtime])
+    runner = Containers(Podman({"CONTAINERS_CONF": str(CONTAINERS_CONF)}), [images.runtime_cpu])
     node = Kubelet(cluster, tmp_path / "node", runner=runner)
     yield node
     node.stop()
     assert runner.left() == [], "containers left after the kubelet stopped"
+
+
+def cpu_runtime_image() -> str:
+    """The CPU runtime image at the chart's registry and the project's version, as
+    `scripts/build-images.sh --only runtime-cpu` tags it by default."""
+    registry = DEFAULT_RUNTIME_IMAGE.rsplit("/", 1)[0]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    return f"{registry}/dressage-runtime:{version}-cpu"
 
 
 def _inspect(pod: str, container: str) -> dict[str, Any]:
@@ -78,6 +89,11 @@ def test_the_kind_quickstart_job_trains_and_publishes_in_the_built_runtime_image
 ) -> None:
     c = cluster
     manifest = kind_job(STEPS)
+    spec = manifest["spec"]
+    roles = (spec["trainer"], spec["inference"], spec["proxy"])
+    assert {role["image"] for role in roles} == {cpu_runtime_image()}, roles
+    for role in roles:
+        role["image"] = images.runtime_cpu
     job = manifest["metadata"]["name"]
     trainer, engine = f"{job}-trainer-0", f"{job}-engine-0"
     c.label_namespace({ENFORCE_LABEL: "restricted"})
@@ -85,7 +101,6 @@ def test_the_kind_quickstart_job_trains_and_publishes_in_the_built_runtime_image
         c,
         tmp_path / "kubeconfig",
         DRESSAGE_OPERATOR_METRICS_PORT=str(free_port()),
-        DRESSAGE_OPERATOR_RUNTIME_IMAGE=images.runtime,
         DRESSAGE_OPERATOR_SCRAPE_URL_TEMPLATE=(
             f"http://127.0.0.1:{kubelet.port(trainer, 9400)}/metrics"
         ),
@@ -129,7 +144,7 @@ def test_the_kind_quickstart_job_trains_and_publishes_in_the_built_runtime_image
     assert all(isinstance(process, ContainerProcess) for _, _, process in ran), ran
 
     # The trainer's container as podman ran it: the pod's image, user and security context.
-    assert inspected["ImageName"] == images.runtime
+    assert inspected["ImageName"] == images.runtime_cpu
     assert inspected["Config"]["User"] == "1000"
     host = inspected["HostConfig"]
     assert "no-new-privileges" in host["SecurityOpt"], host["SecurityOpt"]

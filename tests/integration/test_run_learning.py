@@ -33,7 +33,7 @@ def test_local_tiny_reward_rises_clearly(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "runs" / "local-tiny" / "report.json").read_text())
     summary = report["summary"]
     assert summary["steps"] == 150
-    # Mean reward of the first and the last ten steps (benchmarks/README.md: 0.32 -> 0.79).
+    # Mean reward of the first and the last ten steps (docs/benchmarks.md: 0.32 -> 0.76).
     assert summary["reward_first"] < 0.45
     assert summary["reward_last"] > 0.6
     assert summary["reward_last"] - summary["reward_first"] > 0.25

@@ -6,8 +6,10 @@ before any engine starts and leave no report. A reward that fails under `onRewar
 stops the run at its first failure, naming the reward, the exception and the user's line, in
 the output and in `report.json`. A run in which every reward call fails exits 1 after its last
 step with a summary of the failures by reason, the dataset's bad rows by reason and what was
-counted but not logged. A reward of named parts reports them over each trained batch. A
-finished run rerun says there is nothing to do, and nothing about resuming.
+counted but not logged. A reward of named parts reports them over each trained batch. Under
+`onRewardError: drop` a reward that times out drops its sample's group, counted as
+`reward_error`, and the run trains on the others. A finished run rerun says there is nothing
+to do, and nothing about resuming.
 """
 
 from __future__ import annotations
@@ -90,6 +92,14 @@ class Broken:
 
     def episode(self, index):
         return _Episode()
+
+
+def flaky(completion, row):
+    # The pre-flight's dry call passes; in rollout the grading service times out on one row.
+    CALLS.append(completion)
+    if len(CALLS) > 1 and row["answer"] == "2":
+        raise TimeoutError("grader timed out")
+    return float(completion == row["answer"])
 """
 ROWS = [{"question": f"{a}+1=", "answer": str(a + 1)} for a in range(4)]
 
@@ -277,6 +287,33 @@ def test_a_run_without_one_real_reward_exits_1_with_its_failures_by_reason(job_d
     assert report["dataset"]["usable_rows"] == 4
     assert report["not_logged"] == {"user_code_failures": 7, "bad_rows": 0}
     assert [e["count"] for e in report["user_code_errors"]] == [8]
+
+
+def test_a_reward_timing_out_under_drop_drops_its_group_and_the_run_trains_on(
+    job_dir: Path,
+) -> None:
+    manifest = _job(
+        job_dir,
+        "drop",
+        _dataset("rows.jsonl", reward="job_code:flaky", onRewardError="drop"),
+        training={"steps": 2, "learningRate": 1e-3},
+    )
+    done = _run(job_dir, manifest)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((job_dir / "runs" / "drop" / "report.json").read_text())
+    dropped = sum(step["dropped_groups"].get("reward_error", 0) for step in report["steps"])
+    assert dropped >= 1  # an epoch of the 4 rows holds the one whose grader times out
+    assert report["summary"]["dropped_groups"]["reward_error"] == dropped
+    # Nothing trained with a 0 from the failed calls: their groups never reached a batch.
+    assert not report["summary"]["reward_failed_samples"]
+    assert [step["samples"] for step in report["steps"]] == [4, 4]
+    (error,) = report["user_code_errors"]
+    assert (error["type"], error["function"]) == ("TimeoutError", "flaky")
+    # The step lines count the drops; the run summary says their reason.
+    drops = [int(line.split("  drops ")[1].split()[0]) for line in done.stdout.splitlines()
+             if line.startswith("step ")]  # fmt: skip
+    assert sum(drops) == dropped
+    assert f"  prompt groups dropped: {dropped} (reward_error {dropped})" in done.stdout
 
 
 def test_named_reward_parts_are_reported_over_each_trained_batch(job_dir: Path) -> None:

@@ -222,3 +222,34 @@ def test_a_baseline_namespace_admits_root_but_not_host_paths(cluster: EmulatedCl
         host["spec"]["volumes"].append({"name": "node", "hostPath": {"path": "/"}})
         code, body = _post(c, host)
         assert (code, 'violates PodSecurity "baseline:latest"' in body["message"]) == (403, True)
+
+
+def test_a_compute_quota_forbids_a_pod_whose_containers_do_not_declare_what_it_tracks(
+    cluster: EmulatedCluster,
+) -> None:
+    """The ResourceQuota admission (`pods.go` `Constraints`): each container and init
+    container must declare what the quota tracks; a limit stands for the request it defaults."""
+    c = cluster
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "compute"},
+        "spec": {"hard": {"requests.cpu": "8", "requests.memory": "16Gi", "limits.memory": "32Gi"}},
+    }
+    assert _post(c, quota, "resourcequotas")[0] == 201
+    try:
+        pod = _pod()  # requests cpu; limits cpu and memory: memory's request defaults to it
+        pod["spec"]["initContainers"] = [{"name": "init", "image": "busybox:1.36"}]
+        code, body = _post(c, pod)
+        assert (code, body["reason"]) == (403, "Forbidden")
+        assert body["message"] == (
+            'pods "p" is forbidden: failed quota: compute: must specify limits.memory for: init; '
+            "requests.cpu for: init; requests.memory for: init"
+        )
+        pod["spec"]["initContainers"][0]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+        assert _post(c, pod)[0] == 201
+    finally:
+        c.delete(c.path("v1", "resourcequotas", "compute"))
+    bare = _pod(resources={})
+    bare["metadata"]["name"] = "bare"
+    assert _post(c, bare)[0] == 201  # without the quota, admitted

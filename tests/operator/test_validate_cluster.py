@@ -6,7 +6,8 @@ The operator runs under kopf against the emulation (its default settings plus th
 NetworkPolicies); `dressage validate --cluster` runs as the installed `dressage` command, with
 the same `DRESSAGE_OPERATOR_*` settings, on every example under `examples/`, on each job of
 `tests/manifests/refused-children.yaml` (children the API server would refuse), and on jobs
-refused by the model, by a missing claim, by a limit and by the Pod Security admission.
+refused by the model, by a missing claim, by a limit, by the Pod Security admission and by a
+namespace's ResourceQuota.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.manifests import HERE as MANIFESTS
 from tests.manifests import REFUSED_CHILDREN
 
 from .conftest import Operator
-from .jobs import delete_jobs, job_manifest, status_of
+from .jobs import delete_jobs, job_manifest, pods_of, status_of
 from .waiting import wait_until
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
@@ -213,6 +214,73 @@ def test_a_pod_the_pod_security_admission_refuses_is_named_as_the_api_server_nam
         )
     finally:
         c.label_namespace({ENFORCE_LABEL: None})
+    assert status["message"] == (
+        f"refused by the API server: {message}; the operator tries again when the spec changes"
+    )
+
+
+def test_in_a_namespace_with_a_compute_quota_every_child_is_admitted_and_a_lack_is_named(
+    cluster: EmulatedCluster, operator: Operator, tmp_path: Path
+) -> None:
+    """A ResourceQuota on requests and on `limits.memory`: a job whose roles give a memory
+    limit gets every pod admitted, model staging and package installation included (their
+    init containers take the main container's resources); one whose engines give none is
+    refused, offline by `--resource-quota` and by the API server, naming the engine's
+    containers, with the message the job's status quotes."""
+    c = cluster
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "compute"},
+        "spec": {"hard": {"requests.cpu": "64", "requests.memory": "1Ti", "limits.memory": "2Ti"}},
+    }
+    quota_file = tmp_path / "quota.yaml"  # as `kubectl get resourcequota -o yaml` prints it
+    quota_file.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [quota]}))
+    limited = {"resources": {"limits": {"memory": "4Gi"}}}
+    staged = {"model": {"source": "org/model"}, "code": {"packages": ["numpy"]}}
+    jobs = {
+        "limited": job_manifest(
+            "limited", trainer={**limited, "nodes": 2, "gpusPerNode": 0},
+            inference={**limited, "replicas": 2}, proxy=limited, **staged,
+        ),
+        "unlimited": job_manifest(
+            "unlimited", trainer={**limited, "nodes": 1, "gpusPerNode": 0},
+            inference={"replicas": 1}, proxy=limited, **staged,
+        ),
+    }  # fmt: skip
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump_all(list(jobs.values())))
+    code, verdicts = _validate(operator, "--resource-quota", str(quota_file), str(path))
+    assert code == 1
+    assert not verdicts["limited"].refused
+    ((reason, lines),) = verdicts["unlimited"].stages
+    assert reason == "ChildRefused"
+    (line,) = lines
+    assert line.startswith("spec.inference.resources: Pod unlimited-engine-0: create refused ")
+    assert line.endswith(
+        "failed quota: compute: must specify limits.memory for: sglang,stage-model"
+    )
+    message = line.split(": ", 1)[1]
+    c.create(quota)
+    try:
+        for job in jobs.values():
+            c.create(job)
+        wait_until(
+            lambda: len(pods_of(c, "limited")) == 4, timeout=30, what="limited's 4 pods admitted"
+        )
+        status = wait_until(
+            lambda: (
+                status_of(c, "unlimited").get("phase") == "Failed" and status_of(c, "unlimited")
+            ),
+            timeout=30,
+            what="unlimited Failed",
+        )
+        assert status_of(c, "limited").get("phase") != "Failed"
+        for index in range(2):
+            assert c.refusals("Pod", f"limited-trainer-{index}") == 0
+            assert c.refusals("Pod", f"limited-engine-{index}") == 0
+    finally:
+        c.delete(c.path("v1", "resourcequotas", "compute"))
     assert status["message"] == (
         f"refused by the API server: {message}; the operator tries again when the spec changes"
     )

@@ -101,17 +101,7 @@ def restricted_violations(spec: Obj, level: str = "restricted") -> list[str]:
             f"unrestricted capabilities (containers {', '.join(map(_quote, added))} must not "
             "include capabilities other than NET_BIND_SERVICE in securityContext.capabilities.add)"
         )
-    root_ok = pod_ctx.get("runAsNonRoot") is True
-    as_root = [
-        c["name"]
-        for c in containers
-        if ctx(c).get("runAsNonRoot") is False or not (root_ok or ctx(c).get("runAsNonRoot"))
-    ]
-    if as_root:
-        problems.append(
-            "runAsNonRoot != true (pod or containers "
-            f"{', '.join(map(_quote, as_root))} must set securityContext.runAsNonRoot=true)"
-        )
+    problems += _run_as_non_root(pod_ctx, [(c["name"], ctx(c)) for c in containers])
     if pod_ctx.get("runAsUser") == 0 or any(ctx(c).get("runAsUser") == 0 for c in containers):
         problems.append("runAsUser=0 (pod and containers must not set runAsUser=0)")
     pod_seccomp = (pod_ctx.get("seccompProfile") or {}).get("type")
@@ -128,6 +118,29 @@ def restricted_violations(spec: Obj, level: str = "restricted") -> list[str]:
             'to "RuntimeDefault" or "Localhost")'
         )
     return problems
+
+
+def _run_as_non_root(pod_ctx: Obj, containers: Sequence[tuple[str, Obj]]) -> list[str]:
+    """The `runAsNonRoot` check (`policy/check_runAsNonRoot.go`): the pod or a container that
+    sets it false is refused; so is a container that leaves it unset while the pod does not
+    set it true. True at either level agrees."""
+    bad_setters = ["pod"] if pod_ctx.get("runAsNonRoot") is False else []
+    explicit = [n for n, c in containers if c.get("runAsNonRoot") is False]
+    pod_true = pod_ctx.get("runAsNonRoot") is True
+    implicit = [n for n, c in containers if c.get("runAsNonRoot") is None and not pod_true]
+    if explicit:
+        noun = "container" if len(explicit) == 1 else "containers"
+        bad_setters.append(f"{noun} {', '.join(map(_quote, explicit))}")
+    if bad_setters:
+        setters = " and ".join(bad_setters)
+        return [f"runAsNonRoot != true ({setters} must not set securityContext.runAsNonRoot=false)"]
+    if implicit:
+        noun = "container" if len(implicit) == 1 else "containers"
+        return [
+            f"runAsNonRoot != true (pod or {noun} {', '.join(map(_quote, implicit))} must set "
+            "securityContext.runAsNonRoot=true)"
+        ]
+    return []
 
 
 def forbidden_message(name: str, level: str, problems: Sequence[str]) -> str:

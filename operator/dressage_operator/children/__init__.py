@@ -58,6 +58,8 @@ from dressage_operator.children.infrastructure import (
     runtime_manifest,
 )
 from dressage_operator.children.pods import (
+    COMPUTE_RESOURCES,
+    DEFAULT_REQUESTS,
     GPU_RESOURCE,
     PROXY_TOKEN_ENV,
     STAGE_MODEL_CONTAINER,
@@ -104,6 +106,8 @@ from dressage_operator.children.weight_sync import (
 
 __all__ = [
     "BASE_WEIGHT_VERSION",
+    "COMPUTE_RESOURCES",
+    "DEFAULT_REQUESTS",
     "ENGINE_GENERATE_CHECK",
     "ENGINE_GENERATE_TIMEOUT_SECONDS",
     "ENGINE_HOME",

@@ -16,6 +16,7 @@ from dressage.data.versions import INITIAL_VERSION
 from dressage_operator import naming, sglang_release
 from dressage_operator.children import drain_hook
 from dressage_operator.children.pods import (
+    DEFAULT_REQUESTS,
     Obj,
     Owner,
     container_env,
@@ -98,7 +99,7 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     return cmd + list(spec.inference.extra_args)
 
 
-EMBEDDED_REQUESTS = {"cpu": "1", "memory": "2Gi"}
+EMBEDDED_REQUESTS = DEFAULT_REQUESTS["embedded"]
 """What an embedded engine pod requests unless `inference.resources` says otherwise: one core
 for its forward passes and room for a small model, its KV cache and torch."""
 
@@ -225,13 +226,10 @@ def build_engine_pod(
     name = naming.engine_pod(owner.name, index)
     embedded = inference.engine == "embedded"
     resources = container_resources(
-        inference.resources, 0 if embedded else inference.tensor_parallel_size
+        inference.resources,
+        0 if embedded else inference.tensor_parallel_size,
+        DEFAULT_REQUESTS["embedded" if embedded else "sglang"],
     )
-    if embedded:
-        requests = resources.setdefault("requests", {})
-        for key, value in EMBEDDED_REQUESTS.items():
-            if key not in inference.resources.limits:
-                requests.setdefault(key, value)
     container: Obj = {
         "name": "engine" if embedded else "sglang",
         "image": inference.image or (config.runtime_image if embedded else config.sglang_image),

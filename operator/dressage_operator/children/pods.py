@@ -88,19 +88,60 @@ def finish(obj: Obj) -> Obj:
     return obj
 
 
-def container_resources(res: ResourceRequirements, gpus: int) -> Obj:
+COMPUTE_RESOURCES = ("cpu", "memory")
+"""What a namespace's compute ResourceQuota makes every container and init container declare
+(the quota's admission refuses a pod without it): each container the operator creates has a
+request for both, from the role's `resources` or `DEFAULT_REQUESTS`."""
+DEFAULT_REQUESTS: dict[str, dict[str, str]] = {
+    "trainer": {"cpu": "1", "memory": "2Gi"},
+    "sglang": {"cpu": "1", "memory": "4Gi"},
+    "embedded": {"cpu": "1", "memory": "2Gi"},
+    "proxy": {"cpu": "250m", "memory": "512Mi"},
+}
+"""What a main container requests of a compute resource its role's `resources` names neither a
+request nor a limit of: enough to schedule and to count against a quota, not a size (a GPU
+job's trainer and SGLang engines want their own). With only a limit, the API server makes the
+request equal to it. Keyed by the container: `trainer`, `sglang`, `embedded` (an embedded
+engine: one core for its forward passes, room for a small model, its KV cache and torch),
+`proxy`."""
+INIT_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+"""What an init container takes of its pod's main container's requests and limits
+(`init_container_resources`)."""
+
+
+def container_resources(
+    res: ResourceRequirements, gpus: int, defaults: dict[str, str] | None = None
+) -> Obj:
     """A container's `resources`: the role's requests and limits, plus `gpus` GPUs unless the
-    role names a GPU count itself."""
+    role names a GPU count itself, plus the `defaults` requests of the compute resources the
+    role names neither a request nor a limit of."""
     requests = dict(res.requests)
     limits = dict(res.limits)
     if gpus > 0:
         limits.setdefault(GPU_RESOURCE, str(gpus))
         requests.setdefault(GPU_RESOURCE, limits[GPU_RESOURCE])
+    for key, value in (defaults or {}).items():
+        if key not in limits:
+            requests.setdefault(key, value)
     out: Obj = {}
     if requests:
         out["requests"] = requests
     if limits:
         out["limits"] = limits
+    return out
+
+
+def init_container_resources(main: Obj) -> Obj:
+    """An init container's `resources`: the main container's requests and limits of cpu,
+    memory and ephemeral storage (never a GPU). A pod asks the scheduler and a quota for the
+    larger of its init containers and the sum of its containers, and the init containers run
+    before the main one, so the pod asks no more than the main container does; a quota that
+    limits `limits.cpu` finds a limit on the init containers whenever the role gives one."""
+    out: Obj = {}
+    for kind in ("requests", "limits"):
+        kept = {k: v for k, v in (main.get(kind) or {}).items() if k in INIT_RESOURCES}
+        if kept:
+            out[kind] = kept
     return out
 
 
@@ -272,6 +313,7 @@ def pod_spec(
     container["securityContext"] = container_security_context(template.security)
     init = staging_init_containers(job, config)
     for init_container in init:
+        init_container["resources"] = init_container_resources(container.get("resources", {}))
         init_container["securityContext"] = container_security_context(
             template.security, with_capabilities=False
         )

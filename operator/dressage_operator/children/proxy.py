@@ -5,6 +5,7 @@ from __future__ import annotations
 from dressage.api.job import AsyncRLJob
 from dressage_operator import naming
 from dressage_operator.children.pods import (
+    DEFAULT_REQUESTS,
     Obj,
     Owner,
     container_env,
@@ -61,7 +62,7 @@ def build_proxy_deployment(job: AsyncRLJob, owner: Owner, config: OperatorConfig
             {"DRESSAGE_JOB_CONFIG": naming.CONFIG_PATH}, proxy.template, proxy_token_env(job)
         ),
         "ports": [{"name": "http", "containerPort": naming.PROXY_PORT}],
-        "resources": container_resources(proxy.resources, 0),
+        "resources": container_resources(proxy.resources, 0, DEFAULT_REQUESTS["proxy"]),
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
     }
     # Kueue's Deployment integration reads the queue from the Deployment, its pod

@@ -6,12 +6,14 @@ from dressage.api.job import PACKAGES_DIR, AsyncRLJob
 from dressage_operator import naming
 from dressage_operator.children.engine import engine_urls
 from dressage_operator.children.pods import (
+    DEFAULT_REQUESTS,
     Obj,
     Owner,
     container_env,
     container_resources,
     container_security_context,
     finish,
+    init_container_resources,
     object_meta,
     pod_spec,
     proxy_token_env,
@@ -115,6 +117,7 @@ def _add_code(job: AsyncRLJob, container: Obj, spec: Obj) -> None:
         "command": command,
         "env": [{"name": "PYTHONUSERBASE", "value": PACKAGES_DIR}],
         "volumeMounts": [mount],
+        "resources": init_container_resources(container.get("resources", {})),
         "securityContext": container_security_context(
             job.spec.trainer.template.security, with_capabilities=False
         ),
@@ -154,7 +157,9 @@ def build_trainer_pods(
                     else []
                 ),
             ],
-            "resources": container_resources(trainer.resources, trainer.gpus_per_node),
+            "resources": container_resources(
+                trainer.resources, trainer.gpus_per_node, DEFAULT_REQUESTS["trainer"]
+            ),
         }
         meta = object_meta(
             job,

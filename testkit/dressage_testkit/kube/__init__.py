@@ -24,6 +24,7 @@ from dressage_testkit.kube.refusals import (
     BadRequest,
     Cause,
     pod_spec_refusals,
+    quota_refusal,
     refusals,
     restricted_violations,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "operator_env",
     "parse_quantity",
     "pod_spec_refusals",
+    "quota_refusal",
     "refusals",
     "restore_env",
     "restricted_violations",

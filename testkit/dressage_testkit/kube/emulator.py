@@ -13,13 +13,17 @@ tests.
 Like a real API server, it refuses invalid objects (the metadata of any, the pod spec of Pods
 and Deployments) on create and on patch, with the API server's rules for the fields a job
 sets (`dressage_operator.apirules`), and in a namespace labelled
-`pod-security.kubernetes.io/enforce` the Pods that break its Pod Security level: the rules are
-listed in `dressage_testkit.kube.refusals`. It counts the writes it refuses
-(`EmulatedCluster.refusals`), so a test sees whether the operator repeats one.
+`pod-security.kubernetes.io/enforce` the Pods that break its Pod Security level, and in a
+namespace with a ResourceQuota on cpu or memory the Pods with a container that does not
+declare it: the rules are listed in `dressage_testkit.kube.refusals`. It counts the writes it
+refuses (`EmulatedCluster.refusals`), so a test sees whether the operator repeats one.
 
 A 422 answer is a `Status` as the API server writes it: `reason: Invalid`, the message
 `<Kind> "<name>" is invalid: <field>: <detail>[, ...]` and one `details.causes[]` entry
 (`reason`, `field`, `message`) per problem.
+
+`kubectl get arj` gets the jobs as a `Table` of the CRD's printer columns, as the API server
+prints a custom resource (`dressage_testkit.kube.tables`).
 
 The jobs' scale subresource is served as the API server serves a CRD's (`testing.scale`):
 `GET`, `PUT` and `PATCH` of `.../asyncrljobs/NAME/scale` read and write
@@ -57,6 +61,7 @@ from dressage.api.job import API_GROUP, API_VERSION, KIND, PLURAL
 from dressage_testkit.kube.refusals import (
     ENFORCE_LABEL,
     BadRequest,
+    quota_refusal,
     refusals,
     restricted_violations,
 )
@@ -66,6 +71,7 @@ from dressage_testkit.kube.scale import (
     discovery_entries,
     for_jobs,
 )
+from dressage_testkit.kube.tables import printer_columns, table_requested, to_table
 
 Obj = dict[str, Any]
 
@@ -79,6 +85,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(kind="PersistentVolumeClaim", namespaced=True),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
+    "v1/resourcequotas": kmock.ResourceInfo(kind="ResourceQuota", namespaced=True),
     "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True),
     "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(
         kind="NetworkPolicy", namespaced=True
@@ -154,6 +161,14 @@ class DressageKube(kmock.KubernetesEmulator):
     async def _handle_object(self, request: rendering.Request) -> Any:
         if request.subresource == "scale" and request.resource is not None and request.name:
             return await self._serve_scale(request)
+        if (
+            request.action in (enums.action.LIST, enums.action.FETCH)
+            and request.resource is not None
+            and request.resource.plural == PLURAL
+            and not request.subresource
+            and table_requested(_header(request.headers, "Accept"))
+        ):
+            return self._serve_table(request)
         if request.resource is not None and isinstance(request.data, dict):
             if request.action == enums.action.CREATE:
                 self._on_create(request)
@@ -190,23 +205,39 @@ class DressageKube(kmock.KubernetesEmulator):
         level = self.namespace_labels.get(namespace or "", {}).get(ENFORCE_LABEL)
         return level if level in ("baseline", "restricted") else None
 
+    def _quotas(self, namespace: str | None) -> list[Mapping[str, Any]]:
+        """The namespace's ResourceQuota objects, by name."""
+        found = [
+            obj.raw
+            for (resource, ns, _), obj in self.objects.items()
+            if getattr(resource, "plural", "") == "resourcequotas"
+            and ns == namespace
+            and not obj.deleted
+        ]
+        return sorted(found, key=lambda q: str((q.get("metadata") or {}).get("name", "")))
+
     def _admit(self, request: rendering.Request) -> None:
-        """The PodSecurity admission of a Pod in an enforcing namespace: 403 Forbidden."""
+        """The admission of a Pod: PodSecurity in an enforcing namespace, then ResourceQuota
+        in a namespace with quotas (`refusals.quota_refusal`), each a 403 Forbidden."""
         data = request.data
         kind = str(data.get("kind") or getattr(request.resource, "kind", "") or "")
         if kind != "Pod":
             return
+        name = (data.get("metadata") or {}).get("name", "")
+        spec = data.get("spec") or {}
         level = self._enforced_level(request.namespace)
-        if level is None:
-            return
-        problems = restricted_violations(data.get("spec") or {}, level)
+        problems = restricted_violations(spec, level) if level is not None else []
+        message = None
         if problems:
-            name = (data.get("metadata") or {}).get("name", "")
+            message = f'pods "{name}" is forbidden: violates PodSecurity "{level}:latest": '
+            message += ", ".join(problems)
+        else:
+            message = quota_refusal(name, spec, self._quotas(request.namespace))
+        if message is not None:
             raise kmock.KubernetesError(
                 status=403,
                 reason="Forbidden",
-                message=f'pods "{name}" is forbidden: violates PodSecurity "{level}:latest": '
-                + ", ".join(problems),
+                message=message,
                 details={"name": name, "kind": "pods"},
             )
 
@@ -300,6 +331,27 @@ class DressageKube(kmock.KubernetesEmulator):
                 status=exc.status, reason=exc.reason, message=exc.message, details=exc.details
             ) from None
 
+    def _serve_table(self, request: rendering.Request) -> Any:
+        """`kubectl get arj [NAME]`: the jobs as a `Table` of the CRD's printer columns
+        (`dressage_testkit.kube.tables`), as the API server prints them."""
+        if request.name:
+            found = self._lookup(request)
+            if found.deleted:
+                raise kmock.KubernetesObjectNotFoundError()
+            objects = [found.raw]
+        else:
+            objects = [
+                obj.raw
+                for (resource, namespace, _), obj in sorted(
+                    self.objects.items(), key=lambda item: str(item[0][2])
+                )
+                if resource == request.resource
+                and (request.namespace is None or namespace == request.namespace)
+                and not obj.deleted
+            ]
+        table = to_table(printer_columns(), objects, "", datetime.now(UTC))
+        return aiohttp.web.json_response(table)
+
     async def _serve_version(self, request: rendering.Request) -> Any:
         """Discovery of a group version, with the jobs' `status` and `scale` subresources
         listed as the API server lists a CRD's (`testing.scale.discovery_entries`)."""
@@ -339,6 +391,10 @@ class DressageKube(kmock.KubernetesEmulator):
 
     async def _serve_delete(self, request: rendering.Request) -> Any:
         return self._lookup(request).last.raw
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), "")
 
 
 class EmulatedCluster:

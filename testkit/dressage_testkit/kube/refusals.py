@@ -22,6 +22,13 @@ privileged, privilege escalation, capabilities, runAsNonRoot, runAsUser 0, secco
 namespaces) with 403 `Forbidden`, as the PodSecurity admission does; `baseline` refuses
 hostPath volumes, privileged containers and host namespaces. Deployments are admitted (the
 real admission only warns for them; their pods are the ones refused).
+
+In a namespace with ResourceQuota objects (created through the API, as `kubectl apply` does)
+it refuses a Pod with a container or init container that does not declare a resource a
+matching quota tracks among cpu, memory, `requests.*` and `limits.*` of them, with 403
+`Forbidden` and the ResourceQuota admission's message (`quota_refusal`: `pods "x" is
+forbidden: failed quota: q: must specify limits.cpu for: a,b`); the quota's usage
+(`exceeded quota`) is not counted.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from dressage_operator.apirules.pod_security import (
     RESTRICTED_VOLUME_TYPES,
     restricted_violations,
 )
+from dressage_operator.apirules.quota import quota_refusal
 
 Obj = dict[str, Any]
 
@@ -44,6 +52,7 @@ __all__ = [
     "BadRequest",
     "Cause",
     "pod_spec_refusals",
+    "quota_refusal",
     "refusals",
     "restricted_violations",
 ]

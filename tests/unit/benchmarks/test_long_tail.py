@@ -247,7 +247,7 @@ def test_another_keep_versions_run_is_tabulated_setting_by_setting() -> None:
 
 
 def test_the_benchmarks_page_quotes_the_committed_results_json() -> None:
-    """`benchmarks/README.md`'s generated block is what `--render
+    """`docs/benchmarks.md`'s generated block is what `--render
     benchmarks/results/long_tail.json` writes: an edit of either alone (a figure typed in by
     hand, a rerun not rendered) fails, and the plot it names exists."""
     results = json.loads(long_tail.RESULTS.read_text())
@@ -257,7 +257,7 @@ def test_the_benchmarks_page_quotes_the_committed_results_json() -> None:
     block = report.render_markdown(
         results, "benchmarks/results/long_tail.png", compare=other
     ).rstrip("\n")
-    assert long_tail.README == ROOT / "benchmarks" / "README.md"
+    assert long_tail.README == ROOT / "docs" / "benchmarks.md"
     readme = long_tail.README.read_text()
     start, end = readme.index(report.BEGIN), readme.index(report.END) + len(report.END)
     assert readme[start:end] == block

@@ -3,6 +3,7 @@ intervals of a control against the baseline, the tables and the plot."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,19 @@ def test_seeds_run_outermost_so_every_setting_meets_the_same_minutes() -> None:
     order = staleness_stress.run_order(3, 2)
     assert order == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     assert staleness_stress.run_order(1, 4) == [(0, 0), (0, 1), (0, 2), (0, 3)]
+
+
+def test_the_benchmarks_page_quotes_the_committed_results_json() -> None:
+    """`docs/benchmarks.md`'s generated block is what `--render
+    benchmarks/results/staleness_stress.json --update-readme` writes: a figure typed in by hand,
+    or a rerun not rendered, fails here."""
+    results_path = ROOT / "benchmarks" / "results" / "staleness_stress.json"
+    results = json.loads(results_path.read_text())
+    text = report.render_markdown(results, report.build_rows(results))
+    shown = results_path.relative_to(ROOT)
+    block = text + f"\nResults: `{shown}`; plot: `{shown.with_suffix('.png')}`.\n"
+    assert staleness_stress.README == ROOT / "docs" / "benchmarks.md"
+    page = staleness_stress.README.read_text()
+    start, end = page.index(report.BEGIN) + len(report.BEGIN), page.index(report.END)
+    assert page[start:end] == "\n\n" + block + "\n"
+    assert results_path.with_suffix(".png").is_file()

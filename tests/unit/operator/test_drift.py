@@ -10,6 +10,9 @@ from dressage_operator import children, drift, naming
 
 from .support import CONFIG, OWNER, cluster_job
 
+NORMALISED = {"0.5": "500m", "1024Mi": "1Gi"}
+"""Quantities as the API server stores them."""
+
 
 def _defaulted_deployment(desired: dict[str, Any]) -> dict[str, Any]:
     """The proxy Deployment as a real API server returns it: defaults filled in, quantities
@@ -27,7 +30,8 @@ def _defaulted_deployment(desired: dict[str, Any]) -> dict[str, Any]:
         for port in container["ports"]:
             port["protocol"] = "TCP"
         container["readinessProbe"].update(timeoutSeconds=1, successThreshold=1)
-        container["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
+        requests = container["resources"]["requests"]
+        container["resources"]["requests"] = {k: NORMALISED.get(v, v) for k, v in requests.items()}
     for volume in pod["volumes"]:
         if "configMap" in volume:
             volume["configMap"]["defaultMode"] = 420

@@ -95,11 +95,60 @@ def test_the_cluster_examples_include_one_without_gpus_or_claims() -> None:
     assert kind.storage.persistent_volume_claim is None
 
 
-def test_the_storage_example_is_the_readwritemany_claim_the_gpu_examples_name() -> None:
-    (claim,) = [p for p in (EXAMPLE_DIR / "storage").glob("*.yaml")]
-    pvc = yaml.safe_load(claim.read_text())
-    kubernetes_validate.validate(pvc, K8S_VERSION, strict=True)
+STORAGE = sorted((EXAMPLE_DIR / "storage").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("claim_file", STORAGE, ids=lambda p: p.name)
+def test_each_storage_example_is_the_readwritemany_claim_the_gpu_examples_name(
+    claim_file: Path,
+) -> None:
+    """Each file makes the claim `dressage-shared` for one kind of file storage, names its
+    class (never the cluster's default, which is block storage) and says how it is applied."""
+    objects = [o for o in yaml.safe_load_all(claim_file.read_text()) if o]
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    (pvc,) = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"].get("storageClassName"), f"{claim_file.name} names no storage class"
     named = {load_job(p).spec.storage.persistent_volume_claim for p in CLUSTER_EXAMPLES}
     assert named - {None} == {pvc["metadata"]["name"]}
-    assert f"examples/storage/{claim.name}" in _header(EXAMPLE_DIR / "small-gpu.yaml")
+    classes = {o["metadata"]["name"] for o in objects if o["kind"] == "StorageClass"}
+    if classes:
+        assert pvc["spec"]["storageClassName"] in classes
+    assert f"kubectl apply -n NAMESPACE -f examples/storage/{claim_file.name}" in _header(
+        claim_file
+    )
+
+
+def test_the_gpu_examples_send_the_reader_to_every_storage_example() -> None:
+    header = _header(EXAMPLE_DIR / "small-gpu.yaml")
+    assert "kubectl apply -f examples/storage/FILE.yaml" in header
+    for claim_file in STORAGE:
+        assert claim_file.stem in header, f"small-gpu.yaml does not list {claim_file.name}"
+    assert len(STORAGE) >= 6  # GKE, EKS, AKS and the generic NFS, CephFS and Longhorn
+
+
+_GPU_PRODUCT = re.compile(r"labelled (nvidia\.com/gpu\.product)=([\w.-]+)")
+
+
+@pytest.mark.parametrize("example", CLUSTER_EXAMPLES, ids=lambda p: p.name)
+def test_every_gpu_pod_selects_the_nodes_its_header_promises(example: Path) -> None:
+    """A header that names the GPU nodes' label holds for every pod that asks for a GPU."""
+    promised = _GPU_PRODUCT.search(_header(example))
+    if promised is None:
+        return
+    label, value = promised.groups()
+    for obj in all_children(load_job(example)):
+        if obj["kind"] != "Pod":
+            continue
+        gpus = [
+            c
+            for c in obj["spec"]["containers"]
+            if "nvidia.com/gpu" in c.get("resources", {}).get("limits", {})
+        ]
+        if gpus:
+            selector = obj["spec"].get("nodeSelector", {})
+            assert selector.get(label) == value, (
+                f"{example.name}: pod {obj['metadata']['name']} asks for a GPU and does not "
+                f"select {label}={value}"
+            )

@@ -1,7 +1,8 @@
 """A role's `template.securityContext`: the pod-level fields the Restricted Pod Security
 Standard allows (what shared storage often needs: the claim's owner as user or group) reach
 every pod of that role, merged over the operator's own, and the pods still pass the standard;
-any other field is refused by name."""
+a setting that agrees with the role's profile (`runAsNonRoot: true`, what most pod templates
+carry) is accepted, one that contradicts it is refused by name, and so is any other field."""
 
 from __future__ import annotations
 
@@ -63,13 +64,61 @@ def test_unset_fields_keep_the_operators_values() -> None:
 
 
 @pytest.mark.parametrize(
+    ("context", "profile"),
+    [
+        ({"runAsNonRoot": True}, "restricted"),
+        ({"runAsNonRoot": True, "runAsUser": 2000, "fsGroup": 2000}, "restricted"),
+        ({"runAsNonRoot": True}, "baseline"),
+        ({"runAsNonRoot": False}, "baseline"),
+        ({"runAsUser": 0}, "baseline"),  # the image's root user, which Baseline allows
+        ({"runAsUser": 0, "runAsNonRoot": False}, "baseline"),
+    ],
+)
+def test_settings_that_agree_with_the_profile_are_accepted(
+    context: dict[str, Any], profile: str
+) -> None:
+    template = {"securityContext": context, "security": {"profile": profile}}
+    job = AsyncRLJob.model_validate(_manifest(template))
+    rendered = pod_specs(job)["trainer"]
+    for key, value in context.items():
+        assert rendered["securityContext"][key] == value, key
+    if profile == "restricted":
+        assert restricted_violations(rendered) == []
+    else:
+        assert restricted_violations(rendered, "baseline") == []
+
+
+@pytest.mark.parametrize(
+    ("context", "profile", "field", "words"),
+    [
+        ({"runAsNonRoot": False}, "restricted", "runAsNonRoot", "contradicts security.profile"),
+        ({"runAsUser": 0}, "restricted", "runAsUser", "contradicts security.profile"),
+        (
+            {"runAsUser": 0, "runAsNonRoot": True},
+            "baseline",
+            "runAsUser",
+            "contradicts securityContext.runAsNonRoot",
+        ),
+    ],
+)
+def test_a_contradiction_is_refused_naming_the_field(
+    context: dict[str, Any], profile: str, field: str, words: str
+) -> None:
+    template = {"securityContext": context, "security": {"profile": profile}}
+    with pytest.raises(JobValidationError) as refused:
+        validate_job(_manifest(template))
+    ((path, message),) = refused.value.errors
+    assert path == f"spec.trainer.template.securityContext.{field}"
+    assert words in message
+
+
+@pytest.mark.parametrize(
     ("context", "field"),
     [
-        ({"runAsNonRoot": False}, "runAsNonRoot"),
         ({"privileged": True}, "privileged"),
         ({"sysctls": [{"name": "net.core.somaxconn", "value": "1024"}]}, "sysctls"),
         ({"seLinuxOptions": {"level": "s0"}}, "seLinuxOptions"),
-        ({"runAsUser": 0}, "runAsUser"),
+        ({"runAsUser": -1}, "runAsUser"),
         ({"fsGroup": 2**31}, "fsGroup"),  # above the largest ID Kubernetes accepts
         ({"supplementalGroups": [-1]}, "supplementalGroups[0]"),
         ({"seccompProfile": {"type": "Unconfined"}}, "seccompProfile.type"),
@@ -88,4 +137,41 @@ def test_a_field_outside_the_restricted_standard_says_what_is_accepted() -> None
         validate_job(_manifest({"securityContext": {"windowsOptions": {}}}))
     ((_, message),) = refused.value.errors
     assert "Restricted Pod Security Standard" in message
-    assert "runAsUser, runAsGroup, fsGroup, fsGroupChangePolicy, supplementalGroups" in message
+    assert "runAsNonRoot, runAsUser, runAsGroup, fsGroup, fsGroupChangePolicy" in message
+
+
+def _pod(pod: dict[str, Any], **containers: dict[str, Any]) -> dict[str, Any]:
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    return {
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, **pod},
+        "initContainers": [{"name": "init", "securityContext": {**restricted}}],
+        "containers": [
+            {"name": name, "securityContext": {**restricted, **ctx}}
+            for name, ctx in containers.items()
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod", "main", "problem"),
+    [
+        ({"runAsNonRoot": True}, {}, None),
+        ({"runAsNonRoot": True}, {"runAsNonRoot": True}, None),
+        ({}, {"runAsNonRoot": True}, 'pod or container "init" must set'),
+        ({}, {}, 'pod or containers "init", "main" must set'),
+        ({"runAsNonRoot": True}, {"runAsNonRoot": False}, 'container "main" must not set'),
+        ({"runAsNonRoot": False}, {"runAsNonRoot": True}, "pod must not set"),
+    ],
+)
+def test_the_admission_reads_run_as_non_root_at_pod_and_container_level(
+    pod: dict[str, Any], main: dict[str, Any], problem: str | None
+) -> None:
+    """`policy/check_runAsNonRoot.go`: true at either level agrees; false at either level, or
+    a container left unset under a pod that does not set true, is refused."""
+    found = [p for p in restricted_violations(_pod(pod, main=main)) if "runAsNonRoot" in p]
+    if problem is None:
+        assert found == []
+    else:
+        (only,) = found
+        assert only.startswith("runAsNonRoot != true (")
+        assert problem in only
