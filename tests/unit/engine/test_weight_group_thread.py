@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from dressage.engine.weight_group import in_daemon_thread
+from dressage.engine.weight_group import THREAD_NAME, in_daemon_thread
+from tests.conftest import WEIGHT_GROUP_THREAD
 
 
 async def test_a_cancelled_wait_drops_the_threads_late_failure() -> None:
@@ -49,3 +50,9 @@ async def test_the_outcome_reaches_the_awaiting_side() -> None:
 
 def _fail() -> None:
     raise TimeoutError("the rank never came")
+
+
+def test_the_suite_watches_these_threads_by_their_name() -> None:
+    """`tests/conftest.py` fails a test whose weight-group threads outlive it; it finds them by
+    name without importing torch."""
+    assert WEIGHT_GROUP_THREAD == THREAD_NAME
