@@ -70,7 +70,7 @@ def test_each_declared_metric_is_in_the_release_collector(
 def test_scheduler_labels_are_the_release_ones(sglang_release: str) -> None:
     anchor = '"engine_type": engine_type'
     keys = _dict_keys(_first(SCHEDULER_LABELS, anchor), anchor)
-    assert keys == set(declared.LABELS[sglang_release].scheduler)
+    assert keys == set(declared.release_labels(sglang_release).scheduler)
 
 
 def test_tokenizer_labels_are_the_release_ones(sglang_release: str) -> None:
@@ -85,9 +85,9 @@ def test_tokenizer_labels_are_the_release_ones(sglang_release: str) -> None:
     else:
         raise AssertionError("the tokenizer manager's metric labels were not found")
     keys = _dict_keys(source, anchor)
-    assert keys == set(declared.LABELS[sglang_release].tokenizer)
+    assert keys == set(declared.release_labels(sglang_release).tokenizer)
 
 
 def test_engine_type_without_disaggregation(sglang_release: str) -> None:
     source = _first(("managers/scheduler_metrics_mixin.py", "disaggregation/utils.py"), "unified")
-    assert f'"{declared.LABELS[sglang_release].engine_type}"' in source
+    assert f'"{declared.release_labels(sglang_release).engine_type}"' in source
