@@ -74,10 +74,13 @@ def test_scheduler_labels_are_the_release_ones(sglang_release: str) -> None:
 
 
 def test_tokenizer_labels_are_the_release_ones(sglang_release: str) -> None:
-    """0.5.23 builds them in `tokenizer_metric_labels()`, 0.5.2 where it makes the collector."""
+    """0.5.23 builds them in `tokenizer_metric_labels()`, 0.5.2 where it makes the collector,
+    releases between (0.5.19) in the tokenizer manager before it makes the collector
+    elsewhere."""
     for relative, anchor in (
         ("observability/metrics_collector.py", "def tokenizer_metric_labels"),
         ("managers/tokenizer_manager.py", "TokenizerMetricsCollector("),
+        ("managers/tokenizer_manager.py", '"model_name": get_serving().served_model_name'),
     ):
         path = SRT / relative
         if path.exists() and anchor in (source := path.read_text()):
