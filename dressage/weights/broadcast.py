@@ -193,7 +193,9 @@ class DistributedWeightSender:
             self._server = open_store(
                 self.master_address, self.master_port, self.world_size, True, self.timeout_s
             )
-        port = self._shared_port if self._server is None else self._server.port
+            port = self._server.port
+        else:
+            port = self._shared_port
         joins = [
             asyncio.ensure_future(
                 engine.init_weights_update_group(

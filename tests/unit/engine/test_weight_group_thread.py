@@ -33,8 +33,7 @@ async def test_a_cancelled_wait_drops_the_threads_late_failure() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         release.set()
-        # Only this test's thread: other tests in the process may leave theirs waiting out a
-        # rendezvous timeout.
+        # Only this test's thread (tests/conftest.py checks every test for the others).
         threads[0].join(timeout=30)
         assert not threads[0].is_alive()
     finally:
