@@ -118,6 +118,8 @@ PROXY_ENGINE_FAILED_TURNS: Final = "dressage_proxy_engine_failed_turns_total"
 """Counter labelled by `reason` (`connect_failed`, `connection_lost`, `connection_lost_mid_turn`,
 `reply_timeout`): turns an engine's failure hit (`dressage.proxy.drain`)."""
 PROXY_EXPIRED_SESSIONS: Final = "dressage_proxy_expired_sessions_total"
+PROXY_EVICTED_SESSIONS: Final = "dressage_proxy_evicted_sessions_total"
+"""Counter: idle sessions dropped to make room for a new one at the proxy's `max_sessions`."""
 PROXY_INFLIGHT: Final = "dressage_proxy_inflight_requests"
 """Gauge: generations in flight through the proxy."""
 PROXY_GENERATION_OVERHEAD: Final = "dressage_proxy_generation_overhead_seconds"

@@ -47,7 +47,7 @@ def create_app(
             reasoning_parser=config.reasoning_parser,
             tool_call_parser=config.tool_call_parser,
         )
-    store = SessionStore(config.session_ttl_s)
+    store = SessionStore(config.session_ttl_s, config.max_sessions, config.session_evict_idle_s)
     state = ProxyState(
         config=config,
         clock=clock,
@@ -56,6 +56,7 @@ def create_app(
         gate=PauseGate(),
         metrics=ProxyMetrics(lambda: float(len(store))),
     )
+    store.on_evict = state.metrics.evicted_sessions.inc
     for engine in state.pool.engines:
         state.metrics.engine_healthy.labels(engine.url).set(1)
     rule = version_rule(config)

@@ -131,6 +131,11 @@ class ProxyMetrics:
             "Sessions dropped after being idle longer than the session TTL.",
             registry=r,
         )
+        self.evicted_sessions = Counter(
+            names.PROXY_EVICTED_SESSIONS.removesuffix("_total"),
+            "Idle sessions dropped to make room for a new one at max_sessions.",
+            registry=r,
+        )
         self.inflight = Gauge(
             names.PROXY_INFLIGHT, "Generations in flight through the proxy.", registry=r
         )
