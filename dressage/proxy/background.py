@@ -4,7 +4,6 @@ weight versions, and session expiry."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import orjson
@@ -78,11 +77,10 @@ def reload_engine_set(state: ProxyState) -> None:
     state.engine_set_error = None
     added, removed = state.pool.set_urls(urls)
     for url in added:
-        state.metrics.engine_healthy.labels(url).set(0)
+        state.metrics.engine_health(url, False)
         log.info("engine %s joined the pool", url)
     for url in removed:
-        with contextlib.suppress(KeyError):  # no sample for it yet
-            state.metrics.engine_healthy.remove(url)
+        state.metrics.engine_left(url)
         log.info("engine %s left the pool", url)
 
 
@@ -118,7 +116,7 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
         state.pool.mark_up(url)
     elif engine.healthy or engine.last_error != reason:
         state.pool.mark_down(url, reason)
-    state.metrics.engine_healthy.labels(url).set(1 if ok else 0)
+    state.metrics.engine_health(url, ok)
 
 
 async def get_moved(

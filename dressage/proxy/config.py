@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dressage.api.bounds import DEFAULT_MAX_SESSIONS
 from dressage.api.chat_formats import ReasoningParserName, ToolCallParserName
+from dressage.proxy.metrics import DEFAULT_PER_ENGINE_MAX
 from dressage.proxy.sessions import DEFAULT_EVICT_IDLE_S
 
 
@@ -60,6 +61,11 @@ class ProxyConfig(BaseModel):
     with `Retry-After`."""
     session_evict_idle_s: float = Field(default=DEFAULT_EVICT_IDLE_S, ge=0)
     """How long a session must have been idle before a new one at `max_sessions` may evict it."""
+    per_engine_metrics_max_engines: int = Field(default=DEFAULT_PER_ENGINE_MAX, ge=0)
+    """Series labelled by `engine` (`dressage_proxy_engine_healthy`,
+    `dressage_proxy_engine_busy_total`) are exported while the pool holds at most this many
+    engines; beyond, the pool is counted by health (`dressage_proxy_engines{state}`) and busy
+    refusals for all engines together (`engine="all"`). Raise it to opt in on a larger fleet."""
     auth_token: str | None = None
     """Bearer token required on every endpoint but `/health` and `/metrics` (also read from
     the `DRESSAGE_PROXY_TOKEN` environment variable)."""

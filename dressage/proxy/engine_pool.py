@@ -76,6 +76,11 @@ class EnginePool:
         """Counts reads of every engine's version at once, so that a health check's older
         read never overwrites a newer one."""
 
+    def health_counts(self) -> tuple[int, int]:
+        """`(healthy, unhealthy)` engines of the pool."""
+        healthy = sum(1 for e in self.engines if e.healthy)
+        return healthy, len(self.engines) - healthy
+
     def __getitem__(self, url: str) -> EngineState:
         return self._by_url[url]
 
