@@ -12,7 +12,10 @@ control plane around them (the proxy, the publishers), not the simulation.
 
 `python -m dressage_testkit.sim_fleet --engines N` serves a fleet from a process of its own and
 prints one URL per line, then `ready`, for a benchmark that keeps the simulation off its own
-event loop.
+event loop. It then reads commands on its standard input, one a line, and answers each with one
+line: `kill I` and `restart I` (`ok`), `stats` (a JSON object: per engine, the generations
+asked, the weight loads and the seconds they took, the version served). It stops at the end of
+its input.
 """
 
 from __future__ import annotations
@@ -135,8 +138,33 @@ async def _serve_forever(args: argparse.Namespace) -> None:
         for url in fleet.urls:
             print(url)
         print("ready", flush=True)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
+            while line := await reader.readline():
+                print(await _command(fleet, line.decode().split()), flush=True)
+
+
+async def _command(fleet: SimFleet, words: list[str]) -> str:
+    """The answer line to one command of the fleet process's standard input."""
+    if words[:1] == ["kill"]:
+        await fleet.kill(int(words[1]))
+        return "ok"
+    if words[:1] == ["restart"]:
+        await fleet.restart(int(words[1]))
+        return "ok"
+    if words[:1] == ["stats"]:
+        engines = fleet.engines
+        return json.dumps(
+            {
+                "requests": [e.requests for e in engines],
+                "loads": [e.loads for e in engines],
+                "load_seconds": [e.load_seconds for e in engines],
+                "versions": [e.label for e in engines],
+            }
+        )
+    return f"error: unknown command {' '.join(words)!r} (kill I, restart I, stats)"
 
 
 def main(argv: list[str] | None = None) -> None:
