@@ -79,7 +79,9 @@ class EnginePool:
     `--engine-urls` list always did); engines added later start unhealthy until a health
     check passes."""
 
-    def __init__(self, urls: list[str]) -> None:
+    def __init__(self, urls: list[str], seed: int | None = None) -> None:
+        """`seed` fixes the random draws and where the turns start (None: a replica of its
+        own, so replicas do not load the same engines in step)."""
         self.engines = [EngineState(url) for url in urls]
         self._by_url = {e.url: e for e in self.engines}
         self.target_version: str | None = None
@@ -88,10 +90,12 @@ class EnginePool:
         self.version_reads = 0
         """Counts reads of every engine's version at once, so that a health check's older
         read never overwrites a newer one."""
+        self._rng = random.Random(seed)
+        """The two-choice draws."""
         self._turn = 0
-        """Where the next exact pick starts its scan (ties go to each engine in turn)."""
-        self._rng = random.Random(0)
-        """The two-choice draws (seeded: a run routes the same way given the same requests)."""
+        """The next engine in turn (where an exact pick starts its scan, the two-choice pick's
+        first candidate, `_offset` further)."""
+        self._offset = 0 if seed is not None else self._rng.randrange(1 << 30)
 
     def health_counts(self) -> tuple[int, int]:
         """`(healthy, unhealthy)` engines of the pool."""
@@ -193,18 +197,25 @@ class EnginePool:
         return best
 
     def _two_choices(self, exclude: frozenset[str]) -> EngineState | None:
-        """The less loaded of (up to) two routable engines drawn at random; None when
-        `_DRAWS` draws found none."""
-        found: list[EngineState] = []
+        """The less loaded of two routable engines: the next one in turn and one drawn at
+        random, ties to the one in turn (so an idle fleet is loaded in turn, not at random);
+        None when `_DRAWS` tries found neither."""
+        engines = self.engines
+        count = len(engines)
+        first: EngineState | None = None
         for _ in range(_DRAWS):
-            e = self._rng.choice(self.engines)
-            if self.routable(e) and e.url not in exclude and (not found or e is not found[0]):
-                found.append(e)
-                if len(found) == 2:
-                    break
-        if not found:
-            return None
-        return min(found, key=lambda e: e.inflight)
+            e = engines[(self._turn + self._offset) % count]
+            self._turn += 1
+            if self.routable(e) and e.url not in exclude:
+                first = e
+                break
+        for _ in range(_DRAWS):
+            e = self._rng.choice(engines)
+            if e is not first and self.routable(e) and e.url not in exclude:
+                if first is None or e.inflight < first.inflight:
+                    return e
+                return first
+        return first
 
     def mark_down(self, url: str, reason: str) -> None:
         """Record a failed check or request (nothing when the engine has left the pool)."""

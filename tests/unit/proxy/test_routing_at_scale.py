@@ -22,7 +22,7 @@ engines = st.lists(
 def test_a_pick_is_routable_and_in_a_small_pool_the_least_loaded(
     engines: list[tuple[int, bool, bool]], picks: int
 ) -> None:
-    pool = EnginePool([f"http://e{i}" for i in range(len(engines))])
+    pool = EnginePool([f"http://e{i}" for i in range(len(engines))], seed=0)
     for engine, (inflight, healthy, _) in zip(pool.engines, engines, strict=True):
         engine.inflight, engine.healthy = inflight, healthy
     exclude = frozenset(e.url for e, (_, _, out) in zip(pool.engines, engines, strict=True) if out)
@@ -39,13 +39,21 @@ def test_a_pick_is_routable_and_in_a_small_pool_the_least_loaded(
 
 
 def test_ties_go_to_each_engine_in_turn() -> None:
-    pool = EnginePool([f"http://e{i}" for i in range(4)])
+    pool = EnginePool([f"http://e{i}" for i in range(4)], seed=0)
     assert [pool.pick().url for _ in range(8)] == [f"http://e{i % 4}" for i in range(8)]
+
+
+def test_an_idle_large_pool_is_loaded_in_turn() -> None:
+    """Generations that finish before the next arrives: each engine gets one before any
+    gets two (the two random choices alone would pile several on some and none on others)."""
+    pool = EnginePool([f"http://e{i}" for i in range(1024)], seed=0)
+    picked = [pool.pick().url for _ in range(1024)]
+    assert len(set(picked)) == 1024
 
 
 @pytest.mark.parametrize("size", [64, 1024])
 def test_two_choices_keep_the_busiest_engine_near_the_mean(size: int) -> None:
-    pool = EnginePool([f"http://e{i}" for i in range(size)])
+    pool = EnginePool([f"http://e{i}" for i in range(size)], seed=0)
     for _ in range(8 * size):
         pool.pick().inflight += 1
     loads = [e.inflight for e in pool.engines]
