@@ -20,7 +20,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "fleet_scale.json"
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    rows = result["results"]
+    rows = [r for r in result["results"] if "error" not in r]
     engines = [r["engines"] for r in rows]
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))
     (pub, rps, lat), (bal, op, series) = axes

@@ -489,7 +489,12 @@ def main() -> int:
                     print(f"{n} engines", flush=True)
                     listing.write_text("\n".join(fleet.urls[:n]) + "\n")
                     asyncio.run(wait_healthy(replicas, n))
-                    results.append(asyncio.run(measure_fleet(n, fleet, replicas, pids, args)))
+                    try:
+                        results.append(asyncio.run(measure_fleet(n, fleet, replicas, pids, args)))
+                    except Exception as exc:  # the sizes measured so far stand
+                        print(f"  {n} engines failed: {type(exc).__name__}: {exc}", flush=True)
+                        results.append({"engines": n, "error": f"{type(exc).__name__}: {exc}"})
+                        break
                     write_result(
                         out, _result(args, load_before, started, results), announce=False
                     )
@@ -499,6 +504,8 @@ def main() -> int:
     for figures in results:
         n = figures["engines"]
         figures["operator"] = operator[n]
+        if "error" in figures:
+            continue
         figures["sglang_series"] = n * SGLANG_SERIES_PER_ENGINE
         figures["series_per_job"] = (
             operator[n]["operator_series"]
