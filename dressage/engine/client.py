@@ -52,7 +52,6 @@ import asyncio
 import functools
 import json
 import logging
-import ssl
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
@@ -109,18 +108,12 @@ def _call_timeout(timeout_s: float | None) -> httpx.Timeout | None:
     return None if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """The TLS settings every client of the process shares: what httpx builds for a client
-    by default (the CA bundle, the environment's `SSL_CERT_FILE`), built once. Reading the
-    bundle takes about 90 ms of CPU, once per client otherwise: a publisher that makes a
-    client per engine would block its event loop for 90 s on a 1,024-engine fleet
-    (`benchmarks/fleet_scale.py`)."""
-    return httpx.create_ssl_context(trust_env=True)
-
-
+# httpx's default TLS settings, built once: the CA bundle costs 90 ms per client to read, 90 s
+# for a publisher's clients of 1,024 engines (`benchmarks/fleet_scale.py`).
+_tls_context = functools.cache(lambda: httpx.create_ssl_context(trust_env=True))
 KEEPALIVE_EXPIRY_S = 2.0
 """Idle seconds after which the client drops a pooled connection (below servers' 5 s)."""
+_LIMITS = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
@@ -158,9 +151,7 @@ class EngineClient:
         self._client = (
             client
             if client is not None
-            else httpx.AsyncClient(
-                limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S), verify=_tls_context()
-            )
+            else httpx.AsyncClient(limits=_LIMITS, verify=_tls_context())
         )
 
     async def __aenter__(self) -> EngineClient:
