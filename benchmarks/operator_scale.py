@@ -98,8 +98,11 @@ CHILDREN_PER_JOB = 7  # ConfigMap, 3 Services, Deployment, 1 trainer pod, 1 engi
 
 
 @contextlib.contextmanager
-def _operator(c: EmulatedCluster, **extra_env: str) -> Iterator[subprocess.Popen[bytes]]:
-    """The operator as a real process against the emulation, started and healthy."""
+def _operator(
+    c: EmulatedCluster, metrics_port: int = 0, **extra_env: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator as a real process against the emulation, started and healthy (its
+    `/metrics` on `metrics_port`; 0: a free port nobody reads)."""
     with tempfile.TemporaryDirectory() as tmp:
         health = free_port()
         env = {
@@ -116,7 +119,7 @@ def _operator(c: EmulatedCluster, **extra_env: str) -> Iterator[subprocess.Popen
                 "--namespace",
                 NAMESPACE,
                 "--metrics-port",
-                "0",
+                str(metrics_port),
                 "--health-port",
                 str(health),
             ],

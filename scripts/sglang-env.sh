@@ -9,7 +9,11 @@
 # scripts/setup.sh: the CPU torch and the extras every release imports) with
 # PYTHONPATH=.sglang/VERSION, so releases never share a site-packages and the main venv holds
 # no SGLang at all. A release without a list (one being tried, scripts/sglang-compat.sh) gets
-# the newest tested release's extras; `--with` adds requirements to either.
+# the newest tested release's extras, then what scripts/sglang_env_needs.py finds it still
+# needs, round by round: the release's pins of packages the main venv holds at versions it
+# rejects (its transformers, then the tokenizers and huggingface-hub that transformers takes,
+# its kernels), and the packages the tier's imports miss (xgrammar); each lands in
+# .sglang/VERSION, where it hides the main venv's. `--with` adds requirements to either.
 # Idempotent: a stamp holds the hash of what was installed, and an unchanged list does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +60,10 @@ reqs+=("${extra[@]}")
 
 dir=.sglang/$version
 stamp=$dir/.dressage-stamp
-want=$(printf '%s\n' "${reqs[@]}" "$("$VENV/bin/python" -V)" | sha256sum | cut -d' ' -f1)
+stamped=("${reqs[@]}" "$("$VENV/bin/python" -V)")
+# A release without a list is also what the resolver found: a changed resolver remakes it.
+[ -f "$list" ] || stamped+=("$(sha256sum scripts/sglang_env_needs.py)")
+want=$(printf '%s\n' "${stamped[@]}" | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "$dir"
   exit 0
@@ -68,6 +75,14 @@ echo "sglang-env.sh: installing into $dir: ${reqs[*]}" >&2
 rm -rf "$dir.partial"
 mkdir -p .sglang
 pip_install --no-deps --target "$dir.partial" "${reqs[@]}" >&2
+if [ ! -f "$list" ]; then
+  for _ in $(seq 12); do
+    mapfile -t needs < <("$VENV/bin/python" scripts/sglang_env_needs.py "$dir.partial")
+    [ ${#needs[@]} -gt 0 ] || break
+    echo "sglang-env.sh: $version also needs: ${needs[*]}" >&2
+    pip_install --no-deps --upgrade --target "$dir.partial" "${needs[@]}" >&2
+  done
+fi
 echo "$want" > "$dir.partial/.dressage-stamp"
 rm -rf "$dir"
 mv "$dir.partial" "$dir"

@@ -10,7 +10,8 @@ and reads its source without importing or installing it: `ast` over the request 
 (`srt/managers/io_struct.py`), the sampling parameters (`srt/sampling/sampling_params.py`:
 its keys, and which of them it compares with None),
 the server arguments (`srt/server_args.py`, and `srt/arg_groups/` where a release keeps its
-fields there) and the HTTP server (`srt/entrypoints/http_server.py`). What shows each fact is
+fields there), the HTTP server (`srt/entrypoints/http_server.py`) and the labels of its own
+metrics (`MetricLabel`). What shows each fact is
 the fact's `evidence` in `dressage.api.sglang.FEATURES`, so the table says what is checked and
 this script only interprets it. `tests/unit/api/test_sglang_facts.py` holds the table to the
 committed output.
@@ -39,6 +40,7 @@ from dressage.api.sglang import (  # noqa: E402
     SGLANG_NEWEST_TESTED,
     SGLANG_OLDEST_TESTED,
     Function,
+    MetricLabel,
     NullDefault,
     RequestField,
     Route,
@@ -190,6 +192,57 @@ def _defines(source: Source, function: str) -> bool:
     return False
 
 
+TOKENIZER_LABEL_FILES = (
+    "sglang/srt/managers/tokenizer_manager.py",
+    "sglang/srt/observability/metrics_collector.py",
+)
+"""Where a release builds the tokenizer manager's metric labels (the other dicts keyed
+`model_name`, e.g. the encoder server's, label other collectors)."""
+
+
+def _keys(node: ast.Dict) -> dict[str, ast.expr]:
+    return {
+        k.value: v
+        for k, v in zip(node.keys, node.values, strict=True)
+        if isinstance(k, ast.Constant) and isinstance(k.value, str)
+    }
+
+
+def _metric_labels(source: Source, collector: str) -> set[str]:
+    """The label names `collector`'s series carry in the release (see `MetricLabel`)."""
+    labels: set[str] = set()
+    if collector == "per_request":
+        for name in source.files("sglang/srt/"):
+            if "class TokenizerMetricsCollector" not in source.text(name):
+                continue
+            cls = _classes(source.tree(name)).get("TokenizerMetricsCollector")
+            labels |= {
+                n.value
+                for n in ast.walk(cls) if cls is not None
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            }  # fmt: skip
+        return labels
+    names = TOKENIZER_LABEL_FILES if collector == "tokenizer" else source.files("sglang/srt/")
+    for name in names:
+        if name not in source.files("sglang/") or '"model_name"' not in source.text(name):
+            continue
+        for node in ast.walk(source.tree(name)):
+            if not isinstance(node, ast.Dict):
+                continue
+            keys = _keys(node)
+            if collector == "scheduler" and {"model_name", "engine_type", "tp_rank"} <= set(keys):
+                labels |= set(keys)
+            model = keys.get("model_name")
+            if (
+                collector == "tokenizer"
+                and "tp_rank" not in keys
+                and isinstance(model, ast.Attribute)
+                and model.attr == "served_model_name"
+            ):
+                labels |= set(keys)
+    return labels
+
+
 def has(source: Source, evidence: object) -> bool:
     """Whether the release's source shows `evidence`."""
     if isinstance(evidence, RequestField):
@@ -204,6 +257,8 @@ def has(source: Source, evidence: object) -> bool:
         return evidence.name in _server_args(source)
     if isinstance(evidence, Function):
         return _defines(source, evidence.name)
+    if isinstance(evidence, MetricLabel):
+        return evidence.label in _metric_labels(source, evidence.collector)
     raise TypeError(f"unknown evidence {evidence!r}")
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,37 @@ def pytest_configure(config: pytest.Config) -> None:
     # `filterwarnings = error`) then fails whichever async test runs next. Marking the main
     # thread's loop as explicitly unset makes the policy raise instead, which looptime handles.
     asyncio.set_event_loop(None)
+
+
+WEIGHT_GROUP_THREAD = "weight-group"
+"""The name of the threads `dressage.engine.weight_group.in_daemon_thread` runs a rendezvous or
+a broadcast in (a unit test keeps the two in step; this module does not import torch)."""
+LEFTOVER_GRACE_S = 20.0
+"""How long a test's weight-group threads may take to end after it: a rendezvous whose store
+stopped ends at once, one left waiting for a rank that never comes ends only at its timeout."""
+
+
+@pytest.fixture(autouse=True)
+def no_rendezvous_outlives_its_test() -> Iterator[None]:
+    """A weight-group thread a test started must end with it. One that does not is a rank
+    still waiting in a rendezvous nobody will complete (a store left serving after its group
+    failed to form): it waits out its timeout in the test process, minutes later logs c10d's
+    `waitForInput ... timed out`, and holds its connection (and the engines' ranks theirs)
+    until then."""
+    before = set(threading.enumerate())
+    yield
+    started = [
+        t for t in threading.enumerate() if t.name == WEIGHT_GROUP_THREAD and t not in before
+    ]
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    for thread in started:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    alive = [t for t in started if t.is_alive()]
+    if alive:
+        pytest.fail(
+            f"{len(alive)} weight-group thread(s) still running {LEFTOVER_GRACE_S:.0f} s after "
+            "the test: a rendezvous or broadcast left waiting for a rank that never comes"
+        )
 
 
 def tier_of(path: Path) -> str | None:

@@ -10,3 +10,8 @@ MAX_ROLLOUT_SIZE = 65536
 """Static maxima of what a manifest may ask, in the model and the CRD alike. They only bound
 the absurd; each cluster's own, lower limits are the operator's (`dressage_operator.limits`,
 raised in the operator chart's `limits:`)."""
+
+DEFAULT_MAX_SESSIONS = 65_536
+"""Live sessions a proxy replica keeps by default (`proxy.maxSessions`): at about 2 KB for an
+idle one, about 128 MB, and 256 times the default admitted generations, so the cap binds only
+on abandoned sessions."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from dressage.api.bounds import DEFAULT_MAX_SESSIONS
 from dressage.api.job import AsyncRLJob
 
 
@@ -26,6 +27,9 @@ class ProxyJobSettings(TypedDict):
     """Each parser is present only when the job names one (not `auto`, the proxy's default):
     a job that leaves both to the chat template keeps the settings, and so the proxy's restart
     hash, it had before the fields existed."""
+    max_sessions: NotRequired[int]
+    """Present only when the job sets another cap than the default (`DEFAULT_MAX_SESSIONS`), so
+    a job that leaves it keeps the restart hash it had before the field existed."""
     record_routed_experts: NotRequired[bool]
     """Present, and true, only when `rollout.routingReplay` is not `off`: a job without routing
     replay keeps the settings (and the proxy's restart hash) it had before the field existed."""
@@ -49,6 +53,8 @@ def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
         settings["reasoning_parser"] = spec.rollout.reasoning_parser
     if spec.rollout.tool_call_parser != "auto":
         settings["tool_call_parser"] = spec.rollout.tool_call_parser
+    if spec.proxy.max_sessions != DEFAULT_MAX_SESSIONS:
+        settings["max_sessions"] = spec.proxy.max_sessions
     if spec.rollout.routing_replay != "off":
         settings["record_routed_experts"] = True
     return settings

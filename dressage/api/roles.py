@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 from dressage.api.autoscaling import AutoscalingSpec
 from dressage.api.base import ApiModel
 from dressage.api.bounds import (
+    DEFAULT_MAX_SESSIONS,
     MAX_GPUS_PER_NODE,
     MAX_INFERENCE_REPLICAS,
     MAX_ROLLOUT_SIZE,
@@ -229,6 +230,11 @@ class ProxySpec(ApiModel):
     `dressage train --[no-]mask-nonlast-version-tokens` overrides it either way."""
     max_concurrency: int = Field(default=256, ge=1, le=MAX_ROLLOUT_SIZE)
     """Concurrent generations the proxy admits before answering 429."""
+    max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, ge=1)
+    """Live sessions (trajectories) each proxy replica keeps at most; an idle one takes about
+    2 KB. A new session at the cap takes the place of the least recently used session idle
+    for a minute (an abandoned trajectory, counted in `dressage_proxy_evicted_sessions_total`),
+    else it is answered 429 `too_many_sessions` with `Retry-After`."""
     token_secret: SecretKeySelector | None = None
     """Secret key holding the proxy's bearer token. When set, the proxy requires it on every
     request and the trainer pods send it (both read it as `DRESSAGE_PROXY_TOKEN` from the

@@ -172,7 +172,21 @@ class Function:
     name: str
 
 
-Evidence = RequestField | SamplingParam | NullDefault | Route | ServerArg | Function
+@dataclass(frozen=True)
+class MetricLabel:
+    """A label on SGLang's own Prometheus metrics (data parallelism, priority scheduling and
+    extra labels off, as the operator starts SGLang). `collector` says which series carry it:
+    `scheduler` (the dict literal of the scheduler's labels: the one keyed `model_name`,
+    `engine_type`, `tp_rank`), `tokenizer` (the tokenizer manager's: the dict keyed
+    `model_name` from `served_model_name`, in `managers/tokenizer_manager.py` or, by 0.5.23,
+    `observability/metrics_collector.py`) or `per_request` (a label name in
+    `TokenizerMetricsCollector`'s per-request series)."""
+
+    collector: str
+    label: str
+
+
+Evidence = RequestField | SamplingParam | NullDefault | Route | ServerArg | Function | MetricLabel
 
 
 @dataclass(frozen=True)
@@ -320,6 +334,27 @@ WATERMARK = Feature(
     "sampling_params.watermark",
     (SamplingParam("watermark"),),
 )
+SCHEDULER_MOE_EP_RANK_LABEL = Feature(
+    "scheduler_moe_ep_rank_label",
+    "0.5.7",
+    "the scheduler's metrics (sglang:num_running_reqs, ...) carry moe_ep_rank after tp_rank "
+    "and pp_rank",
+    (MetricLabel("scheduler", "moe_ep_rank"),),
+)
+TOKENIZER_ENGINE_TYPE_LABEL = Feature(
+    "tokenizer_engine_type_label",
+    "0.5.11",
+    "the tokenizer manager's metrics (sglang:prompt_tokens_total, ...) carry engine_type "
+    "after model_name",
+    (MetricLabel("tokenizer", "engine_type"),),
+)
+PER_REQUEST_STREAMING_LABEL = Feature(
+    "per_request_streaming_label",
+    "0.5.17",
+    "the per-request series (prompt and generation tokens, requests, time to first token, "
+    "end-to-end latency) carry is_streaming (\"true\"/\"false\")",
+    (MetricLabel("per_request", "is_streaming"),),
+)
 NULL_SAMPLING_DEFAULTS = Feature(
     "null_sampling_defaults",
     "0.5.11",
@@ -348,6 +383,9 @@ FEATURES: dict[str, Feature] = {
         BEAM_WIDTH,
         WATERMARK,
         NULL_SAMPLING_DEFAULTS,
+        SCHEDULER_MOE_EP_RANK_LABEL,
+        TOKENIZER_ENGINE_TYPE_LABEL,
+        PER_REQUEST_STREAMING_LABEL,
     )
 }
 """Every versioned feature by name: the one table of what each release has."""

@@ -46,6 +46,8 @@ DEFAULT_GROUP_NAME = DEFAULT_WEIGHTS_GROUP
 """SGLang's default `group_name`."""
 DEFAULT_TIMEOUT_S = 600.0
 """Bound on the rendezvous and on every collective (a rank that never joins fails the rest)."""
+THREAD_NAME = "weight-group"
+"""The name of the threads `in_daemon_thread` starts."""
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -64,8 +66,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 class WeightUpdateGroup:
     """One rank's membership of a weight-update group.
 
-    Construction blocks until every rank has joined (or `timeout_s` passes): rank 0 serves
-    the store, so it must be started before, or concurrently with, the other ranks.
+    Construction blocks until every rank has joined (or `timeout_s` passes, or the store
+    stops serving): rank 0's process serves the store, so it must be started before, or
+    concurrently with, the other ranks.
     """
 
     def __init__(
@@ -174,7 +177,7 @@ async def in_daemon_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 done.set_result(result)
 
-    threading.Thread(target=run, name="weight-group", daemon=True).start()
+    threading.Thread(target=run, name=THREAD_NAME, daemon=True).start()
     return await asyncio.wrap_future(done)
 
 
@@ -182,7 +185,11 @@ def open_store(
     master_address: str, master_port: int, world_size: int, is_master: bool, timeout_s: float
 ) -> TCPStore:
     """The group's rendezvous store: served by rank 0 on `master_port` (0 picks a free port,
-    read back from `.port`), reached by the others at `master_address:master_port`."""
+    read back from `.port`), reached by the others at `master_address:master_port`.
+
+    The server lives as long as the store object that serves it (`is_master`); when it stops,
+    every rank still waiting in it (in this process or another) fails at once ("Connection was
+    likely closed"), which is the only way to end a rendezvous a rank will never complete."""
     if not master_address:
         raise ValueError("master_address: must not be empty")
     if not (0 <= master_port < 65536) or (master_port == 0 and not is_master):

@@ -1,4 +1,4 @@
-"""SGLang's own Prometheus metrics that Dressage reads, as each tested release exports them.
+"""SGLang's own Prometheus metrics that Dressage reads, as each supported release exports them.
 
 An SGLang engine started with `--enable-metrics` (the operator always passes it) serves
 `/metrics` on its HTTP port; the chart's PodMonitor scrapes it, the dashboard's SGLang engine
@@ -17,6 +17,11 @@ Read in each release's wheel (the package tree is the tag's `python/sglang/`):
   `time_to_first_token_seconds`, `e2e_request_latency_seconds`) add `is_streaming`
   ("true"/"false").
 
+The labels differ by release: `release_labels` gives any release's, from the oldest release's
+and the label facts of the table of release facts (`dressage.api.sglang.FEATURES`, from 0.5.7
+the scheduler's moe_ep_rank, from 0.5.11 the tokenizer's engine_type, from 0.5.17
+is_streaming); `tests/contract/test_engine_metrics.py` holds them to the release imported.
+
 Only names both releases export are declared: the dashboard never queries a name one tested
 release lacks (`tests/contract/test_engine_metrics.py` reads each release's collector source;
 `tests/chart/test_engine_metrics_row.py` holds that the dashboard queries only these).
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Final, Literal
+
+from dressage.api.sglang import FEATURES, MetricLabel, supports
 
 Kind = Literal["gauge", "counter", "histogram"]
 Role = Literal["scheduler", "tokenizer"]
@@ -103,19 +110,38 @@ class ReleaseLabels:
     """SGLang's `engine_type` label without disaggregation."""
 
 
-LABELS: Final = {
-    "0.5.2": ReleaseLabels(
-        scheduler=("model_name", "engine_type", "tp_rank", "pp_rank"),
-        tokenizer=("model_name",),
-        per_request=(),
-    ),
-    "0.5.23": ReleaseLabels(
-        scheduler=("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"),
-        tokenizer=("model_name", "engine_type"),
-        per_request=("is_streaming",),
-    ),
-}
-"""Per tested release (`SGLANG_TESTED_RELEASES`; a test holds one per release)."""
+OLDEST_LABELS: Final = ReleaseLabels(
+    scheduler=("model_name", "engine_type", "tp_rank", "pp_rank"),
+    tokenizer=("model_name",),
+    per_request=(),
+)
+"""The labels of the oldest supported release (0.5.2); later ones add the labels of
+`LABEL_FEATURES`, each from the release the table of release facts names."""
+LABEL_FEATURES: Final = tuple(
+    feature
+    for feature in FEATURES.values()
+    if any(isinstance(e, MetricLabel) for e in feature.evidence)
+)
+"""The release facts that add a label (`dressage.api.sglang.FEATURES`: "from release X", read
+in every release's source by `scripts/sglang_release_facts.py`)."""
+
+
+def release_labels(release: str) -> ReleaseLabels:
+    """The labels SGLang `release` (any release of the supported range, a `.postN` after its
+    base) puts on the declared metrics: the oldest release's, plus each label that arrived by
+    `release`, after them in the order of arrival."""
+    added: dict[str, tuple[str, ...]] = {"scheduler": (), "tokenizer": (), "per_request": ()}
+    for feature in LABEL_FEATURES:
+        if supports(release, feature):
+            for evidence in feature.evidence:
+                if isinstance(evidence, MetricLabel):
+                    added[evidence.collector] += (evidence.label,)
+    return ReleaseLabels(
+        scheduler=OLDEST_LABELS.scheduler + added["scheduler"],
+        tokenizer=OLDEST_LABELS.tokenizer + added["tokenizer"],
+        per_request=OLDEST_LABELS.per_request + added["per_request"],
+    )
+
 
 LATENCY_BUCKETS: Final = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 """0.5.2's default time-to-first-token buckets (`bucket_time_to_first_token`), used here for
@@ -129,6 +155,6 @@ def names() -> frozenset[str]:
 
 def labels_of(metric: SGLangMetric, release: str) -> tuple[str, ...]:
     """The label names `release` puts on `metric`."""
-    labels = LABELS[release]
+    labels = release_labels(release)
     base = labels.scheduler if metric.role == "scheduler" else labels.tokenizer
     return base + (labels.per_request if metric.per_request else ())

@@ -47,17 +47,24 @@ def create_app(
             reasoning_parser=config.reasoning_parser,
             tool_call_parser=config.tool_call_parser,
         )
-    store = SessionStore(config.session_ttl_s)
+    store = SessionStore(config.session_ttl_s, config.max_sessions, config.session_evict_idle_s)
+    pool = EnginePool(initial_engine_urls(config))
     state = ProxyState(
         config=config,
         clock=clock,
         store=store,
-        pool=EnginePool(initial_engine_urls(config)),
+        pool=pool,
         gate=PauseGate(),
-        metrics=ProxyMetrics(lambda: float(len(store))),
+        metrics=ProxyMetrics(
+            lambda: float(len(store)),
+            pool.health_counts,
+            lambda: len(pool.engines),
+            config.per_engine_metrics_max_engines,
+        ),
     )
+    store.on_evict = state.metrics.evicted_sessions.inc
     for engine in state.pool.engines:
-        state.metrics.engine_healthy.labels(engine.url).set(1)
+        state.metrics.engine_health(engine.url, True)
     rule = version_rule(config)
 
     @contextlib.asynccontextmanager
@@ -73,7 +80,7 @@ def create_app(
             pause_timeout_s=config.pause_timeout_s,
             on_preempt=state.metrics.preempts.inc,
             on_retry=state.metrics.engine_retries.inc,
-            on_busy=lambda url: state.metrics.engine_busy.labels(url).inc(),
+            on_busy=state.metrics.engine_refused_busy,
             on_drained=lambda url: state.metrics.drained_turns.inc(),
             on_drained_tokens=lambda url, tokens: state.metrics.drained_tokens.inc(tokens),
             on_drained_tokens_lost=lambda tokens, reason: state.metrics.drained_tokens_lost.labels(

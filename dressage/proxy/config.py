@@ -12,7 +12,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dressage.api.bounds import DEFAULT_MAX_SESSIONS
 from dressage.api.chat_formats import ReasoningParserName, ToolCallParserName
+from dressage.proxy.metrics import DEFAULT_PER_ENGINE_MAX
+from dressage.proxy.sessions import DEFAULT_EVICT_IDLE_S
 
 
 class ProxyConfig(BaseModel):
@@ -51,6 +54,18 @@ class ProxyConfig(BaseModel):
     session_ttl_s: float = Field(default=3600.0, gt=0)
     """Sessions idle this long are dropped, and finished segments not read this long after
     their session was finalized are dropped too."""
+    max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, ge=1)
+    """Live sessions kept at most (about 2 KB each when idle). A new session at the cap takes
+    the place of the least recently used one idle for `session_evict_idle_s` (counted in
+    `dressage_proxy_evicted_sessions_total`); when none is, it gets 429 `too_many_sessions`
+    with `Retry-After`."""
+    session_evict_idle_s: float = Field(default=DEFAULT_EVICT_IDLE_S, ge=0)
+    """How long a session must have been idle before a new one at `max_sessions` may evict it."""
+    per_engine_metrics_max_engines: int = Field(default=DEFAULT_PER_ENGINE_MAX, ge=0)
+    """Series labelled by `engine` (`dressage_proxy_engine_healthy`,
+    `dressage_proxy_engine_busy_total`) are exported while the pool holds at most this many
+    engines; beyond, the pool is counted by health (`dressage_proxy_engines{state}`) and busy
+    refusals for all engines together (`engine="all"`). Raise it to opt in on a larger fleet."""
     auth_token: str | None = None
     """Bearer token required on every endpoint but `/health` and `/metrics` (also read from
     the `DRESSAGE_PROXY_TOKEN` environment variable)."""

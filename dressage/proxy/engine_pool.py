@@ -9,8 +9,15 @@ publisher brought it up to date. Until the pool is told a version, every healthy
 routable.
 
 Routing rule: a session sticks to the engine that served it while that engine is routable
-(its KV cache holds the trajectory's prefix); otherwise the routable engine with the fewest
-generations in flight is chosen (ties go to the earliest-listed engine).
+(its KV cache holds the trajectory's prefix); otherwise, in a pool of up to `EXACT_PICK_UP_TO`
+engines, the routable engine with the fewest generations in flight is chosen, ties going to
+each engine in turn (the scan starts one engine further each time: with ties to the
+earliest-listed engine, a fleet below capacity loaded its first engines and left the last idle,
+`benchmarks/fleet_scale.py`). A larger pool takes the less loaded of two routable engines drawn
+at random ("the power of two choices": the busiest engine stays within a small constant of the
+mean, Mitzenmacher 2001), so a pick costs the same at 1,024 engines as at 16 instead of a scan
+of every engine per request; only when two draws find no routable engine (most engines held
+out) does it scan.
 
 Membership changes at runtime (`set_urls`): a removed engine leaves the pool at once; the
 requests it is serving keep their `EngineState` and finish (or fail over) as they would have.
@@ -25,11 +32,17 @@ passes a health check), when it leaves the pool, or on `stop_drain`.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from dressage.engine.sglang_support import SGLANG_MIN_VERSION, Feature, supports
 from dressage.proxy import errors
 from dressage.proxy.errors import ProxyError
+
+EXACT_PICK_UP_TO = 16
+"""Pools up to this size pick the least loaded engine exactly; larger ones by two choices."""
+_DRAWS = 8
+"""Random draws a two-choice pick makes before it falls back to a scan."""
 
 
 @dataclass
@@ -66,7 +79,9 @@ class EnginePool:
     `--engine-urls` list always did); engines added later start unhealthy until a health
     check passes."""
 
-    def __init__(self, urls: list[str]) -> None:
+    def __init__(self, urls: list[str], seed: int | None = None) -> None:
+        """`seed` fixes the random draws and where the turns start (None: a replica of its
+        own, so replicas do not load the same engines in step)."""
         self.engines = [EngineState(url) for url in urls]
         self._by_url = {e.url: e for e in self.engines}
         self.target_version: str | None = None
@@ -75,6 +90,17 @@ class EnginePool:
         self.version_reads = 0
         """Counts reads of every engine's version at once, so that a health check's older
         read never overwrites a newer one."""
+        self._rng = random.Random(seed)
+        """The two-choice draws."""
+        self._turn = 0
+        """The next engine in turn (where an exact pick starts its scan, the two-choice pick's
+        first candidate, `_offset` further)."""
+        self._offset = 0 if seed is not None else self._rng.randrange(1 << 30)
+
+    def health_counts(self) -> tuple[int, int]:
+        """`(healthy, unhealthy)` engines of the pool."""
+        healthy = sum(1 for e in self.engines if e.healthy)
+        return healthy, len(self.engines) - healthy
 
     def __getitem__(self, url: str) -> EngineState:
         return self._by_url[url]
@@ -138,8 +164,22 @@ class EnginePool:
             engine = self._by_url.get(sticky)
             if engine is not None and self.routable(engine):
                 return engine
-        candidates = [e for e in self.engines if self.routable(e) and e.url not in exclude]
-        if not candidates:
+        engines = self.engines
+        if len(engines) > EXACT_PICK_UP_TO:
+            chosen = self._two_choices(exclude)
+            if chosen is not None:
+                return chosen
+        best: EngineState | None = None
+        count = len(engines)
+        start = self._turn % count if count else 0
+        self._turn += 1
+        for i in range(count):
+            e = engines[(start + i) % count]
+            if (best is None or e.inflight < best.inflight) and (
+                self.routable(e) and e.url not in exclude
+            ):
+                best = e
+        if best is None:
             lagging = self.target_version is not None and any(
                 e.healthy and not e.draining and e.url not in exclude for e in self.engines
             )
@@ -154,7 +194,28 @@ class EnginePool:
                 detail={"engines": {e.url: self._why_not(e) for e in self.engines}},
                 headers={"Retry-After": "1"},
             )
-        return min(candidates, key=lambda e: e.inflight)
+        return best
+
+    def _two_choices(self, exclude: frozenset[str]) -> EngineState | None:
+        """The less loaded of two routable engines: the next one in turn and one drawn at
+        random, ties to the one in turn (so an idle fleet is loaded in turn, not at random);
+        None when `_DRAWS` tries found neither."""
+        engines = self.engines
+        count = len(engines)
+        first: EngineState | None = None
+        for _ in range(_DRAWS):
+            e = engines[(self._turn + self._offset) % count]
+            self._turn += 1
+            if self.routable(e) and e.url not in exclude:
+                first = e
+                break
+        for _ in range(_DRAWS):
+            e = self._rng.choice(engines)
+            if e is not first and self.routable(e) and e.url not in exclude:
+                if first is None or e.inflight < first.inflight:
+                    return e
+                return first
+        return first
 
     def mark_down(self, url: str, reason: str) -> None:
         """Record a failed check or request (nothing when the engine has left the pool)."""

@@ -26,6 +26,7 @@ VERSION_CHANGED_WITHOUT_PARTIAL_ROLLOUT = "version_changed_without_partial_rollo
 REQUEST_TOO_LARGE = "request_too_large"  # 413
 UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"  # 415
 TOO_MANY_REQUESTS = "too_many_requests"  # 429
+TOO_MANY_SESSIONS = "too_many_sessions"  # 429 (live sessions at max_sessions, none abandoned)
 INTERNAL_ERROR = "internal_error"  # 500
 PARTIAL_ROLLOUT_STALENESS_EXCEEDED = "partial_rollout_staleness_exceeded"  # 502
 ENGINE_FAILED = "engine_failed"  # 502

@@ -5,9 +5,12 @@ Names come from `dressage.metrics`, the project's single list of metric names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from dressage import metrics as names
 from dressage.proxy import errors
@@ -23,12 +26,52 @@ _OVERHEAD_BUCKETS = (
 _SPAN_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 16)
 
 
-class ProxyMetrics:
-    """Requests and latency, preempts, refusals by reason, sessions, version spans, engines."""
+DEFAULT_PER_ENGINE_MAX = 64
+"""Engines up to which the proxy exports series labelled by `engine` by default."""
+ALL_ENGINES = "all"
+"""The `engine` label of the busy refusals of a pool too large for per-engine series."""
 
-    def __init__(self, active_sessions: Callable[[], float]) -> None:
+EngineStates = Callable[[], tuple[int, int]]
+"""The pool's engines: `(healthy, unhealthy)`."""
+
+
+class _EngineCounts(Collector):
+    """`dressage_proxy_engines{state}`, read from the pool when scraped."""
+
+    def __init__(self, states: EngineStates) -> None:
+        self._states = states
+
+    def collect(self) -> Iterator[Metric]:
+        healthy, unhealthy = self._states()
+        family = GaugeMetricFamily(
+            names.PROXY_ENGINES, "Engines of the proxy's pool, by health.", labels=["state"]
+        )
+        family.add_metric(["healthy"], float(healthy))
+        family.add_metric(["unhealthy"], float(unhealthy))
+        yield family
+
+
+class ProxyMetrics:
+    """Requests and latency, preempts, refusals by reason, sessions, version spans, engines.
+
+    Series labelled by `engine` multiply by the fleet: they are exported while the pool holds
+    at most `per_engine_max` engines (`--per-engine-metrics-max-engines`, 64 by default; raise
+    it to opt in on a larger fleet). Beyond it the pool is counted by health
+    (`dressage_proxy_engines{state}`, always exported) and busy refusals are counted for all
+    engines together (`engine="all"`)."""
+
+    def __init__(
+        self,
+        active_sessions: Callable[[], float],
+        engine_states: EngineStates = lambda: (0, 0),
+        pool_size: Callable[[], int] = lambda: 0,
+        per_engine_max: int = DEFAULT_PER_ENGINE_MAX,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._pool_size = pool_size
+        self.per_engine_max = per_engine_max
+        r.register(_EngineCounts(engine_states))
         self.requests = Counter(
             names.PROXY_REQUESTS.removesuffix("_total"),
             "Requests answered, by endpoint and HTTP status code.",
@@ -131,9 +174,36 @@ class ProxyMetrics:
             "Sessions dropped after being idle longer than the session TTL.",
             registry=r,
         )
+        self.evicted_sessions = Counter(
+            names.PROXY_EVICTED_SESSIONS.removesuffix("_total"),
+            "Idle sessions dropped to make room for a new one at max_sessions.",
+            registry=r,
+        )
         self.inflight = Gauge(
             names.PROXY_INFLIGHT, "Generations in flight through the proxy.", registry=r
         )
+
+    def per_engine(self) -> bool:
+        """Whether series labelled by `engine` are exported for the pool as it is now; when
+        the pool has grown past the limit, the ones exported so far are dropped."""
+        on = self._pool_size() <= self.per_engine_max
+        if not on:
+            self.engine_healthy.clear()
+        return on
+
+    def engine_health(self, url: str, healthy: bool) -> None:
+        """Engine `url` passed (or failed) its health check."""
+        if self.per_engine():
+            self.engine_healthy.labels(url).set(1 if healthy else 0)
+
+    def engine_left(self, url: str) -> None:
+        """Engine `url` left the pool: its series goes."""
+        with contextlib.suppress(KeyError):  # no sample for it
+            self.engine_healthy.remove(url)
+
+    def engine_refused_busy(self, url: str) -> None:
+        """Engine `url` answered 503 (its queue full)."""
+        self.engine_busy.labels(url if self.per_engine() else ALL_ENGINES).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -17,16 +17,26 @@ segment is one prompt followed by everything generated or appended after it. Inv
   never rewrites earlier rows: each keeps the routing of the forward pass that produced the
   token after it.
 
+Bounded by construction: at most `max_sessions` live sessions. A new session at the cap takes
+the place of the least recently used idle session, when that one has been idle for at least
+`evict_idle_s` (an abandoned trajectory: its agent never finalized it), and is counted
+(`evicted`); when none qualifies (every session is busy or was used within `evict_idle_s`),
+the new one is refused with 429 `too_many_sessions` and a `Retry-After`, and the live
+trajectories are kept. The sessions are kept in the order their turns last began, so an
+abandoned one is found in the first few looked at (past the busy ones, at most the admitted
+generations); only a refusal looks at them all, once, at the cap.
+
 Time comes from the caller (`now` arguments), so expiry is tested without sleeping.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dressage.api.bounds import DEFAULT_MAX_SESSIONS
 from dressage.data.expert_routing import RoutedExperts, merge_routes
 from dressage.data.versions import normalized_versions
 from dressage.proxy import errors
@@ -240,15 +250,34 @@ class FinishedTrajectory:
     finished_at: float
 
 
+DEFAULT_EVICT_IDLE_S = 60.0
+"""How long a session must have been idle before a new one at the cap may take its place."""
+
+
 class SessionStore:
-    """Active sessions and finalized trajectories, with idle expiry.
+    """Active sessions and finalized trajectories, with idle expiry and a cap on live sessions
+    (see the module docstring).
 
     Single-threaded by design: the proxy touches it only from its event loop.
     """
 
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(
+        self,
+        ttl_s: float,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        evict_idle_s: float = DEFAULT_EVICT_IDLE_S,
+    ) -> None:
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions: must be >= 1, got {max_sessions}")
         self.ttl_s = ttl_s
-        self._sessions: dict[str, Session] = {}
+        self.max_sessions = max_sessions
+        self.evict_idle_s = evict_idle_s
+        self.evicted = 0
+        """Sessions dropped to make room for a new one."""
+        self.on_evict: Callable[[], None] | None = None
+        """Called once per eviction (the proxy counts them in its metrics)."""
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        """Least recently used first."""
         self._finished: OrderedDict[str, FinishedTrajectory] = OrderedDict()
 
     def __len__(self) -> int:
@@ -258,6 +287,8 @@ class SessionStore:
         return self._sessions.get(session_id)
 
     def get_or_create(self, session_id: str, instance_id: str | None, now: float) -> Session:
+        """The session `session_id` (marked most recently used), created when new: at the cap,
+        in place of an abandoned one, else 429 `too_many_sessions`."""
         session = self._sessions.get(session_id)
         if session is None:
             if session_id in self._finished:
@@ -266,11 +297,34 @@ class SessionStore:
                     errors.SESSION_FINALIZED,
                     f"session {session_id!r} was finalized; a new trajectory needs a new id",
                 )
+            if len(self._sessions) >= self.max_sessions:
+                self._evict_one(now)
             session = Session(session_id, instance_id, created_at=now, last_active=now)
             self._sessions[session_id] = session
-        elif instance_id is not None and session.instance_id is None:
+            return session
+        self._sessions.move_to_end(session_id)
+        if instance_id is not None and session.instance_id is None:
             session.instance_id = instance_id
         return session
+
+    def _evict_one(self, now: float) -> None:
+        """Drop the least recently used idle session when it has been idle `evict_idle_s`;
+        else 429: every live session is in use."""
+        for session in self._sessions.values():
+            if not session.busy and now - session.last_active >= self.evict_idle_s:
+                del self._sessions[session.session_id]
+                self.evicted += 1
+                if self.on_evict is not None:
+                    self.on_evict()
+                return
+        raise ProxyError(
+            429,
+            errors.TOO_MANY_SESSIONS,
+            f"{len(self._sessions)} live sessions, the limit is {self.max_sessions} "
+            f"(max_sessions), none idle for {self.evict_idle_s:.0f}s; finalize or delete "
+            "finished sessions, or retry later",
+            headers={"Retry-After": str(max(1, round(self.evict_idle_s / 4)))},
+        )
 
     def finalize(self, session_id: str, records: list[dict[str, Any]], now: float) -> None:
         """Move a session's records to the finished queue and forget the session."""

@@ -139,7 +139,14 @@ class DistributedWeightSender:
         listens on there (0: a free one, fine when engines share the host). `ranks_per_engine`
         is each engine's tensor-parallel size (one value for all, or one per engine). `store`:
         a store this process already serves, shared by several groups of distinct names
-        (`dressage.weights.fleet`); its port is then the one the engines are sent."""
+        (`dressage.weights.fleet`); its port is then the one the engines are sent, and its
+        owner, not this sender, decides when it stops serving (this sender keeps no reference
+        to it).
+
+        Otherwise the sender serves the group's store itself, from `init_group` until the
+        group is closed; rank 0 joins over a connection of its own, so that when the group
+        cannot form, stopping the store ends the rendezvous of every rank still waiting in it:
+        rank 0's (a thread nothing else can interrupt) and the engines' alike."""
         if not engines:
             raise ValueError("engines: a weight sender needs at least one engine")
         if backend not in BACKENDS:
@@ -168,7 +175,9 @@ class DistributedWeightSender:
         self.timeout_s = timeout_s
         self.port: int | None = None
         """The port the group's store listens on (once formed)."""
-        self._store = store
+        self._shared_port = None if store is None else store.port
+        self._server: TCPStore | None = None
+        """The store this sender serves (none with a shared one), while its group lives."""
         self._group: WeightUpdateGroup | None = None
 
     @property
@@ -179,12 +188,14 @@ class DistributedWeightSender:
         """Form the group: serve its store, have every engine join, join as rank 0."""
         if self.ready:
             return
-        store = self._store
-        if store is None:
-            store = open_store(
+        self._server = None  # an earlier group's store frees its port first
+        if self._shared_port is None:
+            self._server = open_store(
                 self.master_address, self.master_port, self.world_size, True, self.timeout_s
             )
-        port = store.port
+            port = self._server.port
+        else:
+            port = self._shared_port
         joins = [
             asyncio.ensure_future(
                 engine.init_weights_update_group(
@@ -199,6 +210,7 @@ class DistributedWeightSender:
             )
             for engine, offset in zip(self.engines, self.rank_offsets, strict=True)
         ]
+        # Rank 0 joins over a connection of its own: its thread holds that, not the server.
         own = asyncio.ensure_future(
             in_daemon_thread(
                 WeightUpdateGroup,
@@ -209,29 +221,37 @@ class DistributedWeightSender:
                 group_name=self.group_name,
                 backend=self.backend,
                 timeout_s=self.timeout_s,
-                store=store,
+                store=open_store(
+                    self.master_address, port, self.world_size, False, self.timeout_s
+                ),
             )
         )
-        # The first failure ends the wait: an engine that refuses to join would otherwise
-        # leave rank 0's rendezvous waiting for the whole timeout.
-        await asyncio.wait([own, *joins], return_when=asyncio.FIRST_EXCEPTION)
-        failures = [
-            f"{engine.base_url}: {task.exception()}"
-            for engine, task in zip(self.engines, joins, strict=True)
-            if task.done() and task.exception() is not None
-        ]
-        if own.done() and own.exception() is not None:
-            failures.insert(0, f"rank 0: {own.exception()}")
-        if failures:
+        try:
+            # The first failure ends the wait: an engine that refuses to join would otherwise
+            # leave rank 0's rendezvous waiting for the whole timeout.
+            await asyncio.wait([own, *joins], return_when=asyncio.FIRST_EXCEPTION)
+            failures = [
+                f"{engine.base_url}: {task.exception()}"
+                for engine, task in zip(self.engines, joins, strict=True)
+                if task.done() and task.exception() is not None
+            ]
+            if own.done() and own.exception() is not None:
+                failures.insert(0, f"rank 0: {own.exception()}")
+            if failures:
+                raise WeightSyncError(
+                    f"weight-update group {self.group_name!r} was not formed: "
+                    + "; ".join(failures)
+                )
+        except BaseException:
             for task in joins:
                 task.cancel()
-            # Rank 0's rendezvous cannot be interrupted: close the group if it ever forms.
+            # A rendezvous cannot be interrupted, only failed by stopping its store: stopping
+            # this sender's own ends rank 0's wait and the engines' at once (a shared store's
+            # owner decides for its own). Should the group form first, it is closed.
             own.add_done_callback(_close_formed_group)
-            raise WeightSyncError(
-                f"weight-update group {self.group_name!r} was not formed: " + "; ".join(failures)
-            )
-        group = own.result()
-        self._group = group
+            self._server = None
+            raise
+        self._group = own.result()
         self.port = port
 
     async def send(
@@ -416,6 +436,7 @@ class DistributedWeightSender:
         )
         self._group.close()
         self._group = None
+        self._server = None
         unexpected = [
             f"{engine.base_url}: {err}"
             for engine, err in zip(self.engines, errors, strict=True)
@@ -429,11 +450,13 @@ class DistributedWeightSender:
         if self._group is not None:
             self._group.close()
             self._group = None
+        self._server = None
 
     async def aclose(self) -> None:
         if self._group is not None:
             self._group.close()
             self._group = None
+        self._server = None
         await asyncio.gather(
             *(e.aclose() for e, owned in zip(self.engines, self._owned, strict=True) if owned)
         )

@@ -157,6 +157,9 @@ class FleetWeightSender:
         return MembershipChange(joined, plan.leave, failed)
 
     async def _join(self, engine: EngineClient) -> None:
+        # A join that fails leaves rank 0's rendezvous of that group waiting in the shared
+        # store until `timeout_s`: the store cannot stop for it, since the groups formed beside
+        # it still read it (NCCL exchanges its communicator's id there at the first broadcast).
         if self._store is None:
             self._store = open_store(
                 self.master_address, self.master_port, self.world_size, True, self.timeout_s

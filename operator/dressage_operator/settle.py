@@ -37,6 +37,16 @@ CONFLICT_RETRY_SECONDS = 1.0
 BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 """Requeue delays after consecutive cycles that failed: a child refused, or the cycle raised."""
 MIN_DELAY_SECONDS = 0.05
+LISTED_CHILDREN = 3
+"""Refused children named one by one in the status and as Events; beyond them a count
+(`listed`), so a refusal of a thousand engine pods keeps the status object small."""
+
+
+def listed(descriptions: Sequence[str], shown: int = LISTED_CHILDREN) -> str:
+    """The first `shown` descriptions joined by "; ", then how many more there are."""
+    text = "; ".join(descriptions[:shown])
+    more = len(descriptions) - shown
+    return f"{text}; and {more} more like them" if more > 0 else text
 
 
 def backoff(failed_cycles: int) -> float:
@@ -107,14 +117,14 @@ def settle(
     conflicted = any(r.applied is Applied.CONFLICT for r in results)
     held = _held(status)
     if refused:
-        message = "; ".join(r.describe() for r in refused)
+        message = listed([r.describe() for r in refused])
         previous = conds.get(ConditionType.CHILDREN_APPLIED)
         if previous is None or previous.status != "False" or previous.message != message:
             events += [
                 Event("Warning", _event_reason(r), r.describe())
                 for r in refused
                 if r not in obs.blocked
-            ]
+            ][:LISTED_CHILDREN]
         how = "NotOwned" if refused[0].applied is Applied.NOT_OWNED else "Refused"
         conds.set(ConditionType.CHILDREN_APPLIED, False, f"{refused[0].kind}{how}", message)
     elif not held:
@@ -187,12 +197,12 @@ def _top_line(
     base = message.split(REFUSAL_MARK)[0]
     parts = []
     if permanent:
-        listed = "; ".join(r.describe() for r in permanent)
-        parts.append(f"{listed} (not retried until the spec changes)")
+        named = listed([r.describe() for r in permanent])
+        parts.append(f"{named} (not retried until the spec changes)")
     if temporary:
-        listed = "; ".join(r.describe() for r in temporary)
+        named = listed([r.describe() for r in temporary])
         again = f" (retrying in {delay:g}s)" if delay is not None else ""
-        parts.append(f"{listed}{again}")
+        parts.append(f"{named}{again}")
     if not parts:
         return base
     return base + REFUSAL_MARK + "; ".join(parts)

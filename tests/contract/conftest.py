@@ -32,6 +32,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 import types
 import warnings
@@ -113,7 +114,49 @@ def install_torchvision_stand_in() -> None:
     from transformers.utils import import_utils
 
     import_utils.is_torchvision_available()  # cached: transformers keeps believing it absent
+    _gate_only_torchvision_image_processors(import_utils)
     sys.meta_path.append(_StandInFinder())
+
+
+TORCHVISION_SUBCLASS = re.compile(r"^class\s+\w+\s*\([^)]*\bTorchvisionBackend\b", re.MULTILINE)
+"""transformers 5.25's `_TORCHVISION_BACKEND_SUBCLASS`: a file whose class derives from
+`TorchvisionBackend`."""
+
+
+def _gate_only_torchvision_image_processors(import_utils: types.ModuleType) -> None:
+    """Have an older transformers gate on torchvision only the image processors built on it.
+
+    transformers before 5.17 (e.g. 5.12.1, SGLang 0.5.19's pin) makes torchvision a
+    requirement of every `image_processing_*` file whose text names `TorchvisionBackend`
+    (`BASE_FILE_REQUIREMENTS`), `image_processing_auto` included, which only names it in a
+    docstring; later releases require it only of a file with a class derived from it
+    (`_TORCHVISION_BACKEND_SUBCLASS`). Without torchvision, the older rule hands SGLang's
+    configs a placeholder `AutoImageProcessor` whose `register` raises at import. Where the
+    installed transformers has the older rule, the later one is applied: to the lazy modules
+    made already (the package's, at its import) and, its cached import structure dropped, to
+    those made later."""
+    if hasattr(import_utils, "_TORCHVISION_BACKEND_SUBCLASS"):
+        return
+    table = getattr(import_utils, "BASE_FILE_REQUIREMENTS", {})
+    for check, backends in list(table.items()):
+        if "torchvision" in backends and check("image_processing_auto", "TorchvisionBackend"):
+            del table[check]  # the plain image-processing rule after it applies instead
+    for cached in ("create_import_structure_from_path", "define_import_structure"):
+        # Lazy modules made later (the package makes its own again) read the rule anew.
+        getattr(getattr(import_utils, cached, None), "cache_clear", lambda: None)()
+    lazy = getattr(import_utils, "_LazyModule", None)
+    for module in list(sys.modules.values()):
+        if lazy is None or not isinstance(module, lazy):
+            continue
+        missing: dict[str, Any] = module._object_missing_backend
+        for name, backends in list(missing.items()):
+            where = module._class_to_module.get(name)
+            if list(backends) != ["torchvision"] or where is None:
+                continue
+            spec = importlib.util.find_spec(f"{module.__name__}.{where}")
+            text = Path(spec.origin).read_text() if spec and spec.origin else ""
+            if not TORCHVISION_SUBCLASS.search(text):
+                del missing[name]
 
 
 RELEASE_ENV = "DRESSAGE_SGLANG_RELEASE"

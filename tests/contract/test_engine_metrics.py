@@ -70,14 +70,17 @@ def test_each_declared_metric_is_in_the_release_collector(
 def test_scheduler_labels_are_the_release_ones(sglang_release: str) -> None:
     anchor = '"engine_type": engine_type'
     keys = _dict_keys(_first(SCHEDULER_LABELS, anchor), anchor)
-    assert keys == set(declared.LABELS[sglang_release].scheduler)
+    assert keys == set(declared.release_labels(sglang_release).scheduler)
 
 
 def test_tokenizer_labels_are_the_release_ones(sglang_release: str) -> None:
-    """0.5.23 builds them in `tokenizer_metric_labels()`, 0.5.2 where it makes the collector."""
+    """0.5.23 builds them in `tokenizer_metric_labels()`, 0.5.2 where it makes the collector,
+    releases between (0.5.19) in the tokenizer manager before it makes the collector
+    elsewhere."""
     for relative, anchor in (
         ("observability/metrics_collector.py", "def tokenizer_metric_labels"),
         ("managers/tokenizer_manager.py", "TokenizerMetricsCollector("),
+        ("managers/tokenizer_manager.py", '"model_name": get_serving().served_model_name'),
     ):
         path = SRT / relative
         if path.exists() and anchor in (source := path.read_text()):
@@ -85,9 +88,9 @@ def test_tokenizer_labels_are_the_release_ones(sglang_release: str) -> None:
     else:
         raise AssertionError("the tokenizer manager's metric labels were not found")
     keys = _dict_keys(source, anchor)
-    assert keys == set(declared.LABELS[sglang_release].tokenizer)
+    assert keys == set(declared.release_labels(sglang_release).tokenizer)
 
 
 def test_engine_type_without_disaggregation(sglang_release: str) -> None:
     source = _first(("managers/scheduler_metrics_mixin.py", "disaggregation/utils.py"), "unified")
-    assert f'"{declared.LABELS[sglang_release].engine_type}"' in source
+    assert f'"{declared.release_labels(sglang_release).engine_type}"' in source

@@ -6,6 +6,7 @@ real embedded-engine process (rank 1), on loopback, for every SGLang release the
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from transformers import LlamaForCausalLM
 
 from dressage.engine import EngineClient, EngineRequestError, GenerateRequest, SamplingParams
 from dressage.engine.embedded.release_profiles import ReleaseProfile
+from dressage.engine.weight_group import THREAD_NAME
 from dressage.weights.broadcast import DistributedWeightSender, WeightSyncError
 
 pytestmark = pytest.mark.integration
@@ -224,6 +226,25 @@ async def test_an_engine_that_cannot_join_fails_the_group_at_once(engine: Engine
         assert not sync.ready
     finally:
         await sync.aclose()
+
+
+async def test_a_group_that_cannot_form_stops_its_store_so_rank_0_waits_no_longer() -> None:
+    """Rank 0's rendezvous runs in a thread nothing can interrupt; the sender stops the store
+    it serves when the group cannot form, which fails that wait (and any engine's) at once
+    instead of at the 300 s timeout, so no thread is left waiting for a rank that never
+    comes (the suite's `no_rendezvous_outlives_its_test` checks every test for that)."""
+    before = set(threading.enumerate())
+    sync = DistributedWeightSender(
+        ["http://127.0.0.1:9"], master_address="127.0.0.1", backend="gloo", timeout_s=300
+    )
+    with pytest.raises(WeightSyncError, match=r"127\.0\.0\.1:9"):
+        await sync.init_group()
+    (rendezvous,) = [
+        t for t in threading.enumerate() if t.name == THREAD_NAME and t not in before
+    ]
+    await asyncio.to_thread(rendezvous.join, 60)
+    assert not rendezvous.is_alive()
+    await sync.aclose()
 
 
 async def test_a_group_name_the_engine_holds_is_refused_and_its_group_kept(

@@ -86,7 +86,7 @@ class EngineMetrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.release = release
-        labels = sglang.LABELS[release]
+        labels = sglang.release_labels(release)
         known = {
             "model_name": model_name,
             "engine_type": labels.engine_type,

@@ -166,7 +166,7 @@ async def _broadcast(
         except ConnectFailed as exc:
             reason = f"{path} failed: ConnectFailed: {exc}"
             state.pool.mark_down(url, reason)
-            state.metrics.engine_healthy.labels(url).set(0)
+            state.metrics.engine_health(url, False)
             excused.add(url)
             return f"ConnectFailed: {exc}"
         except UpstreamError as exc:

@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 from typing import Any
 
@@ -103,7 +102,7 @@ async def add_worker(state: ProxyState, request: HttpRequest, body: dict[str, An
         raise invalid(str(exc), "url") from None
     added, _ = state.pool.set_urls([*state.pool.urls, url])
     for new in added:
-        state.metrics.engine_healthy.labels(new).set(0)
+        state.metrics.engine_health(new, False)
     return json_response(
         {"status": "added" if added else "exists", "worker_id": worker_id(url), "url": url}
     )
@@ -116,8 +115,7 @@ async def remove_worker(state: ProxyState, request: HttpRequest, body: dict[str,
     if url is None:
         raise ProxyError(404, errors.NOT_FOUND, f"no worker {wanted!r}")
     state.pool.set_urls([u for u in state.pool.urls if u != url])
-    with contextlib.suppress(KeyError):  # no sample for it yet
-        state.metrics.engine_healthy.remove(url)
+    state.metrics.engine_left(url)
     return json_response({"status": "removed", "worker_id": worker_id(url), "url": url})
 
 

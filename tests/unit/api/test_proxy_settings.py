@@ -74,3 +74,13 @@ def test_a_parser_left_to_the_chat_template_is_not_a_setting() -> None:
     named = proxy_settings(_job(rollout={"reasoningParser": "qwen3"}))
     assert named["reasoning_parser"] == "qwen3"
     assert "tool_call_parser" not in named
+
+
+def test_the_session_cap_is_a_setting_only_when_the_job_moves_it_from_the_default() -> None:
+    """`proxy.maxSessions` reaches the proxy (`max_sessions`); left at its default it is not
+    in the settings, so a job's proxy restart hash stays what it was before the field."""
+    assert "max_sessions" not in proxy_settings(_job())
+    settings = proxy_settings(_job(proxy={"maxSessions": 1000}))
+    assert settings["max_sessions"] == 1000
+    config = ProxyConfig(engine_urls=["http://engine:30000"], **settings)
+    assert config.max_sessions == 1000

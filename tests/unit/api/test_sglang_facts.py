@@ -65,3 +65,20 @@ def test_the_sampling_keys_come_from_the_table() -> None:
     newest = set(sampling_keys_of(SGLANG_NEWEST_TESTED))
     assert newest - oldest == set(later)
     assert set(sampling_keys_of("0.5.19")) - oldest == {"sampling_seed", "stop_regex", "beam_width"}
+
+
+def test_metric_labels_of_any_release_come_from_the_table() -> None:
+    """SGLang's metric labels are release facts too ("from release X"): 0.5.19, between the
+    tested releases, has the newest's labels; 0.5.10 lacks the tokenizer's engine_type (0.5.11)
+    and is_streaming (0.5.17); 0.5.6.post2 lacks moe_ep_rank (0.5.7)."""
+    from dressage.metrics.sglang import release_labels
+
+    scheduler = ("model_name", "engine_type", "tp_rank", "pp_rank")
+    assert release_labels("0.5.19") == release_labels(SGLANG_NEWEST_TESTED)
+    assert release_labels("0.5.19").scheduler == (*scheduler, "moe_ep_rank")
+    assert release_labels("0.5.19").tokenizer == ("model_name", "engine_type")
+    assert release_labels("0.5.19").per_request == ("is_streaming",)
+    assert release_labels("0.5.10").tokenizer == ("model_name",)
+    assert release_labels("0.5.16").per_request == ()
+    assert release_labels("0.5.6.post2").scheduler == scheduler
+    assert release_labels(SGLANG_OLDEST_TESTED).scheduler == scheduler

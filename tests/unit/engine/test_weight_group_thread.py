@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from dressage.engine.weight_group import in_daemon_thread
+from dressage.engine.weight_group import THREAD_NAME, in_daemon_thread
+from tests.conftest import WEIGHT_GROUP_THREAD
 
 
 async def test_a_cancelled_wait_drops_the_threads_late_failure() -> None:
@@ -32,8 +33,7 @@ async def test_a_cancelled_wait_drops_the_threads_late_failure() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         release.set()
-        # Only this test's thread: other tests in the process may leave theirs waiting out a
-        # rendezvous timeout.
+        # Only this test's thread (tests/conftest.py checks every test for the others).
         threads[0].join(timeout=30)
         assert not threads[0].is_alive()
     finally:
@@ -49,3 +49,9 @@ async def test_the_outcome_reaches_the_awaiting_side() -> None:
 
 def _fail() -> None:
     raise TimeoutError("the rank never came")
+
+
+def test_the_suite_watches_these_threads_by_their_name() -> None:
+    """`tests/conftest.py` fails a test whose weight-group threads outlive it; it finds them by
+    name without importing torch."""
+    assert WEIGHT_GROUP_THREAD == THREAD_NAME

@@ -238,3 +238,22 @@ def test_a_corrected_child_posts_a_drift_event_and_still_counts_as_applied() -> 
     assert "spec.replicas" in event.message
     applied = next(c for c in out.status.conditions if c.type == "ChildrenApplied")
     assert applied.status == "True"
+
+
+def test_a_thousand_refused_engine_pods_are_summarised_not_listed() -> None:
+    """The status names the first few refused children and counts the rest, and posts a few
+    Events: a refusal of a 1,024-engine job keeps its status object small."""
+    obs = Observed(generation=1, status=AsyncRLJobStatus(), now=NOW)
+    plan = decide(make_job(), OWNER, CONFIG, obs)
+    refused = [
+        ChildResult("Pod", f"job-a-engine-{i}", "create", Applied.REFUSED, 503, "unavailable")
+        for i in range(1024)
+    ]
+    out = settle(plan, obs, CONFIG, refused)
+    _, _, message = condition(out.status, "ChildrenApplied")
+    assert "job-a-engine-2:" in message
+    assert "job-a-engine-3:" not in message
+    assert "and 1021 more like them" in message
+    assert "and 1021 more like them" in out.status.message
+    assert len([e for e in out.events if e.reason == "FailedCreate"]) == 3
+    assert len(out.status.model_dump_json()) < 4096

@@ -6,7 +6,15 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from dressage.api.sglang import Function, NullDefault, RequestField, Route, SamplingParam, ServerArg
+from dressage.api.sglang import (
+    Function,
+    MetricLabel,
+    NullDefault,
+    RequestField,
+    Route,
+    SamplingParam,
+    ServerArg,
+)
 from scripts.sglang_release_facts import Source, has
 
 FILES = {
@@ -46,6 +54,20 @@ app.add_api_route("/begin_weight_update", begin, methods=["POST"])
 def add_weight_versions_to_meta_info(meta_info):
     return meta_info
 """,
+    "sglang/srt/managers/scheduler_metrics_mixin.py": """
+labels = {"model_name": name, "engine_type": engine_type, "tp_rank": 0, "moe_ep_rank": 0}
+""",
+    "sglang/srt/managers/tokenizer_manager.py": """
+labels = {"model_name": self.server_args.served_model_name, "engine_type": engine_type}
+""",
+    "sglang/srt/entrypoints/encode_server.py": """
+labels = {"model_name": self.server_args.served_model_name, "dp_rank": 0}
+""",
+    "sglang/srt/observability/metrics_collector.py": """
+class TokenizerMetricsCollector:
+    def __init__(self, labels):
+        self.prompt_tokens_total = Counter(labelnames=[*labels, "is_streaming"])
+""",
 }
 
 
@@ -66,6 +88,9 @@ def test_each_kind_of_evidence_is_read_from_the_source(tmp_path: Path) -> None:
         ServerArg("enable_return_routed_experts"),
         ServerArg("uvicorn_access_log_exclude_prefixes"),
         Function("add_weight_versions_to_meta_info"),
+        MetricLabel("scheduler", "moe_ep_rank"),
+        MetricLabel("tokenizer", "engine_type"),
+        MetricLabel("per_request", "is_streaming"),
     ]
     absent = [
         RequestField("GenerateReqInput", "routed_experts_start_len"),
@@ -75,6 +100,9 @@ def test_each_kind_of_evidence_is_read_from_the_source(tmp_path: Path) -> None:
         Route("/end_weight_update"),
         ServerArg("enable_deterministic_inference"),
         Function("generate_contract_error"),
+        MetricLabel("scheduler", "dp_rank"),
+        MetricLabel("tokenizer", "dp_rank"),  # the encoder server's, not the tokenizer's
+        MetricLabel("per_request", "priority"),
     ]
     assert [e for e in present if not has(source, e)] == []
     assert [e for e in absent if has(source, e)] == []
