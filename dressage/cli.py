@@ -40,6 +40,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "dressage.runner.cli",
         "train an AsyncRLJob locally (CPU or one GPU, embedded engine); a rerun resumes",
     ),
+    "eval": (
+        "dressage.runner.eval_cli",
+        "evaluate a job's weights on its held-out prompts (a version, a checkpoint, or a "
+        "running job's proxy)",
+    ),
     "engine": (
         "dressage.engine.embedded.cli",
         "serve the embedded inference engine (CPU or one GPU)",

@@ -35,6 +35,7 @@ from dressage.api.bounds import (
     MAX_TRAINER_NODES,
 )
 from dressage.api.budget import StalenessBudget, StalenessMode
+from dressage.api.evaluation import EvaluationSpec
 from dressage.api.k8s import (
     ENV_VAR_NAME_PATTERN,
     QUANTITY_PATTERN,
@@ -137,6 +138,9 @@ class AsyncRLJobSpec(ApiModel):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     """Experiment trackers (TensorBoard, Weights & Biases, MLflow) the trainer logs the run
     to: every step's figures, the manifest, the report's plots."""
+    evaluation: EvaluationSpec | None = None
+    """Held-out evaluation of the weight versions during training (`docs/evaluation.md`):
+    unset, none."""
     suspend: bool = False
     """Suspend the job: its pods are deleted, the job and its progress are kept."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
@@ -191,7 +195,36 @@ class AsyncRLJobSpec(ApiModel):
                 f"exceeds what the proxies admit (proxy.maxConcurrency x proxy.replicas = "
                 f"{admitted}); the excess would be refused with HTTP 429"
             )
+        self._check_evaluation(admitted)
         return self
+
+    def _check_evaluation(self, admitted: int) -> None:
+        evaluation = self.evaluation
+        if evaluation is None:
+            return
+        if self.task.name == ENVIRONMENT_TASK:
+            raise ValueError(
+                "evaluation: the 'environment' task has no held-out split (the environment "
+                "class draws its own instances); evaluate a built-in task or the 'dataset' task"
+            )
+        if evaluation.dataset is None and self.task.name == DATASET_TASK:
+            raise ValueError(
+                "evaluation.dataset: the 'dataset' task has no held-out split of its own: give "
+                "the prompts to evaluate on in evaluation.dataset (e.g. its test split)"
+            )
+        if evaluation.dataset is not None and self.task.name != DATASET_TASK:
+            raise ValueError(
+                "evaluation.dataset: only the 'dataset' task reads prompts from a dataset; "
+                f"the built-in {self.task.name!r} task evaluates on its own held-out split "
+                "(leave evaluation.dataset out)"
+            )
+        if evaluation.in_flight > admitted:
+            raise ValueError(
+                f"evaluation.maxConcurrency x evaluation.samplesPerPrompt "
+                f"({evaluation.in_flight} generations in flight) exceeds what the proxies "
+                f"admit (proxy.maxConcurrency x proxy.replicas = {admitted}); lower "
+                "evaluation.maxConcurrency or raise proxy.maxConcurrency"
+            )
 
     def _check_code(self) -> None:
         code = self.code

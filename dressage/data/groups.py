@@ -71,6 +71,18 @@ class GroupFailed(Exception):
         self.dropped = dropped
 
 
+EVALUATION_GROUP_PREFIX = "eval."
+"""The first characters of every evaluation group's id (its proxy instance id): the proxy
+never resumes such a group's generations across a weight update and keeps each of its
+trajectories to one version (`dressage.proxy.span_rule.rule_for_session`), whatever its
+partial-rollout setting, so that an evaluation's every token comes from the version it names."""
+
+
+def is_evaluation_group(group_id: str | None) -> bool:
+    """Whether `group_id` names an evaluation group (`EVALUATION_GROUP_PREFIX`)."""
+    return bool(group_id) and str(group_id).startswith(EVALUATION_GROUP_PREFIX)
+
+
 GroupRollout = Callable[[int, int], Awaitable[Group]]
 """Rolls out one prompt group: `(prompt_index, attempt) -> Group`, raising `GroupFailed`.
 Every agent implements it; every collector schedules it."""

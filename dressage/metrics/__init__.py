@@ -102,6 +102,9 @@ EVAL_PROMPTS: Final = "dressage_eval_prompts"
 """Gauge labelled by `version`: the held-out prompts the version was evaluated on."""
 EVAL_RUNS: Final = "dressage_eval_runs_total"
 """Counter: evaluations run."""
+EVAL_EXPORTED_VERSIONS: Final = 4
+"""How many of the latest evaluated versions stay exported (besides the best, with the
+trainer's `dressage.orchestrator.metrics`)."""
 
 # --- Proxy.
 PROXY_REQUESTS: Final = "dressage_proxy_requests_total"

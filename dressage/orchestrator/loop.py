@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from dressage.api.figures import StepFigures, trainer_keys
 from dressage.data.groups import TrainBatch
@@ -58,6 +59,17 @@ class StepRecord:
 StepSink = Callable[[StepRecord], None]
 
 
+class PublishWatcher(Protocol):
+    """What must happen around each publish besides it (the held-out evaluations:
+    `dressage.evaluation.schedule.Evaluations`)."""
+
+    async def before_publish(self) -> None:
+        """Return when the version the engines serve may be replaced."""
+
+    def published(self, version: str, step: int) -> None:
+        """`version`, made by `step`, is the one the engines serve now."""
+
+
 async def sync_engines(
     session: TrainerSession, publisher: Publisher, *, engines_have_initial_weights: bool
 ) -> bool:
@@ -100,11 +112,14 @@ async def train_loop(
     sink: StepSink,
     clock: Callable[[], float] = time.monotonic,
     steering: BudgetSteering | None = None,
+    watcher: PublishWatcher | None = None,
 ) -> None:
     """Run steps until `session.state.step == steps` (rank 0 must pass collector and publisher;
     the other ranks pass the publisher only when it is `collective`).
     `steering`: rank 0's staleness budget controller (`staleness.mode: auto`), which sets the
-    collector's depth and window after each step and adds its decision to the step's figures."""
+    collector's depth and window after each step and adds its decision to the step's figures.
+    `watcher`: rank 0's evaluations, which the publish waits for and which hear of each
+    published version."""
     main = session.env.is_main
     if main and (collector is None or publisher is None):
         raise ValueError("rank 0 needs a collector and a weight publisher")
@@ -141,8 +156,12 @@ async def train_loop(
         if main:
             assert collector is not None
             assert publisher is not None
+            if watcher is not None:
+                await watcher.before_publish()
             await publisher.publish(path, version)
             collector.on_weights_published(version)
+            if watcher is not None:
+                watcher.published(version, record.step)
         elif publisher is not None and publisher.collective:
             await publisher.publish(path, version)
         # A checkpoint written in line completes after the publish (which never waits for the

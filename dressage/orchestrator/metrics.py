@@ -7,8 +7,10 @@ name (`staleness/version_span_mean` as `dressage_staleness_version_span_mean`, a
 autoscaler reads the steps' wall and batch-wait seconds, `dressage_trainer_step_seconds_total`
 and `dressage_trainer_batch_wait_seconds_total`), plus the training step, the weight version
 and the dataset's skipped rows by reason (`dressage_dataset_bad_rows`, set once when the task
-is built). Each run has its own registry (no process-wide globals), so tests can run several
-in one process.
+is built), and the held-out evaluations by version (`dressage_eval_pass_at_k{version,k}`,
+`dressage_eval_reward_mean`, `dressage_eval_step`, `dressage_eval_prompts`, each for the latest
+4 evaluated versions and the best one; `dressage_eval_runs_total`). Each run has its own
+registry (no process-wide globals), so tests can run several in one process.
 
 A gauge figure's family is always served, its sample only from its first value: one a step
 never has is never exported, such as the MoE routing figures (`routing_agreement`,
@@ -27,7 +29,50 @@ from prometheus_client.registry import Collector
 
 from dressage import metrics as names
 from dressage.api.figures import Figure, FigureKind, StepFigures, figures_of
+from dressage.evaluation.figures import Evaluation, exported
 from dressage.orchestrator.loop import StepRecord
+
+
+class _EvaluationSeries(Collector):
+    """The held-out evaluations' gauges, labelled by version: only those `exported` keeps, so
+    an older version's label sets disappear once it falls out (`names.EVAL_*`)."""
+
+    def __init__(self) -> None:
+        self.evaluations: list[Evaluation] = []
+        self._lock = threading.Lock()
+
+    def add(self, evaluation: Evaluation) -> None:
+        with self._lock:
+            self.evaluations.append(evaluation)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            shown = exported(self.evaluations, names.EVAL_EXPORTED_VERSIONS)
+        pass_at = GaugeMetricFamily(
+            names.EVAL_PASS_AT_K,
+            "pass@k of a weight version on the held-out evaluation prompts",
+            labels=["version", "k"],
+        )
+        reward = GaugeMetricFamily(
+            names.EVAL_REWARD_MEAN,
+            "Mean reward of a weight version on the held-out evaluation prompts",
+            labels=["version"],
+        )
+        step = GaugeMetricFamily(
+            names.EVAL_STEP,
+            "Training step whose publish made the evaluated version (0: the starting weights)",
+            labels=["version"],
+        )
+        prompts = GaugeMetricFamily(
+            names.EVAL_PROMPTS, "Prompts of the version's evaluation", labels=["version"]
+        )
+        for e in shown:
+            for k, value in sorted(e.pass_at.items()):
+                pass_at.add_metric([e.version, str(k)], value)
+            reward.add_metric([e.version], e.reward_mean)
+            step.add_metric([e.version], e.step)
+            prompts.add_metric([e.version], e.prompts)
+        yield from (pass_at, reward, step, prompts)
 
 
 class _FigureGauges(Collector):
@@ -81,6 +126,13 @@ class RunMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self._evaluations = _EvaluationSeries()
+        self.registry.register(self._evaluations)
+        self.eval_runs = Counter(
+            names.EVAL_RUNS.removesuffix("_total"),
+            "Held-out evaluations completed",
+            registry=self.registry,
+        )
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -119,6 +171,11 @@ class RunMetrics:
                     self._counters[figure.name].labels(reason=reason).inc(count)
         self.step.set(record.step)
         self.set_version(version_ordinal, record.version)
+
+    def observe_evaluation(self, evaluation: Evaluation) -> None:
+        """A completed evaluation's figures (`dressage_eval_*`, by version)."""
+        self._evaluations.add(evaluation)
+        self.eval_runs.inc()
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve `/metrics` on `port` (0 picks a free one); returns the bound port."""

@@ -16,7 +16,9 @@ Rank 0 (the only rank under `dressage run`):
    broadcast to the engines);
 6. engine sync: engines that serve another version than the session's get its weights;
 7. the training loop, each step's record exported on the job's `/metrics` and handed to the
-   entry point's sink;
+   entry point's sink; beside it, with `spec.evaluation`, the held-out evaluations of the
+   starting version, of every `everySteps`-th and of the final one (each publish waits for
+   those in flight, so each names one version: `dressage.evaluation`);
 8. close: collector, publisher and proxy client, whatever ended the loop; then what the
    collector counted that no step's record carries (the failed attempts and drops of groups
    not trained, a run stopped by the breaker before its first step) goes to `unrecorded`.
@@ -38,11 +40,13 @@ import torch
 
 from dressage.api.figures import StepFigures
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec
+from dressage.evaluation.figures import Evaluation, best
 from dressage.orchestrator.collectors import (
     budget_settings,
     make_collector,
     weight_update_pause_mode,
 )
+from dressage.orchestrator.evaluations import build_evaluations
 from dressage.orchestrator.loop import StepRecord, StepSink, sync_engines, train_loop
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.rollout_process import RolloutProcessCollector, RolloutRecipe
@@ -125,6 +129,8 @@ async def run_pipeline(
     task: Task | Environment | None = None,
     unrecorded: Callable[[StepFigures], None] = lambda figures: None,
     faults: UserCodeFaults | None = None,
+    evaluated: Callable[[Evaluation], None] = lambda evaluation: None,
+    earlier_evaluations: Sequence[Evaluation] = (),
 ) -> None:
     """Train `session` until step `steps`; rank 0 needs `endpoints`.
 
@@ -135,7 +141,11 @@ async def run_pipeline(
     already (its pre-flight checks did), else it is built here. `unrecorded`: called at close
     with the rollout figures the collector counted beyond the steps' records. `faults`: the
     run's registry of user-code faults (the caller reads it for the report), handed to the
-    reward function, the agents and the rollout process; None: one of the pipeline's own."""
+    reward function, the agents and the rollout process; None: one of the pipeline's own.
+    `evaluated`: called with each held-out evaluation (`spec.evaluation`) as it completes: the
+    starting version's, every `everySteps` steps', the final version's.
+    `earlier_evaluations`: those of the run before it resumed, so that the best version's
+    weights stay pinned across restarts."""
     spec = job.spec
     distributed = spec.inference.weight_sync == "distributed"
     if not session.env.is_main:
@@ -255,6 +265,34 @@ async def run_pipeline(
                 + f"; depth {settings.start} of at most {settings.max_concurrency} groups, "
                 f"keepVersions {settings.max_keep}"
             )
+        done: list[Evaluation] = list(earlier_evaluations)
+
+        def pin_best() -> None:  # weight pruning never deletes the best-evaluated version
+            top = best(done)
+            if top is not None:
+                session.pinned_versions = {top.version}
+
+        pin_best()
+
+        def record_evaluation(evaluation: Evaluation) -> None:
+            done.append(evaluation)
+            pin_best()
+            if metrics is not None:
+                metrics.observe_evaluation(evaluation)
+            evaluated(evaluation)
+
+        evaluations = build_evaluations(
+            job,
+            proxy=proxy,
+            codec=codec,
+            faults=faults,
+            final_step=steps,
+            on_result=record_evaluation,
+            log=log,
+        )
+        if evaluations is not None:
+            opened.push_async_callback(evaluations.aclose)
+            evaluations.start(session.state.version, session.state.step)
         await train_loop(
             session,
             steps=steps,
@@ -262,4 +300,7 @@ async def run_pipeline(
             publisher=publisher,
             sink=record_step,
             steering=steering,
+            watcher=evaluations,
         )
+        if evaluations is not None:
+            await evaluations.finish(session.state.version, session.state.step)

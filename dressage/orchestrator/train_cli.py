@@ -206,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> int:
+    from dressage.evaluation.figures import Evaluation
+    from dressage.evaluation.log import EvaluationLog
     from dressage.model.warmstart import initial_model_dir
     from dressage.orchestrator.loop import StepRecord
     from dressage.orchestrator.metrics import RunMetrics
@@ -269,6 +271,14 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
             )
             trackers.log_step(record.figures, record.to_dict())
 
+        evaluations = EvaluationLog(root)  # on the job's storage: kept across restarts
+        evaluations.truncate(state.step)
+
+        def evaluated(evaluation: Evaluation) -> None:
+            print(evaluation.line(), flush=True)
+            evaluations.append(evaluation.to_dict())
+            trackers.log_evaluation(evaluation.step, evaluation.tracker_figures())
+
         try:
             await run_pipeline(
                 job,
@@ -284,6 +294,8 @@ async def _train(job: AsyncRLJob, args: argparse.Namespace, wiring: Wiring) -> i
                 steps=steps,
                 metrics=metrics,
                 sink=sink,
+                evaluated=evaluated,
+                earlier_evaluations=evaluations.evaluations(),
                 log=lambda line: print(line, flush=True),
                 # Engine pods start from the staged base model; a warm start changed it.
                 engines_have_initial_weights=spec.model.warm_start is None,

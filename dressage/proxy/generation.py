@@ -9,7 +9,8 @@ decides what happens when a weight-update pause (`PauseGate`) aborts a turn on t
   piece's tokens keep the versions the engine reported for them (`meta_info.weight_versions`,
   else `meta_info.weight_version`);
 - otherwise the partial output is discarded and the turn is generated again from its prompt
-  after `continue`, so a turn never mixes versions.
+  after `continue`, so a turn never mixes versions. An evaluation group's turns always go
+  this way (`span_rule.rule_for_session`): an evaluation is never resumed across a publish.
 
 Either way the interruption counts as a preempt. The rule also checks the turn's versions
 against the session's earlier ones, after every piece when it resumes, else once at the end;
@@ -92,7 +93,7 @@ from dressage.proxy.drain import (
 from dressage.proxy.engine_pool import EnginePool, EngineState
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.sessions import Session
-from dressage.proxy.span_rule import StalenessRefusal, VersionRule
+from dressage.proxy.span_rule import StalenessRefusal, VersionRule, rule_for_session
 from dressage.proxy.upstream import (
     ConnectFailed,
     ConnectionLost,
@@ -395,7 +396,7 @@ class Generator:
         routed_experts: bool,
         extra_body: dict[str, Any] | None,
     ) -> Generation:
-        rule = self.rule
+        rule = rule_for_session(self.rule, session.instance_id)
         resume = rule.resumes_partial_output
         earlier = session.versions_seen
         max_new = sampling_params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)

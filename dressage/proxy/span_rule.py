@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dressage.data.groups import is_evaluation_group
 from dressage.data.versions import distinct_real_versions
 from dressage.proxy import errors
 
@@ -191,6 +192,13 @@ class SingleVersion(VersionRule):
         self, session_versions: Iterable[object], candidate_versions: Iterable[object]
     ) -> None:
         raise_if_version_changed(session_versions, candidate_versions)
+
+
+def rule_for_session(rule: VersionRule, instance_id: str | None) -> VersionRule:
+    """The rule a session's turns follow: the proxy's own, except for an evaluation group's
+    (`dressage.data.groups.is_evaluation_group`), which is never resumed across a weight update
+    and keeps one version (`SingleVersion`) even under partial rollout."""
+    return SingleVersion() if is_evaluation_group(instance_id) else rule
 
 
 def version_rule(config: ProxyConfig) -> VersionRule:

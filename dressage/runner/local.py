@@ -37,6 +37,8 @@ import torch
 from dressage.api.figures import StepFigures, line_parts
 from dressage.api.job import AsyncRLJob, AsyncRLJobSpec, RolloutMode
 from dressage.engine.embedded.release_profiles import stand_in_release
+from dressage.evaluation.figures import Evaluation, best
+from dressage.evaluation.log import EvaluationLog
 from dressage.model import default_cache_dir
 from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
@@ -46,6 +48,7 @@ from dressage.runner.churn import ChurnEvent
 from dressage.runner.fleet import ChurnDriver, LocalFleet
 from dressage.runner.processes import ChildProcess, pin_this_process, python_module, stop_together
 from dressage.runner.report import (
+    EVAL_PLOTS,
     PLOTS,
     REPORT,
     History,
@@ -111,6 +114,7 @@ class LocalRun:
         self.churn: ChurnDriver | None = None
         self.metrics = RunMetrics(job.metadata.name)
         self.history = History(self.root)
+        self.evaluations = EvaluationLog(self.root)
         self.rewards: list[float] = []
         self.faults = UserCodeFaults()
         """The run's user-code faults: recorded during rollout, listed in the report."""
@@ -147,6 +151,7 @@ class LocalRun:
             device=torch.device(self.options.device),
         )
         self.history.resume(session.state.step, session.state.record)
+        self.evaluations.truncate(session.state.step)
         self.rewards = [float(r["reward"]) for r in self.history.read() if "reward" in r]
         if session.state.step >= self.options.steps:
             self.out(finished_message(session.state.step, self.options.steps, self.root))
@@ -215,7 +220,26 @@ class LocalRun:
             task=self.task,
             unrecorded=self._set_unrecorded,
             faults=self.faults,
+            evaluated=self._on_evaluation,
+            earlier_evaluations=self.evaluations.evaluations(),
         )
+
+    def _best_weights(self) -> dict[str, str]:
+        """Where the best-evaluated version's weights are (kept by pruning): `weights/<v>`
+        in the run directory, or the starting model for `v0`."""
+        top = best(Evaluation.from_dict(r) for r in self.evaluations.read())
+        if top is None:
+            return {}
+        path = self.root / "weights" / top.version
+        if path.is_dir():
+            return {"best_weights": str(path)}
+        return {"best_weights": "the starting model"} if top.step == 0 else {}
+
+    def _on_evaluation(self, evaluation: Evaluation) -> None:
+        self.evaluations.append(evaluation.to_dict())
+        if self.trackers is not None:
+            self.trackers.log_evaluation(evaluation.step, evaluation.tracker_figures())
+        self.out(evaluation.line())
 
     def _set_unrecorded(self, figures: StepFigures) -> None:
         self.unrecorded = figures
@@ -356,11 +380,13 @@ class LocalRun:
                     "user_code_errors": merge_reports(earlier, [f.to_dict() for f in faults]),
                     "dataset": _dataset_report(self.task, bad_rows),
                     "not_logged": not_logged,
+                    **self._best_weights(),
                 },
             )
             self.out(f"report: {path} (plots in {self.root})")
             if self.trackers is not None:
-                self.trackers.log_plots(self.last_step, [self.root / p for p in sorted(PLOTS)])
+                plots = [*sorted(PLOTS), *EVAL_PLOTS]
+                self.trackers.log_plots(self.last_step, [self.root / p for p in plots])
         if self.trackers is not None:
             self.trackers.close()
 

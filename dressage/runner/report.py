@@ -4,8 +4,10 @@
 resumed run first truncates it to the checkpoint's step, so the report never shows a step
 twice, and restores the checkpoint's own record of that step when a kill came between the
 checkpoint and the line (`resume`). `write_report` turns it into `report.json` (summary +
-every step) and PNG plots. The summary totals every counted figure of the step declaration
-(`dressage.api.figures`) under its record key, and gives each ratio figure over those totals.
+every step, and with `spec.evaluation` every held-out evaluation from `evaluations.jsonl`
+with pass@k and the best version) and PNG plots. The summary totals every counted figure of
+the step declaration (`dressage.api.figures`) under its record key, and gives each ratio figure
+over those totals.
 
 `run_summary` is what `dressage run` prints at the end: the failures of the whole run by reason
 (failed attempts, failed groups, groups dropped other than at shutdown, samples trained
@@ -27,6 +29,8 @@ from statistics import fmean
 from typing import Any
 
 from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, ratios, totals
+from dressage.evaluation.figures import Evaluation, best
+from dressage.evaluation.log import EvaluationLog
 from dressage.rollout.collector import SHUTDOWN
 
 _FAILED_ATTEMPTS = figure("failed_attempts").key
@@ -41,6 +45,8 @@ _LAG_UNKNOWN = figure("version_lag_unknown_samples").key
 
 HISTORY = "history.jsonl"
 REPORT = "report.json"
+EVAL_PLOTS = ("eval_pass_at_1.png", "eval_pass_at_1_time.png")
+"""The evaluations' plots: pass@1 against the step and against the run's wall-clock."""
 _REWARD = figure("reward").key
 
 
@@ -125,6 +131,47 @@ class History:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(dict(record)) + "\n")
+
+
+def evaluation_report(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`report.json`'s evaluation part: every evaluation (one version each, with pass@k) and
+    the best version, whose weights pruning kept (`docs/operations.md`)."""
+    evaluations = [Evaluation.from_dict(r) for r in records]
+    top = best(evaluations)
+    return {
+        "evaluations": [e.to_dict() for e in evaluations],
+        "best_evaluation": None if top is None else top.to_dict(),
+    }
+
+
+def plot_evaluations(run_root: Path, records: Sequence[Mapping[str, Any]]) -> list[Path]:
+    """pass@1 (and the mean reward) of each evaluated version against the step and against
+    the run's seconds (`EVAL_PLOTS`); nothing without evaluations."""
+    from matplotlib.figure import Figure
+
+    if not records:
+        return []
+    evaluations = sorted((Evaluation.from_dict(r) for r in records), key=lambda e: e.step)
+    written = []
+    axes: tuple[tuple[list[float], str], ...] = (
+        ([float(e.step) for e in evaluations], "step"),
+        ([e.elapsed for e in evaluations], "seconds since the run started"),
+    )
+    for filename, (xs, xlabel) in zip(EVAL_PLOTS, axes, strict=True):
+        fig = Figure(figsize=(6, 3.5), dpi=100)
+        fig.subplots_adjust(left=0.13, right=0.97, top=0.9, bottom=0.15)
+        ax = fig.add_subplot()
+        ax.plot(xs, [e.pass_at_1 for e in evaluations], "-", marker="o", label="pass@1")
+        ax.plot(xs, [e.reward_mean for e in evaluations], "--", marker=".", label="mean reward")
+        ax.set_title("Held-out evaluation (one weight version each)")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("pass@1, reward")
+        ax.legend(loc="best", fontsize=8)
+        ax.grid(alpha=0.3)
+        out = Path(run_root) / filename
+        fig.savefig(out)
+        written.append(out)
+    return written
 
 
 def moving_average(values: Sequence[float], window: int) -> list[float]:
@@ -266,16 +313,19 @@ def write_report(
     """Write `report.json` and the PNG plots from the history; return the report path."""
     run_root = Path(run_root)
     steps = History(run_root).read()
+    evaluated = EvaluationLog(run_root).read()
     report = {
         "job": dict(job),
         "summary": summarize(steps, declaration=declaration),
+        **(evaluation_report(evaluated) if evaluated else {}),
         **dict(extra or {}),
         "steps": steps,
-        "plots": sorted(PLOTS),
+        "plots": sorted(PLOTS) + (sorted(EVAL_PLOTS) if evaluated else []),
     }
     path = run_root / REPORT
     path.write_text(json.dumps(report, indent=2), encoding="utf-8")
     plot_history(run_root, steps)
+    plot_evaluations(run_root, evaluated)
     return path
 
 

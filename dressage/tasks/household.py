@@ -14,7 +14,9 @@ succeeds, while guessing, re-opening boxes or taking blind does not. The reward 
 rewards reading the tool's output, which a single-turn task never asks of the policy.
 
 Every instance is a pure function of the seed and its index (which object is the goal, which
-box holds what), so the prompt stream is reproducible and resumable.
+box holds what), so the prompt stream is reproducible and resumable. Households of the held-out
+split (`dressage.tasks.held_out`: which objects stand in which boxes, and the goal) are never
+training instances: `held_out()` plays those only, what evaluation uses.
 
     <|user|>find the key; boxes 1-3<|end|>
     <|assistant|>open 2<|end|>
@@ -26,11 +28,13 @@ box holds what), so the prompt stream is reproducible and resumable.
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 
 from dressage.api.job import TaskSpec
 from dressage.tasks.base import Step
+from dressage.tasks.held_out import Split, draw_in_split
 
 OBJECTS = ("key", "mug", "pen", "cup", "hat", "map", "cap", "egg", "jar")
 """Objects that fill the boxes; each instance uses `boxes` distinct ones."""
@@ -113,11 +117,25 @@ class HouseholdEnvironment:
         self.dataset_size = dataset_size
         self.boxes = boxes
         self.max_turns = boxes + 1 if max_turns is None else max_turns
+        self.split: Split = "train"
+
+    def held_out(self) -> HouseholdEnvironment:
+        """This environment over its held-out households only."""
+        twin = copy.copy(self)
+        twin.split = "heldOut"
+        return twin
 
     def episode(self, index: int) -> HouseholdEpisode:
         rng = random.Random(f"household:{self.seed}:{index % self.dataset_size}")
-        contents = rng.sample(OBJECTS, self.boxes)
-        goal = rng.choice(contents)
+        boxes = self.boxes
+
+        def draw(r: random.Random) -> tuple[list[str], str]:
+            contents = r.sample(OBJECTS, boxes)
+            return contents, r.choice(contents)
+
+        contents, goal = draw_in_split(
+            rng, draw, lambda h: f"{','.join(h[0])}:{h[1]}", self.split
+        )
         return HouseholdEpisode(contents, goal, self.max_turns, rng)
 
 

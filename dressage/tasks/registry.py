@@ -13,6 +13,7 @@ from dressage.api.job import (
     ENVIRONMENT_TASK,
     HOUSEHOLD_TASK,
     LONG_TAIL_TASK,
+    DatasetSpec,
     TaskSpec,
 )
 from dressage.api.loader import ConfigurationError
@@ -44,6 +45,29 @@ def get_task(spec: TaskSpec) -> Task | Environment:
             f"spec.task.name: unknown task {spec.name!r}; known tasks: {', '.join(task_names())}"
         ) from None
     return factory(spec)
+
+
+def held_out_task(spec: TaskSpec, dataset: DatasetSpec | None = None) -> Task | Environment:
+    """What evaluation runs on: the `dataset` task over `dataset` (the job's reward, another
+    set of prompts), or a built-in task's held-out split, disjoint from its training prompts
+    (`dressage.tasks.held_out`)."""
+    if dataset is not None:
+        try:
+            return get_task(spec.model_copy(update={"dataset": dataset}))
+        except ValueError as exc:  # its errors name the task's dataset: say it is this one
+            message = str(exc).replace("spec.task.dataset", "spec.evaluation.dataset")
+            if "spec.evaluation.dataset" not in message:
+                message = f"spec.evaluation.dataset: {message}"
+            raise ConfigurationError(message) from exc
+    task = get_task(spec)
+    held_out = getattr(task, "held_out", None)
+    if held_out is None:
+        raise ConfigurationError(
+            f"spec.evaluation.dataset: the {spec.name!r} task has no held-out split of its "
+            "own: give the prompts to evaluate on"
+        )
+    split: Task | Environment = held_out()
+    return split
 
 
 def check_task(spec: TaskSpec) -> None:

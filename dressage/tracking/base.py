@@ -198,6 +198,13 @@ class Trackers:
         scalars = step_scalars(figures, record)
         self._worker.submit(self._each, "log a step", lambda t: t.log_step(step, scalars))
 
+    def log_evaluation(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Log a held-out evaluation's figures (`eval/pass@1`, ...) at the step that made its
+        version, as each tracker logs a step's scalars."""
+        self._raise_failed()
+        figures = dict(scalars)
+        self._worker.submit(self._each, "log an evaluation", lambda t: t.log_step(step, figures))
+
     def log_plots(self, step: int, plots: Sequence[Path]) -> None:
         """Log the run report's plots (those that exist). The run has trained by then: a
         tracker that fails here is a warning whatever `onError` says."""

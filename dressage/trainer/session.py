@@ -96,6 +96,9 @@ class TrainerSession:
     """Whether `commit_step` returns while the checkpoint is still being written."""
     pending: Future[Any] | None = None
     """The background write of this rank's newest checkpoint shards."""
+    pinned_versions: set[str] = field(default_factory=set)
+    """Versions whose weights pruning always keeps: the best-evaluated one
+    (`spec.evaluation`), set by the pipeline as evaluations complete."""
     optimizer_every: int = 1
     """Checkpoints carry the optimizer state every this many steps (a multiple of
     `checkpoint_every`)."""
@@ -272,4 +275,4 @@ class TrainerSession:
         keep = {version_label(i) for i in range(max(0, latest - 2), latest + 1)}
         for back in range(KEEP_CHECKPOINTS * self.checkpoint_every):
             keep.add(version_label(max(0, latest - back)))
-        return keep
+        return keep | self.pinned_versions

@@ -38,3 +38,9 @@ def test_local_tiny_reward_rises_clearly(tmp_path: Path) -> None:
     assert summary["reward_last"] > 0.6
     assert summary["reward_last"] - summary["reward_first"] > 0.25
     assert (tmp_path / "runs" / "local-tiny" / "reward.png").stat().st_size > 1000
+    # Held-out evaluation: the starting weights, every 25th step and the final version, each
+    # one version's greedy pass@1 on the same 16 prompts; the report names the best.
+    evaluated = [e["version"] for e in report["evaluations"]]
+    assert evaluated == [f"v{step}" for step in range(0, 151, 25)]
+    assert all(e["prompts"] == 16 and "1" in e["pass_at"] for e in report["evaluations"])
+    assert report["best_evaluation"]["version"] in evaluated

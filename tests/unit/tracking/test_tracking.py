@@ -237,3 +237,41 @@ def test_mlflow_logs_a_counters_total_beside_its_reasons_as_total() -> None:
     }
     files = set(named)
     assert not any(name.startswith(other + "/") for name in files for other in files)
+
+
+class Recording:
+    """A tracker that keeps what it was asked to log."""
+
+    def __init__(self) -> None:
+        self.logged: list[tuple[int, dict[str, float]]] = []
+
+    def log_step(self, step: int, scalars: Mapping[str, float]) -> None:
+        self.logged.append((step, dict(scalars)))
+
+    def log_plots(self, step: int, plots: Sequence[Path]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def test_an_evaluation_is_logged_at_the_step_that_made_its_version() -> None:
+    from dressage.evaluation.figures import Evaluation
+
+    recording = Recording()
+    trackers = Trackers({"tensorboard": recording}, on_error="fail", warn=lambda line: None)
+    evaluation = Evaluation("v50", 50, 16, 8, 0.71, {1: 0.68, 8: 0.93}, 12.3)
+    trackers.log_evaluation(evaluation.step, evaluation.tracker_figures())
+    trackers.flush()
+    assert recording.logged == [
+        (
+            50,
+            {
+                "eval/reward_mean": 0.71,
+                "eval/prompts": 16.0,
+                "eval/pass@1": 0.68,
+                "eval/pass@8": 0.93,
+                "eval/seconds": 12.3,
+            },
+        )
+    ]

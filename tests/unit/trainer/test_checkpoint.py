@@ -174,3 +174,17 @@ def test_a_version_is_published_before_its_checkpoint_write_is_waited_for(
         )
     )
     assert complete == [1]
+
+
+def test_pruning_keeps_the_pinned_best_evaluated_versions_weights(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    run = RunDir(tmp_path / "run")
+    session = TrainerSession.open(job_spec(), model_dir=model_dir, run_dir=run)
+    _train(session, 2)
+    session.pinned_versions = {"v2"}  # the best-evaluated version (`spec.evaluation`)
+    _train(session, 9)
+    kept = sorted(p.name for p in (tmp_path / "run" / "weights").iterdir())
+    assert "v2" in kept
+    assert "v3" not in kept  # an unpinned old version is pruned as before
+    assert "v9" in kept
