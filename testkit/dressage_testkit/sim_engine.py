@@ -425,7 +425,7 @@ class SimEngine:
         release = self.profile.release
         known = {
             "model_name": "sim",
-            "engine_type": sglang_metrics.LABELS[release].engine_type,
+            "engine_type": sglang_metrics.release_labels(release).engine_type,
             "tp_rank": "0",
             "pp_rank": "0",
             "moe_ep_rank": "0",
