@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from dressage.data.groups import Group, GroupFailed
+from dressage.data.samples import Sample
 from dressage.data.versions import normalize_version
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
 from dressage.tasks.base import Scored
@@ -49,12 +50,19 @@ async def collect_group(
         await asyncio.gather(*(client.discard(s, instance_id=group_id) for s in sessions))
         # Best effort, as the discards: when the proxy replica that held the group is gone,
         # there is nothing to drain, and the group's failure keeps its own reason.
+        finished: list[Sample] = []
         with contextlib.suppress(RolloutError):
-            await client.segments(group_id)
+            finished = await client.segments(group_id)
         first = next((e for e in errors if isinstance(e, GroupFailed)), errors[0])
-        if isinstance(first, asyncio.CancelledError | GroupFailed):
-            raise first  # a GroupFailed keeps its reason (a proxy refusal, a reward failure)
-        raise RolloutError(f"group {group_id}: {type(first).__name__}: {first}") from first
+        if isinstance(first, asyncio.CancelledError):
+            raise first
+        failed = first if isinstance(first, GroupFailed) else RolloutError(
+            f"group {group_id}: {type(first).__name__}: {first}"
+        )
+        failed.tokens = sum(sum(s.loss_mask) for s in finished)  # the token ledger's
+        if failed is first:
+            raise failed  # a GroupFailed keeps its reason (a proxy refusal, a reward failure)
+        raise failed from first
     samples = await client.segments(group_id)
     if len({s.parent_traj_id for s in samples}) != group_size:
         raise RolloutError(

@@ -59,6 +59,10 @@ class GroupFailed(Exception):
         super().__init__(message or reason)
         self.reason = reason
         self.staleness = staleness
+        self.tokens = 0
+        """Tokens the failed attempt's trajectories generated that reached the agent (its
+        finished trajectories' samples), which the token ledger counts as refused or
+        aborted; 0 where the agent could not read them back."""
 
 
 EVALUATION_GROUP_PREFIX = "eval."

@@ -166,7 +166,8 @@ class AsyncRolloutCollector(PromptPosition):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the worker, cancel in-flight groups and account for everything not trained."""
+        """Stop the worker, cancel in-flight groups and account for everything not trained
+        (completed groups' tokens as the token ledger's `surplus`)."""
         if self._closed:
             return
         self._closed = True
@@ -177,9 +178,12 @@ class AsyncRolloutCollector(PromptPosition):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         leftovers = len(self._pending)
+        for group in self._pending:
+            self.stats.left_over(group, "pending")
         while not self._completed.empty():
-            if self._completed.get_nowait() is not None:
+            if (queued := self._completed.get_nowait()) is not None:
                 leftovers += 1
+                self.stats.left_over(queued, "queued")
         self._pending = []
         if leftovers:
             self.stats.totals.dropped_groups[SHUTDOWN] += leftovers
@@ -329,14 +333,18 @@ class AsyncRolloutCollector(PromptPosition):
             asyncio.get_running_loop().create_task(self._completed.put(None))
 
     async def _run_group(self, index: int) -> None:
+        group: Group | None = None
         try:
             group = await self._attempts.run(index)
             if group is not None:
                 await self._completed.put(group)
+                group = None  # queued: the queue's, counted where it ends
             elif self._attempts.broken is not None:
                 self._wake()
         except asyncio.CancelledError:
             self.stats.totals.dropped_groups[SHUTDOWN] += 1
+            if group is not None:  # completed, waiting for room in the full queue
+                self.stats.left_over(group, "queued")
             raise
         except RolloutBroken:
             self._wake()
