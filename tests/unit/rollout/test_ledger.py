@@ -56,7 +56,7 @@ def test_the_declared_accounts_are_the_ledgers() -> None:
 
 
 def test_an_entry_of_no_account_is_a_one_line_error() -> None:
-    with pytest.raises(ValueError, match="'wasted.x' names no account"):
+    with pytest.raises(ValueError, match=r"'wasted\.x' names no account"):
         ledger.account_of("wasted.x")
     with pytest.raises(ValueError, match=">= 0"):
         ledger.count(Counter(), Account.TRAINED, -1)
