@@ -54,7 +54,9 @@ __all__ = [
     "by_reason", "counter", "figure", "figures_of", "gauge", "length_bucket", "line_parts",
     "ratios", "status_figures", "totals", "trainer_keys",
 ]  # fmt: skip
-LEDGER_ACCOUNTS = ("trained", "dropped", "refused", "aborted", "evaluation", "surplus")
+LEDGER_ACCOUNTS = (
+    "trained", "masked", "dropped", "refused", "aborted", "evaluation", "surplus",
+)  # fmt: skip
 """The token ledger's accounts (`dressage.rollout.ledger.Account`), exported at 0."""
 
 F = TypeVar("F", bound="StepFigures")
@@ -338,7 +340,8 @@ class StepFigures:
     ledger_tokens: Counter[str] = by_reason(
         "tokens",
         "The token ledger (`dressage.rollout.ledger`): generated response tokens, each in one "
-        "account: `trained`, `dropped.<verdict>`, `refused.<reason>` (a span-limit refusal, "
+        "account: `trained`, `masked.<reason>` (in a trained sample, out of the loss), "
+        "`dropped.<verdict>`, `refused.<reason>` (a span-limit refusal, "
         "the group generated again), `aborted.<reason>` (another failed attempt), "
         "`evaluation`, `surplus.<where>` (pending or queued when the run stopped)",
         status=True,

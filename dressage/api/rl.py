@@ -256,6 +256,21 @@ class TaskSpec(ApiModel):
         return self
 
 
+class SpanLimitPolicy(StrEnum):
+    """What happens to a trajectory that would span more versions than the partial-rollout
+    span limit (`maxPartialRolloutPreempts`) allows (`docs/staleness.md`, "Span-limit
+    policies")."""
+
+    REFUSE_GROUP = "refuse_group"
+    """The proxy refuses the trajectory and the whole prompt group is generated again."""
+    RETRY_TRAJECTORY = "retry_trajectory"
+    """The proxy refuses it and only that trajectory is generated again, from its prompt; the
+    group's finished trajectories are kept (the batch sink still judges the group)."""
+    MASK_OLD_TOKENS = "mask_old_tokens"
+    """The proxy never refuses; tokens older than the trajectory's newest
+    `maxPartialRolloutPreempts + 1` versions stay as context but are left out of the loss."""
+
+
 class StalenessSpec(ApiModel):
     """The staleness controls (`docs/staleness.md`), chosen by hand (`mode: fixed`) or by the
     job within a budget (`mode: auto`)."""
@@ -275,6 +290,10 @@ class StalenessSpec(ApiModel):
     max_partial_rollout_preempts: int | None = Field(default=None, ge=0)
     """Partial-rollout control (`--max-partial-rollout-preempts`): the most version switches
     one trajectory may span; with 2 a trajectory spans at most 3 versions. Unset: unlimited."""
+    span_limit_policy: SpanLimitPolicy = Field(default=SpanLimitPolicy.REFUSE_GROUP, strict=False)
+    """What a trajectory beyond the span limit costs: `refuse_group` (the whole group is
+    generated again), `retry_trajectory` (only that trajectory) or `mask_old_tokens` (kept,
+    its oldest versions' tokens out of the loss); needs `maxPartialRolloutPreempts`."""
     admission: bool = True
     """Admission control for the batch-level control (acts only when `keepVersions > 0`): the
     async worker starts a prompt group only while it can still be trained inside the version
@@ -282,6 +301,14 @@ class StalenessSpec(ApiModel):
 
     @model_validator(mode="after")
     def _check_mode(self) -> StalenessSpec:
+        if (
+            self.span_limit_policy is not SpanLimitPolicy.REFUSE_GROUP
+            and self.max_partial_rollout_preempts is None
+        ):
+            raise ValueError(
+                f"staleness.spanLimitPolicy '{self.span_limit_policy.value}' acts on the span "
+                "limit: set staleness.maxPartialRolloutPreempts, or leave spanLimitPolicy out"
+            )
         if self.mode is StalenessMode.FIXED:
             if self.budget is not None:
                 raise ValueError(

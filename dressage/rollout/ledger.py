@@ -3,7 +3,9 @@
 Each generated token is counted in exactly one account, under one entry (`account` or
 `account.reason`):
 
-- `trained`: in a sample of a batch handed to the trainer;
+- `trained`: in a sample of a batch handed to the trainer, inside its loss;
+- `masked.<reason>`: in such a sample but left out of the loss (`old_version`: older than the
+  span limit allows, `staleness.spanLimitPolicy: mask_old_tokens`), kept as context;
 - `dropped.<reason>`: in a completed group the batch sink dropped (a staleness verdict such
   as `stale_version` or `window_advanced`);
 - `refused.<reason>`: in an attempt a staleness control refused (the proxy's span limit,
@@ -36,6 +38,7 @@ class Account(enum.StrEnum):
     """The ledger's accounts, in the order the report stacks them."""
 
     TRAINED = "trained"
+    MASKED = "masked"
     DROPPED = "dropped"
     REFUSED = "refused"
     ABORTED = "aborted"

@@ -25,6 +25,7 @@ from dressage.data.groups import Group, TrainBatch
 from dressage.data.samples import Sample
 from dressage.rollout import ledger
 from dressage.rollout.ledger import Account
+from dressage.rollout.span_policy import OLD_VERSION, mask_old_tokens
 from dressage.tasks.base import REWARD_FAILURE, REWARD_PARTS
 
 
@@ -76,6 +77,13 @@ class CollectorStats:
         group is generated again), `aborted` otherwise."""
         account = Account.REFUSED if staleness else Account.ABORTED
         ledger.count(self.totals.ledger_tokens, account, tokens, reason)
+
+    def masked(self, group: Group, keep: int) -> Group:
+        """`group` with the tokens older than its trajectories' newest `keep` versions out of
+        the loss (`mask_old_tokens`), counted in the token ledger as `masked.old_version`."""
+        group, tokens = mask_old_tokens(group, keep)
+        ledger.count(self.totals.ledger_tokens, Account.MASKED, tokens, OLD_VERSION)
+        return group
 
     def left_over(self, group: Group, where: str) -> None:
         """Count in the token ledger a completed group the run stopped with, neither trained
