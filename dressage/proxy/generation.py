@@ -113,6 +113,9 @@ DEFAULT_BUSY_TIMEOUT_S = 60.0
 RESTARTED = "restarted"
 """The reason a preempted turn's tokens are lost without partial rollout (generated again)."""
 
+RESUMES_FIRST_S = 1.0
+"""Longest a new turn waits, after a continue, for the resumed turns to be sent first."""
+
 DEFAULT_MAX_NEW_TOKENS = 128
 """SGLang's default `max_new_tokens`, used to size the remaining budget of a resume."""
 
@@ -122,6 +125,12 @@ class PauseGate:
 
     `epoch` counts pauses; a generation that comes back aborted while the gate is closed or
     after the epoch moved was preempted by a pause (not aborted for another reason).
+
+    Resumed turns go first: a turn resuming its partial output (partial rollout) holds the
+    gate's resume count from before it waits until its piece is sent (`hold_resume`,
+    `resume_sent`), and a new turn waits for that count to reach 0 (at most
+    `RESUMES_FIRST_S`) before it is sent: at a continue, the engines queue the resumed pieces
+    ahead of new work, so long responses finish within their span more often.
     """
 
     def __init__(self) -> None:
@@ -129,6 +138,29 @@ class PauseGate:
         self.epoch = 0
         self._open = asyncio.Event()
         self._open.set()
+        self._resuming = 0
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    def hold_resume(self) -> None:
+        self._resuming += 1
+        self._resumed.clear()
+
+    def resume_sent(self) -> None:
+        self._resuming -= 1
+        if self._resuming <= 0:
+            self._resuming = 0
+            self._resumed.set()
+
+    async def wait_resumes(self, timeout_s: float = RESUMES_FIRST_S) -> None:
+        """Return once no resumed turn waits to be sent (or after `timeout_s`: a new turn is
+        delayed, never stopped, by a resume that is slow to go)."""
+        if self._resumed.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._resumed.wait(), timeout_s)
+        except TimeoutError:
+            return
 
     def pause(self) -> None:
         self.paused = True
@@ -337,15 +369,26 @@ class Generator:
         max_new = sampling_params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
         min_new = sampling_params.get("min_new_tokens")
         while True:
-            await self.gate.wait_open(self.pause_timeout_s)
+            done = len(gen.output_ids)
+            resuming = resume and done > 0
+            if resuming:
+                self.gate.hold_resume()
+            try:
+                await self.gate.wait_open(self.pause_timeout_s)
+                target = self.pool.target_version
+                if resuming and target is not None:
+                    # The rule would refuse the resumed piece after generating it: the engines
+                    # route to serve the target version, so refuse before its tokens are spent.
+                    rule.check(earlier, [*gen.versions, target])
+            finally:
+                if resuming:
+                    self.gate.resume_sent()
+            if not done:
+                await self.gate.wait_resumes()  # resumed turns are sent first
+                if self.gate.paused:  # a pause came meanwhile: wait for its continue
+                    continue
             epoch = self.gate.epoch
             params = sampling_params
-            done = len(gen.output_ids)
-            target = self.pool.target_version
-            if resume and done and target is not None:
-                # The rule would refuse the resumed piece after generating it: the engines
-                # routed to serve the target version, so refuse before its tokens are spent.
-                rule.check(earlier, [*gen.versions, target])
             if done:
                 params = dict(sampling_params)
                 if isinstance(max_new, int):
