@@ -79,8 +79,9 @@ async def read_run_ledger(
 ) -> dict[str, Any]:
     """`run_ledger` with the proxies' lost tokens and the engines' generated tokens read from
     their `/metrics`; the engines' count is None when an engine did not answer."""
-    lost: Counter[tuple[str, bool]] = Counter()
-    engines: float | None = 0.0
+    lost: dict[tuple[str, bool], float] = {}
+    engines = 0.0
+    engines_read = True
     async with httpx.AsyncClient(timeout=10.0) as client:
         for proxy in proxy_urls:
             try:
@@ -89,16 +90,17 @@ async def read_run_ledger(
             except httpx.HTTPError:
                 continue
             for labels, value in _samples(answer.text, PROXY_LOST_TOKENS):
-                lost[(labels["reason"], labels.get("evaluation") == "true")] += value
+                key = (labels["reason"], labels.get("evaluation") == "true")
+                lost[key] = lost.get(key, 0.0) + value
         for engine in engine_urls:
             try:
                 answer = await client.get(f"{engine}/metrics")
                 answer.raise_for_status()
             except httpx.HTTPError:
-                engines = None
+                engines_read = False
                 break
             engines += sum(v for _, v in _samples(answer.text, GENERATION_TOKENS))
-    return run_ledger(collected, lost, engines)
+    return run_ledger(collected, lost, engines if engines_read else None)
 
 
 def ledger_line(report: Mapping[str, Any]) -> str:
