@@ -46,7 +46,7 @@ def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
         "max_partial_rollout_preempts": (
             None
             if spec.staleness.span_limit_policy is SpanLimitPolicy.MASK_OLD_TOKENS
-            else spec.staleness.max_partial_rollout_preempts
+            else spec.staleness.span_limit
         ),
         "max_concurrency": spec.proxy.max_concurrency,
         "model": spec.model.tokenizer or spec.model.source,

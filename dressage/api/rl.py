@@ -293,7 +293,8 @@ class StalenessSpec(ApiModel):
     span_limit_policy: SpanLimitPolicy = Field(default=SpanLimitPolicy.REFUSE_GROUP, strict=False)
     """What a trajectory beyond the span limit costs: `refuse_group` (the whole group is
     generated again), `retry_trajectory` (only that trajectory) or `mask_old_tokens` (kept,
-    its oldest versions' tokens out of the loss); needs `maxPartialRolloutPreempts`."""
+    its oldest versions' tokens out of the loss); needs `maxPartialRolloutPreempts`, which
+    `mode: auto` takes from `budget.maxLagVersions` when it is unset."""
     admission: bool = True
     """Admission control for the batch-level control (acts only when `keepVersions > 0`): the
     async worker starts a prompt group only while it can still be trained inside the version
@@ -304,10 +305,12 @@ class StalenessSpec(ApiModel):
         if (
             self.span_limit_policy is not SpanLimitPolicy.REFUSE_GROUP
             and self.max_partial_rollout_preempts is None
+            and self.mode is StalenessMode.FIXED
         ):
             raise ValueError(
                 f"staleness.spanLimitPolicy '{self.span_limit_policy.value}' acts on the span "
-                "limit: set staleness.maxPartialRolloutPreempts, or leave spanLimitPolicy out"
+                "limit: set staleness.maxPartialRolloutPreempts (or staleness.mode 'auto', "
+                "which takes it from the lag budget), or leave spanLimitPolicy out"
             )
         if self.mode is StalenessMode.FIXED:
             if self.budget is not None:
@@ -333,6 +336,18 @@ class StalenessSpec(ApiModel):
     def auto(self) -> bool:
         """Whether the job chooses its depth and window (`mode: auto`)."""
         return self.mode is StalenessMode.AUTO
+
+    @property
+    def span_limit(self) -> int | None:
+        """The preempt limit in force: `maxPartialRolloutPreempts`; unset, in `mode: auto`
+        with a `spanLimitPolicy` chosen, the lag budget's `maxLagVersions` (a trajectory then
+        spans at most the window the budget keeps, `maxLagVersions + 1` versions, so the
+        window never drops a group for a trajectory the span limit let finish); else None."""
+        if self.max_partial_rollout_preempts is not None:
+            return self.max_partial_rollout_preempts
+        if self.auto and self.span_limit_policy is not SpanLimitPolicy.REFUSE_GROUP:
+            return self.effective_budget.max_lag_versions
+        return None
 
     @property
     def effective_budget(self) -> StalenessBudget:

@@ -117,7 +117,7 @@ def retry_refused_of(spec: AsyncRLJobSpec) -> int:
 def mask_keep_versions(spec: AsyncRLJobSpec) -> int | None:
     """`spanLimitPolicy: mask_old_tokens`: the newest versions of a trajectory trained, the
     span limit's (`maxPartialRolloutPreempts + 1`); None under the other policies."""
-    preempts = spec.staleness.max_partial_rollout_preempts
+    preempts = spec.staleness.span_limit
     if spec.staleness.span_limit_policy is not SpanLimitPolicy.MASK_OLD_TOKENS or preempts is None:
         return None
     return preempts + 1

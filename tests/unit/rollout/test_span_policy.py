@@ -132,3 +132,31 @@ async def test_the_collector_masks_at_the_sink_and_the_ledger_counts_masked_toke
     assert batch.figures.ledger_tokens == {"trained": 14, "masked.old_version": 4}
     assert all(sum(s.loss_mask) == 7 for s in batch.samples)
     assert ledger.total(c.stats.totals.ledger_tokens) == 18
+
+
+def test_in_auto_mode_the_preempt_limit_comes_from_the_lag_budget() -> None:
+    """`mode: auto` with a policy and no `maxPartialRolloutPreempts`: the limit is the
+    budget's `maxLagVersions`, so a trajectory spans at most the window the budget keeps."""
+    auto = job(
+        {"mode": "auto", "budget": {"maxLagVersions": 3}, "spanLimitPolicy": "mask_old_tokens"}
+    )
+    assert auto.spec.staleness.span_limit == 3
+    assert mask_keep_versions(auto.spec) == 4
+    retry = job({"mode": "auto", "spanLimitPolicy": "retry_trajectory"})
+    assert proxy_settings(retry)["max_partial_rollout_preempts"] == 2  # the default budget's
+    assert job({"mode": "auto"}).spec.staleness.span_limit is None  # no policy: unchanged
+    assert job({"mode": "auto", "maxPartialRolloutPreempts": 1}).spec.staleness.span_limit == 1
+    with pytest.raises(ValidationError, match="spanLimitPolicy needs partial rollout"):
+        AsyncRLJob.model_validate(
+            {
+                "apiVersion": "dressage.io/v1alpha1",
+                "kind": "AsyncRLJob",
+                "metadata": {"name": "j"},
+                "spec": {
+                    "model": {"source": "builtin:tiny"},
+                    "task": {"name": "arithmetic"},
+                    "rollout": {"mode": "fully_async"},
+                    "staleness": {"mode": "auto", "spanLimitPolicy": "retry_trajectory"},
+                },
+            }
+        )
