@@ -9,8 +9,8 @@ and writes it in `report.json` beside the ledger's accounts:
   is in an account the collector or the proxy counted, the residue `surplus.in_flight` is 0,
   and the trained account is the sum of the steps' trained ledger entries;
 - partial rollout with a span limit of 0 preempts (a turn may never span a publish):
-  refusals and surplus appear, nothing is counted twice (`overcounted` 0), and the accounts
-  sum to the engine's count.
+  nothing is counted twice (`overcounted` 0), and what the engine generated beyond the
+  accounts (`surplus.in_flight`) is no more than the groups in flight at the stop can hold.
 """
 
 from __future__ import annotations
@@ -99,6 +99,9 @@ def test_a_partial_rollout_runs_ledger_adds_up_to_the_engines_count(tmp_path: Pa
     ledger = report["token_ledger"]
     assert ledger["overcounted"] == 0, ledger
     assert ledger["total"] == ledger["engines_generated"] > 0
+    # What no account saw is what was in flight at the stop: at most the 4 groups in flight,
+    # 2 trajectories of at most 8 tokens each (a resumed turn's pieces share that budget).
+    assert ledger["entries"].get("surplus.in_flight", 0) <= 4 * 2 * 8, ledger
     assert sum(ledger["accounts"].values()) == ledger["total"]
     trained = sum(s.get("ledger_tokens", {}).get("trained", 0) for s in report["steps"])
     assert ledger["accounts"]["trained"] == trained > 0
