@@ -13,11 +13,16 @@ from _runs import median, percentile, step_seconds
 
 from dressage.api.figures import LENGTH_BUCKETS, figure
 from dressage.data.samples import VERSION_SPAN_SAMPLES
+from dressage.rollout import ledger
 
 LOGPROB_DIFF = "train_rollout_logprob_abs_diff"
 GENERATED_SAMPLES = figure("generated_samples").key
 GENERATED_BY_LENGTH = figure("generated_samples_by_length").key
 DROPPED_BY_LENGTH = figure("dropped_samples_by_length").key
+LEDGER = figure("ledger_tokens").key
+UNSEEN = "unseen"
+"""The engine's tokens over the steady steps that no step record's ledger holds: the proxy's
+side (refused and restarted turns' own tokens) and what was in flight."""
 LONG_BUCKETS = LENGTH_BUCKETS[2:]
 """The buckets of the long responses (over 64 tokens: the task's tail at 20x the median)."""
 
@@ -48,6 +53,38 @@ def _total(value: object) -> int:
     if isinstance(value, dict):
         return sum(int(n) for n in value.values())
     return int(value)  # type: ignore[call-overload]
+
+
+def ledger_per_trained_token(
+    history: list[dict[str, Any]], engine_tokens: float | None
+) -> dict[str, float]:
+    """The token ledger of `history`'s steps, each account per trained token (`trained` is
+    1), and `unseen`: the engine's tokens over the same steps beyond the ledger's."""
+    entries: dict[str, float] = {}
+    for h in history:
+        for key, value in h.get(LEDGER, {}).items():
+            entries[key] = entries.get(key, 0.0) + float(value)
+    accounts = ledger.accounts(entries)
+    trained = accounts["trained"]
+    if not trained:
+        return {}
+    out = {name: n / trained for name, n in accounts.items()}
+    if engine_tokens is not None:
+        out[UNSEEN] = max(0.0, engine_tokens - ledger.total(entries)) / trained
+    return out
+
+
+def ledger_medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Each ledger account's tokens per trained token, the median over `runs` that have it."""
+    out: dict[str, float] = {}
+    for name in (*ledger.ACCOUNTS, UNSEEN):
+        values = [r["ledger_per_trained_token"][name] for r in runs if name in r.get(
+            "ledger_per_trained_token", {}
+        )]
+        value = median(values)
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def run_figures(
@@ -130,6 +167,7 @@ def run_figures(
         ),
         "long_samples_generated": by_length["generated"],
         "long_samples_dropped": by_length["dropped"],
+        "ledger_per_trained_token": ledger_per_trained_token(steady, engine_tokens),
         "reward_curve": curve,
         "reward_late": sum(late) / len(late) if late else None,
     }
@@ -184,5 +222,6 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "length_bias": med("length_bias"),
         "long_samples_generated": sum(r.get("long_samples_generated", 0) for r in runs),
         "long_samples_dropped": sum(r.get("long_samples_dropped", 0) for r in runs),
+        "ledger_per_trained_token": ledger_medians(runs),
         "reward_late": med("reward_late"),
     }

@@ -126,8 +126,9 @@ def length_lines(results: dict[str, Any]) -> list[str]:
         f"{_f(stated, 2)} tokens):",
         "",
         "| setting | generated mean length | trained mean length | trained / generated "
-        "| trained / stated | long samples (> 64 tokens) dropped at the sink |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| trained / stated | long samples (> 64 tokens) dropped at the sink "
+        f"| ledger per trained token: {' / '.join(LEDGER_COLUMNS)} |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for entry in results["summary"].values():
         trained = entry.get("trained_mean_response_tokens")
@@ -141,9 +142,26 @@ def length_lines(results: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {entry['label']} | {_f(entry.get('generated_mean_response_tokens'), 1)} "
             f"| {_f(trained, 1)} | {_f(entry.get('length_bias'), 3)} "
-            f"| {_f(trained / stated if trained and stated else None, 3)} | {dropped} |"
+            f"| {_f(trained / stated if trained and stated else None, 3)} | {dropped} "
+            f"| {ledger_cell(entry.get('ledger_per_trained_token') or {})} |"
         )
+    lines += [
+        "",
+        "The ledger (`dressage/rollout/ledger.py`): every engine token of the steady steps in "
+        "one account, per trained token; `unseen` is the engine's count beyond the steps' "
+        "records (the proxy's refused and restarted turns, generations in flight).",
+    ]
     return lines
+
+
+LEDGER_COLUMNS = ("masked", "dropped", "refused", "aborted", "unseen")
+"""The ledger's accounts the table shows beside `trained` (1 per trained token)."""
+
+
+def ledger_cell(per_trained: dict[str, float]) -> str:
+    if not per_trained:
+        return "-"
+    return " / ".join(_f(per_trained.get(name), 2) for name in LEDGER_COLUMNS)
 
 
 def verdict(results: dict[str, Any]) -> str:

@@ -26,29 +26,33 @@ the proxy on core 0, the trainer on core 1, and the rollout where each setting r
 - `partialK`, `partialK+adm` for K in 0, 1, 2: `partial_async` with
   `maxPartialRolloutPreempts: K`: generations interrupted by a publish resume from their
   partial output, and a trajectory may span at most K + 1 versions.
+- `partial2+adm+retry`, `partial2+adm+mask`: `partial2+adm` under the span-limit policies that
+  keep work (`staleness.spanLimitPolicy`, `docs/staleness.md`): `retry_trajectory` (only the
+  refused trajectory runs again) and `mask_old_tokens` (nothing refused; tokens older than the
+  newest 3 versions leave the loss).
 
 Each run trains past its warm-up (step 1 for sync, which includes the first forward passes;
-steps 1-3 for async, whose first steps train groups generated before the first publish and
-drop their leftovers when the staleness window first moves) for `--seconds` of step wall time,
-then it is stopped as with Ctrl-C, so every setting gets the same wall clock. Figures per run,
-over its steps after the warm-up: trained samples per second of step wall time; the engine's
-busy fraction (share of its 128 decode slots that produced a token, the tail's idle time made
+steps 1-3 for async, whose first steps train groups generated before the first publish and drop
+their leftovers when the staleness window first moves) for `--seconds` of step wall time, then
+it is stopped as with Ctrl-C, so every setting gets the same wall clock. Figures per run, over
+its steps after the warm-up: trained samples per second of step wall time; the engine's busy
+fraction (share of its 128 decode slots that produced a token, the tail's idle time made
 visible) and active fraction (share of time it stepped at all), read from the engine's own
-counters; median and p99 step time; the trained samples' version-span distribution and share
-of multi-version samples; `train_rollout_logprob_abs_diff`; groups dropped and trajectories
-refused; length bias: the mean response length of the samples generated (the completed
-groups, trained or dropped after) against those trained, their ratio, the trained mean against
-the distribution's, and the long samples (over 64 tokens) the batch sink dropped, from the
-step figures `length/generated_mean_tokens`, `length/trained_mean_tokens` and
-`dropped_samples_by_length`; the engine tokens generated and the
-CPU each process spent per trained sample, and the seconds per step its threads waited for a
-core (what other work on the machine took); reward against wall clock. Per setting the
-medians over repeats (drops and refusals per run, spans summed). About 35 s per run (startup,
-warm-up steps and shutdown included) and 21 runs with the defaults, 12.4 minutes on two idle
-cores; `--repeats 3` gives medians of three in about 18. Ten seconds of steps are too
-few for the reward to tell settings apart: `--learning-seconds S` then runs the best sync
-setup and the fastest async setting once more, S seconds each, for reward curves long enough
-to compare.
+counters; median and p99 step time; the trained samples' version-span distribution and share of
+multi-version samples; `train_rollout_logprob_abs_diff`; groups dropped and trajectories
+refused; the token ledger's accounts per trained token (masked, dropped, refused, aborted, and
+the engine's tokens no step record holds), beside the length bias: the mean response length of
+the samples generated (the completed groups, trained or dropped after) against those trained,
+their ratio, the trained mean against the distribution's, and the long samples (over 64 tokens)
+the batch sink dropped, from the step figures `length/generated_mean_tokens`,
+`length/trained_mean_tokens` and `dropped_samples_by_length`; the engine tokens generated and
+the CPU each process spent per trained sample, and the seconds per step its threads waited for a
+core (what other work on the machine took); reward against wall clock. Per setting the medians
+over repeats (drops and refusals per run, spans summed). About 35 s per run (startup, warm-up
+steps and shutdown included) and 21 runs with the defaults, 12.4 minutes on two idle cores;
+`--repeats 3` gives medians of three in about 18. Ten seconds of steps are too few for the
+reward to tell settings apart: `--learning-seconds S` then runs the best sync setup and the
+fastest async setting once more, S seconds each, for reward curves long enough to compare.
 
     python benchmarks/long_tail.py [--quick] [--repeats 2] [--seconds 10] [--settings ...]
         [--keep-versions 3] [--compare PATH] [--learning-seconds S] [--out PATH] [--update-readme]
@@ -122,6 +126,8 @@ class Setting:
     mode: str
     admission: bool | None = None
     preempts: int | None = None
+    policy: str | None = None
+    """`staleness.spanLimitPolicy` (None: the default, `refuse_group`)."""
 
     @property
     def warmup_steps(self) -> int:
@@ -151,6 +157,17 @@ SETTINGS = (
         for k in (0, 1, 2)
         for adm in (False, True)
     ),
+    *(
+        Setting(
+            f"partial2+adm+{short}",
+            f"partial, preempts 2 + admission, {policy}",
+            "partial_async",
+            admission=True,
+            preempts=2,
+            policy=policy,
+        )
+        for short, policy in (("retry", "retry_trajectory"), ("mask", "mask_old_tokens"))
+    ),
 )
 BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -177,6 +194,7 @@ def job_for(
             "keepVersions": keep_versions,
             "admission": bool(setting.admission),
             "maxPartialRolloutPreempts": setting.preempts if partial else None,
+            **({"spanLimitPolicy": setting.policy} if setting.policy else {}),
         },
         "training": {"steps": max_steps},
     }
@@ -249,6 +267,12 @@ def run_setting(
             for role in ("engine", "proxy", "rollout", "trainer")
         )
         + f", drops {figures['dropped_total']}, load {load_before}->{figures['load_after']}"
+        + ", ledger per trained token "
+        + " ".join(
+            f"{name} {fmt(value, 2)}"
+            for name, value in figures["ledger_per_trained_token"].items()
+            if value
+        )
     )
     return figures
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from dressage.data.groups import Group, GroupFailed
+from dressage.data.samples import Sample
 from dressage.data.versions import normalize_version
 from dressage.proxy.client import ProxyRolloutClient, RolloutError, SamplingSettings
+from dressage.proxy.errors import PARTIAL_ROLLOUT_STALENESS_EXCEEDED
 from dressage.tasks.base import Scored
 
 TrajectoryFn = Callable[[str, int], Awaitable[None]]
@@ -31,7 +33,12 @@ the session with its reward."""
 
 
 async def collect_group(
-    client: ProxyRolloutClient, group_id: str, group_size: int, trajectory: TrajectoryFn
+    client: ProxyRolloutClient,
+    group_id: str,
+    group_size: int,
+    trajectory: TrajectoryFn,
+    *,
+    retry_refused: int = 0,
 ) -> Group:
     """Run `group_size` trajectories of one prompt concurrently and read back their samples.
 
@@ -39,22 +46,49 @@ async def collect_group(
     any trajectory fails, the group is incomplete: its sessions are discarded, what finished is
     drained (best effort), and the first error is raised, so the collector retries the whole
     prompt group.
+
+    `retry_refused` (`spanLimitPolicy: retry_trajectory`): a trajectory the span limit refused
+    (`partial_rollout_staleness_exceeded`) is run again alone, in a new session
+    (`<session>-s<k>`) from its prompt, up to this many times before it fails the group; its
+    finished siblings are kept.
     """
     sessions = [f"{group_id}-t{i}" for i in range(group_size)]
+
+    async def member(i: int, session_id: str) -> None:
+        for retry in range(retry_refused + 1):
+            current = session_id if not retry else f"{session_id}-s{retry}"
+            if retry:
+                sessions.append(current)  # discarded with the others if the group fails
+            try:
+                return await trajectory(current, i)
+            except RolloutError as exc:
+                if exc.code != PARTIAL_ROLLOUT_STALENESS_EXCEEDED or retry == retry_refused:
+                    raise
+                await client.discard(current, instance_id=group_id)
+
     results = await asyncio.gather(
-        *(trajectory(sid, i) for i, sid in enumerate(sessions)), return_exceptions=True
+        *(member(i, sid) for i, sid in enumerate(list(sessions))), return_exceptions=True
     )
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
-        await asyncio.gather(*(client.discard(s, instance_id=group_id) for s in sessions))
         # Best effort, as the discards: when the proxy replica that held the group is gone,
-        # there is nothing to drain, and the group's failure keeps its own reason.
+        # there is nothing to drain, and the group's failure keeps its own reason. Drained
+        # before the discards, which drop a finished session's records too: the token ledger
+        # counts what the finished trajectories generated.
+        finished: list[Sample] = []
         with contextlib.suppress(RolloutError):
-            await client.segments(group_id)
+            finished = await client.segments(group_id)
+        await asyncio.gather(*(client.discard(s, instance_id=group_id) for s in sessions))
         first = next((e for e in errors if isinstance(e, GroupFailed)), errors[0])
-        if isinstance(first, asyncio.CancelledError | GroupFailed):
-            raise first  # a GroupFailed keeps its reason (a proxy refusal, a reward failure)
-        raise RolloutError(f"group {group_id}: {type(first).__name__}: {first}") from first
+        if isinstance(first, asyncio.CancelledError):
+            raise first
+        failed = first if isinstance(first, GroupFailed) else RolloutError(
+            f"group {group_id}: {type(first).__name__}: {first}"
+        )
+        failed.tokens = sum(sum(s.loss_mask) for s in finished)  # the token ledger's
+        if failed is first:
+            raise failed  # a GroupFailed keeps its reason (a proxy refusal, a reward failure)
+        raise failed from first
     samples = await client.segments(group_id)
     if len({s.parent_traj_id for s in samples}) != group_size:
         raise RolloutError(
@@ -164,6 +198,9 @@ class GroupAgent(abc.ABC, Generic[P]):
     """Run a trajectory again once its group completed when it ended under another weight
     version than the group's longest one and is at most this share of its length
     (`stale_short_members`); 0 never does."""
+    retry_refused: int = 0
+    """`staleness.spanLimitPolicy: retry_trajectory`: times a trajectory the span limit
+    refused is run again alone before its group fails (`collect_group`); 0 fails the group."""
 
     @abc.abstractmethod
     def prompt(self, index: int) -> P:
@@ -187,7 +224,9 @@ class GroupAgent(abc.ABC, Generic[P]):
             rewards[session_id] = reward if isinstance(reward, Scored) else Scored(reward)
             await self.client.finalize(session_id, rewards[session_id].value, instance_id=group_id)
 
-        group = await collect_group(self.client, group_id, self.group_size, run)
+        group = await collect_group(
+            self.client, group_id, self.group_size, run, retry_refused=self.retry_refused
+        )
         stale = stale_short_members(group, self.refresh_share)
         if stale:
             group = await self._refreshed(group, stale, run)

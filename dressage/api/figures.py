@@ -50,23 +50,14 @@ from dressage.api.figure_model import (
 from dressage.api.lengths import LENGTH_BUCKETS, length_bucket
 
 __all__ = [
-    "LENGTH_BUCKETS",
-    "Figure",
-    "FigureKind",
-    "FigureSource",
-    "StepFigures",
-    "by_reason",
-    "counter",
-    "figure",
-    "figures_of",
-    "gauge",
-    "length_bucket",
-    "line_parts",
-    "ratios",
-    "status_figures",
-    "totals",
-    "trainer_keys",
-]
+    "LEDGER_ACCOUNTS", "LENGTH_BUCKETS", "Figure", "FigureKind", "FigureSource", "StepFigures",
+    "by_reason", "counter", "figure", "figures_of", "gauge", "length_bucket", "line_parts",
+    "ratios", "status_figures", "totals", "trainer_keys",
+]  # fmt: skip
+LEDGER_ACCOUNTS = (
+    "trained", "masked", "dropped", "refused", "aborted", "evaluation", "surplus",
+)  # fmt: skip
+"""The token ledger's accounts (`dressage.rollout.ledger.Account`), exported at 0."""
 
 F = TypeVar("F", bound="StepFigures")
 
@@ -346,6 +337,16 @@ class StepFigures:
         "Response tokens the engines generated (loss mask 1) in the prompt groups completed "
         "since the previous batch, whether trained or dropped after (a staleness verdict); "
         "attempts that failed before completing their group are not counted",
+    )
+    ledger_tokens: Counter[str] = by_reason(
+        "tokens",
+        "The token ledger (`dressage.rollout.ledger`): generated response tokens, each in one "
+        "account: `trained`, `masked.<reason>` (in a trained sample, out of the loss), "
+        "`dropped.<verdict>`, `refused.<reason>` (a span-limit refusal, "
+        "the group generated again), `aborted.<reason>` (another failed attempt), "
+        "`evaluation`, `surplus.<where>` (pending or queued when the run stopped)",
+        status=True,
+        reasons=("trained",),
     )
     # --- length bias: what was generated against what was trained (`dressage.rollout.stats`)
     generated_samples: int = counter(

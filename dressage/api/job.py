@@ -154,12 +154,17 @@ class AsyncRLJobSpec(ApiModel):
             raise ValueError("task.agentCommand is required when task.agent is 'blackbox'")
         self._check_code()
         if (
-            self.staleness.max_partial_rollout_preempts is not None
+            self.staleness.span_limit is not None
             and self.rollout.mode is not RolloutMode.PARTIAL_ASYNC
             and not self.proxy.partial_rollout
         ):
+            field = (
+                "maxPartialRolloutPreempts"
+                if self.staleness.max_partial_rollout_preempts is not None
+                else "spanLimitPolicy"
+            )
             raise ValueError(
-                "staleness.maxPartialRolloutPreempts needs partial rollout: set "
+                f"staleness.{field} needs partial rollout: set "
                 "rollout.mode to 'partial_async' or proxy.partialRollout to true"
             )
         if self.staleness.auto and self.rollout.mode is RolloutMode.SYNC:

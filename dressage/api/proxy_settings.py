@@ -12,6 +12,7 @@ from typing import NotRequired, TypedDict
 
 from dressage.api.bounds import DEFAULT_MAX_SESSIONS
 from dressage.api.job import AsyncRLJob
+from dressage.api.rl import SpanLimitPolicy
 
 
 class ProxyJobSettings(TypedDict):
@@ -45,7 +46,12 @@ def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
     settings: ProxyJobSettings = {
         "partial_rollout": spec.partial_rollout,
         "record_token_versions": spec.proxy.record_token_versions,
-        "max_partial_rollout_preempts": spec.staleness.max_partial_rollout_preempts,
+        # `mask_old_tokens` keeps every trajectory: the proxy never refuses, the batch masks.
+        "max_partial_rollout_preempts": (
+            None
+            if spec.staleness.span_limit_policy is SpanLimitPolicy.MASK_OLD_TOKENS
+            else spec.staleness.span_limit
+        ),
         "max_concurrency": spec.proxy.max_concurrency,
         "model": spec.model.tokenizer or spec.model.source,
     }

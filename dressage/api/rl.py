@@ -261,6 +261,21 @@ class TaskSpec(ApiModel):
         return self
 
 
+class SpanLimitPolicy(StrEnum):
+    """What happens to a trajectory that would span more versions than the partial-rollout
+    span limit (`maxPartialRolloutPreempts`) allows (`docs/staleness.md`, "Span-limit
+    policies")."""
+
+    REFUSE_GROUP = "refuse_group"
+    """The proxy refuses the trajectory and the whole prompt group is generated again."""
+    RETRY_TRAJECTORY = "retry_trajectory"
+    """The proxy refuses it and only that trajectory is generated again, from its prompt; the
+    group's finished trajectories are kept (the batch sink still judges the group)."""
+    MASK_OLD_TOKENS = "mask_old_tokens"
+    """The proxy never refuses; tokens older than the trajectory's newest
+    `maxPartialRolloutPreempts + 1` versions stay as context but are left out of the loss."""
+
+
 class StalenessSpec(ApiModel):
     """The staleness controls (`docs/staleness.md`), chosen by hand (`mode: fixed`) or by the
     job within a budget (`mode: auto`)."""
@@ -280,6 +295,11 @@ class StalenessSpec(ApiModel):
     max_partial_rollout_preempts: int | None = Field(default=None, ge=0)
     """Partial-rollout control (`--max-partial-rollout-preempts`): the most version switches
     one trajectory may span; with 2 a trajectory spans at most 3 versions. Unset: unlimited."""
+    span_limit_policy: SpanLimitPolicy = Field(default=SpanLimitPolicy.REFUSE_GROUP, strict=False)
+    """What a trajectory beyond the span limit costs: `refuse_group` (the whole group is
+    generated again), `retry_trajectory` (only that trajectory) or `mask_old_tokens` (kept,
+    its oldest versions' tokens out of the loss); needs `maxPartialRolloutPreempts`, which
+    `mode: auto` takes from `budget.maxLagVersions` when it is unset."""
     admission: bool = True
     """Admission control for the batch-level control (acts only when `keepVersions > 0`): the
     async worker starts a prompt group only while it can still be trained inside the version
@@ -287,6 +307,16 @@ class StalenessSpec(ApiModel):
 
     @model_validator(mode="after")
     def _check_mode(self) -> StalenessSpec:
+        if (
+            self.span_limit_policy is not SpanLimitPolicy.REFUSE_GROUP
+            and self.max_partial_rollout_preempts is None
+            and self.mode is StalenessMode.FIXED
+        ):
+            raise ValueError(
+                f"staleness.spanLimitPolicy '{self.span_limit_policy.value}' acts on the span "
+                "limit: set staleness.maxPartialRolloutPreempts (or staleness.mode 'auto', "
+                "which takes it from the lag budget), or leave spanLimitPolicy out"
+            )
         if self.mode is StalenessMode.FIXED:
             if self.budget is not None:
                 raise ValueError(
@@ -311,6 +341,18 @@ class StalenessSpec(ApiModel):
     def auto(self) -> bool:
         """Whether the job chooses its depth and window (`mode: auto`)."""
         return self.mode is StalenessMode.AUTO
+
+    @property
+    def span_limit(self) -> int | None:
+        """The preempt limit in force: `maxPartialRolloutPreempts`; unset, in `mode: auto`
+        with a `spanLimitPolicy` chosen, the lag budget's `maxLagVersions` (a trajectory then
+        spans at most the window the budget keeps, `maxLagVersions + 1` versions, so the
+        window never drops a group for a trajectory the span limit let finish); else None."""
+        if self.max_partial_rollout_preempts is not None:
+            return self.max_partial_rollout_preempts
+        if self.auto and self.span_limit_policy is not SpanLimitPolicy.REFUSE_GROUP:
+            return self.effective_budget.max_lag_versions
+        return None
 
     @property
     def effective_budget(self) -> StalenessBudget:

@@ -69,6 +69,10 @@ class GroupFailed(Exception):
         self.reason = reason
         self.staleness = staleness
         self.dropped = dropped
+        self.tokens = 0
+        """Tokens the failed attempt's trajectories generated that reached the agent (its
+        finished trajectories' samples), which the token ledger counts as refused or
+        aborted; 0 where the agent could not read them back."""
 
 
 EVALUATION_GROUP_PREFIX = "eval."

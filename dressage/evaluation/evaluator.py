@@ -83,10 +83,14 @@ class Evaluator:
         clock: Callable[[], float] = time.monotonic,
         started_at: float | None = None,
         counted: Callable[[str, Group], None] = lambda version, group: None,
+        generated: Callable[[int], None] = lambda tokens: None,
     ) -> None:
         self.agent_for = agent_for
         self.counted = counted
         """Called with each prompt group an evaluation counts, and its version."""
+        self.generated = generated
+        """Called with the tokens of every evaluation attempt, counted or generated again
+        (the token ledger's `evaluation` account)."""
         self.settings = settings
         self.clock = clock
         self.started_at = clock() if started_at is None else started_at
@@ -130,6 +134,7 @@ class Evaluator:
             try:
                 group = await agent(index, attempt)
             except GroupFailed as exc:
+                self.generated(exc.tokens)
                 attempt += 1
                 if exc.staleness:  # the proxy refused a turn that changed version: again
                     regenerated[0] += 1
@@ -143,6 +148,7 @@ class Evaluator:
                         f"{exc.reason}"
                     ) from exc
                 continue
+            self.generated(sum(sum(s.loss_mask) for s in group.samples))
             if single_version(group.samples, version):
                 self.counted(version, group)
                 return group

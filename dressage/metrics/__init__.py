@@ -134,6 +134,10 @@ samples count in `Sample.metadata["drained_tokens"]`."""
 PROXY_DRAINED_TOKENS_LOST: Final = "dressage_proxy_drained_tokens_lost_total"
 """Counter labelled by `reason`: of those, the tokens whose turn then failed (the group is
 retried), by the failure's error name."""
+PROXY_LOST_TOKENS: Final = "dressage_proxy_lost_tokens_total"
+"""Counter labelled by `reason` and `evaluation` ("true"/"false"): tokens the engines returned
+that no sample will hold (a turn refused, failed or cancelled: the failure's name; a preempted
+turn generated again without partial rollout: `restarted`), the token ledger's proxy side."""
 PROXY_ENGINE_FAILED_TURNS: Final = "dressage_proxy_engine_failed_turns_total"
 """Counter labelled by `reason` (`connect_failed`, `connection_lost`, `connection_lost_mid_turn`,
 `reply_timeout`): turns an engine's failure hit (`dressage.proxy.drain`)."""

@@ -16,6 +16,7 @@ from dressage.agents.blackbox import BlackboxRollout
 from dressage.agents.single_turn import PromptSource, SingleTurnRollout
 from dressage.agents.whitebox import WhiteboxAgentRollout
 from dressage.api.job import AsyncRLJobSpec, RolloutMode
+from dressage.api.rl import SpanLimitPolicy
 from dressage.data.groups import GroupRollout
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
 from dressage.rollout.budget import BudgetSettings
@@ -89,6 +90,7 @@ def make_collector(
             queue_size=max(spec.rollout.batch_size, spec.rollout.concurrency),
             admission=True,
             window_on_published=True,  # the budget counts lag from the trainer's version
+            mask_keep_versions=mask_keep_versions(spec),
         )
     return AsyncRolloutCollector(
         rollout,
@@ -97,7 +99,28 @@ def make_collector(
         retry=retry_policy_of(spec),
         staleness=StalenessConfig(keep_versions=spec.staleness.keep_versions),
         admission=spec.staleness.admission,
+        mask_keep_versions=mask_keep_versions(spec),
     )
+
+
+RETRY_REFUSED_TRAJECTORY = 2
+"""`spanLimitPolicy: retry_trajectory`: runs of a refused trajectory alone before its group
+fails (and the retry policy retries the group)."""
+
+
+def retry_refused_of(spec: AsyncRLJobSpec) -> int:
+    """How often a trajectory the span limit refused runs again alone (0: its group fails)."""
+    policy = spec.staleness.span_limit_policy
+    return RETRY_REFUSED_TRAJECTORY if policy is SpanLimitPolicy.RETRY_TRAJECTORY else 0
+
+
+def mask_keep_versions(spec: AsyncRLJobSpec) -> int | None:
+    """`spanLimitPolicy: mask_old_tokens`: the newest versions of a trajectory trained, the
+    span limit's (`maxPartialRolloutPreempts + 1`); None under the other policies."""
+    preempts = spec.staleness.span_limit
+    if spec.staleness.span_limit_policy is not SpanLimitPolicy.MASK_OLD_TOKENS or preempts is None:
+        return None
+    return preempts + 1
 
 
 def budget_settings(spec: AsyncRLJobSpec) -> BudgetSettings:
@@ -136,6 +159,7 @@ def group_rollout(
             run_tag=run_tag,
             faults=faults,
             drop_infrastructure_errors=spec.task.on_reward_error == "drop",
+            retry_refused=retry_refused_of(spec),
         )
     lengths = None
     if isinstance(source, TaskPrompts) and has_fixed_lengths(source.task):
@@ -156,6 +180,7 @@ def group_rollout(
             sampling=sampling_of(spec),
             run_tag=run_tag,
             faults=faults,
+            retry_refused=retry_refused_of(spec),
         )
     return SingleTurnRollout(
         source=source,
@@ -165,6 +190,7 @@ def group_rollout(
         seed=spec.training.seed,
         run_tag=run_tag,
         lengths=lengths,
+        retry_refused=retry_refused_of(spec),
     )
 
 

@@ -61,6 +61,7 @@ def build_evaluator(
     task: Task | Environment | None = None,
     clock: Callable[[], float] = time.monotonic,
     started_at: float | None = None,
+    generated: Callable[[int], None] = lambda tokens: None,
 ) -> Evaluator:
     """The job's evaluator through `proxy` (`task`: the evaluation prompts when built)."""
     spec = evaluation_rollout_spec(job.spec)
@@ -91,6 +92,7 @@ def build_evaluator(
         ),
         clock=clock,
         started_at=started_at,
+        generated=generated,
     )
 
 
@@ -103,10 +105,12 @@ def build_evaluations(
     final_step: int,
     on_result: Callable[[Evaluation], None],
     log: Callable[[str], None],
+    generated: Callable[[int], None] = lambda tokens: None,
 ) -> Evaluations | None:
-    """The run's evaluations during training (None without `spec.evaluation`)."""
+    """The run's evaluations during training (None without `spec.evaluation`); `generated`
+    is called with the tokens of every evaluation attempt (the token ledger)."""
     if job.spec.evaluation is None:
         return None
-    evaluator = build_evaluator(job, proxy=proxy, codec=codec, faults=faults)
+    evaluator = build_evaluator(job, proxy=proxy, codec=codec, faults=faults, generated=generated)
     schedule = EvaluationSchedule(job.spec.evaluation.every_steps, final_step)
     return Evaluations(evaluator, schedule, on_result=on_result, log=log)

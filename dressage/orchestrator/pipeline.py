@@ -53,6 +53,8 @@ from dressage.orchestrator.rollout_process import RolloutProcessCollector, Rollo
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.rollout.budget import BudgetController, BudgetSteering
 from dressage.rollout.collector import AsyncRolloutCollector, Collector
+from dressage.rollout.ledger import Account
+from dressage.rollout.ledger import count as count_tokens
 from dressage.tasks import Environment, Task, get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.tasks.dataset import DatasetTask, bad_row_counts
@@ -289,6 +291,9 @@ async def run_pipeline(
             final_step=steps,
             on_result=record_evaluation,
             log=log,
+            generated=lambda tokens: count_tokens(
+                collector.stats.totals.ledger_tokens, Account.EVALUATION, tokens
+            ),
         )
         if evaluations is not None:
             opened.push_async_callback(evaluations.aclose)

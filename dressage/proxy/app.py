@@ -87,6 +87,9 @@ def create_app(
                 reason
             ).inc(tokens),
             on_lost=lambda reason: state.metrics.engine_failed_turns.labels(reason).inc(),
+            on_tokens_lost=lambda tokens, reason, evaluation: state.metrics.lost_tokens.labels(
+                reason, "true" if evaluation else "false"
+            ).inc(tokens),
             busy_timeout_s=config.engine_busy_timeout_s,
         )
         state.tasks = [

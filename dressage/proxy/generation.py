@@ -59,18 +59,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from dressage.data.expert_routing import RoutedExperts, merge_routes
+from dressage.data.expert_routing import RoutedExperts
+from dressage.data.groups import is_evaluation_group
 from dressage.data.spans import (
     VersionSpan,
     expand_version_spans,
-    extend_spans,
     spans_from_sglang,
-    spans_to_sglang,
 )
 from dressage.engine.errors import EngineRequestError, EngineUnavailable
 from dressage.engine.sglang_support import SGLANG_MIN_VERSION
@@ -92,6 +90,7 @@ from dressage.proxy.drain import (
 )
 from dressage.proxy.engine_pool import EnginePool, EngineState
 from dressage.proxy.errors import ProxyError, invalid
+from dressage.proxy.pieces import Generation, Piece
 from dressage.proxy.sessions import Session
 from dressage.proxy.span_rule import StalenessRefusal, VersionRule, rule_for_session
 from dressage.proxy.upstream import (
@@ -111,6 +110,12 @@ BUSY_BACKOFF_MAX_S = 2.0
 DEFAULT_BUSY_TIMEOUT_S = 60.0
 """How long a turn keeps retrying engines whose queues are full before 503 `engine_busy`."""
 
+RESTARTED = "restarted"
+"""The reason a preempted turn's tokens are lost without partial rollout (generated again)."""
+
+RESUMES_FIRST_S = 1.0
+"""Longest a new turn waits, after a continue, for the resumed turns to be sent first."""
+
 DEFAULT_MAX_NEW_TOKENS = 128
 """SGLang's default `max_new_tokens`, used to size the remaining budget of a resume."""
 
@@ -120,6 +125,12 @@ class PauseGate:
 
     `epoch` counts pauses; a generation that comes back aborted while the gate is closed or
     after the epoch moved was preempted by a pause (not aborted for another reason).
+
+    Resumed turns go first: a turn resuming its partial output (partial rollout) holds the
+    gate's resume count from before it waits until its piece is sent (`hold_resume`,
+    `resume_sent`), and a new turn waits for that count to reach 0 (at most
+    `RESUMES_FIRST_S`) before it is sent: at a continue, the engines queue the resumed pieces
+    ahead of new work, so long responses finish within their span more often.
     """
 
     def __init__(self) -> None:
@@ -127,6 +138,29 @@ class PauseGate:
         self.epoch = 0
         self._open = asyncio.Event()
         self._open.set()
+        self._resuming = 0
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    def hold_resume(self) -> None:
+        self._resuming += 1
+        self._resumed.clear()
+
+    def resume_sent(self) -> None:
+        self._resuming -= 1
+        if self._resuming <= 0:
+            self._resuming = 0
+            self._resumed.set()
+
+    async def wait_resumes(self, timeout_s: float = RESUMES_FIRST_S) -> None:
+        """Return once no resumed turn waits to be sent (or after `timeout_s`: a new turn is
+        delayed, never stopped, by a resume that is slow to go)."""
+        if self._resumed.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._resumed.wait(), timeout_s)
+        except TimeoutError:
+            return
 
     def pause(self) -> None:
         self.paused = True
@@ -150,29 +184,6 @@ class PauseGate:
                 "/continue_generation",
                 headers={"Retry-After": "5"},
             ) from None
-
-
-@dataclass
-class Piece:
-    """One engine answer, parsed."""
-
-    output_ids: list[int]
-    logprobs: list[float]
-    versions: list[str | None]
-    finish_reason: dict[str, Any]
-    text: str
-    weight_version: str | None
-    cached_tokens: int
-    raw_logprobs: list[Any]
-    runs: list[VersionSpan]
-    """`versions` run-length encoded, no empty run."""
-    engine_latency: float | None = None
-    """The engine's own time for this piece (`meta_info.e2e_latency`), when it reports it."""
-    routed_experts: RoutedExperts | None = None
-    """The routing of the piece's input and output tokens but the last (when sent)."""
-    meta_info: dict[str, Any] = field(default_factory=dict)
-    """The engine's `meta_info` as sent (fields the proxy passes through, such as
-    `indexer_topk`)."""
 
 
 def parse_piece(data: object, url: str, prompt_tokens: int | None = None) -> Piece:
@@ -253,60 +264,6 @@ def _is_abort(finish: object) -> bool:
     return isinstance(finish, dict) and finish.get("type") == "abort"
 
 
-@dataclass
-class Generation:
-    """One model turn, possibly assembled from several pieces."""
-
-    output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[str | None] = field(default_factory=list)
-    raw_logprobs: list[Any] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    finish_reason: dict[str, Any] = field(default_factory=lambda: {"type": "stop"})
-    weight_version: str | None = None
-    preempts: int = 0
-    drained_tokens: int = 0
-    """Tokens of the turn generated on an engine that a drain then took the turn from (kept
-    with partial rollout; without it the turn starts over and keeps none)."""
-    pieces: int = 0
-    cached_tokens: int = 0
-    engine_url: str | None = None
-    spans: list[VersionSpan] = field(default_factory=list)
-    """`versions` as runs, kept up to date by `add`."""
-    engine_latency: float | None = None
-    """The engines' reported time summed over the pieces; None when none reported it."""
-    routed_experts: RoutedExperts | None = None
-    """The routing of the turn's input and output tokens but the last, when asked for and
-    sent (a position keeps its first report across pieces)."""
-    meta_info: dict[str, Any] = field(default_factory=dict)
-    """The last piece's `meta_info` as the engine sent it."""
-
-    def add(self, piece: Piece) -> None:
-        if not self.pieces:
-            self.cached_tokens = piece.cached_tokens
-        self.pieces += 1
-        self.output_ids += piece.output_ids
-        self.logprobs += piece.logprobs
-        self.versions += piece.versions
-        self.raw_logprobs += piece.raw_logprobs
-        extend_spans(self.spans, piece.runs)
-        self.routed_experts = merge_routes(self.routed_experts, piece.routed_experts)
-        self.texts.append(piece.text)
-        if piece.engine_latency is not None:
-            self.engine_latency = (self.engine_latency or 0.0) + piece.engine_latency
-        finish = piece.finish_reason
-        if finish.get("type") == "length" and self.pieces > 1:
-            # A turn resumed across pauses ran out of its whole budget, not the last piece's.
-            finish = {**finish, "length": len(self.output_ids)}
-        self.finish_reason = finish
-        self.weight_version = piece.weight_version
-        self.meta_info = piece.meta_info
-
-    def version_spans(self) -> list[dict[str, Any]]:
-        """`meta_info.weight_versions` of the whole turn (one span per run of a version)."""
-        return spans_to_sglang(self.spans)
-
-
 class Generator:
     """Runs generations for sessions against the engine pool."""
 
@@ -327,6 +284,7 @@ class Generator:
         on_drained_tokens: Callable[[str, int], None] = lambda url, tokens: None,
         on_drained_tokens_lost: Callable[[int, str], None] = lambda tokens, reason: None,
         on_lost: Callable[[str], None] = lambda reason: None,
+        on_tokens_lost: Callable[[int, str, bool], None] = lambda tokens, why, evaluation: None,
     ) -> None:
         self.connections = connections
         self.pool = pool
@@ -349,6 +307,10 @@ class Generator:
         """Called with the drained tokens a turn held and the name of the failure that then
         ended it (`run`)."""
         self.on_lost = on_lost
+        self.on_tokens_lost = on_tokens_lost
+        """Called with the tokens of a turn the proxy received and no sample will hold, the
+        reason (`restarted`: a preempt without partial rollout; else the failure's name) and
+        whether the session is an evaluation's (the token ledger's proxy side)."""
         """Called with the reason (`dressage.proxy.drain.LOST_*`) for every engine failure
         that hit a turn: retried on another engine, or lost (502 `engine_failed`)."""
 
@@ -384,7 +346,12 @@ class Generator:
             # Only a resumed turn (partial rollout) holds drained tokens, and it keeps `gen`.
             if gen.drained_tokens:
                 self.on_drained_tokens_lost(gen.drained_tokens, _failure_name(exc))
+            self._lost(session, len(gen.output_ids), _failure_name(exc))
             raise
+
+    def _lost(self, session: Session, tokens: int, reason: str) -> None:
+        if tokens:
+            self.on_tokens_lost(tokens, reason, is_evaluation_group(session.instance_id))
 
     async def _generate(
         self,
@@ -402,15 +369,26 @@ class Generator:
         max_new = sampling_params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
         min_new = sampling_params.get("min_new_tokens")
         while True:
-            await self.gate.wait_open(self.pause_timeout_s)
+            done = len(gen.output_ids)
+            resuming = resume and done > 0
+            if resuming:
+                self.gate.hold_resume()
+            try:
+                await self.gate.wait_open(self.pause_timeout_s)
+                target = self.pool.target_version
+                if resuming and target is not None:
+                    # The rule would refuse the resumed piece after generating it: the engines
+                    # route to serve the target version, so refuse before its tokens are spent.
+                    rule.check(earlier, [*gen.versions, target])
+            finally:
+                if resuming:
+                    self.gate.resume_sent()
+            if not done:
+                await self.gate.wait_resumes()  # resumed turns are sent first
+                if self.gate.paused:  # a pause came meanwhile: wait for its continue
+                    continue
             epoch = self.gate.epoch
             params = sampling_params
-            done = len(gen.output_ids)
-            target = self.pool.target_version
-            if resume and done and target is not None:
-                # The rule would refuse the resumed piece after generating it: the engines
-                # routed to serve the target version, so refuse before its tokens are spent.
-                rule.check(earlier, [*gen.versions, target])
             if done:
                 params = dict(sampling_params)
                 if isinstance(max_new, int):
@@ -439,7 +417,8 @@ class Generator:
             elif cause is Interruption.DRAIN:
                 self.on_drained(engine.url)
             if preempted and not resume:
-                gen = Generation(preempts=gen.preempts + 1)
+                gen.add(piece)  # thrown away with the rest: the turn starts over
+                self._lost(session, gen.restart(), RESTARTED)
                 continue
             gen.add(piece)
             if cause is Interruption.DRAIN:

@@ -159,6 +159,13 @@ class ProxyMetrics:
             ["reason"],
             registry=r,
         )
+        self.lost_tokens = Counter(
+            names.PROXY_LOST_TOKENS.removesuffix("_total"),
+            "Tokens the engines returned that no sample will hold, by reason (the failure's "
+            "name, or restarted: a preempted turn generated again) and evaluation session.",
+            ["reason", "evaluation"],
+            registry=r,
+        )
         self.engine_failed_turns = Counter(
             names.PROXY_ENGINE_FAILED_TURNS.removesuffix("_total"),
             "Turns an engine failure hit, by reason: connect_failed and connection_lost were "

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from dressage.proxy.errors import ProxyError
-from dressage.proxy.generation import Generation
+from dressage.proxy.pieces import Generation
 from dressage.proxy.sessions import Session, TurnPlan
 from dressage.proxy.span_rule import StalenessRefusal
 from dressage.proxy.state import ProxyState

@@ -107,6 +107,7 @@ class AsyncRolloutCollector(PromptPosition):
         queue_size: int | None = None,
         admission: bool | None = None,
         window_on_published: bool = False,
+        mask_keep_versions: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`admission`: admission control on or off; None turns it on exactly when the
@@ -114,7 +115,9 @@ class AsyncRolloutCollector(PromptPosition):
         window also moves on every version the trainer publishes, not only on versions seen in
         completed groups (the staleness budget's rule: with `keep_versions = maxLagVersions +
         1` no handed-out sample then lags the trainer's version by more than
-        `maxLagVersions`). `clock` measures the seconds rollout waited for admission."""
+        `maxLagVersions`). `mask_keep_versions`: `spanLimitPolicy: mask_old_tokens`, the
+        newest versions of a trajectory whose tokens are trained (`dressage.rollout.
+        span_policy`). `clock` measures the seconds rollout waited for admission."""
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be >= 1")
         self.batch_size = batch_size
@@ -128,6 +131,7 @@ class AsyncRolloutCollector(PromptPosition):
             enabled=staleness.enabled if admission is None else admission,
         )
         self._clock = clock
+        self.mask_keep_versions = mask_keep_versions
         self._window_on_published = window_on_published
         self._published: set[str] = set()
         """Distinct new versions published since the collector started."""
@@ -166,7 +170,8 @@ class AsyncRolloutCollector(PromptPosition):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the worker, cancel in-flight groups and account for everything not trained."""
+        """Stop the worker, cancel in-flight groups and account for everything not trained
+        (completed groups' tokens as the token ledger's `surplus`)."""
         if self._closed:
             return
         self._closed = True
@@ -177,9 +182,12 @@ class AsyncRolloutCollector(PromptPosition):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         leftovers = len(self._pending)
+        for group in self._pending:
+            self.stats.left_over(group, "pending")
         while not self._completed.empty():
-            if self._completed.get_nowait() is not None:
+            if (queued := self._completed.get_nowait()) is not None:
                 leftovers += 1
+                self.stats.left_over(queued, "queued")
         self._pending = []
         if leftovers:
             self.stats.totals.dropped_groups[SHUTDOWN] += leftovers
@@ -329,14 +337,18 @@ class AsyncRolloutCollector(PromptPosition):
             asyncio.get_running_loop().create_task(self._completed.put(None))
 
     async def _run_group(self, index: int) -> None:
+        group: Group | None = None
         try:
             group = await self._attempts.run(index)
             if group is not None:
                 await self._completed.put(group)
+                group = None  # queued: the queue's, counted where it ends
             elif self._attempts.broken is not None:
                 self._wake()
         except asyncio.CancelledError:
             self.stats.totals.dropped_groups[SHUTDOWN] += 1
+            if group is not None:  # completed, waiting for room in the full queue
+                self.stats.left_over(group, "queued")
             raise
         except RolloutBroken:
             self._wake()
@@ -377,6 +389,8 @@ class AsyncRolloutCollector(PromptPosition):
         finally:
             self._sink_waiting = False
         groups, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size :]
+        if self.mask_keep_versions is not None:
+            groups = [self.stats.masked(g, self.mask_keep_versions) for g in groups]
         self.stats.groups_trained += len(groups)
         self._batches_taken += 1
         batch = self.stats.batch(groups, since=self._last_batch_stats)

@@ -135,6 +135,7 @@ class GroupAttempts:
             except GroupFailed as exc:
                 refused = exc.staleness
                 self._failed(exc.reason, failed, staleness=exc.staleness)
+                self.stats.failed_attempt(exc.tokens, exc.reason, staleness=exc.staleness)
                 if isinstance(exc, UserCodeFailed):
                     self._recent_faults.add(exc.fault)
                     if exc.stop is not None:

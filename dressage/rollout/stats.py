@@ -23,6 +23,9 @@ from dataclasses import dataclass, field, replace
 from dressage.api.figures import StepFigures, length_bucket
 from dressage.data.groups import Group, TrainBatch
 from dressage.data.samples import Sample
+from dressage.rollout import ledger
+from dressage.rollout.ledger import Account
+from dressage.rollout.span_policy import OLD_VERSION, mask_old_tokens
 from dressage.tasks.base import REWARD_FAILURE, REWARD_PARTS
 
 
@@ -66,6 +69,29 @@ class CollectorStats:
         its samples by response length (`dropped_samples_by_length`)."""
         self.totals.dropped_groups[reason] += 1
         self.totals.dropped_samples_by_length.update(response_length_buckets(group))
+        ledger.count(self.totals.ledger_tokens, Account.DROPPED, ledger.group_tokens(group), reason)
+
+    def failed_attempt(self, tokens: int, reason: str, *, staleness: bool) -> None:
+        """Count in the token ledger the `tokens` of a failed attempt (what its trajectories
+        generated that reached the agent): `refused` when a staleness control refused it (its
+        group is generated again), `aborted` otherwise."""
+        account = Account.REFUSED if staleness else Account.ABORTED
+        ledger.count(self.totals.ledger_tokens, account, tokens, reason)
+
+    def masked(self, group: Group, keep: int) -> Group:
+        """`group` with the tokens older than its trajectories' newest `keep` versions out of
+        the loss (`mask_old_tokens`), counted in the token ledger as `masked.old_version`."""
+        group, tokens = mask_old_tokens(group, keep)
+        ledger.count(self.totals.ledger_tokens, Account.MASKED, tokens, OLD_VERSION)
+        return group
+
+    def left_over(self, group: Group, where: str) -> None:
+        """Count in the token ledger a completed group the run stopped with, neither trained
+        nor dropped (`where`: `pending` in the candidate batch, `queued` behind it) as
+        `surplus`; or, when the breaker abandoned it (`where` is `rollout_broken`), as
+        `aborted`."""
+        account = Account.ABORTED if where == "rollout_broken" else Account.SURPLUS
+        ledger.count(self.totals.ledger_tokens, account, ledger.group_tokens(group), where)
 
     def snapshot(self) -> CollectorStats:
         return replace(self, totals=self.totals.copy())
@@ -75,6 +101,7 @@ class CollectorStats:
         reward's parts and failures over its samples (counted into `totals` too), and the
         projected lags of the groups started since the previous batch."""
         samples = [s for g in groups for s in g.samples]
+        ledger.count(self.totals.ledger_tokens, Account.TRAINED, ledger.sample_tokens(samples))
         self.totals.reward_failed_samples.update(reward_failures(samples))
         lags, self.admission_lags = self.admission_lags, []
         figures = replace(

@@ -59,6 +59,8 @@ class SyncCollector(PromptPosition):
             if self._attempts.broken is not None:
                 # Every started group ends somewhere: the completed ones are abandoned with it.
                 self.stats.totals.dropped_groups[ROLLOUT_BROKEN] += len(groups)
+                for group in groups:
+                    self.stats.left_over(group, ROLLOUT_BROKEN)
                 raise self._attempts.broken
         self.stats.groups_trained += len(groups)
         return self.stats.batch(groups, since=before)

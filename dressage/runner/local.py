@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
 from dressage.runner.churn import ChurnEvent
 from dressage.runner.fleet import ChurnDriver, LocalFleet
+from dressage.runner.ledger_report import ledger_line, read_run_ledger
 from dressage.runner.processes import ChildProcess, pin_this_process, python_module, stop_together
 from dressage.runner.report import (
     EVAL_PLOTS,
@@ -123,6 +125,10 @@ class LocalRun:
         self.trackers: Trackers | None = None
         """The experiment trackers of `spec.tracking`, open from before the first step."""
         self.last_step = 0
+        self.ledger_tokens: Counter[str] = Counter()
+        """This invocation's token ledger as its steps' records carry it."""
+        self.token_ledger: dict[str, Any] | None = None
+        """The ledger against the engines' own count, read as the pipeline ended."""
 
     async def run(self) -> None:
         spec = self.spec
@@ -183,6 +189,12 @@ class LocalRun:
         self.out(f"metrics on http://127.0.0.1:{bound}/metrics")
         try:
             await self._run_pipeline(session, proxy_url, engine_urls)
+            collected = self.ledger_tokens.copy()
+            if self.unrecorded is not None:
+                collected.update(self.unrecorded.ledger_tokens)
+            self.token_ledger = await read_run_ledger(
+                collected, fleet.proxy_urls, fleet.urls.values()
+            )
         finally:
             if self.churn is not None:
                 await self.churn.aclose()
@@ -246,6 +258,7 @@ class LocalRun:
 
     def _on_step(self, record: StepRecord) -> None:
         self.history.append(record.to_dict())
+        self.ledger_tokens.update(record.figures.ledger_tokens)
         self.last_step = record.step
         if self.trackers is not None:
             self.trackers.log_step(record.figures, record.to_dict())
@@ -363,6 +376,8 @@ class LocalRun:
             summary = with_unrecorded(summarize(self.history.read()), self.unrecorded)
             for line in run_summary(summary, bad_rows=bad_rows, suppressed=suppressed):
                 self.out(line)
+        if self.token_ledger is not None:
+            self.out(ledger_line(self.token_ledger))
         if report and self.history.path.is_file():
             earlier = _earlier_user_code_errors(self.root / REPORT)
             path = write_report(
@@ -380,6 +395,7 @@ class LocalRun:
                     "user_code_errors": merge_reports(earlier, [f.to_dict() for f in faults]),
                     "dataset": _dataset_report(self.task, bad_rows),
                     "not_logged": not_logged,
+                    **({"token_ledger": self.token_ledger} if self.token_ledger else {}),
                     **self._best_weights(),
                 },
             )

@@ -32,6 +32,7 @@ from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, ra
 from dressage.evaluation.figures import Evaluation, best
 from dressage.evaluation.log import EvaluationLog
 from dressage.rollout.collector import SHUTDOWN
+from dressage.runner.ledger_report import LEDGER_PLOT, plot_ledger
 
 _FAILED_ATTEMPTS = figure("failed_attempts").key
 _FAILED_GROUPS = figure("failed_groups").key
@@ -320,11 +321,12 @@ def write_report(
         **(evaluation_report(evaluated) if evaluated else {}),
         **dict(extra or {}),
         "steps": steps,
-        "plots": sorted(PLOTS) + (sorted(EVAL_PLOTS) if evaluated else []),
+        "plots": sorted(PLOTS) + (sorted(EVAL_PLOTS) if evaluated else []) + [LEDGER_PLOT],
     }
     path = run_root / REPORT
     path.write_text(json.dumps(report, indent=2), encoding="utf-8")
     plot_history(run_root, steps)
+    plot_ledger(run_root, steps, report.get("token_ledger"))
     plot_evaluations(run_root, evaluated)
     return path
 

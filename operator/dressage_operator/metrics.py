@@ -30,8 +30,9 @@ JOB_LABELS = ["namespace", names.JOB_LABEL]
 
 def version_span_limit(spec: AsyncRLJobSpec) -> int | None:
     """The most weight versions one trajectory may span: `maxPartialRolloutPreempts + 1`
-    (each preempt adds one version); None when the job sets no limit."""
-    preempts = spec.staleness.max_partial_rollout_preempts
+    (each preempt adds one version), or the one `mode: auto` chose (`span_limit`); None
+    when the job sets no limit."""
+    preempts = spec.staleness.span_limit
     return None if preempts is None else preempts + 1
 
 

@@ -139,6 +139,10 @@ def test_a_hub_model_job_trains_through_an_engine_replacement_with_probes_passin
     assert status["restarts"] == 0, f"{json.dumps(status)}\n{trainer_log[-3000:]}"
     # The operator scraped the real trainer's /metrics into the job's status while it ran.
     assert (status.get("staleness") or {}).get("step", 0) >= 1, json.dumps(status)
+    # Its token ledger too: the accounts by entry, adding up to the ledger's total.
+    ledger = status["staleness"].get("ledgerTokensByReason") or {}
+    assert ledger.get("trained", 0) > 0, json.dumps(status)
+    assert sum(ledger.values()) == status["staleness"]["ledgerTokens"], json.dumps(status)
 
     # The model was staged once from the offline cache, as files, and read by every pod.
     staged = kubelet.root / "claims" / "shared" / "models" / "acme--tiny"

@@ -85,6 +85,7 @@ def test_names_are_unique_and_every_field_is_a_declared_figure() -> None:
 def test_the_status_shows_exactly_the_status_figures_under_their_keys() -> None:
     wire = StalenessStatus().to_wire()
     expected = {"droppedGroups", "droppedGroupsByReason", "stalenessFailures", "drainedTokens"}
+    expected |= {"ledgerTokens", "ledgerTokensByReason"}
     assert set(wire) == expected  # gauges stay out until measured
     keys = {info.alias for info in StalenessStatus.model_fields.values()}
     for f in status_figures():

@@ -92,7 +92,39 @@ def test_length_bias_is_trained_against_generated_mean_length_after_the_warm_up(
             "summary": {"x": {"label": "x", **long_tail.summarize([figures])}},
         }
     )
-    assert "| x | 16.0 | 10.0 | 0.625 | 0.500 | 2 of 4 |" in block
+    assert "| x | 16.0 | 10.0 | 0.625 | 0.500 | 2 of 4 | - |" in block
+
+
+def test_the_ledger_per_trained_token_sits_beside_the_length_bias() -> None:
+    """The steady steps' ledger: 160 trained, 40 dropped, 20 refused; the engine generated 240
+    tokens over them, 20 more than the records hold (the proxy's side, in flight)."""
+    history = [_step(1, 10.0, spans={1: 8}), _step(2, 2.0, spans={1: 8})]
+    history[0]["ledger_tokens"] = {"trained": 999}  # the warm-up: left out
+    history[1]["ledger_tokens"] = {
+        "trained": 160,
+        "dropped.stale_version": 40,
+        "refused.partial_rollout_staleness_exceeded": 20,
+    }
+    figures = long_tail.run_figures(history, {"engine_tokens": 240.0}, warmup=1)
+    per = figures["ledger_per_trained_token"]
+    assert per == pytest.approx(
+        {
+            "trained": 1.0,
+            "masked": 0.0,
+            "dropped": 0.25,
+            "refused": 0.125,
+            "aborted": 0.0,
+            "evaluation": 0.0,
+            "surplus": 0.0,
+            "unseen": 0.125,
+        }
+    )
+    block = report.length_lines(
+        {"stated_mean_response_tokens": 20.0, "summary": {"x": {
+            "label": "x", **long_tail.summarize([figures])
+        }}}
+    )
+    assert any(line.endswith("| 0.00 / 0.25 / 0.12 / 0.00 / 0.12 |") for line in block)
 
 
 def test_engine_utilisation_is_the_share_of_decode_slots_and_of_time_used() -> None:

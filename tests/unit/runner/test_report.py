@@ -249,3 +249,23 @@ def test_plots_have_human_titles_units_and_whole_step_ticks() -> None:
         assert ax.get_title() == plot.title
         labels = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
         assert not keys & set(labels), filename
+
+
+def test_the_report_plots_the_token_ledger_stacked_with_the_runs_end(tmp_path: Path) -> None:
+    """`token_ledger.png` stacks each step's accounts, and the whole run's as read at its end;
+    the summary sums the steps' ledger entries."""
+    history = History(tmp_path)
+    for step in (1, 2):
+        figures = StepFigures(
+            ledger_tokens=Counter({"trained": 10 * step, "dropped.stale_version": step})
+        )
+        history.append(StepRecord(step=step, version=f"v{step}", figures=figures).to_dict())
+    assert summarize(history.read())["ledger_tokens"] == {
+        "trained": 30,
+        "dropped.stale_version": 3,
+    }
+    end = {"accounts": {"trained": 30, "dropped": 3, "surplus": 5}, "engines_generated": 38}
+    report = json.loads(write_report(tmp_path, {"name": "j"}, {"token_ledger": end}).read_text())
+    assert "token_ledger.png" in report["plots"]
+    assert report["token_ledger"] == end
+    assert (tmp_path / "token_ledger.png").stat().st_size > 1000
