@@ -26,6 +26,8 @@ class ProxyJobSettings(TypedDict):
     """Each parser is present only when the job names one (not `auto`, the proxy's default):
     a job that leaves both to the chat template keeps the settings, and so the proxy's restart
     hash, it had before the fields existed."""
+    lora_base_version: NotRequired[str]
+    """Present only for a LoRA job (`model.lora`): the base's version label, `v0`."""
     record_routed_experts: NotRequired[bool]
     """Present, and true, only when `rollout.routingReplay` is not `off`: a job without routing
     replay keeps the settings (and the proxy's restart hash) it had before the field existed."""
@@ -51,4 +53,6 @@ def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
         settings["tool_call_parser"] = spec.rollout.tool_call_parser
     if spec.rollout.routing_replay != "off":
         settings["record_routed_experts"] = True
+    if spec.model.lora is not None:
+        settings["lora_base_version"] = "v0"  # `dressage.data.versions.version_label(0)`
     return settings

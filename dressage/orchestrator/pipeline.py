@@ -57,6 +57,7 @@ from dressage.trainer.session import TrainerSession
 from dressage.weights.collective import CollectiveFollower, CollectivePublisher
 from dressage.weights.disk import DiskPublisher
 from dressage.weights.engines import ProxyEngines
+from dressage.weights.lora import LoraPublisher
 
 ENGINE_WAIT_SECONDS = 300.0
 """How long rank 0 waits for a first engine before forming the weight-update groups of a fresh
@@ -137,7 +138,9 @@ async def run_pipeline(
     run's registry of user-code faults (the caller reads it for the report), handed to the
     reward function, the agents and the rollout process; None: one of the pipeline's own."""
     spec = job.spec
-    distributed = spec.inference.weight_sync == "distributed"
+    # A LoRA job's versions are adapters, loaded from the directory the trainer writes
+    # whatever the transport (`dressage.weights.lora`): megabytes, no weight-update group.
+    distributed = spec.inference.weight_sync == "distributed" and spec.model.lora is None
     if not session.env.is_main:
         follower = CollectiveFollower(session.trainer.iter_publishable) if distributed else None
         if follower is not None:
@@ -221,7 +224,7 @@ async def run_pipeline(
                 update_timeout_s=spec.inference.weight_update_timeout_seconds,
             )
         else:
-            publisher = DiskPublisher(
+            publisher = (LoraPublisher if spec.model.lora is not None else DiskPublisher)(
                 engines,
                 pause_mode=weight_update_pause_mode(spec),
                 update_timeout_s=spec.inference.weight_update_timeout_seconds,

@@ -56,6 +56,7 @@ def create_app(
         gate=PauseGate(),
         metrics=ProxyMetrics(lambda: float(len(store))),
     )
+    state.pool.adapters = config.lora_base_version is not None
     for engine in state.pool.engines:
         state.metrics.engine_healthy.labels(engine.url).set(1)
     rule = version_rule(config)
@@ -71,6 +72,7 @@ def create_app(
             rule=rule,
             engine_timeout_s=config.engine_timeout_s,
             pause_timeout_s=config.pause_timeout_s,
+            lora_base_version=config.lora_base_version,
             on_preempt=state.metrics.preempts.inc,
             on_retry=state.metrics.engine_retries.inc,
             on_busy=lambda url: state.metrics.engine_busy.labels(url).inc(),
