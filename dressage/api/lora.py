@@ -15,6 +15,7 @@ This module is torch-free (the operator validates a job with it).
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from pydantic import Field, field_validator
@@ -36,10 +37,14 @@ SGLANG_LORA_TARGET_MODULES = (
     "qkv_proj",
     "gate_up_proj",
 )
-"""Module names SGLang's `--lora-target-modules` accepts besides `all` (0.5.2
-`server_args.py`: `choices=SUPPORTED_LORA_TARGET_MODULES + [LORA_TARGET_ALL_MODULES]`, with
-`SUPPORTED_LORA_TARGET_MODULES` the names above), so the operator can pass a job's
-`targetModules` to the engines unchanged."""
+"""Module names SGLang's `--lora-target-modules` accepts besides `all` in every supported
+release: 0.5.2 `server_args.py` `choices=SUPPORTED_LORA_TARGET_MODULES +
+[LORA_TARGET_ALL_MODULES]`, with `SUPPORTED_LORA_TARGET_MODULES` (`srt/utils.py`) exactly the
+names above; 0.5.23 (`srt/utils/common.py`) adds MLA, `embed_tokens` and `lm_head` names. So the
+operator passes a job's `targetModules` to the engines unchanged."""
+ADAPTERS_KEPT = 2
+"""Adapters each engine keeps loaded: the current version's and the one before it, which a
+turn still running may use (`dressage.weights.lora`)."""
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -74,9 +79,35 @@ class LoraSpec(ApiModel):
                 )
         if len(set(names)) != len(names):
             raise ValueError("model.lora.targetModules: names must be unique")
+        for name in names:
+            if name not in SGLANG_LORA_TARGET_MODULES:
+                close = difflib.get_close_matches(name, SGLANG_LORA_TARGET_MODULES, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ValueError(
+                    f"model.lora.targetModules: SGLang serves no adapter on {name!r}: {hint}"
+                    f"it serves {', '.join(SGLANG_LORA_TARGET_MODULES)}"
+                )
         return names
 
     @property
     def scaling(self) -> float:
         """`alpha / rank`, the factor PEFT applies to the adapter's update."""
         return self.alpha / self.rank
+
+    def server_args(self) -> list[str]:
+        """SGLang's LoRA flags for engines that serve this job's adapters, as 0.5.2 and 0.5.23
+        parse them (`server_args.py`; the embedded engine takes the same): `--enable-lora`;
+        `--max-lora-rank` and `--lora-target-modules`, which a server started without
+        `--lora-paths` needs ("When no initial --lora-paths is provided, you need to specify
+        both --max-lora-rank and --lora-target-modules", 0.5.23 `LoRAManager`);
+        `--max-loras-per-batch`, "Maximum number of adapters for a running batch, include
+        base-only request": the adapters kept loaded plus the base."""
+        return [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(self.rank),
+            "--lora-target-modules",
+            *self.target_modules,
+            "--max-loras-per-batch",
+            str(ADAPTERS_KEPT + 1),
+        ]

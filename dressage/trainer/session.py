@@ -200,6 +200,14 @@ class TrainerSession:
             return self.initial_model_dir
         return self.run_dir.weights_dir(self.state.version)
 
+    @property
+    def engine_start(self) -> tuple[Path, str]:
+        """The checkpoint and label an engine starts on: the current version's, or for a LoRA
+        job the base model as `v0` (the publisher then loads the current version's adapter)."""
+        if self.lora:
+            return self.initial_model_dir, version_label(0)
+        return self.weights_dir, self.state.version
+
     def commit_step(
         self,
         collector_state: Mapping[str, Any],

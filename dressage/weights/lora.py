@@ -29,6 +29,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from dressage.api.lora import ADAPTERS_KEPT
 from dressage.engine.errors import EngineRequestError
 from dressage.engine.lora import load_lora_adapter, unload_lora_adapter
 from dressage.weights.disk import CATCH_UP_INTERVAL_S, DiskPublisher
@@ -37,7 +38,7 @@ from dressage.weights.engines import EngineSource
 log = logging.getLogger("dressage.publish")
 
 ADAPTER_CONFIG = "adapter_config.json"
-KEEP_ADAPTERS = 2
+KEEP_ADAPTERS = ADAPTERS_KEPT
 """Adapters each engine keeps loaded: the current version's and the one before (a turn still
 running under it, or about to be refused by the staleness window, finishes under it)."""
 

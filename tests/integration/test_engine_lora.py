@@ -50,7 +50,8 @@ def adapter(model: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def engine(model: Path, engine_release: str) -> Iterator[EngineProcess]:
-    with start_engine(model=str(model), sglang_release=engine_release) as process:
+    lora = ["--enable-lora", "--max-lora-rank", "8"]
+    with start_engine(model=str(model), sglang_release=engine_release, extra_args=lora) as process:
         yield process
 
 

@@ -238,7 +238,9 @@ async def generate(state: EngineState, request: HttpRequest) -> Answer | StreamA
     run.request.stream = req.stream
     run.request.return_routed_experts = req.return_routed_experts
     run.request.routed_experts_start_len = req.routed_experts_start_len
-    if req.lora_path is not None:
+    if req.lora_path is not None and state.config.lora is not None:
+        # Without --enable-lora the name is ignored (0.5.2 `_tokenize_one_request`:
+        # `if self.server_args.enable_lora and obj.lora_path`).
         adapters = state.scheduler.adapters
         if not adapters.serves(req.lora_path):
             # 0.5.2 `LoRARegistry.acquire`'s ValueError, a 400 from the tokenizer manager.

@@ -13,6 +13,7 @@ HTTP 200, or 400 with `success: false`.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from dressage.asgi import Answer, HttpRequest, json_response
@@ -27,6 +28,19 @@ def _answer(success: bool, adapters: dict[str, str], message: str = "") -> Answe
     return json_response(body, 200 if success else 400)
 
 
+NOT_ENABLED_MESSAGE = "LoRA is not enabled. Please set `--enable-lora` to enable LoRA."
+"""0.5.2 `TokenizerManager.load_lora_adapter` without `--enable-lora`."""
+
+
+def _refusal(state: EngineState, adapter_dir: Path) -> str | None:
+    serving = state.config.lora
+    if serving is None:
+        return NOT_ENABLED_MESSAGE
+    config = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
+    modules = config.get("target_modules") or []
+    return serving.refusal(int(config["r"]), set(modules))
+
+
 async def load_lora_adapter(state: EngineState, request: HttpRequest) -> Answer:
     req = parse(LoadLoRAAdapterRequest, await read_body(request))
     scheduler = state.scheduler
@@ -34,6 +48,9 @@ async def load_lora_adapter(state: EngineState, request: HttpRequest) -> Answer:
     if base is None:
         return _answer(False, dict(scheduler.adapters.paths), "the base weights are not loaded")
     try:
+        refused = _refusal(state, Path(req.lora_path))
+        if refused is not None:
+            return _answer(False, dict(scheduler.adapters.paths), refused)
         merged = await asyncio.to_thread(merge_adapter, Path(req.lora_path), base)
         adapters = await asyncio.wrap_future(
             scheduler.adapter_command(
