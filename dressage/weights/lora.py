@@ -115,6 +115,10 @@ class LoraPublisher(DiskPublisher):
         except Exception as exc:  # an engine gone or restarted has nothing to unload
             log.warning("engine %s did not unload LoRA adapter %s: %s", url, name, exc)
 
+    async def unloads_done(self) -> None:
+        """Wait for the unloads started so far (each ends when no request uses its adapter)."""
+        await asyncio.gather(*list(self._unloads))
+
     async def _catch_up_locked(self) -> list[str]:
         if self.current is None:
             return []

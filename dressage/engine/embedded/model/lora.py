@@ -74,7 +74,7 @@ def adapter_deltas(adapter_dir: Path, weights: ModelWeights) -> dict[str, torch.
 
 
 def _current(weights: ModelWeights) -> dict[str, torch.Tensor]:
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for i, layer in enumerate(weights.layers):
         out |= {f"model.layers.{i}.{name}": t for name, t in layer.items()}
     return out
