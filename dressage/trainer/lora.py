@@ -61,7 +61,7 @@ def lora_config(spec: LoraSpec) -> Any:
 
     return LoraConfig(
         r=spec.rank,
-        lora_alpha=spec.alpha,
+        lora_alpha=spec.alpha,  # type: ignore[arg-type]  # typed int; scaled as any number
         lora_dropout=spec.dropout,
         target_modules=list(spec.target_modules),
         bias="none",
@@ -93,7 +93,7 @@ def load_adapter(base: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.Mod
     from peft import PeftModel
 
     with quiet_peft():
-        loaded: torch.nn.Module = PeftModel.from_pretrained(base, str(adapter_dir))  # type: ignore[arg-type]
+        loaded: torch.nn.Module = PeftModel.from_pretrained(base, str(adapter_dir))
     return loaded
 
 
@@ -101,7 +101,7 @@ def _wrap(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     from peft import PeftModel, get_peft_model
 
     if spec.initial_adapter is None:
-        wrapped: torch.nn.Module = get_peft_model(model, lora_config(spec))  # type: ignore[arg-type]
+        wrapped: torch.nn.Module = get_peft_model(model, lora_config(spec))
         return wrapped
     from peft import PeftConfig
 
@@ -115,7 +115,7 @@ def _wrap(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
             f"{sorted(spec.target_modules)}"
         )
     loaded: torch.nn.Module = PeftModel.from_pretrained(
-        model,  # type: ignore[arg-type]
+        model,
         spec.initial_adapter,
         is_trainable=True,
     )

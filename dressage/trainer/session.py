@@ -235,8 +235,9 @@ class TrainerSession:
         checkpoint = self.state.step % self.checkpoint_every == 0
         if self.lora:
             # The adapter only: megabytes, so every version is written whatever the transport.
-            dtype = DTYPES[self.trainer.config.serving_dtype]
-            adapter = {name: t.to("cpu") for name, t in iter_adapter(self.trainer.module, dtype)}
+            serving = DTYPES[self.trainer.config.serving_dtype]
+            module = self.trainer.module
+            adapter = {name: t.to("cpu") for name, t in iter_adapter(module, serving)}
             if self.env.is_main:
                 save_adapter = functools.partial(write_adapter, self.trainer.module, adapter)
                 self.run_dir.write_weights(version, save_adapter)
