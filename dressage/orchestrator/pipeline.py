@@ -246,6 +246,11 @@ async def run_pipeline(
             f"training {job.metadata.name}: steps {session.state.step + 1}..{steps}, "
             f"{spec.rollout.batch_size} groups x {spec.rollout.group_size} samples per step, "
             f"mode {spec.rollout.mode.value}"
+            + (
+                ""
+                if spec.model.lora is None
+                else f", training a rank-{spec.model.lora.rank} LoRA adapter (base frozen)"
+            )
         )
         steering = None
         if spec.staleness.auto:

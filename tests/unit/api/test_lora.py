@@ -65,3 +65,10 @@ def test_a_bad_field_is_refused_by_name(lora: dict[str, Any], field: str) -> Non
 @given(st.integers(min_value=1, max_value=1024), st.floats(min_value=0.01, max_value=1e3))
 def test_scaling_is_alpha_over_rank(rank: int, alpha: float) -> None:
     assert LoraSpec(rank=rank, alpha=alpha).scaling == pytest.approx(alpha / rank)
+
+
+def test_a_module_sglang_serves_no_adapter_on_is_refused_with_the_closest_name() -> None:
+    with pytest.raises(JobValidationError, match=r"targetModules.*'q_prj': did you mean 'q_proj'"):
+        validate_job(_job({"targetModules": ["q_prj"]}))
+    with pytest.raises(JobValidationError, match="SGLang serves no adapter on 'lm_head'"):
+        validate_job(_job({"targetModules": ["lm_head"]}))

@@ -29,8 +29,9 @@ def test_a_misspelt_target_module_is_refused_with_the_closest_name(policy_dir: P
     model = load_policy(policy_dir, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"targetModules: .* 'qproj': did you mean 'q_proj'\?"):
         check_target_modules(model, ["v_proj", "qproj"])
-    with pytest.raises(ValueError, match="no linear layer named 'attention'") as info:
-        wrap_lora(model, LoraSpec(target_modules=["attention"]))
+    # A name SGLang serves (its fused projection) that this Llama does not have.
+    with pytest.raises(ValueError, match="no linear layer named 'qkv_proj'") as info:
+        wrap_lora(model, LoraSpec(target_modules=["qkv_proj"]))
     assert "\n" not in str(info.value)
 
 
@@ -41,3 +42,26 @@ def test_only_the_adapter_trains(policy_dir: Path) -> None:
     assert all(".lora_A." in n or ".lora_B." in n for n in trainable)
     # B starts at zero: the fresh adapter's policy is the base model (v0).
     assert all(torch.all(p == 0) for n, p in model.named_parameters() if ".lora_B." in n)
+
+
+def test_an_initial_adapter_is_trained_on_and_a_mismatched_one_refused(
+    policy_dir: Path, tmp_path: Path
+) -> None:
+    from dressage.trainer.lora import iter_adapter, write_adapter
+
+    torch.manual_seed(5)
+    first = wrap_lora(load_policy(policy_dir, torch.device("cpu")), LoraSpec(rank=2))
+    with torch.no_grad():
+        for name, param in first.named_parameters():
+            if ".lora_B." in name:
+                param.normal_()
+    saved = dict(iter_adapter(first, torch.float32))
+    write_adapter(first, saved, tmp_path / "sft")
+    spec = LoraSpec(rank=2, initial_adapter=str(tmp_path / "sft"))
+    resumed = wrap_lora(load_policy(policy_dir, torch.device("cpu")), spec)
+    assert dict(iter_adapter(resumed, torch.float32)).keys() == saved.keys()
+    for name, tensor in iter_adapter(resumed, torch.float32):
+        assert torch.equal(tensor, saved[name]), name
+    assert any(p.requires_grad for p in resumed.parameters())
+    with pytest.raises(ValueError, match=r"initialAdapter: .* has rank 2 .* asks for rank 4"):
+        wrap_lora(load_policy(policy_dir, torch.device("cpu")), spec.model_copy(update={"rank": 4}))
