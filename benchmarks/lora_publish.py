@@ -15,13 +15,12 @@ loopback plays SGLang 0.5.23 with `--enable-lora --max-lora-rank R`, and each ro
   publisher does it in the background).
 
 Bytes are the files written per publish (what storage and every engine read). Each LoRA publish
-is checked: a greedy `/generate` naming the new adapter answers. The embedded engine merges an
-adapter into its own copy of the adapted matrices as it loads it (`W + (alpha/r) B A`), CPU work
-that SGLang does not do (it keeps A and B in its LoRA memory pool), so the LoRA seconds here
-include a cost a GPU engine does not pay; the full-weight seconds include the engine reading
-and converting the whole checkpoint. Medians over the rounds. Prints a table and writes
-`benchmarks/results/lora_publish.json` (`lora_publish_quick.json` with `--quick`: the 10M model,
-2 rounds).
+is checked: a greedy `/generate` naming the new adapter answers. The embedded engine keeps an
+adapter's A and B beside the shared base weights and applies them in the forward pass, as SGLang
+does (its LoRA memory pool), so loading one is reading its files; the full-weight seconds include
+the engine reading and converting the whole checkpoint. Medians over the rounds. Prints a table
+and writes `benchmarks/results/lora_publish.json` (`lora_publish_quick.json` with `--quick`: the
+10M model, 2 rounds).
 
     python benchmarks/lora_publish.py [--sizes 10M,100M,300M] [--rank 16] [--repeats 3] [--quick]
 """
@@ -182,6 +181,7 @@ def main() -> int:
         name = "lora_publish_quick.json" if args.quick else "lora_publish.json"
         args.out = ROOT / "benchmarks" / "results" / name
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
     rows = []
     work = Path(tempfile.mkdtemp(prefix="dressage-lora-"))
     try:
@@ -229,7 +229,7 @@ def main() -> int:
             "repeats": args.repeats,
             "engine_threads": args.threads,
             "statistic": "median",
-            "load_before": os.getloadavg()[0],
+            "load_before": load_before,
         },
         "rows": rows,
     }

@@ -18,7 +18,8 @@ from dressage.engine.embedded.model import ModelWeights
 
 @dataclass
 class AdapterSet:
-    """Loaded adapters: each one's merged weights and the path it was loaded from."""
+    """Loaded adapters: each one's weight set (the base's tensors and its A and B) and the path
+    it was loaded from."""
 
     weights: dict[str, ModelWeights] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)

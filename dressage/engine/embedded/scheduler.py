@@ -228,8 +228,8 @@ class Scheduler:
         return self._put("state")
 
     def adapter_command(self, kind: str, **args: Any) -> Future[Any]:
-        """`lora_load` (`name`, `path`, merged `weights`) or `lora_unload` (`name`; resolves to
-        a future of the unload's answer), applied between two steps."""
+        """`lora_load` (`name`, `path`, the adapter's `weights`) or `lora_unload` (`name`;
+        resolves to a future of the unload's answer), applied between two steps."""
         return self._put(kind, **args)
 
     def has_rid(self, rid: str) -> Future[bool]:

@@ -1,8 +1,8 @@
 """`/load_lora_adapter` and `/unload_lora_adapter`: LoRA adapters served by name, as SGLang
 serves them (`dressage.engine.lora` quotes the release code).
 
-A load reads the PEFT directory and merges it into the base weights off the event loop
-(`dressage.engine.embedded.model.lora`), then registers it between two scheduler steps: from
+A load reads the PEFT directory into a weight set that shares the base's tensors, off the event
+loop (`dressage.engine.embedded.model.lora`), then registers it between two scheduler steps: from
 then on a `/generate` naming it in `lora_path` runs with it. Generation is not paused: a load
 or an unload never touches a request that does not name the adapter. An unload refuses the
 name to new requests at once and answers once no request in flight uses the adapter. Both
@@ -19,7 +19,7 @@ from pathlib import Path
 from dressage.asgi import Answer, HttpRequest, json_response
 from dressage.engine.embedded.endpoints.common import parse, read_body
 from dressage.engine.embedded.endpoints.state import EngineState
-from dressage.engine.embedded.model.lora import merge_adapter
+from dressage.engine.embedded.model.lora import with_adapter
 from dressage.engine.lora import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
 
 
@@ -51,10 +51,10 @@ async def load_lora_adapter(state: EngineState, request: HttpRequest) -> Answer:
         refused = _refusal(state, Path(req.lora_path))
         if refused is not None:
             return _answer(False, dict(scheduler.adapters.paths), refused)
-        merged = await asyncio.to_thread(merge_adapter, Path(req.lora_path), base)
+        served = await asyncio.to_thread(with_adapter, Path(req.lora_path), base)
         adapters = await asyncio.wrap_future(
             scheduler.adapter_command(
-                "lora_load", name=req.lora_name, path=req.lora_path, weights=merged
+                "lora_load", name=req.lora_name, path=req.lora_path, weights=served
             )
         )
     except (ValueError, OSError, KeyError) as exc:

@@ -1,16 +1,16 @@
-"""LoRA adapters on the embedded engine: a PEFT adapter directory merged into a weight set, and
+"""LoRA adapters on the embedded engine: a PEFT adapter directory attached to a weight set, and
 decode steps over a batch whose requests use different adapters.
 
-An adapter is served as its own `ModelWeights`: the base weights with `W + (alpha / r) B A`
-in place of each adapted projection (PEFT's `LoraLayer` adds `scaling * B(A(dropout(x)))` to
-the base layer's output, with `scaling = lora_alpha / r`; the engine applies no dropout). The
-other tensors are the base's own, shared, so an adapter costs only its adapted matrices. The
-merge is exact up to float32 rounding (`x W^T + s (x A^T) B^T` against `x (W + s B A)^T`), which
-the unit tests check against PEFT's own forward.
+An adapter is served as its own `ModelWeights`: the base's tensors, shared (not copied), plus
+each adapted projection's `A` and `B` (`self_attn.q_proj.lora_A`, `.lora_B`, with `B` scaled by
+`alpha / r` once at load), which `weights.project` applies as PEFT's `LoraLayer` does:
+`base(x) + B(A(x)) * scaling` (no dropout when serving). Nothing is merged, so loading an
+adapter costs reading its few MiB, as in SGLang, which keeps `A` and `B` in its LoRA memory
+pool; the integration tests check the logprobs against PEFT's own forward.
 
 Only what the trainer writes is read: `adapter_config.json` with `r`, `lora_alpha`,
 `target_modules`, and `adapter_model.safetensors` with `base_model.model.<name>.lora_A.weight` /
-`lora_B.weight` pairs. Features an adapter could ask for that this merge would not honour
+`lora_B.weight` pairs. Features an adapter could ask for that this forward would not honour
 (`use_rslora`, `use_dora`, bias, `modules_to_save`) are refused, naming the key.
 """
 
@@ -24,7 +24,13 @@ import torch
 from safetensors.torch import load_file
 
 from dressage.engine.embedded.model.decoder import Decoder, KVCache
-from dressage.engine.embedded.model.weights import ModelWeights, parameter_shapes, replace_weights
+from dressage.engine.embedded.model.weights import (
+    LORA_A,
+    LORA_B,
+    ModelWeights,
+    parameter_shapes,
+    replace_weights,
+)
 
 PEFT_PREFIX = "base_model.model."
 
@@ -37,9 +43,9 @@ def _refuse_unsupported(config: dict[str, object], where: Path) -> None:
         raise ValueError(f"{where}: adapter_config.json modules_to_save is not served")
 
 
-def adapter_deltas(adapter_dir: Path, weights: ModelWeights) -> dict[str, torch.Tensor]:
-    """The adapted tensors of `weights` with the adapter in `adapter_dir` merged, by Hugging
-    Face name (`model.layers.0.self_attn.q_proj.weight`). Errors name the file and tensor."""
+def adapter_tensors(adapter_dir: Path, weights: ModelWeights) -> dict[str, torch.Tensor]:
+    """The adapter in `adapter_dir` as weight-set tensors (`model.layers.0.self_attn.q_proj.lora_A`
+    and `.lora_B`, `B` scaled), checked against `weights`' shapes; errors name file and tensor."""
     adapter_dir = Path(adapter_dir)
     config_file = adapter_dir / "adapter_config.json"
     if not config_file.is_file():
@@ -50,8 +56,8 @@ def adapter_deltas(adapter_dir: Path, weights: ModelWeights) -> dict[str, torch.
     scaling = alpha / rank
     tensors = load_file(str(adapter_dir / "adapter_model.safetensors"))
     shapes = parameter_shapes(weights.shape)
-    current = _current(weights)
-    merged: dict[str, torch.Tensor] = {}
+    device = weights.embed.device
+    out: dict[str, torch.Tensor] = {}
     for key, a in tensors.items():
         if not key.endswith(".lora_A.weight"):
             if not key.endswith(".lora_B.weight"):
@@ -62,27 +68,21 @@ def adapter_deltas(adapter_dir: Path, weights: ModelWeights) -> dict[str, torch.
         name = f"{module}.weight"
         if b is None or name not in shapes:
             raise ValueError(f"{adapter_dir}: tensor {key} has no B matrix or no base {name}")
-        delta = b.float() @ a.float()
-        if tuple(delta.shape) != shapes[name] or a.shape[0] != rank:
+        update = (b.shape[0], a.shape[1])
+        if update != shapes[name] or a.shape[0] != rank or b.shape[1] != rank:
             raise ValueError(
-                f"{adapter_dir}: {key} gives {name} a {tuple(delta.shape)} update of rank "
+                f"{adapter_dir}: {key} gives {name} a {update} update of rank "
                 f"{a.shape[0]}, expected {shapes[name]} of rank {rank}"
             )
-        base = current[name]
-        merged[name] = base + scaling * delta.to(base.device)
-    return merged
-
-
-def _current(weights: ModelWeights) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for i, layer in enumerate(weights.layers):
-        out |= {f"model.layers.{i}.{name}": t for name, t in layer.items()}
+        out[module + LORA_A] = a.to(device=device, dtype=torch.float32).contiguous()
+        out[module + LORA_B] = (scaling * b.to(device=device, dtype=torch.float32)).contiguous()
     return out
 
 
-def merge_adapter(adapter_dir: Path, weights: ModelWeights) -> ModelWeights:
-    """`weights` with the PEFT adapter in `adapter_dir` merged (a new set; `weights` unchanged)."""
-    return replace_weights(weights, adapter_deltas(adapter_dir, weights))
+def with_adapter(adapter_dir: Path, weights: ModelWeights) -> ModelWeights:
+    """`weights` serving the PEFT adapter in `adapter_dir` (a new set sharing the base's
+    tensors; `weights` unchanged)."""
+    return replace_weights(weights, adapter_tensors(adapter_dir, weights))
 
 
 def decode_by_weights(
