@@ -65,3 +65,36 @@ def test_an_initial_adapter_is_trained_on_and_a_mismatched_one_refused(
     assert any(p.requires_grad for p in resumed.parameters())
     with pytest.raises(ValueError, match=r"initialAdapter: .* has rank 2 .* asks for rank 4"):
         wrap_lora(load_policy(policy_dir, torch.device("cpu")), spec.model_copy(update={"rank": 4}))
+
+
+def test_a_lora_checkpoint_holds_the_adapter_and_its_optimizer_state_only(
+    policy_dir: Path,
+) -> None:
+    """The frozen base is loaded from the initial model on every start, never checkpointed."""
+    from dressage_testkit.trainer import synthetic_batch
+
+    from dressage.trainer.grpo import GRPOTrainer, TrainerConfig
+    from dressage.trainer.shards import load_local_shards, local_shards
+
+    torch.manual_seed(0)
+    policy = wrap_lora(load_policy(policy_dir, torch.device("cpu")), LoraSpec(rank=2))
+    trainer = GRPOTrainer(policy, TrainerConfig(learning_rate=1e-2, precision="fp32"))
+    trainer.train_step(synthetic_batch(1))
+    shards = local_shards(trainer)
+    assert shards["model"]
+    assert all(".lora_A." in n or ".lora_B." in n for n in shards["model"])
+    assert shards["optimizer"]["state"]
+    # They restore into a fresh wrap of the same base.
+    torch.manual_seed(1)
+    other = GRPOTrainer(
+        wrap_lora(load_policy(policy_dir, torch.device("cpu")), LoraSpec(rank=2)),
+        TrainerConfig(learning_rate=1e-2, precision="fp32"),
+    )
+
+    def fill(buffers: dict, rows: dict) -> None:  # type: ignore[type-arg]
+        for name, tensor in buffers["model"].items():
+            tensor.copy_(shards["model"][name])
+
+    load_local_shards(other, fill)
+    for name, tensor in other.model.state_dict().items():
+        torch.testing.assert_close(tensor, trainer.model.state_dict()[name], rtol=0, atol=0)
