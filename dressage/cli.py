@@ -54,6 +54,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "dressage.orchestrator.train_cli",
         "run the trainer gang of a cluster job (torchrun entry point)",
     ),
+    "export": (
+        "dressage.trainer.export_cli",
+        "export a LoRA version: the PEFT adapter, or (--merge) a merged Hugging Face checkpoint",
+    ),
     "stage-model": (
         "dressage.model.staging",
         "download a Hugging Face model once onto shared storage",

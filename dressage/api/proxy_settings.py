@@ -31,6 +31,8 @@ class ProxyJobSettings(TypedDict):
     max_sessions: NotRequired[int]
     """Present only when the job sets another cap than the default (`DEFAULT_MAX_SESSIONS`), so
     a job that leaves it keeps the restart hash it had before the field existed."""
+    lora_base_version: NotRequired[str]
+    """Present only for a LoRA job (`model.lora`): the base's version label, `v0`."""
     record_routed_experts: NotRequired[bool]
     """Present, and true, only when `rollout.routingReplay` is not `off`: a job without routing
     replay keeps the settings (and the proxy's restart hash) it had before the field existed."""
@@ -63,4 +65,6 @@ def proxy_settings(job: AsyncRLJob) -> ProxyJobSettings:
         settings["max_sessions"] = spec.proxy.max_sessions
     if spec.rollout.routing_replay != "off":
         settings["record_routed_experts"] = True
+    if spec.model.lora is not None:
+        settings["lora_base_version"] = "v0"  # `dressage.data.versions.version_label(0)`
     return settings

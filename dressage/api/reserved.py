@@ -49,6 +49,10 @@ OPERATOR_ENGINE_FLAGS = {
     "--enable-metrics": "metrics are always on",
     "--enable-deterministic-inference": "set spec.rollout.seededSampling",
     "--enable-return-routed-experts": "set spec.rollout.routingReplay",
+    "--enable-lora": "set spec.model.lora",
+    "--max-lora-rank": "set spec.model.lora.rank",
+    "--lora-target-modules": "set spec.model.lora.targetModules",
+    "--max-loras-per-batch": "the adapters each engine keeps are fixed (spec.model.lora)",
     "--uvicorn-access-log-exclude-prefixes": (
         "the operator keeps the probes', the proxy's and Prometheus' requests out of the "
         "access log, from SGLang 0.5.8"

@@ -14,6 +14,7 @@ from dressage.api.bounds import MAX_ROLLOUT_SIZE
 from dressage.api.budget import StalenessBudget, StalenessMode
 from dressage.api.chat_formats import ReasoningParserName, ToolCallParserName
 from dressage.api.k8s import SecretKeySelector
+from dressage.api.lora import LoraSpec
 
 
 class RolloutMode(StrEnum):
@@ -86,6 +87,10 @@ class ModelSpec(ApiModel):
     """Parameter dtype on the engines and for training (CPU runs always use float32)."""
     warm_start: WarmStartSpec | None = None
     """Supervised warm start on the task before RL; unset starts RL from `source` as is."""
+    lora: LoraSpec | None = None
+    """Train a LoRA adapter on the frozen base model instead of the full weights: each version
+    after `v0` is an adapter the engines load by name (`dressage.api.lora`); unset: full
+    weights."""
 
     @property
     def is_hub_id(self) -> bool:

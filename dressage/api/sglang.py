@@ -364,6 +364,25 @@ NULL_SAMPLING_DEFAULTS = Feature(
     tuple(NullDefault(key) for key in sorted(NULL_REFUSING_KEYS)),
 )
 
+LORA_ADAPTERS = Feature(
+    "lora_adapters",
+    "0.5.2",
+    "LoRA adapters loaded at run time by name: /load_lora_adapter {lora_name, lora_path}, "
+    "/unload_lora_adapter {lora_name}, /generate lora_path (an adapter's name), and the server "
+    "flags --enable-lora, --max-lora-rank, --lora-target-modules, --max-loras-per-batch "
+    "(dressage.engine.lora)",
+    (
+        Route("/load_lora_adapter"),
+        Route("/unload_lora_adapter"),
+        RequestField("GenerateReqInput", "lora_path"),
+        RequestField("LoadLoRAAdapterReqInput", "lora_name"),
+        ServerArg("enable_lora"),
+        ServerArg("max_lora_rank"),
+        ServerArg("lora_target_modules"),
+        ServerArg("max_loras_per_batch"),
+    ),
+)
+
 FEATURES: dict[str, Feature] = {
     f.name: f
     for f in (
@@ -386,6 +405,7 @@ FEATURES: dict[str, Feature] = {
         SCHEDULER_MOE_EP_RANK_LABEL,
         TOKENIZER_ENGINE_TYPE_LABEL,
         PER_REQUEST_STREAMING_LABEL,
+        LORA_ADAPTERS,
     )
 }
 """Every versioned feature by name: the one table of what each release has."""

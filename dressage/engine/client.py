@@ -542,6 +542,11 @@ class EngineClient:
                 )
             await asyncio.sleep(interval_s)
 
+    async def post(self, path: str, body: dict[str, Any], *, timeout_s: float | None = None) -> Any:
+        """POST `body` to `path`; its JSON answer (an error status raised as for every call)."""
+        call = _call_timeout(timeout_s)
+        return self._json(await self._send("POST", path, json_body=body, request_timeout=call))
+
     # --- transport
 
     async def _probe(self, path: str, *, retries: int | None = None) -> bool:

@@ -215,6 +215,10 @@ class GenerateRequest(RequestModel):
     routed_experts_start_len: int = Field(default=0, ge=0)
     """The first token whose routing is returned (0: from the prompt's first token); at most
     the prompt's length."""
+    lora_path: str | None = None
+    """The name of a loaded LoRA adapter to generate with (`/load_lora_adapter`'s `lora_name`:
+    SGLang's `GenerateReqInput.lora_path`, looked up by name in its LoRA registry, 0.5.2 and
+    0.5.23); unset: the base weights."""
 
     @field_validator("input_ids", mode="before")
     @classmethod

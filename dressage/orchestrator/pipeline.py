@@ -63,6 +63,7 @@ from dressage.trainer.session import TrainerSession
 from dressage.weights.collective import CollectiveFollower, CollectivePublisher
 from dressage.weights.disk import DiskPublisher
 from dressage.weights.engines import ProxyEngines
+from dressage.weights.lora import LoraPublisher
 
 ENGINE_WAIT_SECONDS = 300.0
 """How long rank 0 waits for a first engine before forming the weight-update groups of a fresh
@@ -149,7 +150,9 @@ async def run_pipeline(
     `earlier_evaluations`: those of the run before it resumed, so that the best version's
     weights stay pinned across restarts."""
     spec = job.spec
-    distributed = spec.inference.weight_sync == "distributed"
+    # A LoRA job's versions are adapters, loaded from the directory the trainer writes
+    # whatever the transport (`dressage.weights.lora`): megabytes, no weight-update group.
+    distributed = spec.inference.weight_sync == "distributed" and spec.model.lora is None
     if not session.env.is_main:
         follower = CollectiveFollower(session.trainer.iter_publishable) if distributed else None
         if follower is not None:
@@ -233,7 +236,7 @@ async def run_pipeline(
                 update_timeout_s=spec.inference.weight_update_timeout_seconds,
             )
         else:
-            publisher = DiskPublisher(
+            publisher = (LoraPublisher if spec.model.lora is not None else DiskPublisher)(
                 engines,
                 pause_mode=weight_update_pause_mode(spec),
                 update_timeout_s=spec.inference.weight_update_timeout_seconds,
@@ -255,6 +258,11 @@ async def run_pipeline(
             f"training {job.metadata.name}: steps {session.state.step + 1}..{steps}, "
             f"{spec.rollout.batch_size} groups x {spec.rollout.group_size} samples per step, "
             f"mode {spec.rollout.mode.value}"
+            + (
+                ""
+                if spec.model.lora is None
+                else f", training a rank-{spec.model.lora.rank} LoRA adapter (base frozen)"
+            )
         )
         steering = None
         if spec.staleness.auto:

@@ -63,6 +63,7 @@ def create_app(
         ),
     )
     store.on_evict = state.metrics.evicted_sessions.inc
+    state.pool.adapters = config.lora_base_version is not None
     for engine in state.pool.engines:
         state.metrics.engine_health(engine.url, True)
     rule = version_rule(config)
@@ -78,6 +79,7 @@ def create_app(
             rule=rule,
             engine_timeout_s=config.engine_timeout_s,
             pause_timeout_s=config.pause_timeout_s,
+            lora_base_version=config.lora_base_version,
             on_preempt=state.metrics.preempts.inc,
             on_retry=state.metrics.engine_retries.inc,
             on_busy=state.metrics.engine_refused_busy,

@@ -93,6 +93,10 @@ class ProxyConfig(BaseModel):
     pause_timeout_s: float = Field(default=900.0, gt=0)
     """Longest time a generation waits for `/continue_generation` before 503
     `pause_timeout`."""
+    lora_base_version: str | None = Field(default=None, min_length=1)
+    """A LoRA job's base version (`v0`): every later version is a LoRA adapter of that name on
+    the engines, which each generation names (`lora_path`) and its tokens are stamped with;
+    engines are routed to whatever version they report. Unset: full-weight versions."""
 
     @field_validator("engine_urls")
     @classmethod

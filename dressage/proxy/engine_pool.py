@@ -87,6 +87,9 @@ class EnginePool:
         self.target_version: str | None = None
         """The job's current weight version: only engines serving it are routed to (None: no
         version known yet, every healthy engine is routable)."""
+        self.adapters = False
+        """A LoRA job (`ProxyConfig.lora_base_version`): versions are adapters every engine
+        loads by name, so an engine's own (base) version does not hold it out."""
         self.version_reads = 0
         """Counts reads of every engine's version at once, so that a health check's older
         read never overwrites a newer one."""
@@ -129,7 +132,11 @@ class EnginePool:
         """Whether `engine` may take new generations (healthy, and on the current version)."""
         if not engine.healthy or engine.draining:
             return False
-        return self.target_version is None or engine.weight_version == self.target_version
+        return (
+            self.target_version is None
+            or self.adapters
+            or engine.weight_version == self.target_version
+        )
 
     def healthy(self) -> list[EngineState]:
         return [e for e in self.engines if e.healthy]

@@ -80,6 +80,7 @@ from dressage.engine.wire import (
     status_error,
 )
 from dressage.proxy import errors
+from dressage.proxy.adapters import name_adapter, stamped
 from dressage.proxy.drain import (
     LOST_AFTER_TOKENS,
     LOST_NOT_SENT,
@@ -285,7 +286,9 @@ class Generator:
         on_drained_tokens_lost: Callable[[int, str], None] = lambda tokens, reason: None,
         on_lost: Callable[[str], None] = lambda reason: None,
         on_tokens_lost: Callable[[int, str, bool], None] = lambda tokens, why, evaluation: None,
+        lora_base_version: str | None = None,
     ) -> None:
+        self.lora_base_version = lora_base_version  # a LoRA job's (`dressage.proxy.adapters`)
         self.connections = connections
         self.pool = pool
         self.gate = gate
@@ -403,8 +406,9 @@ class Generator:
             }
             if routed_experts:
                 body["return_routed_experts"] = True
+            adapter = name_adapter(body, target, self.lora_base_version)
             engine, data = await self._call(session, body, received=done)
-            piece = parse_piece(data, engine.url, len(body["input_ids"]))
+            piece = stamped(parse_piece(data, engine.url, len(body["input_ids"])), adapter)
             gen.engine_url = engine.url
             cause = interruption(
                 piece.finish_reason,

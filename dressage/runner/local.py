@@ -300,16 +300,16 @@ class LocalRun:
                 "--device", self.options.device,
                 "--min-step-interval-ms", str(spec.local.engine_min_step_interval_ms),
                 "--sglang-release", release,
+                *([] if spec.model.lora is None else spec.model.lora.server_args()),
             )  # fmt: skip
 
         self.fleet = LocalFleet(
             self.root, argv, cpus=spec.local.engine_cpus, startup_deadline_s=STARTUP_DEADLINE_S
         )
         self.out(f"engines serve SGLang {release}'s HTTP API")
-        urls = await self.fleet.start(
-            spec.inference.replicas, session.weights_dir, session.state.version
-        )
-        self.out(f"engines ready: {', '.join(urls)} (weight version {session.state.version})")
+        model, version = session.engine_start
+        urls = await self.fleet.start(spec.inference.replicas, model, version)
+        self.out(f"engines ready: {', '.join(urls)} (weight version {version})")
         return urls
 
     async def _start_proxy(self, model_dir: Path) -> str:

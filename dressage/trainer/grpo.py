@@ -255,8 +255,9 @@ class GRPOTrainer:
         self.sharded = self.env.distributed if shard is None else shard
         if self.sharded:
             self._shard()
+        # Only what trains: with a LoRA adapter (`dressage.trainer.lora`) the base is frozen.
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            [p for p in self.model.parameters() if p.requires_grad],
             lr=config.learning_rate,
             weight_decay=config.weight_decay,
         )

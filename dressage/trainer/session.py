@@ -42,11 +42,13 @@ from dressage.trainer.checkpoint import RunDir, TrainState
 from dressage.trainer.correction import CorrectionConfig
 from dressage.trainer.distributed import DistEnv, barrier, broadcast_object
 from dressage.trainer.grpo import (
+    DTYPES,
     GRPOTrainer,
     TrainerConfig,
     load_policy,
     write_pretrained,
 )
+from dressage.trainer.lora import iter_adapter, wrap_lora, write_adapter
 from dressage.trainer.shards import load_local_shards, local_shards
 
 TOKENIZER_FILES = (
@@ -105,6 +107,9 @@ class TrainerSession:
     write_every_version: bool = True
     """Write every version's weights as a Hugging Face checkpoint (engines load them from
     disk); otherwise only at checkpoint steps (engines get them over the network)."""
+    lora: bool = False
+    """The policy trains a LoRA adapter (`spec.model.lora`): a version after `v0` is written
+    as the adapter alone (`dressage.trainer.lora.write_adapter`), the base never again."""
     optimizer_step: int | None = None
     """The checkpoint whose optimizer state this session resumed from, when older than the
     checkpoint it resumed (None: the same one, or a fresh start)."""
@@ -128,6 +133,8 @@ class TrainerSession:
         saved = None if step is None else run_dir.load_state(step)
         state = saved or TrainState()
         model = load_policy(model_dir, device)
+        if spec.model.lora is not None:
+            model = wrap_lora(model, spec.model.lora)
         trainer = GRPOTrainer(model, config or trainer_config(spec), env, device)
         if saved is not None:
             optimizer_step = run_dir.optimizer_step(saved.step)
@@ -180,6 +187,7 @@ class TrainerSession:
             ),
             resumed=saved is not None,
             extra_files=extras,
+            lora=spec.model.lora is not None,
             optimizer_every=spec.training.optimizer_every,
             write_every_version=spec.inference.weight_sync == "disk",
             optimizer_step=(
@@ -189,10 +197,19 @@ class TrainerSession:
 
     @property
     def weights_dir(self) -> Path:
-        """The checkpoint directory of the current weight version."""
+        """The checkpoint directory of the current weight version (with LoRA, after `v0`, the
+        adapter directory of the current version; `v0` is the base model)."""
         if self.state.version_index == 0:
             return self.initial_model_dir
         return self.run_dir.weights_dir(self.state.version)
+
+    @property
+    def engine_start(self) -> tuple[Path, str]:
+        """The checkpoint and label an engine starts on: the current version's, or for a LoRA
+        job the base model as `v0` (the publisher then loads the current version's adapter)."""
+        if self.lora:
+            return self.initial_model_dir, version_label(0)
+        return self.weights_dir, self.state.version
 
     def commit_step(
         self,
@@ -219,7 +236,16 @@ class TrainerSession:
         )
         path = self.run_dir.weights_dir(version)
         checkpoint = self.state.step % self.checkpoint_every == 0
-        if self.write_every_version or checkpoint:
+        if self.lora:
+            # The adapter only: megabytes, so every version is written whatever the transport.
+            serving = DTYPES[self.trainer.config.serving_dtype]
+            module = self.trainer.module
+            adapter = {name: t.to("cpu") for name, t in iter_adapter(module, serving)}
+            if self.env.is_main:
+                save_adapter = functools.partial(write_adapter, self.trainer.module, adapter)
+                self.run_dir.write_weights(version, save_adapter)
+            del adapter
+        elif self.write_every_version or checkpoint:
             weights = self.trainer.publishable_state_dict()
             if self.env.is_main:
                 dtype = self.trainer.config.serving_dtype

@@ -51,17 +51,28 @@ def _restore(target: Any, loaded: Any) -> Any:
     return loaded
 
 
+def _options(trainer: GRPOTrainer) -> Any:
+    """What a checkpoint holds: the parameters that train. A frozen base (a LoRA adapter's,
+    `dressage.trainer.lora`) is left out, since every start loads it from the initial model;
+    a model that trains every parameter is checkpointed whole, and strictly restored."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    frozen = any(not p.requires_grad for p in trainer.model.parameters())
+    return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
+
+
 def local_shards(trainer: GRPOTrainer, *, optimizer: bool = True) -> dict[str, Any]:
-    """This rank's shards of the float32 master weights and (with `optimizer`) of the
-    optimizer state, copied to CPU as plain tensors (a snapshot: training may continue while
-    it is written)."""
+    """This rank's shards of the float32 master weights that train (`_options`) and (with
+    `optimizer`) of the optimizer state, copied to CPU as plain tensors (a snapshot: training
+    may continue while it is written)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
+    options = _options(trainer)
     if optimizer:
-        model, optim = get_state_dict(trainer.model, trainer.optimizer)
+        model, optim = get_state_dict(trainer.model, trainer.optimizer, options=options)
         snapshot: dict[str, Any] = {"model": model, "optimizer": optim}
     else:
-        snapshot = {"model": get_model_state_dict(trainer.model)}
+        snapshot = {"model": get_model_state_dict(trainer.model, options=options)}
     return dict(_tree_map(snapshot, lambda t: _local(t).detach().to("cpu", copy=True)))
 
 
@@ -113,16 +124,18 @@ def load_local_shards(
         reader(buffers, {part: _tree_map(target, shard_rows)})
         return _restore(target, buffers[part])
 
+    options = _options(trainer)
     if load_optimizer is None:
         # Not `get_state_dict`: it would initialise the optimizer's state (a zero step).
-        model = get_model_state_dict(trainer.model)
-        set_model_state_dict(trainer.model, read("model", load, model))
+        model = get_model_state_dict(trainer.model, options=options)
+        set_model_state_dict(trainer.model, read("model", load, model), options=options)
         return
-    model, optim = get_state_dict(trainer.model, trainer.optimizer)
+    model, optim = get_state_dict(trainer.model, trainer.optimizer, options=options)
     restored_model = read("model", load, model)
     set_state_dict(
         trainer.model,
         trainer.optimizer,
         model_state_dict=restored_model,
         optim_state_dict=read("optimizer", load_optimizer, optim),
+        options=options,
     )

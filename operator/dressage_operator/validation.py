@@ -79,6 +79,15 @@ def storage_errors(job: AsyncRLJob) -> list[tuple[str, str]]:
                 "as long as its pod)",
             )
         ]
+    if spec.model.lora is not None:
+        return [
+            (
+                field,
+                "required for a LoRA job (spec.model.lora): the engines load every version's "
+                "adapter from the directory the trainer writes it to, whatever "
+                "spec.inference.weightSync says; name a ReadWriteMany PersistentVolumeClaim",
+            )
+        ]
     if spec.trainer.nodes > 1:
         return [
             (

@@ -116,12 +116,15 @@ def training_batch(step: int, model: Any) -> TrainBatch:
     )
 
 
-def job_spec(**training: object) -> Any:
-    """A CPU job spec for trainer tests (`training` sets `spec.training` fields)."""
+def job_spec(lora_rank: int = 0, **training: object) -> Any:
+    """A CPU job spec for trainer tests (`training` sets `spec.training` fields; `lora_rank`
+    above 0 trains a LoRA adapter of that rank on the attention projections)."""
     from dressage.api.job import AsyncRLJobSpec, ModelSpec, TrainerSpec, TrainingSpec
+    from dressage.api.lora import LoraSpec
 
+    lora = LoraSpec(rank=lora_rank, alpha=2.0 * lora_rank) if lora_rank else None
     return AsyncRLJobSpec(
-        model=ModelSpec(source="unused"),
+        model=ModelSpec(source="unused", lora=lora),
         trainer=TrainerSpec(gpus_per_node=0),
         training=TrainingSpec(**training),  # type: ignore[arg-type]
     )
@@ -201,6 +204,7 @@ def ddp_worker(
         shutdown_distributed,
     )
     from dressage.trainer.grpo import GRPOTrainer, TrainerConfig, load_policy
+    from dressage.trainer.lora import wrap_lora
     from dressage.trainer.session import TrainerSession
 
     parser = argparse.ArgumentParser()
@@ -217,6 +221,7 @@ def ddp_worker(
     parser.add_argument("--stale-optimizer", action="store_true")
     parser.add_argument("--reshard-run", nargs=2, action="append", default=[])
     parser.add_argument("--routing-replay", default="off", choices=("off", "record", "replay"))
+    parser.add_argument("--lora-rank", type=int, default=0)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     env = current_env()
@@ -231,7 +236,11 @@ def ddp_worker(
             activation_checkpointing=args.activation_checkpointing,
             routing_replay=args.routing_replay,
         )
-        trainer = GRPOTrainer(load_policy(args.model, device), config, env, device)
+        policy = load_policy(args.model, device)
+        if args.lora_rank:
+            torch.manual_seed(0)  # the same adapter init on every rank and in the reference
+            policy = wrap_lora(policy, job_spec(args.lora_rank).model.lora)
+        trainer = GRPOTrainer(policy, config, env, device)
         history = []
         for step in range(1, args.steps + 1):
             batch = broadcast_object(
@@ -252,6 +261,7 @@ def ddp_worker(
             reshard_run(args.model, Path(run), int(until), env, args.out, args.lr)
         if args.resume:
             spec = job_spec(
+                args.lora_rank,
                 learning_rate=args.lr,
                 precision=args.precision,
                 max_tokens_per_micro_batch=args.micro_tokens,

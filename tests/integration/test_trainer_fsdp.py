@@ -29,7 +29,9 @@ LR = 1e-2
 
 
 def _launch(model: Path, out: Path, *extra: str, worker: str = "dressage_testkit.trainer") -> Path:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    # The checkout's own testkit, not whichever the environment installed.
+    path = os.pathsep.join((str(ROOT), str(ROOT / "testkit")))
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         "-m", worker, "--model", str(model), "--out", str(out), *extra,

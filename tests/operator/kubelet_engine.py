@@ -11,7 +11,8 @@ def sglang_as_embedded(argv: list[str], release: str | None = None) -> list[str]
     SGLang `release` (None: the embedded engine's default).
 
     Mapped: `--model-path` (to `--model`), `--host`, `--port`, `--weight-version`,
-    `--max-queued-requests`. Accepted
+    `--max-queued-requests`; SGLang's LoRA flags (`--enable-lora`, `--max-lora-rank`,
+    `--lora-target-modules`, `--max-loras-per-batch`), which it takes as they are. Accepted
     and dropped: `--tp-size 1` (one process), `--dtype` (the embedded engine computes in
     float32), `--enable-metrics` (it serves no `/metrics`), `--enable-deterministic-inference`
     (it always draws from each request's seed), `--uvicorn-access-log-exclude-prefixes` and its
@@ -39,6 +40,19 @@ def sglang_as_embedded(argv: list[str], release: str | None = None) -> list[str]
             i += 2
         elif flag in ("--enable-metrics", "--enable-deterministic-inference"):
             i += 1
+        elif flag == "--enable-lora":  # the embedded engine takes SGLang's LoRA flags as is
+            out.append(flag)
+            i += 1
+        elif flag in ("--max-lora-rank", "--max-loras-per-batch"):
+            assert value is not None, flag
+            out += [flag, value]
+            i += 2
+        elif flag == "--lora-target-modules":
+            out.append(flag)
+            i += 1
+            while i < len(argv) and not argv[i].startswith("--"):
+                out.append(argv[i])
+                i += 1
         elif flag == "--uvicorn-access-log-exclude-prefixes":
             i += 1
             while i < len(argv) and not argv[i].startswith("--"):

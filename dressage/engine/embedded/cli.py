@@ -83,6 +83,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the SGLang release whose HTTP API to serve: its routes, weight-update protocol, "
         f"validation and answer shapes (default {DEFAULT_RELEASE}, the newest tested)",
     )
+    serve.add_argument(
+        "--enable-lora",
+        action="store_true",
+        help="serve LoRA adapters (/load_lora_adapter, /generate lora_path), as SGLang's flag",
+    )
+    serve.add_argument("--max-lora-rank", type=int, default=None, help="largest adapter rank")
+    serve.add_argument(
+        "--lora-target-modules", nargs="*", default=None, help="modules adapters may target"
+    )
+    serve.add_argument(
+        "--max-loras-per-batch", type=int, default=8, help="adapters per batch (SGLang's flag)"
+    )
     serve.add_argument("--log-level", default="warning")
 
 
@@ -95,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     import torch
 
+    from dressage.engine.embedded.config import LoraServing
     from dressage.engine.embedded.server import EngineConfig, EngineServer
     from dressage.model import resolve_model_source
 
@@ -129,6 +142,19 @@ def serve(args: argparse.Namespace) -> int:
                 max_queued_requests=args.max_queued_requests,
                 device=args.device,
                 sglang_release=args.sglang_release,
+                lora=(
+                    LoraServing(
+                        max_lora_rank=args.max_lora_rank,
+                        target_modules=(
+                            None
+                            if args.lora_target_modules is None
+                            else tuple(args.lora_target_modules)
+                        ),
+                        max_loras_per_batch=args.max_loras_per_batch,
+                    )
+                    if args.enable_lora
+                    else None
+                ),
             )
         )
     except (ValueError, OSError) as exc:

@@ -53,7 +53,9 @@ from tokenizers import Tokenizer
 
 from dressage.data.expert_routing import RoutedExperts
 from dressage.data.spans import VersionSpan, extend_spans, spans_to_sglang
+from dressage.engine.embedded.adapters import AdapterSet
 from dressage.engine.embedded.model import Decoder, KVCache, ModelShape, ModelWeights, new_routes
+from dressage.engine.embedded.model.lora import decode_by_weights
 from dressage.engine.embedded.pacing import SchedulerStats, StepPacer
 from dressage.engine.embedded.sampling import GREEDY_EPS, SamplingSpec, request_seed, sample
 from dressage.engine.protocol import SamplingParams
@@ -98,6 +100,8 @@ class Request:
     """When its first output token was produced (`time.monotonic`, as `created`)."""
     abort_cause: str | None = None
     """Why it was aborted: `request`, `pause`, `update` or `shutdown` (None: not aborted)."""
+    lora: str | None = None
+    """The LoRA adapter it runs with (`lora_path`; None: the base weights)."""
 
     @property
     def length(self) -> int:
@@ -142,6 +146,8 @@ class Scheduler:
         self.context_length = context_length
         self._version = weight_version
         self._weights: ModelWeights | None = None
+        self.adapters = AdapterSet()
+        """LoRA adapters by name (scheduler thread; `lora_load`/`lora_unload` commands)."""
         self.device = torch.device(device)
         """Where the weights, the KV cache and the forward passes live (sampling is on CPU)."""
         self._decoder = Decoder(shape, context_length, self.device)
@@ -220,6 +226,11 @@ class Scheduler:
         """A snapshot taken on the scheduler thread (what SGLang's `get_internal_state` asks
         its scheduler for): running, waiting, paused, version."""
         return self._put("state")
+
+    def adapter_command(self, kind: str, **args: Any) -> Future[Any]:
+        """`lora_load` (`name`, `path`, the adapter's `weights`) or `lora_unload` (`name`;
+        resolves to a future of the unload's answer), applied between two steps."""
+        return self._put(kind, **args)
 
     def has_rid(self, rid: str) -> Future[bool]:
         return self._put("has_rid", rid=rid)
@@ -326,6 +337,10 @@ class Scheduler:
                 self._running.clear()
             self._paused = self.paused = True
             return None
+        if command.kind == "lora_load":
+            return self.adapters.load(args["name"], args["path"], args["weights"])
+        if command.kind == "lora_unload":
+            return self.adapters.unload(args["name"], (r.lora for r in self._in_flight()))
         if command.kind == "resume":
             self._paused = self.paused = False
             return None
@@ -386,15 +401,17 @@ class Scheduler:
                 tokens = [*request.prompt_ids, *request.output_ids[:-1]]
                 self.stats.prefill_tokens += len(tokens)
                 routes = self._routes_for(request, len(tokens))
-                self._decoder.prefill(self._weights, self._cache, request.slot, tokens, routes)
+                weights = self.adapters.weights_for(request.lora, self._weights)
+                self._decoder.prefill(weights, self._cache, request.slot, tokens, routes)
                 request.routes = [] if routes is None else [routes]
                 request.cache_valid = True
                 self._running.append(request)
                 continue
             self.stats.prefill_tokens += len(request.prompt_ids)
             routes = self._routes_for(request, len(request.prompt_ids))
+            weights = self.adapters.weights_for(request.lora, self._weights)
             logits = self._decoder.prefill(
-                self._weights, self._cache, request.slot, request.prompt_ids, routes
+                weights, self._cache, request.slot, request.prompt_ids, routes
             )[-1]
             if routes is not None:
                 request.routes = [routes]
@@ -414,8 +431,10 @@ class Scheduler:
         order = sorted(batch, key=lambda r: r.slot if r.slot is not None else -1)
         routing = any(r.return_routed_experts for r in order)
         routes = new_routes(self.shape, len(order)) if routing else None
-        logits = self._decoder.decode(
-            self._weights,
+        base = self._weights
+        logits = decode_by_weights(
+            self._decoder,
+            [self.adapters.weights_for(r.lora, base) for r in order],
             self._cache,
             slots=[r.slot for r in order if r.slot is not None],
             tokens=[r.output_ids[-1] for r in order],
@@ -520,9 +539,14 @@ class Scheduler:
             self._free_slots.sort()
             request.slot = None
 
+    def _in_flight(self) -> list[Request]:
+        return [*self._running, *self._waiting]
+
     def _finish(self, request: Request, reason: dict[str, Any]) -> None:
         self._release_slot(request)
         request.finish_reason = reason
+        if request.lora is not None and self.adapters.unloading:
+            self.adapters.release(r.lora for r in self._in_flight() if r is not request)
         if self.on_finish is not None:
             try:
                 self.on_finish(request)

@@ -32,7 +32,7 @@ from tokenizers import Tokenizer
 
 from dressage.asgi import Answer, App, HttpRequest, Route, StreamAnswer
 from dressage.engine.embedded.config import EngineConfig
-from dressage.engine.embedded.endpoints import control, generation, weights
+from dressage.engine.embedded.endpoints import control, generation, lora, weights
 from dressage.engine.embedded.endpoints.common import guarded, not_routed
 from dressage.engine.embedded.endpoints.state import EngineState
 from dressage.engine.embedded.metrics import CONTENT_TYPE, EngineMetrics
@@ -61,6 +61,8 @@ ENDPOINTS: dict[str, Endpoint] = {
     "/end_weight_update": weights.end_weight_update,
     "/update_weights_from_distributed": weights.update_weights_from_distributed,
     "/flush_cache": weights.flush_cache,
+    "/load_lora_adapter": lora.load_lora_adapter,
+    "/unload_lora_adapter": lora.unload_lora_adapter,
     "/pause_generation": control.pause_generation,
     "/continue_generation": control.continue_generation,
     "/abort_request": control.abort_request,

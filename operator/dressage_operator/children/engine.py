@@ -95,8 +95,15 @@ def engine_command(job: AsyncRLJob) -> list[str]:
     if spec.rollout.routing_replay != "off":
         # The job model admits routing replay only with a release that has the flag (0.5.7).
         cmd.append("--enable-return-routed-experts")
+    cmd += lora_server_args(job)
     cmd += sglang_release.quiet_access_log_args(spec.inference.sglang_version)
     return cmd + list(spec.inference.extra_args)
+
+
+def lora_server_args(job: AsyncRLJob) -> list[str]:
+    """The engines' LoRA flags for a job that trains an adapter (`LoraSpec.server_args`)."""
+    lora = job.spec.model.lora
+    return [] if lora is None else lora.server_args()
 
 
 EMBEDDED_REQUESTS = DEFAULT_REQUESTS["embedded"]
@@ -136,6 +143,7 @@ def embedded_engine_command(job: AsyncRLJob, index: int) -> list[str]:
         str(embedded_threads(job)),
         "--sglang-release",
         embedded_release(job),
+        *lora_server_args(job),
     ]
 
 

@@ -71,6 +71,20 @@ def test_distributed_sync_needs_shared_storage_only_for_a_trainer_of_several_nod
         assert "model cache and the checkpoint directory" in errors[0][1]
 
 
+def test_a_lora_job_needs_shared_storage_even_with_distributed_sync() -> None:
+    """Its adapters reach the engines through the directory the trainer writes them to."""
+    body = _body(
+        model={"source": "Qwen/Qwen2.5-1.5B-Instruct", "lora": {"rank": 8}},
+        storage={"mountPath": "/data"},
+        inference={"weightSync": "distributed"},
+        trainer={"nodes": 1, "gpusPerNode": 1},
+    )
+    _, errors = spec_errors(body, "ns/job-a")
+    ((field, message),) = errors
+    assert field == "spec.storage.persistentVolumeClaim"
+    assert "spec.model.lora" in message
+
+
 def test_disk_sync_without_storage_names_the_distributed_alternative() -> None:
     _, errors = spec_errors(_body(storage={"mountPath": "/data"}), "ns/job-a")
     ((field, message),) = errors

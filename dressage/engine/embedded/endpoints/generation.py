@@ -238,6 +238,17 @@ async def generate(state: EngineState, request: HttpRequest) -> Answer | StreamA
     run.request.stream = req.stream
     run.request.return_routed_experts = req.return_routed_experts
     run.request.routed_experts_start_len = req.routed_experts_start_len
+    if req.lora_path is not None and state.config.lora is not None:
+        # Without --enable-lora the name is ignored (0.5.2 `_tokenize_one_request`:
+        # `if self.server_args.enable_lora and obj.lora_path`).
+        adapters = state.scheduler.adapters
+        if not adapters.serves(req.lora_path):
+            # 0.5.2 `LoRARegistry.acquire`'s ValueError, a 400 from the tokenizer manager.
+            return error_response(
+                f"The following requested LoRA adapters are not loaded: {req.lora_path}\n"
+                f"Loaded adapters: {sorted(adapters.paths)}."
+            )
+        run.request.lora = req.lora_path
     if req.stream:
         if state.queue_full():
             return json_response(QUEUE_FULL_BODY, 503)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from dressage.engine.embedded.model.moe import moe_forward, swiglu
 from dressage.engine.embedded.model.shape import ModelShape
-from dressage.engine.embedded.model.weights import LayerWeights, ModelWeights
+from dressage.engine.embedded.model.weights import LayerWeights, ModelWeights, project
 
 
 class KVCache:
@@ -156,9 +156,9 @@ class Decoder:
         s = self.shape
         b, t, _ = x.shape
         h = self._norm(x, layer["input_layernorm.weight"])
-        q = F.linear(h, layer["self_attn.q_proj.weight"], layer.get("self_attn.q_proj.bias"))
-        k = F.linear(h, layer["self_attn.k_proj.weight"], layer.get("self_attn.k_proj.bias"))
-        v = F.linear(h, layer["self_attn.v_proj.weight"], layer.get("self_attn.v_proj.bias"))
+        q = project(h, layer, "self_attn.q_proj")
+        k = project(h, layer, "self_attn.k_proj")
+        v = project(h, layer, "self_attn.v_proj")
         q = q.view(b, t, s.num_heads, s.head_dim)
         k = k.view(b, t, s.num_kv_heads, s.head_dim)
         if s.qk_norm:
@@ -188,7 +188,7 @@ class Decoder:
         out = torch.matmul(probs, values)  # [B, heads, Tq, d]
         b, _, tq, _ = out.shape
         flat = out.transpose(1, 2).reshape(b, tq, s.num_heads * s.head_dim)
-        return F.linear(flat, layer["self_attn.o_proj.weight"], layer.get("self_attn.o_proj.bias"))
+        return project(flat, layer, "self_attn.o_proj")
 
     def _mlp(
         self, index: int, layer: LayerWeights, x: torch.Tensor, routes: torch.Tensor | None

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from dressage.engine.embedded.model.shape import MoeShape
-from dressage.engine.embedded.model.weights import LayerWeights
+from dressage.engine.embedded.model.weights import LayerWeights, project
 
 
 def route(
@@ -31,9 +31,9 @@ def route(
 
 def swiglu(x: torch.Tensor, layer: LayerWeights, prefix: str) -> torch.Tensor:
     """The SwiGLU feed-forward whose weights are `{prefix}{gate,up,down}_proj.weight`."""
-    gate = F.linear(x, layer[prefix + "gate_proj.weight"])
-    up = F.linear(x, layer[prefix + "up_proj.weight"])
-    return F.linear(F.silu(gate) * up, layer[prefix + "down_proj.weight"])
+    gate = project(x, layer, prefix + "gate_proj")
+    up = project(x, layer, prefix + "up_proj")
+    return project(F.silu(gate) * up, layer, prefix + "down_proj")
 
 
 def experts_forward(

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 
 from dressage.engine.embedded.model.shape import ModelShape
@@ -36,6 +37,24 @@ class ModelWeights:
     layers: tuple[LayerWeights, ...]
     norm: torch.Tensor
     lm_head: torch.Tensor
+
+
+LORA_A, LORA_B = ".lora_A", ".lora_B"
+"""Suffixes of a LoRA adapter's matrices in an adapter's weight set, after the module's name:
+`self_attn.q_proj.lora_A` (`[r, in]`) and `.lora_B` (`[out, r]`, already scaled by
+`alpha / r`), beside the base's `self_attn.q_proj.weight` (see
+`dressage.engine.embedded.model.lora`)."""
+
+
+def project(x: torch.Tensor, layer: LayerWeights, module: str) -> torch.Tensor:
+    """The linear layer `module` of `layer` (`self_attn.q_proj`) applied to `x`, with its bias
+    when it has one, plus its LoRA adapter's update when the weight set carries one: PEFT's
+    `base(x) + B(A(x)) * scaling`, in that order."""
+    out = F.linear(x, layer[module + ".weight"], layer.get(module + ".bias"))
+    a = layer.get(module + LORA_A)
+    if a is not None:
+        out = out + F.linear(F.linear(x, a), layer[module + LORA_B])
+    return out
 
 
 def _mlp_shapes(h: int, inter: int, prefix: str) -> dict[str, tuple[int, ...]]:
