@@ -54,9 +54,7 @@ __all__ = [
     "by_reason", "counter", "figure", "figures_of", "gauge", "length_bucket", "line_parts",
     "ratios", "status_figures", "totals", "trainer_keys",
 ]  # fmt: skip
-LEDGER_ACCOUNTS = (
-    "trained", "masked", "dropped", "refused", "aborted", "evaluation", "surplus",
-)  # fmt: skip
+LEDGER_ACCOUNTS = ("trained", "masked", "dropped", "refused", "aborted", "evaluation", "surplus")
 """The token ledger's accounts (`dressage.rollout.ledger.Account`), exported at 0."""
 
 F = TypeVar("F", bound="StepFigures")

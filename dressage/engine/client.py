@@ -16,11 +16,10 @@ abort could land on other requests. After the retries, transport errors surface 
 `EngineUnavailable`; HTTP errors map to `EngineRequestError` (4xx), `EngineUnavailable` (503),
 `EngineServerError` (other 5xx).
 
-Idle connections. A pooled connection is dropped after `KEEPALIVE_EXPIRY_S` idle, shorter than
-the 5 s after which uvicorn (SGLang's server) closes an idle keep-alive connection. With equal
-timeouts a call made about 5 s after the previous one (a weight update once per training step)
-can be written into a connection the server is closing at that moment and fail with a read
-error, and a POST is never retried.
+Idle connections. A pooled connection is dropped after `KEEPALIVE_EXPIRY_S` idle, before
+uvicorn (SGLang's server) closes it at 5 s: with equal timeouts, a call about 5 s after the
+previous one (a weight update each step) can be written into a closing connection and fail
+with a read error, and a POST is never retried.
 
 SGLang releases. Features that arrived after `sglang_support.SGLANG_MIN_VERSION` are sent only
 to an engine whose release has them: the release comes from `sglang_version=` or, the first
@@ -479,10 +478,8 @@ class EngineClient:
         version = await self.sglang_version()
         lacking = missing(version, features)
         if lacking:
-            needs = "; ".join(f"{f.name} needs SGLang >= {f.since} ({f.what})" for f in lacking)
-            raise EngineVersionError(
-                f"the engine runs SGLang {version}: {needs}", url=self.base_url
-            )
+            need = "; ".join(f"{f.name} needs SGLang >= {f.since} ({f.what})" for f in lacking)
+            raise EngineVersionError(f"the engine runs SGLang {version}: {need}", url=self.base_url)
 
     async def _require_for(self, what: str, feature: Feature) -> None:
         version = await self.sglang_version()
@@ -544,8 +541,8 @@ class EngineClient:
 
     async def post(self, path: str, body: dict[str, Any], *, timeout_s: float | None = None) -> Any:
         """POST `body` to `path`; its JSON answer (an error status raised as for every call)."""
-        call = _call_timeout(timeout_s)
-        return self._json(await self._send("POST", path, json_body=body, request_timeout=call))
+        timeout = _call_timeout(timeout_s)
+        return self._json(await self._send("POST", path, json_body=body, request_timeout=timeout))
 
     # --- transport
 
