@@ -32,9 +32,10 @@ it measured), `.md` (the table) and `.png` (the plot) beside it.
         [--sync-placement P] [--budget-seconds S] [--out PATH] [--update-readme]
     python benchmarks/time_to_quality.py --render benchmarks/results/time_to_quality.json
 
-With the defaults: 15 runs of 300 steps (about 6-8 minutes each on two shared cores, sync the
-slowest) and the placement search, about 2 hours; `--quick` (3 settings, 1 seed, 4 steps) about
-a minute.
+With the defaults: the placement search (4 runs of 10 steps, 2 minutes) and 15 runs of 300
+steps, 4-7 minutes each on two cores at a load of 6-8 (the uncontrolled async run and sync the
+slowest, at about 1.2 s a step against auto's 0.65), 1.5-2 hours in all; `--quick` (3 settings,
+1 seed, 4 steps) about a minute.
 """
 
 from __future__ import annotations

@@ -216,3 +216,14 @@ def test_every_setting_is_a_valid_job(placement: str) -> None:
             assert spec.staleness.mode == "auto"
         if setting.key == "sync":
             assert spec.rollout.mode == "sync"
+
+
+def test_the_table_says_when_uncontrolled_async_lags_less_than_the_regime_asks() -> None:
+    results = _results()
+    for seed in results["settings"][1]["seeds"]:
+        seed["lag_mean"] = 1.5
+    text = report.render_markdown(results, report.build_rows(results))
+    assert "below the 4 versions" in text
+    assert "below the 4 versions" not in report.render_markdown(
+        _results(), report.build_rows(_results())
+    )
