@@ -357,10 +357,11 @@ BEGIN = (
 END = "<!-- end of staleness stress benchmark -->"
 
 
-def update_readme(readme: Path, block: str) -> None:
-    """Replace what stands between `BEGIN` and `END` in `readme` with `block`, nothing else."""
+def update_readme(readme: Path, block: str, *, begin: str = BEGIN, end: str = END) -> None:
+    """Replace what stands between `begin` and `end` (by default this benchmark's markers) in
+    `readme` with `block`, nothing else."""
     text = readme.read_text()
-    start, stop = text.find(BEGIN), text.find(END)
+    start, stop = text.find(begin), text.find(end)
     if start < 0 or stop < start:
-        raise ValueError(f"{readme}: no {BEGIN!r} ... {END!r} block")
-    readme.write_text(text[: start + len(BEGIN)] + "\n\n" + block + "\n" + text[stop:])
+        raise ValueError(f"{readme}: no {begin!r} ... {end!r} block")
+    readme.write_text(text[: start + len(begin)] + "\n\n" + block + "\n" + text[stop:])
