@@ -41,9 +41,8 @@ requests keep it from running; before 0.5.6 every update waits for in-flight req
 its own flush cannot fail. Distributed updates open a weight-update session where the release
 has them (`begin_weight_update` ... `end_weight_update`), found by asking.
 
-An injected `httpx.AsyncClient` (the proxy shares one across engines, a publisher one across
-its engines: `shared_http_client`) is used as is and never closed by this class; otherwise the
-client owns one and `aclose()` closes it.
+An injected `httpx.AsyncClient` (the proxy shares one across engines) is used as is and never
+closed by this class; otherwise the client owns one and `aclose()` closes it.
 """
 
 from __future__ import annotations
@@ -235,10 +234,12 @@ class EngineClient:
         *,
         abort_all_requests: bool = False,
         flush_cache: bool = True,
+        held: bool = True,
         timeout_s: float | None = None,
     ) -> UpdateWeightsResult:
         """Load new weights from `model_path`, label them `weight_version`, then flush the
-        cache (`flush_cache`; see the module docstring for the order).
+        cache (`flush_cache`; see the module docstring for the order). `held=False`: no
+        request is held by a pause (an `abort` pause), so the update flushes it: one request.
 
         `timeout_s` bounds the load (default: the client's control timeout); a large
         checkpoint read by every tensor-parallel rank can take minutes. Raises
@@ -254,7 +255,7 @@ class EngineClient:
         if not flush_cache:
             await self._require_for("flush_cache=False", UPDATE_FLUSH_CACHE)
             req.flush_cache = False
-        elif supports(await self.sglang_version(), UPDATE_FLUSH_CACHE):
+        elif held and supports(await self.sglang_version(), UPDATE_FLUSH_CACHE):
             req.flush_cache = False
             separate_flush = True
         response = await self._send(

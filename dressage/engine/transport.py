@@ -28,20 +28,12 @@ tls_context = functools.cache(lambda: httpx.create_ssl_context(trust_env=True))
 KEEPALIVE_EXPIRY_S = 2.0
 """Idle seconds after which the client drops a pooled connection (below servers' 5 s)."""
 OWN_LIMITS = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
+"""An engine client's own pool. Not one pool for a fleet: httpcore's pool walks its
+connections for every request, 8 ms of CPU a request across 512 engines against 0.6 to 1 ms
+with a pool each (`benchmarks/fleet_scale.py`'s engines, 2026-12-07)."""
 CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 """How a request on a connection the peer closed while idle fails (before any answer)."""
-
-
-def shared_http_client(engines: int) -> httpx.AsyncClient:
-    """One `httpx.AsyncClient` for the clients of `engines` engines (a publisher's): a
-    connection kept per engine, none refused for lack of a slot."""
-    limits = httpx.Limits(
-        max_connections=None,
-        max_keepalive_connections=max(20, engines),
-        keepalive_expiry=KEEPALIVE_EXPIRY_S,
-    )
-    return httpx.AsyncClient(limits=limits, verify=tls_context())
 
 
 class Trace:

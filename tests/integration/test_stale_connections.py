@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from dressage.engine import EngineClient, EngineUnavailable
-from dressage.engine.transport import shared_http_client
 
 ANSWER = b'{"success": true, "message": "ok"}'
 
@@ -89,10 +89,10 @@ async def test_an_idempotent_post_on_a_closed_pooled_connection_goes_again_on_a_
     assert engine.connections == 4
 
 
-async def test_a_shared_pool_sends_again_on_a_new_connection_of_its_own(
+async def test_an_injected_client_sends_again_on_a_new_connection_of_its_pool(
     engine: ClosingEngine,
 ) -> None:
-    async with shared_http_client(2) as http:
+    async with httpx.AsyncClient() as http:
         client = EngineClient(engine.url, client=http, sglang_version="0.5.23")
         assert await client.flush_cache()
         assert await client.flush_cache()
