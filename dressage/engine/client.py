@@ -1,6 +1,5 @@
-"""Async client for the SGLang HTTP API subset Dressage uses (shapes in `protocol`).
-
-The same client talks to SGLang servers on a cluster and to the embedded engine locally.
+"""Async client for the SGLang HTTP API subset Dressage uses (shapes in `protocol`), alike
+for SGLang servers on a cluster and for the embedded engine locally.
 
 Timeouts. Control calls (health, versions, pause, abort, weight updates) use `timeout`
 (default: 5 s to connect, 60 s for the rest; a weight update reads a checkpoint). Generation uses
@@ -16,10 +15,10 @@ abort could land on other requests. After the retries, transport errors surface 
 `EngineUnavailable`; HTTP errors map to `EngineRequestError` (4xx), `EngineUnavailable` (503),
 `EngineServerError` (other 5xx).
 
-Idle connections. A pooled connection is dropped after `KEEPALIVE_EXPIRY_S` idle, before
-uvicorn (SGLang's server) closes it at 5 s: with equal timeouts, a call about 5 s after the
-previous one (a weight update each step) can be written into a closing connection and fail
-with a read error, and a POST is never retried.
+Idle connections. A pooled connection is dropped after `KEEPALIVE_EXPIRY_S` idle, shorter than
+SGLang's 5 s keep-alive; a request that still meets a connection the engine closed (a busy
+caller's clock runs late) is sent once more on a fresh one where that is safe
+(`dressage.engine.transport`), the one exception to the rule above.
 
 SGLang releases. Features that arrived after `sglang_support.SGLANG_MIN_VERSION` are sent only
 to an engine whose release has them: the release comes from `sglang_version=` or, the first
@@ -48,7 +47,6 @@ closed by this class; otherwise the client owns one and `aclose()` closes it.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -95,6 +93,7 @@ from dressage.engine.sglang_support import (
     missing,
     supports,
 )
+from dressage.engine.transport import CONNECT_ERRORS, OWN_LIMITS, send, tls_context
 
 log = logging.getLogger("dressage.engine")
 
@@ -105,15 +104,6 @@ DEFAULT_GENERATE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 def _call_timeout(timeout_s: float | None) -> httpx.Timeout | None:
     """One call's bound in seconds as an httpx timeout (None: the client's control timeout)."""
     return None if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)
-
-
-# httpx's default TLS settings, built once: the CA bundle costs 90 ms per client to read, 90 s
-# for a publisher's clients of 1,024 engines (`benchmarks/fleet_scale.py`).
-_tls_context = functools.cache(lambda: httpx.create_ssl_context(trust_env=True))
-KEEPALIVE_EXPIRY_S = 2.0
-"""Idle seconds after which the client drops a pooled connection (below servers' 5 s)."""
-_LIMITS = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
-_CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
 class EngineClient:
@@ -146,11 +136,13 @@ class EngineClient:
         """Routes the engine answered 404 (its release has none of that name)."""
         self._sessions: bool | None = None
         """Whether the engine has weight-update sessions (None: not asked yet)."""
-        self._owns_client = client is None
+        self.stale_retries = 0
+        """Requests sent again because the engine had closed their idle pooled connection."""
+        self.owns_client = client is None
         self._client = (
             client
             if client is not None
-            else httpx.AsyncClient(limits=_LIMITS, verify=_tls_context())
+            else httpx.AsyncClient(limits=OWN_LIMITS, verify=tls_context())
         )
 
     async def __aenter__(self) -> EngineClient:
@@ -165,7 +157,7 @@ class EngineClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._owns_client:
+        if self.owns_client:
             await self._client.aclose()
 
     # --- generation
@@ -241,10 +233,12 @@ class EngineClient:
         *,
         abort_all_requests: bool = False,
         flush_cache: bool = True,
+        held: bool = True,
         timeout_s: float | None = None,
     ) -> UpdateWeightsResult:
         """Load new weights from `model_path`, label them `weight_version`, then flush the
-        cache (`flush_cache`; see the module docstring for the order).
+        cache (`flush_cache`; see the module docstring for the order). `held=False`: no
+        request is held by a pause (an `abort` pause), so the update flushes it: one request.
 
         `timeout_s` bounds the load (default: the client's control timeout); a large
         checkpoint read by every tensor-parallel rank can take minutes. Raises
@@ -260,7 +254,7 @@ class EngineClient:
         if not flush_cache:
             await self._require_for("flush_cache=False", UPDATE_FLUSH_CACHE)
             req.flush_cache = False
-        elif supports(await self.sglang_version(), UPDATE_FLUSH_CACHE):
+        elif held and supports(await self.sglang_version(), UPDATE_FLUSH_CACHE):
             req.flush_cache = False
             separate_flush = True
         response = await self._send(
@@ -268,6 +262,7 @@ class EngineClient:
             wire.UPDATE_WEIGHTS_FROM_DISK,
             json_body=req.model_dump(exclude_unset=True),
             request_timeout=_call_timeout(timeout_s),
+            idempotent=True,  # the same checkpoint and label again: the same weights
         )
         result = UpdateWeightsResult.model_validate(self._json(response))
         if not result.success:
@@ -284,7 +279,7 @@ class EngineClient:
         if timeout_s is not None:
             path += f"?timeout={timeout_s:g}"
         try:
-            await self._send("POST", path, json_body={})
+            await self._send("POST", path, json_body={}, idempotent=True)
         except EngineRequestError as exc:
             log.info(
                 "engine %s kept its prefix cache (requests still run): %s",
@@ -373,7 +368,7 @@ class EngineClient:
             return False
         body = BeginWeightUpdateRequest().model_dump(exclude_defaults=True)
         try:
-            await self._group_call(wire.BEGIN_WEIGHT_UPDATE, body, timeout_s)
+            await self._group_call(wire.BEGIN_WEIGHT_UPDATE, body, timeout_s, idempotent=True)
         except EngineRequestError as exc:
             if exc.status_code == 404:
                 self._sessions = False
@@ -405,13 +400,14 @@ class EngineClient:
         )
 
     async def _group_call(
-        self, path: str, body: dict[str, Any], timeout_s: float | None
+        self, path: str, body: dict[str, Any], timeout_s: float | None, *, idempotent: bool = False
     ) -> WeightsGroupResult:
         response = await self._send(
             "POST",
             path,
             json_body=body,
             request_timeout=_call_timeout(timeout_s),
+            idempotent=idempotent,
         )
         result = WeightsGroupResult.model_validate(self._json(response))
         if not result.success:
@@ -504,17 +500,16 @@ class EngineClient:
         req = PauseGenerationRequest.model_validate({"mode": mode})
         if req.mode != "abort":
             await self._require_for(f"pause mode {req.mode!r}", PAUSE_MODES)
-        await self._send(
-            "POST", wire.PAUSE_GENERATION, json_body=req.model_dump(exclude_defaults=True)
-        )
+        body = req.model_dump(exclude_defaults=True)
+        await self._send("POST", wire.PAUSE_GENERATION, json_body=body, idempotent=True)
 
     async def continue_generation(self) -> None:
-        await self._send("POST", wire.CONTINUE_GENERATION, json_body={})
+        await self._send("POST", wire.CONTINUE_GENERATION, json_body={}, idempotent=True)
 
     async def abort_request(self, rid: str | None = None, abort_all: bool = False) -> None:
         """Abort one request by rid, or all; an unknown rid is not an error (as in SGLang)."""
         body = AbortRequest(rid=rid, abort_all=abort_all).model_dump(exclude_none=True)
-        await self._send("POST", wire.ABORT_REQUEST, json_body=body)
+        await self._send("POST", wire.ABORT_REQUEST, json_body=body, idempotent=True)
 
     # --- health
 
@@ -561,16 +556,21 @@ class EngineClient:
         json_body: dict[str, Any] | None = None,
         request_timeout: httpx.Timeout | None = None,
         retries: int | None = None,
+        idempotent: bool | None = None,
     ) -> httpx.Response:
+        """`method path`, its HTTP error raised. `idempotent` (default: a GET): sending it twice
+        does what once does (`transport.send`)."""
         url = self.base_url + path
         attempts = 1 + (self._retries if retries is None else retries)
+        idempotent = method == "GET" if idempotent is None else idempotent
+        timeout = request_timeout or self._timeout
         for attempt in range(attempts):
             try:
-                response = await self._client.request(
-                    method, url, json=json_body, timeout=request_timeout or self._timeout
+                response = await send(
+                    self, self._client, method, url, json_body, timeout, idempotent
                 )
             except httpx.TransportError as exc:
-                retryable = isinstance(exc, _CONNECT_ERRORS) or method == "GET"
+                retryable = isinstance(exc, CONNECT_ERRORS) or method == "GET"
                 if not retryable or attempt == attempts - 1:
                     raise EngineUnavailable(f"{type(exc).__name__}: {exc}", url=url) from exc
                 await asyncio.sleep(0.1 * 2**attempt)

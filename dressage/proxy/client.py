@@ -19,6 +19,7 @@ prompt group; an error name that the proxy's staleness refusals answer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -453,23 +454,58 @@ class ProxyRolloutClient:
 
     async def pause(self, mode: str = "in_place") -> None:
         """Pause generation on every replica. With several, every replica's gate is closed
-        first (`"engines": false`) and only then are the engines paused: an engine paused by
-        one replica aborts the generations of all, and a replica whose gate were still open
-        would take such an abort for a client's and end the turn short instead of resuming
-        it."""
-        reached = None
+        first (`"engines": false`) and only then are the engines paused, by one replica (the
+        first that answers): an engine paused by one replica aborts the generations of all,
+        and a replica whose gate were still open would take such an abort for a client's and
+        end the turn short instead of resuming it. One replica commanding the engines, not
+        each, keeps a publish's proxy work at one request per engine whatever the replicas."""
         if len(self.replicas) > 1:
             gated = await self._fan_out(
                 "POST", "/pause_generation", {"mode": mode, "engines": False}
             )
-            reached = list(gated)
-        await self._fan_out("POST", "/pause_generation", {"mode": mode}, replicas=reached)
+            await self._through_one("/pause_generation", {"mode": mode}, list(gated))
+            return
+        await self._fan_out("POST", "/pause_generation", {"mode": mode})
 
     async def resume(self, weight_version: str | None = None) -> None:
         """Continue generation on every replica; with `weight_version`, they route only to
-        engines that serve it from now on."""
-        body = {} if weight_version is None else {"weight_version": weight_version}
-        await self._fan_out("POST", "/continue_generation", body)
+        engines that serve it from now on. With several, one replica continues the engines
+        and the others open their gates (`"engines": false`); when that one fails, every
+        replica continues the engines."""
+        body: dict[str, Any] = {} if weight_version is None else {"weight_version": weight_version}
+        await self._refresh()
+        if len(self.replicas) < 2:
+            await self._fan_out("POST", "/continue_generation", body)
+            return
+        replicas = list(self.replicas)
+        try:
+            first = await self._through_one("/continue_generation", body, replicas)
+        except RolloutError:
+            # An engine did not continue, or no replica answered: every replica continues
+            # every engine then, as each did before; the first error is the one raised.
+            with contextlib.suppress(RolloutError):
+                await self._fan_out("POST", "/continue_generation", body, replicas=replicas)
+            raise
+        rest = [url for url in replicas if url not in first]
+        if rest:
+            await self._fan_out(
+                "POST", "/continue_generation", {**body, "engines": False}, replicas=rest
+            )
+
+    async def _through_one(
+        self, path: str, body: Mapping[str, Any], replicas: Sequence[str]
+    ) -> dict[str, Any]:
+        """`POST path` on the first of `replicas` that answers (its answer, by URL); one that
+        refuses raises, one that does not answer passes it to the next."""
+        lost: RolloutError | None = None
+        for url in replicas:
+            try:
+                return await self._fan_out("POST", path, body, replicas=[url])
+            except RolloutError as exc:
+                if exc.status is not None:
+                    raise
+                lost = lost or exc
+        raise lost or RolloutError("no proxy replica to send " + path)
 
     async def engines(self) -> EngineSet:
         """The engines behind the proxy replicas and the weight version they route to

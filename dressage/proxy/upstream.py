@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from dressage.engine.client import KEEPALIVE_EXPIRY_S
+from dressage.engine.transport import KEEPALIVE_EXPIRY_S
 
 
 class UpstreamError(Exception):

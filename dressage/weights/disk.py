@@ -94,7 +94,8 @@ class DiskPublisher(Publisher):
                 raise
             failures: dict[str, BaseException] | None = None
             try:
-                failures = await self._update(urls, model_path, version)
+                held = self.pause_mode != "abort"  # else nothing is held: one request each
+                failures = await self._update(urls, model_path, version, held=held)
             finally:
                 # The proxy routes to the new version once an engine serves it (or when there
                 # was none to update: whichever engine comes is caught up to it).
@@ -160,13 +161,16 @@ class DiskPublisher(Publisher):
     # --- internals
 
     async def _update(
-        self, urls: Sequence[str], model_path: Path, version: str
+        self, urls: Sequence[str], model_path: Path, version: str, *, held: bool = True
     ) -> dict[str, BaseException]:
-        """Load `model_path` as `version` on each of `urls`; the failures by URL."""
+        """Load `model_path` as `version` on each of `urls`; the failures by URL. Every engine
+        at once, each through its own client (one connection pool each: a pool shared by a
+        thousand engines costs more CPU per request than it saves). `held=False` (under an
+        `abort` pause): each update flushes the cache itself, one request per engine."""
         results = await asyncio.gather(
             *(
                 self.source.client(url).update_weights_from_disk(
-                    str(model_path), version, timeout_s=self.update_timeout_s
+                    str(model_path), version, held=held, timeout_s=self.update_timeout_s
                 )
                 for url in urls
             ),

@@ -40,7 +40,13 @@ KEEPALIVE_TIMEOUT_S = 5.0
 class SimFleet:
     """`count` simulated engines serving on loopback (an async context manager)."""
 
-    def __init__(self, count: int, settings: SimSettings | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        settings: SimSettings | None = None,
+        *,
+        keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
+    ) -> None:
         if count < 1:
             raise ValueError(f"count: at least one engine, got {count}")
         self.settings = settings or SimSettings()
@@ -54,8 +60,14 @@ class SimFleet:
         # own default (75 s) would hold a thousand engines' idle connections open 15 times
         # longer than an engine does, past the process's file limit.
         self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S
+            app, access_log=None, handle_signals=False, keepalive_timeout=keepalive_timeout_s
         )
+
+    @property
+    def open_connections(self) -> int:
+        """Connections the engines hold open (idle ones until their keep-alive timeout)."""
+        server = self._runner.server
+        return 0 if server is None else len(server.connections)
 
     @property
     def urls(self) -> list[str]:

@@ -26,7 +26,7 @@ from dressage.rollout.sync_rollout import SyncCollector
 from dressage.weights.disk import DiskPublisher
 from dressage.weights.engines import ProxyEngines
 from tests.integration.proxy_support import wait_for
-from tests.scripted_http import Answer, scripted_server
+from tests.scripted_http import Answer, Status, scripted_server
 
 pytestmark = pytest.mark.integration
 
@@ -266,9 +266,47 @@ async def test_every_replicas_gate_closes_before_any_replica_pauses_the_engines(
             await client.aclose()
     gates = [i for i, (_, r) in enumerate(seen) if r.get("engines") is False]
     pauses = [i for i, (_, r) in enumerate(seen) if "engines" not in r]
-    assert sorted(name for name, r in seen if "engines" not in r) == ["a", "b"]
+    # One replica pauses the engines: a publish costs one request per engine, not per replica.
+    assert [name for name, r in seen if "engines" not in r] == ["a"]
     assert len(gates) == 2
     assert max(gates) < min(pauses), seen
+
+
+@pytest.mark.parametrize("first_refuses", [False, True], ids=["answers", "refuses"])
+async def test_one_replica_continues_the_engines_and_every_gate_opens(first_refuses: bool) -> None:
+    """Continue through one replica, the others' gates only; when it refuses (an engine did
+    not take the continue) every replica continues the engines, and its error is raised."""
+    seen: list[tuple[str, dict[str, object]]] = []
+
+    def replica(name: str, refuse: bool) -> Answer:
+        async def answer(path: str, body: bytes) -> object:
+            request = json.loads(body or b"{}")
+            seen.append((name, request))
+            if refuse and request.get("engines") is not False:
+                return Status(502, {"error": {"message": "an engine did not continue"}})
+            return {"paused": False, "epoch": 1, "engines": {}}
+
+        return answer
+
+    async with (
+        scripted_server(replica("a", first_refuses)) as a,
+        scripted_server(replica("b", False)) as b,
+    ):
+        client = ProxyRolloutClient([a, b])
+        try:
+            if first_refuses:
+                with pytest.raises(RolloutError):
+                    await client.resume("v1")
+            else:
+                await client.resume("v1")
+        finally:
+            await client.aclose()
+    full = {"weight_version": "v1"}
+    assert seen[0] == ("a", full)
+    if first_refuses:  # every replica continues the engines, as before
+        assert sorted(seen[1:], key=lambda call: call[0]) == [("a", full), ("b", full)]
+    else:
+        assert seen[1:] == [("b", {"weight_version": "v1", "engines": False})]
 
 
 async def test_a_restarted_replica_is_told_the_current_version_by_the_catch_up(
@@ -319,7 +357,13 @@ async def test_the_gate_only_pause_and_the_mark_only_drain_name_a_bad_value(
             assert gate.status_code == 200
             assert gate.json()["engines"] == {}  # no engine was commanded
             assert (await _health(p.base_url))["paused"] is True
-            await http.post("/continue_generation", json={})
+            bad = await http.post("/continue_generation", json={"engines": "no"})
+            assert bad.status_code == 400
+            assert bad.json()["error"]["param"] == "engines"
+            gate = await http.post("/continue_generation", json={"engines": False})
+            assert gate.status_code == 200
+            assert gate.json()["engines"] == {}
+            assert (await _health(p.base_url))["paused"] is False
             bad = await http.post(
                 "/dressage/engines/drain", json={"url": engine.base_url, "abort": 1}
             )

@@ -123,3 +123,24 @@ async def test_distributed_updates_need_a_session_and_a_group_on_0_5_23() -> Non
         metrics = (await http.get("/metrics")).text
         labels = 'model_name="sim",engine_type="unified",is_streaming="false"'
         assert f"sglang:num_requests_total{{{labels}}}" in metrics
+
+
+async def test_a_client_whose_idle_clock_runs_late_meets_no_closed_connection() -> None:
+    """Engines close an idle connection after `keepalive_timeout_s` (SGLang's uvicorn: 5 s);
+    a client that keeps its pooled connections longer (a publisher whose busy loop starts
+    that clock late) sends its next update and flush after the engines closed them: they
+    succeed (a new connection, or the same request once more), no ReadError."""
+    settings = SimSettings(token_latency_s=0.0, release="0.5.23")
+    limits = httpx.Limits(keepalive_expiry=60.0)
+    async with (
+        SimFleet(2, settings, keepalive_timeout_s=0.05) as fleet,
+        httpx.AsyncClient(limits=limits) as http,
+    ):
+        clients = [EngineClient(url, client=http) for url in fleet.urls]
+        for version in ("1", "2", "3"):
+            await asyncio.gather(*(c.update_weights_from_disk("/ckpt", version) for c in clients))
+            async with asyncio.timeout(10):
+                # The engines' idle timeout closes them all (aiohttp tells no one: polled).
+                while fleet.open_connections:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+        assert [await c.get_weight_version() for c in clients] == ["3", "3"]

@@ -26,12 +26,14 @@ class SlowEngine:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.paths: list[str] = []
+        self.updates: list[dict[str, object]] = []
         self.version = "v0"
 
     async def answer(self, path: str, body: bytes) -> object:
         self.paths.append(path)
         if path == "/update_weights_from_disk":
             await self.release.wait()
+            self.updates.append(json.loads(body))
             self.version = json.loads(body)["weight_version"]
             return {"success": True, "message": "updated", "num_paused_requests": 0}
         if path == "/model_info":
@@ -72,22 +74,37 @@ async def test_an_update_past_its_time_bound_fails_and_generation_still_continue
     ]
 
 
-async def test_an_update_within_its_time_bound_publishes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pause_mode", ["abort", "in_place"])
+async def test_an_update_within_its_time_bound_publishes(tmp_path: Path, pause_mode: str) -> None:
     engine = SlowEngine()
     engine.release.set()
     async with engine.serving() as url:
-        publisher = DiskPublisher(FixedEngines([url]), pause_mode="abort", update_timeout_s=30.0)
+        publisher = DiskPublisher(
+            FixedEngines([url]), pause_mode=pause_mode, update_timeout_s=30.0
+        )
         try:
             await publisher.publish(tmp_path, "v1")
         finally:
             await publisher.aclose()
-    # The cache is flushed once the new weights carry their label, before generation goes on.
+    if pause_mode == "abort":
+        # Nothing is held: the update flushes the cache itself (0.5.23's
+        # `UpdateWeightFromDiskReqInput.flush_cache: bool = True`), one request per engine.
+        assert engine.commands == [
+            "/pause_generation",
+            "/update_weights_from_disk",
+            "/continue_generation",
+        ]
+        assert "flush_cache" not in engine.updates[0]
+        return
+    # Held requests would make 0.5.23 refuse the update's own flush: the cache is flushed
+    # once the new weights carry their label, before generation goes on.
     assert engine.commands == [
         "/pause_generation",
         "/update_weights_from_disk",
         "/flush_cache",
         "/continue_generation",
     ]
+    assert engine.updates[0]["flush_cache"] is False
 
 
 class _Session:

@@ -2,9 +2,10 @@
 (`/dressage/engines`, `/dressage/weight_version`), `/health`, `/metrics`.
 
 Pause closes the proxy's gate (new generations wait) and then pauses every engine; continue
-resumes the engines and then opens the gate. `{"mode", "engines": false}` closes the gate only:
-with several proxy replicas in front of one engine set, the client closes every replica's gate
-before any replica pauses the engines, since an engine's pause aborts the generations of all
+resumes the engines and then opens the gate. `{"mode", "engines": false}` closes the gate only,
+and `/continue_generation` `{"engines": false}` opens it only: with several proxy replicas in
+front of one engine set, the client closes every replica's gate before one replica pauses the
+engines (and one continues them), since an engine's pause aborts the generations of all
 replicas and a replica must know such an abort for a pause's (`dressage.proxy.client`).
 The answer reports each engine's result, 502 `engine_error` when one did not take the
 command. Engines whose SGLang release predates the pause modes (before 0.5.6) get the body
@@ -72,7 +73,12 @@ async def continue_generation(
 ) -> Answer:
     stated = "weight_version" in body
     version = _weight_version(body) if stated else None
-    failures = await _broadcast(state, CONTINUE_GENERATION, {})
+    to_engines = body.get("engines", True)
+    if not isinstance(to_engines, bool):
+        raise invalid("engines must be true or false (false: open the gate only)", "engines")
+    failures = _Results({}, set())
+    if to_engines:
+        failures = await _broadcast(state, CONTINUE_GENERATION, {})
     if stated:
         await _apply_weight_version(state, version)
     state.gate.resume()
