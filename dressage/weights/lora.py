@@ -74,8 +74,10 @@ class LoraPublisher(DiskPublisher):
         self._unloads: set[asyncio.Task[None]] = set()
 
     async def _update(
-        self, urls: Sequence[str], model_path: Path, version: str
+        self, urls: Sequence[str], model_path: Path, version: str, *, held: bool = True
     ) -> dict[str, BaseException]:
+        """Load the adapter as `version` on each of `urls` (`held` does not apply: loading an
+        adapter leaves the base weights and the cache as they are)."""
         if not is_adapter(model_path):
             return {}  # the base model: what every engine serves without an adapter
         results = await asyncio.gather(
