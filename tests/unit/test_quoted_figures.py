@@ -112,7 +112,8 @@ def problems(quote: Quote, root: Path = ROOT) -> list[str]:
     results = json.loads(path.read_text(encoding="utf-8"))
     view = VIEWS.get(path.name, lambda r: r)(results)
     found = []
-    if "date" in results and results["date"] != quote.date:
+    # A file's date may carry the time of day after it ("2026-12-07 03:34 UTC").
+    if "date" in results and str(results["date"]).split(" ", 1)[0] != quote.date:
         found.append(f"{where}: the marker says {quote.date}, the file {results['date']}")
     if quote.date not in quote.text:
         found.append(f"{where}: the text does not give the date {quote.date}")
