@@ -188,12 +188,18 @@ class DiskPublisher(Publisher):
         if self.current is None:
             return []
         model_path, version = self.current
-        lagging = await self.source.lagging(version)
+        return await self._bring_up(await self.source.lagging(version), model_path, version)
+
+    async def _bring_up(
+        self, lagging: Sequence[str], model_path: Path, version: str, what: str = "weight version"
+    ) -> list[str]:
+        """Load `version` on the `lagging` engines; the ones that took it. A failure is logged
+        and the engine stays out of routing, or raised where nothing routes around it."""
         if not lagging:
             return []
         failures = await self._update(lagging, model_path, version)
         for url, exc in failures.items():
-            log.warning("engine %s could not load weight version %s: %s", url, version, exc)
+            log.warning("engine %s could not load %s %s: %s", url, what, version, exc)
         updated = [url for url in lagging if url not in failures]
         if updated:
             await self.source.caught_up(version)

@@ -129,17 +129,7 @@ class LoraPublisher(DiskPublisher):
             return []
         urls = await self.source.targets()
         lagging = [url for url in urls if version not in self.loaded.get(url, [])]
-        if not lagging:
-            return []
-        failures = await self._update(lagging, model_path, version)
-        for url, exc in failures.items():
-            log.warning("engine %s could not load LoRA adapter %s: %s", url, version, exc)
-        updated = [url for url in lagging if url not in failures]
-        if updated:
-            await self.source.caught_up(version)
-        if failures and not self.source.routed:
-            raise next(iter(failures.values()))
-        return updated
+        return await self._bring_up(lagging, model_path, version, "LoRA adapter")
 
     async def aclose(self) -> None:
         for task in list(self._unloads):
