@@ -15,9 +15,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase's wall time, printed as it ends, so a slow machine or a slow phase shows at once.
+phase_start=$SECONDS
+took() { echo "== took $((SECONDS - phase_start)) s: $1"; phase_start=$SECONDS; }
+
 bash scripts/setup.sh
 bash scripts/install-tools.sh
 export PATH="$PWD/.tools/bin:$PWD/.venv/bin:$PATH"
+took "setup and tools"
 
 echo "== ruff"
 ruff check .
@@ -25,12 +30,14 @@ echo "== mypy"
 mypy
 echo "== import contract (pyproject.toml [tool.importlinter])"
 lint-imports --no-cache
+took "ruff, mypy and the import contract"
 
 failed=()
 echo "== pytest (all but the contract tier)"
 workers=(-n "${DRESSAGE_TEST_WORKERS:-2}" --dist loadfile)
 python -m pytest --ignore=tests/contract --ignore=tests/images "${workers[@]}" "$@" \
   || failed+=("the suite")
+took "pytest (all but the contract and images tiers)"
 read -r -a releases <<< "$(python -c \
   'from dressage.api.sglang import SGLANG_TESTED_RELEASES as r; print(*r)')"
 logs=$(mktemp -d)
@@ -55,6 +62,8 @@ status=0
 wait "$images_pid" || status=$?
 cat "$logs/images.log"
 [ "$status" -eq 0 ] || failed+=("the images tier")
+took "the contract tiers and the images tier, side by side"
+echo "== the whole test command took $SECONDS s"
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf '== FAILED: %s\n' "${failed[@]}"
