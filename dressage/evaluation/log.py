@@ -8,44 +8,34 @@ best-version pin read it back.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dressage.data.jsonl import JsonLines
 from dressage.evaluation.figures import Evaluation
 
 EVALUATIONS = "evaluations.jsonl"
 
 
-class EvaluationLog:
+class EvaluationLog(JsonLines):
     """Append-only held-out evaluations in `<run>/evaluations.jsonl`."""
 
     def __init__(self, run_root: Path) -> None:
-        self.path = Path(run_root) / EVALUATIONS
-
-    def read(self) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        super().__init__(Path(run_root) / EVALUATIONS)
 
     def truncate(self, step: int) -> None:
         """Forget evaluations of versions past `step` (a resumed run evaluates them again)."""
         if self.path.is_file():
-            kept = [r for r in self.read() if int(r.get("step", 0)) <= step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            self.rewrite(r for r in self.read() if int(r.get("step", 0)) <= step)
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Add `record`, in place of an earlier one of its version (a resumed run evaluates
         the version it resumes at again)."""
-        earlier = [r for r in self.read() if r.get("version") == record.get("version")]
-        if earlier:
-            kept = [r for r in self.read() if r.get("version") != record.get("version")]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(dict(record)) + "\n")
+        records = self.read()
+        if any(r.get("version") == record.get("version") for r in records):
+            self.rewrite(r for r in records if r.get("version") != record.get("version"))
+        super().append(record)
 
     def evaluations(self) -> list[Evaluation]:
         return [Evaluation.from_dict(r) for r in self.read()]

@@ -29,6 +29,7 @@ from statistics import fmean
 from typing import Any
 
 from dressage.api.figures import FigureKind, StepFigures, figure, figures_of, ratios, totals
+from dressage.data.jsonl import JsonLines
 from dressage.evaluation.figures import Evaluation, best
 from dressage.evaluation.log import EvaluationLog
 from dressage.rollout.collector import SHUTDOWN
@@ -101,23 +102,15 @@ PLOTS: dict[str, Plot] = {
 """Each plot's file and what it draws."""
 
 
-class History:
+class History(JsonLines):
     """Append-only per-step records in `<run>/history.jsonl`."""
 
     def __init__(self, run_root: Path) -> None:
-        self.path = Path(run_root) / HISTORY
-
-    def read(self) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        super().__init__(Path(run_root) / HISTORY)
 
     def truncate(self, step: int) -> None:
         """Keep only records of steps `<= step` (the checkpoint a run resumes from)."""
-        kept = [r for r in self.read() if int(r["step"]) <= step]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        self.rewrite(r for r in self.read() if int(r["step"]) <= step)
 
     def resume(self, step: int, record: Mapping[str, Any] | None) -> None:
         """Line the history up with the checkpoint of `step`: drop later records, and append
@@ -127,11 +120,6 @@ class History:
         missing = not records or int(records[-1]["step"]) < step
         if record is not None and int(record["step"]) == step and missing:
             self.append(record)
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(dict(record)) + "\n")
 
 
 def evaluation_report(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
