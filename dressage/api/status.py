@@ -196,6 +196,20 @@ class EvaluationStatus(ApiModel):
     """Evaluations the job has run (its `dressage_eval_runs_total`)."""
 
 
+class AdapterStatus(ApiModel):
+    """The adapter a job trains instead of its full weights (`spec.model.lora`): each weight
+    version after `v0` is this adapter, published alone and loaded by name on the engines."""
+
+    type: str = "lora"
+    """The kind of adapter (only `lora`)."""
+    rank: int
+    """The adapter's rank `r`."""
+    alpha: float
+    """`lora_alpha`: the adapter's update is scaled by `alpha / rank`."""
+    target_modules: list[str] = Field(default_factory=list)
+    """The linear layers that carry the adapter."""
+
+
 class AsyncRLJobStatus(ApiModel):
     """Observed state of an asynchronous RL job."""
 
@@ -227,6 +241,9 @@ class AsyncRLJobStatus(ApiModel):
     evaluation: EvaluationStatus | None = None
     """Held-out evaluation figures from the job's metrics (latest and best version); absent
     until the job exports an evaluation."""
+    adapter: AdapterStatus | None = None
+    """The LoRA adapter the job trains (from `spec.model.lora`); absent when it trains the
+    full weights."""
     start_time: str | None = None
     """When the job's pods were first created (or the job was last resumed)."""
     completion_time: str | None = None

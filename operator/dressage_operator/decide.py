@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 
 from dressage.api.job import AsyncRLJob
 from dressage.api.status import (
+    AdapterStatus,
     AsyncRLJobStatus,
     ConditionType,
     InferenceStatus,
@@ -186,6 +187,7 @@ class _Decider:
         if release.warn:
             self.event("Warning", release.reason, release.message)
         self.apply_scrape()
+        self.describe_adapter()
         failed = self.conds.get(ConditionType.FAILED)
         refused = (REASON_INVALID_SPEC, REASON_LIMIT_EXCEEDED)
         # A child the API server refused fails its spec generation only (`settle`).
@@ -214,6 +216,14 @@ class _Decider:
         self.name_pod_problems()
         self.autoscale()
         return self.plan
+
+    def describe_adapter(self) -> None:
+        """`status.adapter`: the LoRA adapter the spec trains (None for full weights); the
+        status write patches it only when it changed."""
+        lora = self.spec.model.lora
+        self.st.adapter = None if lora is None else AdapterStatus(
+            rank=lora.rank, alpha=lora.alpha, target_modules=list(lora.target_modules)
+        )
 
     def name_pod_problems(self) -> None:
         """What keeps the job's pods from starting or running, on the top line, in condition

@@ -435,3 +435,16 @@ def test_a_job_in_auto_mode_shows_whether_its_budget_is_met_and_scales_for_it() 
     assert all(c.type != "StalenessBudgetMet" for c in fixed.status.conditions)
     assert fixed.status.autoscaling is not None
     assert fixed.status.autoscaling.budget is None
+
+
+def test_the_status_says_the_job_trains_a_lora_adapter() -> None:
+    lora = {"rank": 8, "alpha": 16, "targetModules": ["q_proj", "v_proj"]}
+    plan = decide_for(cluster_job(model={"source": "builtin:tiny", "lora": lora}))
+    wire = plan.status.to_wire()
+    assert wire["adapter"] == {
+        "type": "lora", "rank": 8, "alpha": 16.0, "targetModules": ["q_proj", "v_proj"]
+    }
+    # Written once: the next cycle computes the same status field, so no change to patch.
+    again = decide_for(cluster_job(model={"source": "builtin:tiny", "lora": lora}), plan.status)
+    assert again.status.to_wire()["adapter"] == wire["adapter"]
+    assert "adapter" not in decide_for(cluster_job()).status.to_wire()
