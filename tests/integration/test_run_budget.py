@@ -16,7 +16,7 @@ from tests.integration.test_run_local import Runner
 pytestmark = pytest.mark.integration
 JOB = "budget-run"
 MAX_LAG = 1
-STEPS = 4
+STEPS = 6
 
 
 def _manifest(tmp: Path, separate: bool) -> Path:
