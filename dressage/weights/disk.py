@@ -176,13 +176,7 @@ class DiskPublisher(Publisher):
             ),
             return_exceptions=True,
         )
-        failures: dict[str, BaseException] = {}
-        for url, result in zip(urls, results, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if isinstance(result, BaseException):
-                failures[url] = result
-        return failures
+        return failures_by_url(urls, results)
 
     async def _catch_up_locked(self) -> list[str]:
         if self.current is None:
@@ -223,3 +217,17 @@ class DiskPublisher(Publisher):
                 continue
             if updated:
                 log.info("engines %s caught up", ", ".join(updated))
+
+
+def failures_by_url(
+    urls: Sequence[str], results: Sequence[object]
+) -> dict[str, BaseException]:
+    """The failures of one `gather(..., return_exceptions=True)` over `urls`, by URL; a
+    cancellation is raised, not counted as an engine's failure."""
+    failures: dict[str, BaseException] = {}
+    for url, result in zip(urls, results, strict=True):
+        if isinstance(result, asyncio.CancelledError):
+            raise result
+        if isinstance(result, BaseException):
+            failures[url] = result
+    return failures

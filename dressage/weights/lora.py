@@ -32,7 +32,7 @@ from pathlib import Path
 from dressage.api.lora import ADAPTERS_KEPT
 from dressage.engine.errors import EngineRequestError
 from dressage.engine.lora import load_lora_adapter, unload_lora_adapter
-from dressage.weights.disk import CATCH_UP_INTERVAL_S, DiskPublisher
+from dressage.weights.disk import CATCH_UP_INTERVAL_S, DiskPublisher, failures_by_url
 from dressage.weights.engines import EngineSource
 
 log = logging.getLogger("dressage.publish")
@@ -83,13 +83,7 @@ class LoraPublisher(DiskPublisher):
         results = await asyncio.gather(
             *(self._load(url, model_path, version) for url in urls), return_exceptions=True
         )
-        failures: dict[str, BaseException] = {}
-        for url, result in zip(urls, results, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if isinstance(result, BaseException):
-                failures[url] = result
-        return failures
+        return failures_by_url(urls, results)
 
     async def _load(self, url: str, model_path: Path, version: str) -> None:
         client = self.source.client(url)
