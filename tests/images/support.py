@@ -198,3 +198,25 @@ def ensure_images() -> Images:
     output when it fails, and when podman cannot run (`podman_unavailable_reason`)."""
     with _lock:
         return _built()
+
+
+def main() -> int:
+    """`python -m tests.images.support`: build the images (`ensure_images`) ahead of the images
+    tier, as `scripts/test.sh` does in the background while the rest of the suite runs. Exits 0
+    when podman cannot run here (the tier itself then skips or fails, with the reason) and 1
+    when the build fails (the tier's own `ensure_images` then runs it again and reports it)."""
+    reason = podman_unavailable_reason()
+    if reason is not None:
+        print(f"images not built: {reason}")
+        return 0
+    try:
+        images = ensure_images()
+    except (PodmanError, subprocess.TimeoutExpired) as exc:
+        print(f"images build failed: {exc}")
+        return 1
+    print(f"images built in {images.build_seconds:.0f} s: {', '.join(images.all().values())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
