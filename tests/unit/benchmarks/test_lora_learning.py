@@ -87,4 +87,24 @@ def test_a_setting_s_row() -> None:
     assert row["step_seconds_median"] == pytest.approx(0.3 + 0.05 * 10.5, abs=1e-3)
     assert row["trainer_peak_rss_mib"] == 2048.0
     assert (row["trainable_parameters"], row["publish_bytes"]) == (10, 99)
-    assert "lora | 20 | 0.200 | 0.600 | 0.400" in lora_learning.table([row])
+    table = lora_learning.table([lora_learning.mean_row("lora", "x.yaml", [row])])
+    assert "lora | 20 | 1 | 0.200 | 0.600 | 0.400 | 0.400" in table
+
+
+def test_a_settings_row_averages_the_rewards_over_its_seeds() -> None:
+    per_seed = [
+        {"setting": "lora", "steps": 150, "reward_first": 0.3, "reward_last": 0.7,
+         "reward_rise": 0.4, "step_seconds_median": 0.2, "publish_seconds_median": 0.01,
+         "trainer_peak_rss_mib": 600.0, "trainable_parameters": 10, "publish_bytes": 99},
+        {"setting": "lora", "steps": 150, "reward_first": 0.2, "reward_last": 0.8,
+         "reward_rise": 0.6, "step_seconds_median": 0.4, "publish_seconds_median": 0.03,
+         "trainer_peak_rss_mib": None, "trainable_parameters": 10, "publish_bytes": 99},
+    ]
+    row = lora_learning.mean_row("lora", "examples/local-lora.yaml", per_seed)
+    assert row["reward_rise"] == pytest.approx(0.5)
+    assert row["reward_first"] == pytest.approx(0.25)
+    assert row["rise_by_seed"] == [0.4, 0.6]
+    assert row["seeds"] == 2
+    assert row["step_seconds_median"] == pytest.approx(0.3)
+    assert row["trainer_peak_rss_mib"] == pytest.approx(600.0)  # the seeds that measured it
+    assert row["publish_bytes"] == 99
