@@ -35,7 +35,7 @@ from _stress_report import bootstrap_interval
 FINAL_EVALS = 2
 TARGET_OF_SYNC = 0.95
 GOAL_RATIO = 0.6
-"""Issue 48's goal: auto reaches sync's final held-out quality in at most 0.6x its wall-clock."""
+"""The headline goal: auto reaches sync's final held-out quality in at most 0.6x its wall-clock."""
 REGIME_LAG = 4
 """The mean version lag the uncontrolled async setting is meant to train at, at least."""
 LAG_MEAN = "staleness/version_lag_mean"
@@ -202,7 +202,7 @@ def build_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def goal(rows: list[dict[str, Any]], key: str = "auto") -> bool | None:
-    """Issue 48's goal for `key`: to sync's final quality in at most `GOAL_RATIO` x sync's
+    """The headline goal for `key`: to sync's final quality in at most `GOAL_RATIO` x sync's
     wall-clock (the ratio's mean), with a final-quality difference whose interval reaches 0."""
     row = next((r for r in rows if r["key"] == key), None)
     if row is None or row["time_ratio_vs_sync"] is None or row["final_diff_vs_sync"] is None:

@@ -203,7 +203,7 @@ def results_of(
     complete: bool,
 ) -> dict[str, Any]:
     loads = [s[k] for seeds in per_setting for s in seeds for k in ("load_before", "load_after")]
-    return {
+    results = {
         "benchmark": "time_to_quality",
         "job": str(JOB.relative_to(ROOT)),
         "complete": complete,
@@ -222,6 +222,13 @@ def results_of(
             for s, seeds in zip(settings, per_setting, strict=True)
         ],
     }
+    return with_rows(results) if complete else results
+
+
+def with_rows(results: dict[str, Any]) -> dict[str, Any]:
+    """`results` with the figures of its table (`build_rows`) under `rows`, by setting key, so
+    the pages quoting them can be checked against the file."""
+    return {**results, "rows": {row["key"]: row for row in build_rows(results)}}
 
 
 def report(results: dict[str, Any], out: Path, *, readme: bool = False) -> None:
@@ -258,7 +265,11 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.render is not None:
-        report(json.loads(args.render.read_text()), args.render, readme=args.update_readme)
+        rendered = json.loads(args.render.read_text())
+        if rendered.get("complete"):
+            rendered = with_rows(rendered)
+            write_result(args.render, rendered, announce=False)
+        report(rendered, args.render, readme=args.update_readme)
         return 0
     for name, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, name) is None:

@@ -227,3 +227,10 @@ def test_the_table_says_when_uncontrolled_async_lags_less_than_the_regime_asks()
     assert "below the 4 versions" not in report.render_markdown(
         _results(), report.build_rows(_results())
     )
+
+
+def test_a_complete_results_file_carries_its_table_by_setting() -> None:
+    results = time_to_quality.with_rows(_results())
+    rows = report.build_rows(_results())
+    assert list(results["rows"]) == [row["key"] for row in rows]
+    assert results["rows"]["sync"]["final_pass1"] == rows[0]["final_pass1"]
