@@ -33,8 +33,8 @@ it measured), `.md` (the table) and `.png` (the plot) beside it.
     python benchmarks/time_to_quality.py --render benchmarks/results/time_to_quality.json
 
 With the defaults: the placement search (4 runs of 10 steps, 2 minutes) and 15 runs of 300
-steps, 4-7 minutes each on two cores at a load of 6-8 (the uncontrolled async run and sync the
-slowest, at about 1.2 s a step against auto's 0.65), 1.5-2 hours in all; `--quick` (3 settings,
+steps on two cores, sync and auto about 2.5 minutes each and the uncontrolled async run 4-6
+(2026-12-07: 54 minutes in all at a load of 1.4-3.8); `--quick` (3 settings,
 1 seed, 4 steps) about a minute.
 """
 
