@@ -32,7 +32,7 @@ from dressage.api.figures import figure
 from dressage.metrics.sglang import GENERATION_TOKENS
 from dressage.rollout import ledger
 from dressage.rollout.ledger import Account
-from dressage.rollout.proxy_ledger import LostCounts, ProxyLostTokens, parse_lost
+from dressage.rollout.proxy_ledger import LostCounts, ProxyLostTokens, add_counts, parse_lost
 
 IN_FLIGHT = "in_flight"
 _LEDGER_KEY = figure("ledger_tokens").key
@@ -80,8 +80,9 @@ async def read_run_ledger(
     their `/metrics`; the engines' count is None when an engine did not answer.
     `steps_read`: the reader that put the proxies' lost tokens in the steps' records, which
     `collected` holds: only what each replica counted beyond its last read is added (None:
-    no step read them, all are added). `proxy_lost` in the answer: what the steps' records
-    hold of them (`in_steps`) and what the end added (`at_end`)."""
+    no step read them, all are added). `proxy_lost` in the answer: what the proxies' counters
+    hold at the end (`counted`), what the steps' records hold of them (`in_steps`) and what the
+    end added (`at_end`); with proxies that did not restart, `in_steps + at_end == counted`."""
     reader = ProxyLostTokens() if steps_read is None else steps_read
     final: dict[str, LostCounts | None] = {}
     engines = 0.0
@@ -105,7 +106,11 @@ async def read_run_ledger(
             engines += sum(v for _, v in _samples(answer.text, GENERATION_TOKENS))
     lost = reader.remainder(final)
     report = run_ledger(collected, lost, engines if engines_read else None)
+    counted: LostCounts = {}
+    for counts in final.values():
+        add_counts(counted, counts or {})
     report["proxy_lost"] = {
+        "counted": ledger.total(ledger.lost_entries(counted)),
         "in_steps": ledger.total(reader.attributed),
         "at_end": ledger.total(ledger.lost_entries(lost)),
     }

@@ -10,7 +10,10 @@ and writes it in `report.json` beside the ledger's accounts:
   and the trained account is the sum of the steps' trained ledger entries;
 - partial rollout with a span limit of 0 preempts (a turn may never span a publish):
   nothing is counted twice (`overcounted` 0), and what the engine generated beyond the
-  accounts (`surplus.in_flight`) is no more than the groups in flight at the stop can hold.
+  accounts (`surplus.in_flight`) is no more than the groups in flight at the stop can hold;
+  the turns the span limit refused, which only the proxy counts, are in the steps' records
+  (each step reads what the proxy counted since the previous one), and the end adds only what
+  the proxy counted after the last step's read.
 """
 
 from __future__ import annotations
@@ -78,6 +81,18 @@ def test_a_sync_runs_ledger_holds_every_token_the_engine_generated(tmp_path: Pat
     trained = sum(s.get("ledger_tokens", {}).get("trained", 0) for s in report["steps"])
     assert ledger["accounts"]["trained"] == trained == report["summary"]["trained_tokens"]
     assert "token ledger: " in out
+    # Nothing runs after the last step's read: the steps hold whatever the proxy counted.
+    assert ledger["proxy_lost"]["at_end"] == 0, ledger
+
+
+def _steps_lost(steps: list[dict[str, Any]]) -> int:
+    """The steps' tokens in the accounts the proxy's lost tokens go to."""
+    return sum(
+        int(n)
+        for s in steps
+        for entry, n in s.get("ledger_tokens", {}).items()
+        if entry.split(".")[0] in ("refused", "aborted", "evaluation")
+    )
 
 
 def test_a_partial_rollout_runs_ledger_adds_up_to_the_engines_count(tmp_path: Path) -> None:
@@ -105,3 +120,9 @@ def test_a_partial_rollout_runs_ledger_adds_up_to_the_engines_count(tmp_path: Pa
     assert sum(ledger["accounts"].values()) == ledger["total"]
     trained = sum(s.get("ledger_tokens", {}).get("trained", 0) for s in report["steps"])
     assert ledger["accounts"]["trained"] == trained > 0
+    # The proxy's refused and restarted turns are in the steps' records, the end adding only
+    # what it counted after the last step's read: each token once.
+    lost = ledger["proxy_lost"]
+    assert lost["in_steps"] + lost["at_end"] == lost["counted"], lost
+    assert lost["in_steps"] > 0, lost
+    assert _steps_lost(report["steps"]) >= lost["in_steps"], (lost, report["steps"])
