@@ -56,6 +56,13 @@ class StepRecord:
         """The step's wall seconds: waiting for the batch, training, publishing."""
         return self.rollout_seconds + self.train_seconds + self.publish_seconds
 
+    def collected(self) -> StepFigures:
+        """The figures as the collector counted them: `figures` without `lost_tokens`."""
+        figures = self.figures.copy()
+        figures.ledger_tokens.subtract(self.lost_tokens)
+        figures.ledger_tokens = +figures.ledger_tokens  # no entry at 0
+        return figures
+
     def to_dict(self) -> dict[str, object]:
         return {"step": self.step, "version": self.version, **self.figures.record(), **self.extras}
 

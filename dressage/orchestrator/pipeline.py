@@ -190,8 +190,7 @@ async def run_pipeline(
 
     def record_step(record: StepRecord) -> None:
         nonlocal recorded
-        recorded = recorded.plus(record.figures)
-        recorded.ledger_tokens.subtract(record.lost_tokens)  # the proxies', not the collector's
+        recorded = recorded.plus(record.collected())  # the proxies' lost tokens left out
         if metrics is not None:
             metrics.observe(record, session.state.version_index)
         sink(record)

@@ -138,8 +138,9 @@ def plot_ledger(
     run_root: Path, steps: Sequence[Mapping[str, Any]], token_ledger: Mapping[str, Any] | None
 ) -> Path:
     """`token_ledger.png`: each step's ledger accounts stacked (what the collector counted
-    for its batch), and, when the run's ledger was read at its end, one more bar `end` with
-    the whole run's accounts (the proxy's side and the surplus included)."""
+    for its batch, and the proxy's lost tokens read during the step), and, when the run's
+    ledger was read at its end, one more bar `end` with the whole run's accounts (the surplus
+    included)."""
     from matplotlib.figure import Figure
 
     labels = [str(s["step"]) for s in steps]

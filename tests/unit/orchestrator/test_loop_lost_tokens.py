@@ -74,6 +74,8 @@ def test_the_proxys_lost_tokens_join_each_steps_ledger(tmp_path: Path) -> None:
         "evaluation": 1,
     }
     assert first.lost_tokens == {"refused.engine_failed": 4, "evaluation": 1}
+    # What the collector counted, for what it counted beyond the records at the close.
+    assert first.collected().ledger_tokens == {"trained": 20, "refused.engine_failed": 3}
     expected = {"trained": 20, "refused.engine_failed": 3, "aborted.restarted": 2}
     assert second.figures.ledger_tokens == expected
     assert second.lost_tokens == {"aborted.restarted": 2}
