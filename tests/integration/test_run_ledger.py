@@ -11,9 +11,10 @@ and writes it in `report.json` beside the ledger's accounts:
 - partial rollout with a span limit of 0 preempts (a turn may never span a publish):
   nothing is counted twice (`overcounted` 0), and what the engine generated beyond the
   accounts (`surplus.in_flight`) is no more than the groups in flight at the stop can hold;
-  the turns the span limit refused, which only the proxy counts, are in the steps' records
-  (each step reads what the proxy counted since the previous one), and the end adds only what
-  the proxy counted after the last step's read.
+- the same with turns long enough that publishes preempt them: the turns the span limit
+  refused, which only the proxy counts, are in the steps' records (each step reads what the
+  proxy counted since the previous one), and the end adds only what the proxy counted after
+  the last step's read.
 """
 
 from __future__ import annotations
@@ -120,9 +121,50 @@ def test_a_partial_rollout_runs_ledger_adds_up_to_the_engines_count(tmp_path: Pa
     assert sum(ledger["accounts"].values()) == ledger["total"]
     trained = sum(s.get("ledger_tokens", {}).get("trained", 0) for s in report["steps"])
     assert ledger["accounts"]["trained"] == trained > 0
-    # The proxy's refused and restarted turns are in the steps' records, the end adding only
-    # what it counted after the last step's read: each token once.
     lost = ledger["proxy_lost"]
     assert lost["in_steps"] + lost["at_end"] == lost["counted"], lost
-    assert lost["in_steps"] > 0, lost
+
+
+def test_the_proxys_refused_turns_are_in_the_steps_records(tmp_path: Path) -> None:
+    """Turns long enough on a paced engine that every publish preempts some, refused on resume
+    by a span limit of 0 preempts; the rollout in a process of its own (the trainer's process
+    reads the proxy all the same). The proxy's lost tokens are in the steps' records, the end
+    adding only what it counted after the last step's read: each token once."""
+    report, _ = _run(
+        tmp_path,
+        {
+            "task": {
+                "name": "long_tail",
+                "params": {
+                    "maxOperand": 9,
+                    "medianTokens": 4,
+                    "tailProbability": 0.5,
+                    "tailFactor": 10,
+                    "maxTokens": 64,
+                },
+            },
+            "proxy": {"recordTokenVersions": True, "partialRollout": True},
+            "staleness": {"keepVersions": 2, "maxPartialRolloutPreempts": 0},
+            "rollout": {
+                "mode": "partial_async",
+                "groupSize": 2,
+                "batchSize": 2,
+                "maxNewTokens": 64,
+                "concurrency": 4,
+                "separateProcess": True,
+            },
+            "local": {
+                "metricsPort": 0,
+                "cacheDir": str(tmp_path / "cache"),
+                "engineMinStepIntervalMs": 5,
+            },
+        },
+        steps=4,
+    )
+    ledger = report["token_ledger"]
+    assert ledger["overcounted"] == 0, ledger
+    assert ledger["total"] == ledger["engines_generated"] > 0
+    lost = ledger["proxy_lost"]
+    assert lost["in_steps"] > 0, (lost, report["steps"])
+    assert lost["in_steps"] + lost["at_end"] == lost["counted"], lost
     assert _steps_lost(report["steps"]) >= lost["in_steps"], (lost, report["steps"])
