@@ -11,10 +11,10 @@ and writes it in `report.json` beside the ledger's accounts:
 - partial rollout with a span limit of 0 preempts (a turn may never span a publish):
   nothing is counted twice (`overcounted` 0), and what the engine generated beyond the
   accounts (`surplus.in_flight`) is no more than the groups in flight at the stop can hold;
-- the same with turns long enough that publishes preempt them: the turns the span limit
-  refused, which only the proxy counts, are in the steps' records (each step reads what the
-  proxy counted since the previous one), and the end adds only what the proxy counted after
-  the last step's read.
+- the same with turns long enough that publishes preempt them, over two proxy replicas: the
+  turns the span limit refused, which only the proxies count, are in the steps' records (each
+  step reads what each replica counted since the previous one), and the end adds only what
+  they counted after the last step's read.
 """
 
 from __future__ import annotations
@@ -128,8 +128,9 @@ def test_a_partial_rollout_runs_ledger_adds_up_to_the_engines_count(tmp_path: Pa
 def test_the_proxys_refused_turns_are_in_the_steps_records(tmp_path: Path) -> None:
     """Turns long enough on a paced engine that every publish preempts some, refused on resume
     by a span limit of 0 preempts; the rollout in a process of its own (the trainer's process
-    reads the proxy all the same). The proxy's lost tokens are in the steps' records, the end
-    adding only what it counted after the last step's read: each token once."""
+    reads the proxies all the same), over two proxy replicas (each step sums what both counted).
+    The proxies' lost tokens are in the steps' records, the end adding only what each counted
+    after the last step's read: each token once."""
     report, _ = _run(
         tmp_path,
         {
@@ -143,7 +144,7 @@ def test_the_proxys_refused_turns_are_in_the_steps_records(tmp_path: Path) -> No
                     "maxTokens": 64,
                 },
             },
-            "proxy": {"recordTokenVersions": True, "partialRollout": True},
+            "proxy": {"recordTokenVersions": True, "partialRollout": True, "replicas": 2},
             "staleness": {"keepVersions": 2, "maxPartialRolloutPreempts": 0},
             "rollout": {
                 "mode": "partial_async",
