@@ -21,8 +21,12 @@ GENERATED_BY_LENGTH = figure("generated_samples_by_length").key
 DROPPED_BY_LENGTH = figure("dropped_samples_by_length").key
 LEDGER = figure("ledger_tokens").key
 UNSEEN = "unseen"
-"""The engine's tokens over the steady steps that no step record's ledger holds: the proxy's
-side (refused and restarted turns' own tokens) and what was in flight."""
+"""The engine's tokens over the steady steps that no step record's ledger holds: mostly
+generations in flight (the engine counts a token as it generates it, the ledger once its group
+or turn ends), and the earlier turns of a multi-turn trajectory discarded with its failed group.
+The proxy's refused and restarted turns are in each step's record (the proxy's lost tokens
+read per step, `dressage.rollout.proxy_ledger`), up to the proxy's count after the last
+step's read."""
 LONG_BUCKETS = LENGTH_BUCKETS[2:]
 """The buckets of the long responses (over 64 tokens: the task's tail at 20x the median)."""
 

@@ -148,8 +148,9 @@ def length_lines(results: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "The ledger (`dressage/rollout/ledger.py`): every engine token of the steady steps in "
-        "one account, per trained token; `unseen` is the engine's count beyond the steps' "
-        "records (the proxy's refused and restarted turns, generations in flight).",
+        "one account, per trained token (the proxy's refused and restarted turns in the steps' "
+        "records, read from the proxy each step); `unseen` is the engine's count beyond the "
+        "steps' records: generations in flight.",
     ]
     return lines
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -37,6 +38,9 @@ class StepRecord:
     extras: dict[str, float] = field(default_factory=dict)
     """The trainer's figures the declaration leaves out (the span distribution): in the
     history, not exported."""
+    lost_tokens: Counter[str] = field(default_factory=Counter)
+    """The entries of `figures.ledger_tokens` read beside the collector: the proxies' lost
+    tokens since the previous step (`dressage.rollout.proxy_ledger`)."""
     rollout_seconds: float = 0.0
     train_seconds: float = 0.0
     publish_seconds: float = 0.0
@@ -51,6 +55,13 @@ class StepRecord:
     def seconds(self) -> float:
         """The step's wall seconds: waiting for the batch, training, publishing."""
         return self.rollout_seconds + self.train_seconds + self.publish_seconds
+
+    def collected(self) -> StepFigures:
+        """The figures as the collector counted them: `figures` without `lost_tokens`."""
+        figures = self.figures.copy()
+        figures.ledger_tokens.subtract(self.lost_tokens)
+        figures.ledger_tokens = +figures.ledger_tokens  # no entry at 0
+        return figures
 
     def to_dict(self) -> dict[str, object]:
         return {"step": self.step, "version": self.version, **self.figures.record(), **self.extras}
@@ -113,13 +124,16 @@ async def train_loop(
     clock: Callable[[], float] = time.monotonic,
     steering: BudgetSteering | None = None,
     watcher: PublishWatcher | None = None,
+    lost_tokens: Callable[[], Awaitable[Counter[str]]] | None = None,
 ) -> None:
     """Run steps until `session.state.step == steps` (rank 0 must pass collector and publisher;
     the other ranks pass the publisher only when it is `collective`).
     `steering`: rank 0's staleness budget controller (`staleness.mode: auto`), which sets the
     collector's depth and window after each step and adds its decision to the step's figures.
     `watcher`: rank 0's evaluations, which the publish waits for and which hear of each
-    published version."""
+    published version. `lost_tokens`: rank 0's read of the token ledger's entries that only
+    the proxies count (`ProxyLostTokens.read`), made while the step trains and added to its
+    `ledger_tokens`."""
     main = session.env.is_main
     if main and (collector is None or publisher is None):
         raise ValueError("rank 0 needs a collector and a weight publisher")
@@ -134,16 +148,26 @@ async def train_loop(
         batch = broadcast_object(batch, session.env)
         assert batch is not None
         collected = clock()
-        measured = await asyncio.to_thread(session.trainer.train_step, batch)
+        # One GET per proxy replica, while the trainer works: it never delays the step.
+        reading = asyncio.ensure_future(lost_tokens()) if main and lost_tokens else None
+        try:
+            measured = await asyncio.to_thread(session.trainer.train_step, batch)
+            lost: Counter[str] = Counter(await reading) if reading is not None else Counter()
+        finally:
+            if reading is not None and not reading.done():
+                reading.cancel()
         position = collector.state_dict() if collector is not None else {}
         declared = trainer_keys(type(batch.figures))
         order.observe(session.state.version)
         lag = batch_lag(batch.samples, order, session.state.version).figures()
+        figures = batch.figures.copy().with_trainer_figures({**measured, **lag})
+        figures.ledger_tokens.update(lost)
         record = StepRecord(
             step=session.state.step + 1,
             version=session.state.next_version(),
-            figures=batch.figures.copy().with_trainer_figures({**measured, **lag}),
+            figures=figures,
             extras={k: v for k, v in measured.items() if k not in declared},
+            lost_tokens=lost,
             rollout_seconds=collected - started,
             train_seconds=clock() - collected,
         )

@@ -16,9 +16,11 @@ Rank 0 (the only rank under `dressage run`):
    broadcast to the engines);
 6. engine sync: engines that serve another version than the session's get its weights;
 7. the training loop, each step's record exported on the job's `/metrics` and handed to the
-   entry point's sink; beside it, with `spec.evaluation`, the held-out evaluations of the
-   starting version, of every `everySteps`-th and of the final one (each publish waits for
-   those in flight, so each names one version: `dressage.evaluation`);
+   entry point's sink, its token ledger with the proxies' lost tokens since the previous step
+   (`ProxyLostTokens`: read from every replica's `/metrics` while the step trains); beside it,
+   with `spec.evaluation`, the held-out evaluations of the starting version, of every
+   `everySteps`-th and of the final one (each publish waits for those in flight, so each names
+   one version: `dressage.evaluation`);
 8. close: collector, publisher and proxy client, whatever ended the loop; then what the
    collector counted that no step's record carries (the failed attempts and drops of groups
    not trained, a run stopped by the breaker before its first step) goes to `unrecorded`.
@@ -55,6 +57,7 @@ from dressage.rollout.budget import BudgetController, BudgetSteering
 from dressage.rollout.collector import AsyncRolloutCollector, Collector
 from dressage.rollout.ledger import Account
 from dressage.rollout.ledger import count as count_tokens
+from dressage.rollout.proxy_ledger import ProxyLostTokens
 from dressage.tasks import Environment, Task, get_task
 from dressage.tasks.codec import PromptCodec, TaskPrompts
 from dressage.tasks.dataset import DatasetTask, bad_row_counts
@@ -134,6 +137,7 @@ async def run_pipeline(
     faults: UserCodeFaults | None = None,
     evaluated: Callable[[Evaluation], None] = lambda evaluation: None,
     earlier_evaluations: Sequence[Evaluation] = (),
+    proxy_lost: ProxyLostTokens | None = None,
 ) -> None:
     """Train `session` until step `steps`; rank 0 needs `endpoints`.
 
@@ -148,7 +152,9 @@ async def run_pipeline(
     `evaluated`: called with each held-out evaluation (`spec.evaluation`) as it completes: the
     starting version's, every `everySteps` steps', the final version's.
     `earlier_evaluations`: those of the run before it resumed, so that the best version's
-    weights stay pinned across restarts."""
+    weights stay pinned across restarts. `proxy_lost`: the reader of the proxies' lost tokens
+    for the steps' token ledgers, which the caller keeps to read the rest at the run's end
+    (`dressage.runner.ledger_report`); None: one of the pipeline's own."""
     spec = job.spec
     # A LoRA job's versions are adapters, loaded from the directory the trainer writes
     # whatever the transport (`dressage.weights.lora`): megabytes, no weight-update group.
@@ -180,10 +186,11 @@ async def run_pipeline(
 
     recorded = StepFigures()
     """The collector's figures the steps' records carry so far."""
+    lost_reader = ProxyLostTokens() if proxy_lost is None else proxy_lost
 
     def record_step(record: StepRecord) -> None:
         nonlocal recorded
-        recorded = recorded.plus(record.figures)
+        recorded = recorded.plus(record.collected())  # the proxies' lost tokens left out
         if metrics is not None:
             metrics.observe(record, session.state.version_index)
         sink(record)
@@ -191,6 +198,7 @@ async def run_pipeline(
     async with contextlib.AsyncExitStack() as opened:  # closed in reverse order, always
         proxy = ProxyRolloutClient(endpoints.proxy_url, token=endpoints.proxy_token)
         opened.push_async_callback(proxy.aclose)
+        await lost_reader.start(proxy)  # a restarted trainer's steps recorded the rest
         codec = PromptCodec.from_pretrained(session.initial_model_dir)
         source = TaskPrompts(task, codec)
         collector: Collector | None = None
@@ -314,6 +322,7 @@ async def run_pipeline(
             sink=record_step,
             steering=steering,
             watcher=evaluations,
+            lost_tokens=lambda: lost_reader.read(proxy),
         )
         if evaluations is not None:
             await evaluations.finish(session.state.version, session.state.step)

@@ -521,6 +521,29 @@ class ProxyRolloutClient:
         )
         return merge_engine_sets([EngineSet.from_json(a) for a in answers.values()])
 
+    async def replica_metrics(self, timeout_s: float) -> dict[str, str | None]:
+        """Every replica's `/metrics` (Prometheus text) by URL, None for one that did not
+        answer within `timeout_s` or answered an error: one GET per replica, all at once, on
+        the control session. Never raises for a replica's failure: a reader of counters reads
+        them again later (the token ledger's proxy side, `dressage.rollout.proxy_ledger`)."""
+        try:
+            await self._refresh()
+        except RolloutError:
+            return {}
+        limit = aiohttp.ClientTimeout(total=timeout_s)
+
+        async def read(url: str) -> str | None:
+            try:
+                async with self._session(True).get(url + "/metrics", timeout=limit) as answer:
+                    return await answer.text() if answer.status == 200 else None
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                log.debug("proxy replica %s: /metrics not read: %s", url, _failure(exc))
+                return None
+
+        urls = list(self.replicas)
+        texts = await asyncio.gather(*(read(url) for url in urls))
+        return dict(zip(urls, texts, strict=True))
+
 
 def _failure(exc: BaseException) -> str:
     """`Name: detail` of a failed request, stable enough to count failures by (no ports)."""

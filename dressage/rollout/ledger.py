@@ -17,10 +17,14 @@ Each generated token is counted in exactly one account, under one entry (`accoun
   completed but `pending` in the candidate batch or `queued` behind it).
 
 The entries are the by-reason figure `ledger_tokens` (`dressage.api.figures`): per step, on
-`/metrics`, in the report, which plots the accounts stacked. Why accounts of whole attempts
-and groups: the drop unit is the group and the retry unit its attempt, so a token's fate is
-its group's. This module is pure: the collector (`dressage.rollout.collector`), the retry
-policy and the evaluator decide which account, and count here.
+`/metrics`, in the report, which plots the accounts stacked. The tokens of turns that never
+reached a sample only the proxy counts (`dressage_proxy_lost_tokens_total{reason,
+evaluation}`); `lost_entry` is their entry, for the steps' records
+(`dressage.rollout.proxy_ledger`) and the run's end (`dressage.runner.ledger_report`) alike.
+Why accounts of whole attempts and groups: the drop unit is the group and the retry unit its
+attempt, so a token's fate is its group's. This module is pure: the collector
+(`dressage.rollout.collector`), the retry policy and the evaluator decide which account, and
+count here.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dressage.api.figures import LEDGER_ACCOUNTS
 from dressage.data.groups import Group
 from dressage.data.samples import Sample
+from dressage.proxy.span_rule import staleness_error_names
 
 
 class Account(enum.StrEnum):
@@ -66,6 +71,27 @@ def account_of(key: str) -> Account:
         raise ValueError(
             f"ledger entry {key!r} names no account (one of {', '.join(ACCOUNTS)})"
         ) from None
+
+
+def lost_entry(reason: str, evaluation: bool) -> str:
+    """The entry of tokens the proxy counted as lost (`dressage_proxy_lost_tokens_total`) under
+    `reason` in an evaluation session or not: `evaluation` for an evaluation's, else
+    `refused.<reason>` for a staleness refusal's (`staleness_error_names`, the group is
+    generated again), else `aborted.<reason>` (a failed or cancelled turn, `restarted`)."""
+    if evaluation:
+        return entry(Account.EVALUATION)
+    refused = reason in staleness_error_names()
+    return entry(Account.REFUSED if refused else Account.ABORTED, reason)
+
+
+def lost_entries(lost: Mapping[tuple[str, bool], float]) -> Counter[str]:
+    """The proxy's lost tokens by (reason, evaluation session) as ledger entries
+    (`lost_entry`)."""
+    book: Counter[str] = Counter()
+    for (reason, evaluation), tokens in lost.items():
+        if round(tokens):
+            book[lost_entry(reason, evaluation)] += round(tokens)
+    return book
 
 
 def sample_tokens(samples: Iterable[Sample]) -> int:

@@ -7,7 +7,9 @@ Three sides meet here, read as the run ends while its proxy and engines still se
 - the proxy's `dressage_proxy_lost_tokens_total{reason, evaluation}`: tokens of turns that
   never reached a sample (a refused, failed or cancelled turn; a preempted turn generated again
   without partial rollout), counted as `refused.<reason>` for a staleness refusal,
-  `evaluation` for an evaluation session, else `aborted.<reason>`;
+  `evaluation` for an evaluation session, else `aborted.<reason>` (`ledger.lost_entry`). The
+  steps' records hold what each step read of them (`dressage.rollout.proxy_ledger`), so the
+  end adds only what the proxies counted beyond the last step's read;
 - the engines' own `sglang:generation_tokens_total` (every label set, every engine listed at
   the end: SGLang's name in 0.5.2 and 0.5.23 alike, `dressage.metrics.sglang`).
 
@@ -27,11 +29,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from dressage.api.figures import figure
-from dressage.metrics import PROXY_LOST_TOKENS
 from dressage.metrics.sglang import GENERATION_TOKENS
-from dressage.proxy.span_rule import staleness_error_names
 from dressage.rollout import ledger
 from dressage.rollout.ledger import Account
+from dressage.rollout.proxy_ledger import LostCounts, ProxyLostTokens, add_counts, parse_lost
 
 IN_FLIGHT = "in_flight"
 _LEDGER_KEY = figure("ledger_tokens").key
@@ -43,15 +44,10 @@ def run_ledger(
     engines_generated: float | None,
 ) -> dict[str, Any]:
     """The run's ledger (pure): the collector's entries, the proxy's lost tokens by (reason,
-    evaluation session), and the residue against `engines_generated` (None: not read)."""
+    evaluation session) that no step's record holds, and the residue against
+    `engines_generated` (None: not read)."""
     book: Counter[str] = Counter({k: int(v) for k, v in collected.items() if v})
-    refusals = staleness_error_names()
-    for (reason, evaluation), tokens in sorted(proxy_lost.items()):
-        if evaluation:
-            ledger.count(book, Account.EVALUATION, int(tokens))
-        else:
-            account = Account.REFUSED if reason in refusals else Account.ABORTED
-            ledger.count(book, account, int(tokens), reason)
+    book.update(ledger.lost_entries(proxy_lost))
     seen = ledger.total(book)
     overcounted = 0
     if engines_generated is not None:
@@ -75,23 +71,31 @@ def _samples(text: str, name: str) -> Iterable[tuple[dict[str, str], float]]:
 
 
 async def read_run_ledger(
-    collected: Mapping[str, float], proxy_urls: Iterable[str], engine_urls: Iterable[str]
+    collected: Mapping[str, float],
+    proxy_urls: Iterable[str],
+    engine_urls: Iterable[str],
+    steps_read: ProxyLostTokens | None = None,
 ) -> dict[str, Any]:
     """`run_ledger` with the proxies' lost tokens and the engines' generated tokens read from
-    their `/metrics`; the engines' count is None when an engine did not answer."""
-    lost: dict[tuple[str, bool], float] = {}
+    their `/metrics`; the engines' count is None when an engine did not answer.
+    `steps_read`: the reader that put the proxies' lost tokens in the steps' records, which
+    `collected` holds: only what each replica counted beyond its last read is added (None:
+    no step read them, all are added). `proxy_lost` in the answer: what the proxies' counters
+    hold at the end (`counted`), what the steps' records hold of them (`in_steps`) and what the
+    end added (`at_end`); with proxies that did not restart, `in_steps + at_end == counted`."""
+    reader = ProxyLostTokens() if steps_read is None else steps_read
+    final: dict[str, LostCounts | None] = {}
     engines = 0.0
     engines_read = True
     async with httpx.AsyncClient(timeout=10.0) as client:
         for proxy in proxy_urls:
+            url = proxy.strip().rstrip("/")
             try:
-                answer = await client.get(f"{proxy}/metrics")
+                answer = await client.get(f"{url}/metrics")
                 answer.raise_for_status()
-            except httpx.HTTPError:
-                continue
-            for labels, value in _samples(answer.text, PROXY_LOST_TOKENS):
-                key = (labels["reason"], labels.get("evaluation") == "true")
-                lost[key] = lost.get(key, 0.0) + value
+                final[url] = parse_lost(answer.text)
+            except (httpx.HTTPError, ValueError):
+                final[url] = None
         for engine in engine_urls:
             try:
                 answer = await client.get(f"{engine}/metrics")
@@ -100,7 +104,17 @@ async def read_run_ledger(
                 engines_read = False
                 break
             engines += sum(v for _, v in _samples(answer.text, GENERATION_TOKENS))
-    return run_ledger(collected, lost, engines if engines_read else None)
+    lost = reader.remainder(final)
+    report = run_ledger(collected, lost, engines if engines_read else None)
+    counted: LostCounts = {}
+    for counts in final.values():
+        add_counts(counted, counts or {})
+    report["proxy_lost"] = {
+        "counted": ledger.total(ledger.lost_entries(counted)),
+        "in_steps": ledger.total(reader.attributed),
+        "at_end": ledger.total(ledger.lost_entries(lost)),
+    }
+    return report
 
 
 def ledger_line(report: Mapping[str, Any]) -> str:
@@ -124,8 +138,9 @@ def plot_ledger(
     run_root: Path, steps: Sequence[Mapping[str, Any]], token_ledger: Mapping[str, Any] | None
 ) -> Path:
     """`token_ledger.png`: each step's ledger accounts stacked (what the collector counted
-    for its batch), and, when the run's ledger was read at its end, one more bar `end` with
-    the whole run's accounts (the proxy's side and the surplus included)."""
+    for its batch, and the proxy's lost tokens read during the step), and, when the run's
+    ledger was read at its end, one more bar `end` with the whole run's accounts (the surplus
+    included)."""
     from matplotlib.figure import Figure
 
     labels = [str(s["step"]) for s in steps]

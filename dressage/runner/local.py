@@ -45,6 +45,7 @@ from dressage.model.warmstart import initial_model_dir
 from dressage.orchestrator.loop import StepRecord
 from dressage.orchestrator.metrics import RunMetrics
 from dressage.orchestrator.pipeline import Endpoints, WeightSyncWiring, run_pipeline
+from dressage.rollout.proxy_ledger import ProxyLostTokens
 from dressage.runner.churn import ChurnEvent
 from dressage.runner.fleet import ChurnDriver, LocalFleet
 from dressage.runner.ledger_report import ledger_line, read_run_ledger
@@ -129,6 +130,8 @@ class LocalRun:
         """This invocation's token ledger as its steps' records carry it."""
         self.token_ledger: dict[str, Any] | None = None
         """The ledger against the engines' own count, read as the pipeline ended."""
+        self.proxy_lost = ProxyLostTokens()
+        """The reader of the proxy's lost tokens that the steps' records hold."""
 
     async def run(self) -> None:
         spec = self.spec
@@ -193,7 +196,7 @@ class LocalRun:
             if self.unrecorded is not None:
                 collected.update(self.unrecorded.ledger_tokens)
             self.token_ledger = await read_run_ledger(
-                collected, fleet.proxy_urls, fleet.urls.values()
+                collected, fleet.proxy_urls, fleet.urls.values(), steps_read=self.proxy_lost
             )
         finally:
             if self.churn is not None:
@@ -234,6 +237,7 @@ class LocalRun:
             faults=self.faults,
             evaluated=self._on_evaluation,
             earlier_evaluations=self.evaluations.evaluations(),
+            proxy_lost=self.proxy_lost,
         )
 
     def _best_weights(self) -> dict[str, str]:

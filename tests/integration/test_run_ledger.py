@@ -10,7 +10,11 @@ and writes it in `report.json` beside the ledger's accounts:
   and the trained account is the sum of the steps' trained ledger entries;
 - partial rollout with a span limit of 0 preempts (a turn may never span a publish):
   nothing is counted twice (`overcounted` 0), and what the engine generated beyond the
-  accounts (`surplus.in_flight`) is no more than the groups in flight at the stop can hold.
+  accounts (`surplus.in_flight`) is no more than the groups in flight at the stop can hold;
+- the same with turns long enough that publishes preempt them, over two proxy replicas: the
+  turns the span limit refused, which only the proxies count, are in the steps' records (each
+  step reads what each replica counted since the previous one), and the end adds only what
+  they counted after the last step's read.
 """
 
 from __future__ import annotations
@@ -78,6 +82,18 @@ def test_a_sync_runs_ledger_holds_every_token_the_engine_generated(tmp_path: Pat
     trained = sum(s.get("ledger_tokens", {}).get("trained", 0) for s in report["steps"])
     assert ledger["accounts"]["trained"] == trained == report["summary"]["trained_tokens"]
     assert "token ledger: " in out
+    # Nothing runs after the last step's read: the steps hold whatever the proxy counted.
+    assert ledger["proxy_lost"]["at_end"] == 0, ledger
+
+
+def _steps_lost(steps: list[dict[str, Any]]) -> int:
+    """The steps' tokens in the accounts the proxy's lost tokens go to."""
+    return sum(
+        int(n)
+        for s in steps
+        for entry, n in s.get("ledger_tokens", {}).items()
+        if entry.split(".")[0] in ("refused", "aborted", "evaluation")
+    )
 
 
 def test_a_partial_rollout_runs_ledger_adds_up_to_the_engines_count(tmp_path: Path) -> None:
@@ -105,3 +121,51 @@ def test_a_partial_rollout_runs_ledger_adds_up_to_the_engines_count(tmp_path: Pa
     assert sum(ledger["accounts"].values()) == ledger["total"]
     trained = sum(s.get("ledger_tokens", {}).get("trained", 0) for s in report["steps"])
     assert ledger["accounts"]["trained"] == trained > 0
+    lost = ledger["proxy_lost"]
+    assert lost["in_steps"] + lost["at_end"] == lost["counted"], lost
+
+
+def test_the_proxys_refused_turns_are_in_the_steps_records(tmp_path: Path) -> None:
+    """Turns long enough on a paced engine that every publish preempts some, refused on resume
+    by a span limit of 0 preempts; the rollout in a process of its own (the trainer's process
+    reads the proxies all the same), over two proxy replicas (each step sums what both counted).
+    The proxies' lost tokens are in the steps' records, the end adding only what each counted
+    after the last step's read: each token once."""
+    report, _ = _run(
+        tmp_path,
+        {
+            "task": {
+                "name": "long_tail",
+                "params": {
+                    "maxOperand": 9,
+                    "medianTokens": 4,
+                    "tailProbability": 0.5,
+                    "tailFactor": 10,
+                    "maxTokens": 64,
+                },
+            },
+            "proxy": {"recordTokenVersions": True, "partialRollout": True, "replicas": 2},
+            "staleness": {"keepVersions": 2, "maxPartialRolloutPreempts": 0},
+            "rollout": {
+                "mode": "partial_async",
+                "groupSize": 2,
+                "batchSize": 2,
+                "maxNewTokens": 64,
+                "concurrency": 4,
+                "separateProcess": True,
+            },
+            "local": {
+                "metricsPort": 0,
+                "cacheDir": str(tmp_path / "cache"),
+                "engineMinStepIntervalMs": 5,
+            },
+        },
+        steps=4,
+    )
+    ledger = report["token_ledger"]
+    assert ledger["overcounted"] == 0, ledger
+    assert ledger["total"] == ledger["engines_generated"] > 0
+    lost = ledger["proxy_lost"]
+    assert lost["in_steps"] > 0, (lost, report["steps"])
+    assert lost["in_steps"] + lost["at_end"] == lost["counted"], lost
+    assert _steps_lost(report["steps"]) >= lost["in_steps"], (lost, report["steps"])

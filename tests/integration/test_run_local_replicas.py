@@ -74,6 +74,11 @@ def test_a_local_run_with_two_proxy_replicas_uses_both_and_trains_every_step(
     report = json.loads((workdir / JOB / "report.json").read_text())
     assert [s["step"] for s in report["steps"]] == [1, 2, 3, 4]
     assert report["summary"]["last_version"] == "v4"
+    # The steps read both replicas' lost tokens, the end only what each counted since.
+    ledger = report["token_ledger"]
+    assert ledger["overcounted"] == 0, ledger
+    lost = ledger["proxy_lost"]
+    assert lost["in_steps"] + lost["at_end"] == lost["counted"], lost
 
 
 def test_a_blackbox_agents_chat_calls_reach_its_groups_replica(tmp_path: Path) -> None:
