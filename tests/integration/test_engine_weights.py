@@ -75,8 +75,10 @@ async def test_an_unpaused_update_waits_for_the_generations_in_flight(
         await asyncio.wait_for(reached.wait(), 60)
         result = await client.update_weights_from_disk(str(uniform_checkpoint), "v1")
         assert result.success
-        assert task.done()  # the update came back only after the generation had finished
-        out = task.result()
+        # The engine answered the update after it sent the generation's last token; this side
+        # may read the two connections in either order, so the stream is awaited, not polled.
+        # That the update waited shows in the versions: every token of it is v0.
+        out = await asyncio.wait_for(task, 60)
         after = await client.generate(greedy(prompt, 3))
         assert await client.get_weight_version() == "v1"
     assert out.output_ids == greedy_reference(weights, prompt, n)
