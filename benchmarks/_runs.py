@@ -112,6 +112,15 @@ def run_job(
     return RunResult(name, code, wall, history, tail, timed_out)
 
 
+def evaluations_of(workdir: Path, name: str) -> list[dict[str, Any]]:
+    """The held-out evaluations run `name` under `workdir` wrote (`evaluations.jsonl`, one
+    record per evaluated version, oldest first); none when it wrote none."""
+    log = workdir / name / "evaluations.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+
+
 def step_seconds(record: dict[str, Any]) -> float:
     """Wall time of one step: waiting for the batch, training it, publishing the weights."""
     return float(

@@ -31,7 +31,6 @@ c4, 1 round, 4 steps) about a minute.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, base_job, fmt, load_average, merged, run_job, step_seconds, write_result
+from _runs import (
+    ROOT,
+    base_job,
+    evaluations_of,
+    fmt,
+    load_average,
+    merged,
+    run_job,
+    step_seconds,
+    write_result,
+)
 
 JOB = ROOT / "examples" / "local-heldout.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "eval_cost.json"
@@ -144,6 +153,35 @@ def render(summary: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def run_one(setting: str, round_: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """One `dressage run` of `setting` in round `round_`: its figures, load and status."""
+    job = job_for(setting, round_, steps=args.steps, every_steps=args.every_steps)
+    load_before = load_average()
+    result = run_job(job, tmp, steps=args.steps, timeout_s=args.run_timeout)
+    evaluations = evaluations_of(tmp, job["metadata"]["name"])
+    figures = run_figures(result.history, evaluations)
+    # A run without evaluation must have written none; one with it, at least one.
+    ok = result.ok and bool(evaluations) == (setting != OFF)
+    figures.update(
+        setting=setting,
+        round=round_,
+        run_seconds=round(result.wall_seconds, 1),
+        load_before=load_before,
+        load_after=load_average(),
+        status="ok" if ok else f"failed at step {len(result.history)}",
+    )
+    if not ok:
+        figures["output_tail"] = result.output_tail
+    print(
+        f"round {round_} {setting:>4}: wait {fmt(figures['wait_fraction'], 2)}"
+        f"  step {fmt(figures['step_seconds_mean'], 3)} s"
+        f"  {fmt(figures['samples_per_s'], 1)} samples/s"
+        f"  {figures['evaluations']} evals  {figures['status']}",
+        flush=True,
+    )
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=60)
@@ -165,37 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="eval-cost-") as tmp:
         for round_ in range(args.rounds):
             for setting in settings:
-                job = job_for(setting, round_, steps=args.steps, every_steps=args.every_steps)
-                load_before = load_average()
-                result = run_job(job, Path(tmp), steps=args.steps, timeout_s=args.run_timeout)
-                log = Path(tmp) / job["metadata"]["name"] / "evaluations.jsonl"
-                evaluations = (
-                    [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
-                    if log.exists()
-                    else []
-                )
-                figures = run_figures(result.history, evaluations)
-                expect_evals = setting != OFF
-                ok = result.ok and (bool(evaluations) == expect_evals)
-                figures.update(
-                    setting=setting,
-                    round=round_,
-                    run_seconds=round(result.wall_seconds, 1),
-                    load_before=load_before,
-                    load_after=load_average(),
-                    status="ok" if ok else f"failed at step {len(result.history)}",
-                )
-                if not ok:
-                    figures["output_tail"] = result.output_tail
-                runs.append(figures)
-                print(
-                    f"round {round_} {setting:>4}: wait {fmt(figures['wait_fraction'], 2)}"
-                    f"  step {fmt(figures['step_seconds_mean'], 3)} s"
-                    f"  {fmt(figures['samples_per_s'], 1)} samples/s"
-                    f"  {figures['evaluations']} evals  {figures['status']}",
-                    flush=True,
-                )
-                summary = summarise(runs, settings)
+                runs.append(run_one(setting, round_, args, Path(tmp)))
                 results = {
                     "benchmark": "eval_cost",
                     "date": started.strftime("%Y-%m-%d"),
@@ -209,10 +217,10 @@ def main(argv: list[str] | None = None) -> int:
                         min(r["load_before"] for r in runs),
                         max(r["load_after"] for r in runs),
                     ],
-                    "summary": summary,
+                    "summary": summarise(runs, settings),
                     "runs": runs,
                 }
-                write_result(out, results, announce=False)
+                write_result(out, results, announce=False)  # a stopped run keeps what it had
     write_result(out, results)
     print(render(results["summary"]))
     print(f"load {results['load'][0]}-{results['load'][1]}; results in {out}")

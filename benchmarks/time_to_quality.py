@@ -55,7 +55,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, base_job, fmt, load_average, merged, run_job, write_result
+from _runs import (
+    ROOT,
+    base_job,
+    evaluations_of,
+    fmt,
+    load_average,
+    merged,
+    run_job,
+    write_result,
+)
 from _stress_report import update_readme
 from _ttq_report import BEGIN, END, build_rows, plot_results, render_markdown, seed_figures
 
@@ -173,10 +182,7 @@ def run_one(
     )
     load_before = load_average()
     result = run_job(job, tmp, steps=args.steps, timeout_s=args.run_timeout)
-    log = tmp / job["metadata"]["name"] / "evaluations.jsonl"
-    evaluations = (
-        [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
-    )
+    evaluations = evaluations_of(tmp, job["metadata"]["name"])
     figures = seed_figures(evaluations, result.history)
     ok = result.ok and bool(evaluations)
     figures.update(
