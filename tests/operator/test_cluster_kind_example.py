@@ -7,7 +7,8 @@ Nothing stands in for SGLang here: the engine pod's command is the embedded engi
 (`python -m dressage engine serve`, `inference.engine: embedded`), the model is the built-in
 tiny Llama every pod builds for itself, and there is no claim: weights reach the engine over a
 gloo weight-update group (`weightSync: distributed`). Only `training.steps` is lowered, so the
-run ends in a couple of minutes; the job trains, publishes every step to the engine and
+run ends in a couple of minutes; the job trains, publishes every step to the engine,
+evaluates the starting and the final weights on its held-out prompts (in the status too) and
 succeeds, and every child passes the Kubernetes schemas.
 
 `kind_job` is the manifest as this test applies it, for other runs of the same job (the test
@@ -97,6 +98,14 @@ def test_the_kind_example_trains_and_publishes_with_no_gpu_no_claim_and_no_sglan
     assert f"step {STEPS} version v{STEPS}" in trainer_log, trainer_log[-3000:]
     assert "weight-update groups formed with" in trainer_log, trainer_log[-3000:]
     assert status["restarts"] == 0, json.dumps(status)
+    # The example evaluates on its held-out prompts: the starting weights and the final version
+    # (everySteps 25 is beyond the 3 steps), each line naming its one version, and the operator
+    # read them from the trainer's /metrics into the status.
+    assert "eval v0 " in trainer_log, trainer_log[-3000:]
+    assert f"eval v{STEPS} " in trainer_log, trainer_log[-3000:]
+    evaluation = status.get("evaluation") or {}
+    assert evaluation.get("latest", {}).get("version") in ("v0", f"v{STEPS}"), json.dumps(status)
+    assert evaluation.get("best", {}).get("version") in ("v0", f"v{STEPS}"), json.dumps(status)
     # The engine came to serve a version the trainer published (its liveness probe reads the
     # engine's weight version).
     served = served_versions(

@@ -6,8 +6,9 @@ on its own `/metrics`, and the real `kubectl get arj` prints them in the `Eval` 
 columns (the emulation prints the CRD's printer columns as the API server does:
 `dressage_testkit.kube.tables`).
 
-The run with the real evaluator in the trainer pods is the cluster run's
-(`test_cluster_run.py`); this one stands in for the trainer's exporter only."""
+The run with the real evaluator in the trainer pods is the kind example's
+(`test_cluster_kind_example.py`: its eval lines and `status.evaluation`); this one stands in
+for the trainer's exporter only."""
 
 from __future__ import annotations
 
