@@ -31,7 +31,6 @@ c4, 1 round, 4 steps) about a minute.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -46,20 +45,16 @@ from _runs import (
     evaluations_of,
     fmt,
     load_average,
+    median,
     merged,
     run_job,
     step_seconds,
     write_result,
 )
+from time_to_quality import ASYNC_PLACEMENT, JOB, placement_of
 
-JOB = ROOT / "examples" / "local-heldout.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "eval_cost.json"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "eval_cost_quick.json"
-PLACEMENT = {
-    "rollout": {"separateProcess": True},
-    "local": {"engineCpus": [0], "trainerCpus": [1], "rolloutCpus": [1]},
-}
-"""`benchmarks/time_to_quality.py`'s placement of its async settings."""
 OFF = "off"
 
 
@@ -69,7 +64,7 @@ def setting_names(concurrency: list[int]) -> list[str]:
 
 def job_for(setting: str, round_: int, *, steps: int, every_steps: int) -> dict[str, Any]:
     """The example job for `setting` (`off` or `cN`), as this benchmark runs it."""
-    spec: dict[str, Any] = merged(PLACEMENT, {"training": {"steps": steps}})
+    spec: dict[str, Any] = merged(placement_of(ASYNC_PLACEMENT), {"training": {"steps": steps}})
     if setting == OFF:
         spec["evaluation"] = None  # merged() deletes the example's evaluation block
     else:
@@ -98,7 +93,7 @@ def run_figures(history: list[dict[str, Any]], evaluations: list[dict[str, Any]]
         "publish_fraction": share(published),
         "samples_per_s": samples / total if total > 0 else None,
         "evaluations": len(evaluations),
-        "eval_seconds_median": statistics.median(eval_seconds) if eval_seconds else None,
+        "eval_seconds_median": median(eval_seconds),
     }
 
 
@@ -112,11 +107,6 @@ FIGURES = (
 )
 
 
-def _median(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def summarise(runs: list[dict[str, Any]], settings: list[str]) -> dict[str, dict[str, Any]]:
     """Per setting, the median of each figure over its finished runs, and trained samples per
     second as a ratio to `off`'s in the same round (the median of those ratios)."""
@@ -127,13 +117,14 @@ def summarise(runs: list[dict[str, Any]], settings: list[str]) -> dict[str, dict
         mine = [r for r in ok if r["setting"] == setting]
         row: dict[str, Any] = {"runs": len(mine)}
         for key in FIGURES:
-            row[key] = _median([r[key] for r in mine])
-        ratios = [
-            r["samples_per_s"] / off_rate[r["round"]]
-            for r in mine
-            if r["samples_per_s"] and off_rate.get(r["round"])
-        ]
-        row["samples_per_s_vs_off"] = _median(list(ratios))
+            row[key] = median([r[key] for r in mine if r[key] is not None])
+        row["samples_per_s_vs_off"] = median(
+            [
+                r["samples_per_s"] / off_rate[r["round"]]
+                for r in mine
+                if r["samples_per_s"] and off_rate.get(r["round"])
+            ]
+        )
         summary[setting] = row
     return summary
 

@@ -6,6 +6,7 @@ error."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -69,8 +70,7 @@ def test_eval_of_a_published_version_runs_on_an_engine_of_its_own(
     figures name the version and the step that published it."""
     job = _job(tmp_path, samplesPerPrompt=1, temperature=0.0)
     published = tmp_path / "w" / "j" / "weights" / "v2"
-    published.parent.mkdir(parents=True)
-    make_uniform_checkpoint(cache_dir).rename(published)
+    shutil.copytree(make_uniform_checkpoint(cache_dir), published)
     out = tmp_path / "figures.json"
     code = main(["eval", str(job), "--version", "v2", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
