@@ -204,7 +204,13 @@ def test_the_operator_image_reconciles_a_job_on_the_emulated_cluster(
                 if p["metadata"]["name"].startswith("in-image-")
             ]
 
-        pods = wait_for(children_of_the_job, 120, "the job's pods")
+        def once_the_engine_pod_exists() -> list[str]:
+            # The operator creates the job's pods one after another, the trainer's first: the
+            # first pod is not yet all of them.
+            names = children_of_the_job()
+            return names if any("engine" in name for name in names) else []
+
+        pods = wait_for(once_the_engine_pod_exists, 120, "the job's engine pod")
         assert any("engine" in name for name in pods), pods
         status = (cluster.get(cluster.job_path("in-image")) or {}).get("status") or {}
         assert status.get("phase"), status
