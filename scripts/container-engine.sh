@@ -28,4 +28,24 @@ else
 fi
 # shellcheck disable=SC2034  # read by the scripts that source this file
 CONTAINER_ENGINE_NAME=$(basename "$CONTAINER_ENGINE")
-container_engine() { "$CONTAINER_ENGINE" "$@"; }
+# $DRESSAGE_BUILD_CPU_SHARES=N passes `--cpu-shares N` (2 to 262144; the default weight is 1024)
+# to every `build`: podman, like Docker's legacy builder, runs each RUN step in a cgroup of its own
+# with that CPU weight, where the calling process's `nice` does not reach. The test command
+# builds the images beside the suite with 2, so the build takes only the CPU the suite leaves
+# idle. Unset, builds run at the engine's default.
+if [ -n "${DRESSAGE_BUILD_CPU_SHARES:-}" ]; then
+  case $DRESSAGE_BUILD_CPU_SHARES in
+    *[!0-9]*) echo "DRESSAGE_BUILD_CPU_SHARES=$DRESSAGE_BUILD_CPU_SHARES: a whole number, 2 to 262144" >&2; exit 2 ;;
+  esac
+  if [ "$DRESSAGE_BUILD_CPU_SHARES" -lt 2 ] || [ "$DRESSAGE_BUILD_CPU_SHARES" -gt 262144 ]; then
+    echo "DRESSAGE_BUILD_CPU_SHARES=$DRESSAGE_BUILD_CPU_SHARES: a whole number, 2 to 262144" >&2
+    exit 2
+  fi
+fi
+container_engine() {
+  if [ "${1:-}" = build ] && [ -n "${DRESSAGE_BUILD_CPU_SHARES:-}" ]; then
+    shift
+    set -- build --cpu-shares "$DRESSAGE_BUILD_CPU_SHARES" "$@"
+  fi
+  "$CONTAINER_ENGINE" "$@"
+}

@@ -26,7 +26,9 @@ took "setup and tools"
 
 # The images tier's images (the stand-in bases first, on a machine that has none: the longest
 # part of a first run) build in the background from here on, at the lowest CPU and I/O priority,
-# so they take the time the suite's processes leave idle instead of running after them. The
+# so they take the time the suite's processes leave idle instead of running after them: `nice`
+# for the build's own processes, and the least CPU weight for its RUN steps, which podman runs
+# in a cgroup of their own that `nice` does not reach (scripts/container-engine.sh). The
 # images tier waits for this build (a file lock: tests/images/support.py) and finds them built;
 # when it failed, the tier builds again and reports it.
 logs=$(mktemp -d)
@@ -34,7 +36,8 @@ prebuild_pid=""
 trap 'rm -rf "$logs"; [ -z "$prebuild_pid" ] || kill "$prebuild_pid" 2>/dev/null || true' EXIT
 low_priority=(nice -n 19)
 ! command -v ionice > /dev/null || low_priority+=(ionice -c 3)
-"${low_priority[@]}" python -m tests.images.support > "$logs/prebuild.log" 2>&1 &
+DRESSAGE_BUILD_CPU_SHARES=2 "${low_priority[@]}" python -m tests.images.support \
+  > "$logs/prebuild.log" 2>&1 &
 prebuild_pid=$!
 
 echo "== ruff"

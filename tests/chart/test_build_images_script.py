@@ -105,6 +105,37 @@ def test_an_engine_other_than_docker_or_podman_is_refused_by_name(engines: Path)
     assert result.stderr.strip() == "DRESSAGE_CONTAINER_ENGINE=nerdctl: docker or podman"
 
 
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_dressage_build_cpu_shares_weights_every_build_and_nothing_else(
+    engines: Path, engine: str
+) -> None:
+    """The test command builds the images beside the suite with `DRESSAGE_BUILD_CPU_SHARES=2`:
+    each build's RUN steps get that CPU weight (`build --cpu-shares`, which both engines take),
+    and no other engine call changes. Unset, a build carries no weight of its own."""
+    result, calls = _build(
+        engines, "--only", "operator", DRESSAGE_CONTAINER_ENGINE=engine,
+        DRESSAGE_BUILD_CPU_SHARES="2",
+    )
+    assert result.returncode == 0, result.stderr
+    builds = [c for c in calls if " build " in f"{c} "]
+    assert builds, calls
+    assert all(f"{engine} CONTAINERS_CONF=unset build --cpu-shares 2 --network host " in c
+               for c in builds), builds
+    _, unweighted = _build(engines, "--only", "operator", DRESSAGE_CONTAINER_ENGINE=engine)
+    assert unweighted == [c.replace(" --cpu-shares 2", "") for c in calls]
+    assert not any("--cpu-shares" in c for c in unweighted)
+
+
+@pytest.mark.parametrize("shares", ["1", "0", "two", "262145", "-5"])
+def test_a_cpu_weight_the_engines_refuse_is_refused_by_name(engines: Path, shares: str) -> None:
+    result, calls = _build(engines, "--only", "operator", DRESSAGE_BUILD_CPU_SHARES=shares)
+    assert result.returncode == 2
+    assert calls == []
+    assert result.stderr.strip() == (
+        f"DRESSAGE_BUILD_CPU_SHARES={shares}: a whole number, 2 to 262144"
+    )
+
+
 def test_the_cpu_runtime_installs_torch_from_the_pytorch_cpu_index_on_the_python_base(
     engines: Path,
 ) -> None:
