@@ -30,6 +30,7 @@ def test_the_quick_mode_compares_a_control_with_the_baseline(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(out.read_text())
     assert results["complete"]
+    assert results["warm_start"]["targetReward"] == 0.2  # not the job's 0.45: seconds, not minutes
     assert [s["key"] for s in results["settings"]] == ["baseline", "kv2-adm"]
     for setting in results["settings"]:
         assert [s["seed"] for s in setting["seeds"]] == [0]
