@@ -22,6 +22,12 @@ took() { echo "== took $((SECONDS - phase_start)) s: $1"; phase_start=$SECONDS; 
 bash scripts/setup.sh
 bash scripts/install-tools.sh
 export PATH="$PWD/.tools/bin:$PWD/.venv/bin:$PATH"
+# The suite starts hundreds of Python processes from this checkout (runs, engines, proxies,
+# trainers) and every xdist worker imports every test module: with PYTHONDONTWRITEBYTECODE set
+# (container images often set it) each of them would compile the project's modules, and pytest
+# rewrite the tests' asserts, from source again. The bytecode goes to __pycache__ (ignored by git
+# and by the images' build context).
+unset PYTHONDONTWRITEBYTECODE
 took "setup and tools"
 
 # The images tier's images (the stand-in bases first, on a machine that has none: the longest
