@@ -39,7 +39,7 @@ current weights; a `drain` until the proxy answered, then the engine's exit).
     python benchmarks/engine_churn.py [--quick] [--steps 40] [--syncs disk,distributed]
         [--churn SCHEDULE] [--out PATH]
 
-`--quick` (the smoke test's): 9 steps, `disk` only, `kill@2,add@3,drain@5`. Writes
+`--quick` (the smoke test's): 7 steps, `disk` only, `kill@2,add@3,drain@5`. Writes
 `benchmarks/results/engine_churn.json` (`engine_churn_quick.json` with `--quick`).
 """
 
@@ -71,7 +71,7 @@ QUICK_RESULTS = ROOT / "benchmarks" / "results" / "engine_churn_quick.json"
 SCHEDULE = "kill@4,add@5,drain@8,add@9,add@12,drain@14"
 QUICK_SCHEDULE = "kill@2,add@3,drain@5"
 STEPS = 40
-QUICK_STEPS = 9
+QUICK_STEPS = 7
 WARMUP_STEPS = 3
 """Left out of rates: partial async's first steps train groups generated before the first
 publish (`benchmarks/long_tail.py`)."""
