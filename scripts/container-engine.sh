@@ -31,14 +31,12 @@ CONTAINER_ENGINE_NAME=$(basename "$CONTAINER_ENGINE")
 # $DRESSAGE_BUILD_CPU_SHARES=N passes `--cpu-shares N` (2 to 262144; the default weight is 1024)
 # to every `build`: podman, like Docker's legacy builder, runs each RUN step in a cgroup of its own
 # with that CPU weight, where the calling process's `nice` does not reach. The test command
-# builds the images beside the suite with 2, so the build takes only the CPU the suite leaves
-# idle. Unset, builds run at the engine's default.
+# builds the images beside the suite with 2, so that the build yields the CPU to the suite's
+# processes. Unset, builds run at the engine's default.
 if [ -n "${DRESSAGE_BUILD_CPU_SHARES:-}" ]; then
-  case $DRESSAGE_BUILD_CPU_SHARES in
-    *[!0-9]*) echo "DRESSAGE_BUILD_CPU_SHARES=$DRESSAGE_BUILD_CPU_SHARES: a whole number, 2 to 262144" >&2; exit 2 ;;
-  esac
-  if [ "$DRESSAGE_BUILD_CPU_SHARES" -lt 2 ] || [ "$DRESSAGE_BUILD_CPU_SHARES" -gt 262144 ]; then
-    echo "DRESSAGE_BUILD_CPU_SHARES=$DRESSAGE_BUILD_CPU_SHARES: a whole number, 2 to 262144" >&2
+  shares=$DRESSAGE_BUILD_CPU_SHARES
+  if [[ $shares == *[!0-9]* ]] || [ "$shares" -lt 2 ] || [ "$shares" -gt 262144 ]; then
+    echo "DRESSAGE_BUILD_CPU_SHARES=$shares: a whole number, 2 to 262144" >&2
     exit 2
   fi
 fi

@@ -32,9 +32,9 @@ took "setup and tools"
 
 # The images tier's images (the stand-in bases first, on a machine that has none: the longest
 # part of a first run) build in the background from here on, at the lowest CPU and I/O priority,
-# so they take the time the suite's processes leave idle instead of running after them: `nice`
-# for the build's own processes, and the least CPU weight for its RUN steps, which podman runs
-# in a cgroup of their own that `nice` does not reach (scripts/container-engine.sh). The
+# so they take mostly the time the suite's processes leave idle instead of running after them:
+# `nice` for the build's own processes, and the least CPU weight for its RUN steps, which podman
+# runs in a cgroup of their own that `nice` does not reach (scripts/container-engine.sh). The
 # images tier waits for this build (a file lock: tests/images/support.py) and finds them built;
 # when it failed, the tier builds again and reports it.
 logs=$(mktemp -d)
