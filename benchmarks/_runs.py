@@ -68,6 +68,13 @@ class RunResult:
         return self.returncode == 0 and bool(self.history)
 
 
+def status_of(ok: bool, timed_out: bool, steps: int) -> str:
+    """A run's status in a results file: `ok`, `timed out at step N` or `failed at step N`."""
+    if timed_out:
+        return f"timed out at step {steps}"
+    return "ok" if ok else f"failed at step {steps}"
+
+
 def run_job(
     job: dict[str, Any],
     workdir: Path,

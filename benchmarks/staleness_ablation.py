@@ -56,6 +56,7 @@ from _runs import (
     median,
     merged,
     run_job,
+    status_of,
     step_seconds,
     write_result,
 )
@@ -204,12 +205,6 @@ def aggregate(seeds: list[dict[str, Any]]) -> dict[str, Any]:
         "is_ess_fraction_mean": mean(values("is_ess_fraction_mean")),
         "runs_ok": sum(1 for s in seeds if s["status"] == "ok"),
     }
-
-
-def status_of(ok: bool, timed_out: bool, steps: int) -> str:
-    if timed_out:
-        return f"timed out at step {steps}"
-    return "ok" if ok else f"failed at step {steps}"
 
 
 def reached(steps: list[int | None]) -> str:

@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runs import ROOT, base_job, fmt, load_average, merged, run_job, write_result
+from _runs import ROOT, base_job, fmt, load_average, merged, run_job, status_of, write_result
 from _stress_report import (
     build_rows,
     plot_results,
@@ -107,12 +107,6 @@ def run_order(seeds: int, settings: int) -> list[tuple[int, int]]:
     """The (seed, setting index) pairs in the order they run: seeds outermost, so every setting
     meets the machine's load of the same minutes and a drift in load spreads over all of them."""
     return [(seed, index) for seed in range(seeds) for index in range(settings)]
-
-
-def status_of(ok: bool, timed_out: bool, steps: int) -> str:
-    if timed_out:
-        return f"timed out at step {steps}"
-    return "ok" if ok else f"failed at step {steps}"
 
 
 def results_of(

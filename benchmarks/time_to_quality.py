@@ -63,6 +63,7 @@ from _runs import (
     load_average,
     merged,
     run_job,
+    status_of,
     write_result,
 )
 from _stress_report import update_readme
@@ -191,9 +192,7 @@ def run_one(
         run_seconds=round(result.wall_seconds, 1),
         load_before=load_before,
         load_after=load_average(),
-        status="ok"
-        if ok
-        else f"{'timed out' if result.timed_out else 'failed'} at step {len(result.history)}",
+        status=status_of(ok, result.timed_out, len(result.history)),
     )
     if not ok:
         figures["output_tail"] = result.output_tail
