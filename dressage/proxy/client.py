@@ -91,6 +91,9 @@ class EngineView:
     healthy: bool
     routable: bool
     weight_version: str | None
+    last_error: str | None = None
+    """Why the proxy last found it down (None while it passes, or from a proxy that does not
+    say)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class EngineSet:
                     healthy=bool(e["healthy"]),
                     routable=bool(e["routable"]),
                     weight_version=_label(e["weight_version"]),
+                    last_error=_label(e.get("last_error")),
                 )
                 for e in data["engines"]
             )
@@ -142,6 +146,7 @@ def merge_engine_sets(views: Sequence[EngineSet]) -> EngineSet:
                 healthy=bool(healthy),
                 routable=any(e.routable for e in seen),
                 weight_version=(healthy or seen)[0].weight_version,
+                last_error=None if healthy else seen[0].last_error,
             )
         )
     return EngineSet(targets.pop() if len(targets) == 1 else None, tuple(merged))
@@ -438,6 +443,17 @@ class ProxyRolloutClient:
             )
         except RolloutError:
             return
+
+    async def finished(self, instance_id: str) -> list[Sample]:
+        """The finished segment records of `instance_id` so far, as training samples, left in
+        the proxy (`drain=false`) and the group still held on its replica: a look at a group's
+        finished trajectories while others still run."""
+        data = await self._get(
+            "/segments",
+            params={"instance_id": instance_id, "drain": "false"},
+            base=await self._replica(instance_id),
+        )
+        return [record_to_sample(r) for r in data["segments"]]
 
     async def segments(self, instance_id: str) -> list[Sample]:
         """Drain the finished segment records of `instance_id` as training samples: the

@@ -21,6 +21,8 @@ import asyncio
 import json
 import logging
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,11 +32,15 @@ from dressage.api.loader import load_job
 
 if TYPE_CHECKING:
     from dressage.evaluation.figures import Evaluation
+    from dressage.proxy.client import EngineSet, ProxyRolloutClient
     from dressage.runner.processes import ChildProcess
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 STARTUP_DEADLINE_S = 300.0
+ENGINES_DEADLINE_S = 60.0
+"""How long the engine this command started may take to pass the proxy's health check."""
+ENGINES_POLL_S = 0.25
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +158,7 @@ async def _evaluate(
     from dressage.model import default_cache_dir
     from dressage.model.warmstart import initial_model_dir
     from dressage.orchestrator.evaluations import build_evaluator
-    from dressage.proxy.client import ProxyRolloutClient, RolloutError
+    from dressage.proxy.client import ProxyRolloutClient
     from dressage.tasks.codec import PromptCodec
     from dressage.tasks.faults import UserCodeFaults
 
@@ -170,19 +176,10 @@ async def _evaluate(
             proxy_url = await _start_local(job, args, model_dir, version, run_root, children)
         proxy = ProxyRolloutClient(proxy_url)
         try:
-            try:
-                engine_set = await proxy.engines()
-            except RolloutError as exc:
-                raise BadInput(f"--proxy {proxy_url}: unreachable ({exc})") from None
-            # The version the proxy routes to; one it was never told: its engines' own.
-            served = {e.weight_version for e in engine_set.engines if e.healthy}
-            serving = engine_set.weight_version or (served.pop() if len(served) == 1 else None)
-            if serving is None:
-                raise BadInput(
-                    f"--proxy {proxy_url}: its engines serve no single version "
-                    f"({', '.join(sorted(str(v) for v in served)) or 'none healthy'})"
-                )
-            version = serving
+            # Engines this command started may still be on their way into the proxy's health
+            # checks (a loaded machine answers a first probe slowly); a running job's are not.
+            wait_s = ENGINES_DEADLINE_S if args.proxy is None else 0.0
+            version = await serving_version(proxy, proxy_url, wait_s)
             if args.version is not None and version != args.version:
                 raise BadInput(f"--version {args.version}: the proxy's engines serve {version}")
             evaluator = build_evaluator(
@@ -199,6 +196,48 @@ async def _evaluate(
         from dressage.runner.processes import stop_together
 
         stop_together(children)
+
+
+def version_served(engine_set: EngineSet) -> str | None:
+    """The version a proxy's engines serve: the one the proxy routes to, or, when it was never
+    told one, its healthy engines' own when they agree; None when there is no such version."""
+    served = {e.weight_version for e in engine_set.engines if e.healthy}
+    return engine_set.weight_version or (served.pop() if len(served) == 1 else None)
+
+
+async def serving_version(
+    proxy: ProxyRolloutClient,
+    proxy_url: str,
+    wait_s: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> str:
+    """The version `proxy`'s engines serve (`version_served`), asked again every
+    `ENGINES_POLL_S` for up to `wait_s` seconds while there is none (0: asked once). Raises
+    `BadInput` naming the proxy when it cannot be reached or serves no single version, with
+    the engines' versions, or why the proxy finds them down."""
+    from dressage.proxy.client import RolloutError
+
+    deadline = clock() + wait_s
+    while True:
+        try:
+            engine_set = await proxy.engines()
+        except RolloutError as exc:
+            raise BadInput(f"--proxy {proxy_url}: unreachable ({exc})") from None
+        version = version_served(engine_set)
+        if version is not None:
+            return version
+        if clock() >= deadline:
+            break
+        await sleep(ENGINES_POLL_S)
+    healthy = sorted(str(e.weight_version) for e in engine_set.engines if e.healthy)
+    down = [f"{e.url}: {e.last_error or 'down'}" for e in engine_set.engines if not e.healthy]
+    waited = f" after {wait_s:.0f} s" if wait_s else ""
+    raise BadInput(
+        f"--proxy {proxy_url}: its engines serve no single version{waited} "
+        f"({', '.join(healthy) or 'none healthy'}{''.join(f'; {d}' for d in down)})"
+    )
 
 
 async def _start_local(
