@@ -318,3 +318,54 @@ def test_observing_versions_in_issue_order_stays_linear() -> None:
         tracker.observe(version_label(index))
     assert tracker.position("v49999") == 49_999
     assert tracker.window() == ["v49998", "v49999"]
+
+
+# --- would_keep: the question a refused trajectory's rerun asks ---------------------------
+
+
+def test_would_keep_counts_the_version_the_rerun_ends_under() -> None:
+    f = StalenessGroupFilter(StalenessConfig(keep_versions=2))
+    for version in ("v0", "v1"):
+        f.tracker.observe(version)
+    finished = group("v0")  # the sibling that ended before the publishes
+    assert f.would_keep(finished)  # v0 and v1: both inside a window of two
+    assert f.would_keep(finished, newest="v1")
+    assert not f.would_keep(finished, newest="v2")  # the rerun ends under v2: v0 falls out
+    assert f.would_keep(group("v1"), newest="v2")
+    assert f.would_keep(finished, newest=None)  # no live version known: the window as it is
+
+
+def test_would_keep_observes_nothing_and_counts_nothing() -> None:
+    f = StalenessGroupFilter(StalenessConfig(keep_versions=1))
+    f.tracker.observe("v0")
+    assert not f.would_keep(group("v0", "v3"), newest="v4")
+    assert f.tracker.versions == ["v0"]
+    assert f.dropped_groups == 0
+
+
+def test_would_keep_says_yes_when_the_control_is_off() -> None:
+    f = StalenessGroupFilter(StalenessConfig(keep_versions=0))
+    for version in ("v0", "v1", "v2"):
+        f.tracker.observe(version)
+    assert f.would_keep(group("v0"), newest="v9")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=0, max_value=4),
+    groups_strategy,
+    st.lists(version_labels, min_size=1, max_size=4),
+    version_labels,
+)
+def test_would_keep_predicts_the_sink_after_the_newest_version(
+    keep: int, groups: list[list[object]], finished: list[object], newest: object
+) -> None:
+    f, _ = _replay(keep, groups)
+    window = f.tracker.versions
+    predicted = f.would_keep(group(*finished), newest=newest)
+    assert f.tracker.versions == window  # asking moved nothing
+    # What the sink does with the group once the rerun ended under `newest`: observe every
+    # trajectory's version (the finished ones first), then judge the group whole.
+    completed = group(*finished, newest)
+    f.observe_group(completed)
+    assert predicted == f.check_group(completed).keep
