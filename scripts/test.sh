@@ -3,9 +3,11 @@
 # pytest runs the suite once without the contract tier, then the contract tier once per SGLang
 # release of the matrix (dressage.api.sglang.SGLANG_TESTED_RELEASES), each in a subprocess with
 # that release's environment (scripts/sglang-compat.sh). The suite uses $DRESSAGE_TEST_WORKERS
-# processes (pytest-xdist, default 2; 0 runs in one process) with `--dist loadfile`: a test
+# processes (pytest-xdist, default 3; 0 runs in one process) with `--dist loadfile`: a test
 # file per process at a time, except the cluster-shaped operator files, which share one group
-# (tests/conftest.py, SERIAL_FILES) so that two of them never run side by side. The releases'
+# (tests/conftest.py, SERIAL_FILES) so that two of them never run side by side. Three processes
+# on two cores: the third takes the CPU the other two leave idle while their runs start, wait
+# for each other and stop (CONTRIBUTING.md, "The suite's time"). The releases'
 # contract tiers run side by side, one process each (their output printed one after the
 # other): each spends much of its time waiting, and one process per release imports SGLang
 # once instead of once per worker. The images tier (tests/images: the images built with podman
@@ -56,7 +58,7 @@ took "ruff, mypy and the import contract"
 
 failed=()
 echo "== pytest (all but the contract tier)"
-workers=(-n "${DRESSAGE_TEST_WORKERS:-2}" --dist loadfile)
+workers=(-n "${DRESSAGE_TEST_WORKERS:-3}" --dist loadfile)
 python -m pytest --ignore=tests/contract --ignore=tests/images "${workers[@]}" "$@" \
   || failed+=("the suite")
 took "pytest (all but the contract and images tiers)"
