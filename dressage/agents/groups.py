@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
@@ -31,10 +31,6 @@ TrajectoryFn = Callable[[str, int], Awaitable[None]]
 """Runs one trajectory in proxy session `session_id` (member `i` of its group) and finalizes
 the session with its reward."""
 
-WindowCheck = Callable[[Sequence[Sample]], bool]
-"""Whether the staleness window would still admit a group with these finished samples once a
-trajectory run now has ended (`AsyncRolloutCollector.admits_retry`)."""
-
 
 async def collect_group(
     client: ProxyRolloutClient,
@@ -43,7 +39,6 @@ async def collect_group(
     trajectory: TrajectoryFn,
     *,
     retry_refused: int = 0,
-    window: WindowCheck | None = None,
 ) -> Group:
     """Run `group_size` trajectories of one prompt concurrently and read back their samples.
 
@@ -55,9 +50,7 @@ async def collect_group(
     `retry_refused` (`spanLimitPolicy: retry_trajectory`): a trajectory the span limit refused
     (`partial_rollout_staleness_exceeded`) is run again alone, in a new session
     (`<session>-s<k>`) from its prompt, up to this many times before it fails the group; its
-    finished siblings are kept. With `window`, only while the staleness window still admits
-    them: asked before each rerun with the group's finished samples, a no fails the group at
-    once, since the sink would drop it, the rerun's tokens with it.
+    finished siblings are kept.
     """
     sessions = [f"{group_id}-t{i}" for i in range(group_size)]
 
@@ -70,8 +63,6 @@ async def collect_group(
                 return await trajectory(current, i)
             except RolloutError as exc:
                 if exc.code != PARTIAL_ROLLOUT_STALENESS_EXCEEDED or retry == retry_refused:
-                    raise
-                if window is not None and not await _still_admitted(client, group_id, window):
                     raise
                 await client.discard(current, instance_id=group_id)
 
@@ -105,16 +96,6 @@ async def collect_group(
             f"{len({s.parent_traj_id for s in samples})} trajectories, expected {group_size}"
         )
     return Group(group_id=group_id, samples=tuple(samples))
-
-
-async def _still_admitted(client: ProxyRolloutClient, group_id: str, window: WindowCheck) -> bool:
-    """`window`'s answer for the group's finished trajectories; no when they cannot be read
-    (the group's proxy replica is gone, and a rerun's samples could not be read back either)."""
-    try:
-        finished = await client.finished(group_id)
-    except RolloutError:
-        return False
-    return window(finished)
 
 
 REFRESH_SHARE = 0.25
@@ -220,10 +201,6 @@ class GroupAgent(abc.ABC, Generic[P]):
     retry_refused: int = 0
     """`staleness.spanLimitPolicy: retry_trajectory`: times a trajectory the span limit
     refused is run again alone before its group fails (`collect_group`); 0 fails the group."""
-    window: WindowCheck | None = None
-    """Asked before such a rerun whether the staleness window still admits the group's finished
-    trajectories (`collect_group`); None reruns regardless. The async collector's
-    `admits_retry`, set when the job's collector is built."""
 
     @abc.abstractmethod
     def prompt(self, index: int) -> P:
@@ -248,12 +225,7 @@ class GroupAgent(abc.ABC, Generic[P]):
             await self.client.finalize(session_id, rewards[session_id].value, instance_id=group_id)
 
         group = await collect_group(
-            self.client,
-            group_id,
-            self.group_size,
-            run,
-            retry_refused=self.retry_refused,
-            window=self.window,
+            self.client, group_id, self.group_size, run, retry_refused=self.retry_refused
         )
         stale = stale_short_members(group, self.refresh_share)
         if stale:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dressage.agents.blackbox import BlackboxRollout
-from dressage.agents.groups import GroupAgent
 from dressage.agents.single_turn import PromptSource, SingleTurnRollout
 from dressage.agents.whitebox import WhiteboxAgentRollout
 from dressage.api.job import AsyncRLJobSpec, RolloutMode
@@ -80,15 +79,6 @@ def make_collector(
             concurrency=spec.rollout.concurrency,
             retry=retry_policy_of(spec),
         )
-    collector = _async_collector(spec, rollout)
-    if isinstance(rollout, GroupAgent) and rollout.retry_refused:
-        rollout.window = collector.admits_retry  # a refused trajectory's rerun asks the window
-    return collector
-
-
-def _async_collector(spec: AsyncRLJobSpec, rollout: GroupRollout) -> AsyncRolloutCollector:
-    """The background collector of `fully_async` and `partial_async` (`mode: auto` starts it
-    at the staleness budget controller's first settings)."""
     if spec.staleness.auto:  # the controller's first settings; it steers them after each step
         budget = budget_settings(spec)
         return AsyncRolloutCollector(

@@ -444,17 +444,6 @@ class ProxyRolloutClient:
         except RolloutError:
             return
 
-    async def finished(self, instance_id: str) -> list[Sample]:
-        """The finished segment records of `instance_id` so far, as training samples, left in
-        the proxy (`drain=false`) and the group still held on its replica: a look at a group's
-        finished trajectories while others still run."""
-        data = await self._get(
-            "/segments",
-            params={"instance_id": instance_id, "drain": "false"},
-            base=await self._replica(instance_id),
-        )
-        return [record_to_sample(r) for r in data["segments"]]
-
     async def segments(self, instance_id: str) -> list[Sample]:
         """Drain the finished segment records of `instance_id` as training samples: the
         group's last call, which ends its hold on its replica."""

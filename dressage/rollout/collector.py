@@ -193,11 +193,6 @@ class AsyncRolloutCollector(PromptPosition):
             self.stats.totals.dropped_groups[SHUTDOWN] += leftovers
 
     @property
-    def rollout(self) -> GroupRollout:
-        """The group rollout this collector runs (the job's agent)."""
-        return self._attempts.rollout
-
-    @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
@@ -244,14 +239,6 @@ class AsyncRolloutCollector(PromptPosition):
             self._pending = self.filter.advance(label, before, samples_of=_samples_of)
             self._count_dropped_pending(before)
         self._free_capacity()
-
-    def admits_retry(self, finished: Sequence[Sample]) -> bool:
-        """Whether a group whose finished trajectories are `finished` is still worth completing
-        by running a refused trajectory again (`spanLimitPolicy: retry_trajectory`): the sink
-        would keep them once the rerun's version, the engines' live one or later, is observed
-        (`StalenessGroupFilter.would_keep`). When it would not, the rerun's tokens would be
-        dropped with the group: the group fails now and the retry policy runs it anew."""
-        return self.filter.would_keep(finished, newest=self.version)
 
     @property
     def ahead(self) -> int:

@@ -218,15 +218,6 @@ class StalenessTracker:
         self._order.append(label)
         return True
 
-    def copy(self) -> StalenessTracker:
-        """A tracker with this one's observations and window, to observe into without moving
-        this one (`StalenessGroupFilter.would_keep`)."""
-        twin = StalenessTracker(self.keep_versions)
-        twin._order = list(self._order)
-        twin._positions = dict(self._positions)
-        twin._newest_issued = self._newest_issued
-        return twin
-
     def _place(self, index: int) -> int:
         """Where a label of issue `index`, older than the newest issued one seen, goes."""
         for position, seen in enumerate(self._order):
@@ -308,21 +299,6 @@ class StalenessGroupFilter:
         if stale:
             return FilterVerdict(keep=False, reason=DropReason.STALE_VERSION, stale_versions=stale)
         return FilterVerdict.kept()
-
-    def would_keep(self, group: Sequence[VersionedSample], newest: object = None) -> bool:
-        """Whether the sink would keep `group` if it arrived once `newest` has been observed as
-        well, as `admit` observes a group's versions before checking it; nothing is observed or
-        counted here. `spanLimitPolicy: retry_trajectory` asks this of a group's finished
-        trajectories before running a refused one again: the rerun ends under the engines'
-        version or a later one (`newest`), and if that moves the window past a finished
-        sibling, the group would be dropped at the sink with the rerun's tokens."""
-        if not self.config.enabled:
-            return True
-        probe = self.tracker.copy()
-        for version in group_versions(group):
-            probe.observe(version)
-        probe.observe(newest)
-        return all(probe.is_fresh(v) for v in [*group_versions(group), newest])
 
     def keep_group(self, group: Sequence[VersionedSample]) -> FilterVerdict:
         """Decide for a newly completed group; a drop is counted under its reason."""

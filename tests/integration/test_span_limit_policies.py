@@ -26,10 +26,8 @@ from dressage_testkit.engine import EngineProcess, start_engine
 from dressage_testkit.proxy import ProxyProcess, start_proxy
 
 from dressage import metrics as names
-from dressage.agents.groups import WindowCheck
 from dressage.agents.single_turn import SingleTurnRollout
 from dressage.data.groups import Group, GroupFailed
-from dressage.data.samples import Sample
 from dressage.proxy.client import ProxyRolloutClient, SamplingSettings
 from dressage.proxy.errors import PARTIAL_ROLLOUT_STALENESS_EXCEEDED
 from dressage.rollout.span_policy import mask_old_tokens
@@ -83,9 +81,7 @@ class Prompts:
         return Scored(1.0)
 
 
-def agent(
-    proxy: ProxyProcess, tag: str, retry_refused: int, window: WindowCheck | None = None
-) -> SingleTurnRollout:
+def agent(proxy: ProxyProcess, tag: str, retry_refused: int) -> SingleTurnRollout:
     return SingleTurnRollout(
         source=Prompts(),
         client=ProxyRolloutClient(proxy.base_url),
@@ -95,7 +91,6 @@ def agent(
         lengths=lambda index, member: SHORT if member == 0 else LONG,
         retry_refused=retry_refused,
         refresh_share=0.0,  # the short one is kept as it ended, not refreshed after
-        window=window,
     )
 
 
@@ -158,18 +153,9 @@ async def test_refuse_group_fails_the_group_and_the_ledger_keeps_both_sides(
 async def test_retry_trajectory_runs_only_the_refused_trajectory_again(
     engine: EngineProcess, limited_proxy: ProxyProcess, cache_dir: Path
 ) -> None:
-    asked: list[dict[str, set[str | None]]] = []
-
-    def window(finished: Sequence[Sample]) -> bool:
-        asked.append({str(s.parent_traj_id): set(s.response_versions) for s in finished})
-        return True
-
-    rollout = agent(limited_proxy, "retry", retry_refused=2, window=window)
+    rollout = agent(limited_proxy, "retry", retry_refused=2)
     task, (label,) = await group_with_publishes(limited_proxy, engine, cache_dir, rollout)
     group = await asyncio.wait_for(task, timeout=60)
-    # Asked once, before the rerun, with the finished sibling alone (the group's samples stay
-    # in the proxy for the group's own read).
-    assert [set(a) for a in asked] == [{f"{rollout.run_tag}-p0-a0-t0"}]
     versions = _versions(group)
     assert len(versions) == 2, versions
     short = next(v for traj, v in versions.items() if traj.endswith("-t0"))
@@ -178,32 +164,6 @@ async def test_retry_trajectory_runs_only_the_refused_trajectory_again(
     assert label not in short
     assert retried == {label}  # generated again, wholly under the new version
     assert sum(sum(s.loss_mask) for s in group.samples) == SHORT + LONG
-    await rollout.client.aclose()
-
-
-async def test_retry_trajectory_fails_the_group_when_the_window_has_left_its_siblings(
-    engine: EngineProcess, limited_proxy: ProxyProcess, cache_dir: Path
-) -> None:
-    """The rerun would end under the new version; a window that no longer admits the finished
-    sibling's version with it would drop the group at the sink, the rerun's tokens with it:
-    the group fails at once, as under `refuse_group`, and the retry policy runs it anew."""
-    asked: list[set[str | None]] = []
-
-    def window(finished: Sequence[Sample]) -> bool:
-        asked.append({v for s in finished for v in s.response_versions})
-        return False
-
-    rollout = agent(limited_proxy, "gone", retry_refused=2, window=window)
-    task, (label,) = await group_with_publishes(limited_proxy, engine, cache_dir, rollout)
-    with pytest.raises(GroupFailed) as failed:
-        await asyncio.wait_for(task, timeout=60)
-    assert failed.value.reason == PARTIAL_ROLLOUT_STALENESS_EXCEEDED
-    assert failed.value.tokens == SHORT  # the finished sibling, in the ledger's `refused`
-    assert len(asked) == 1
-    assert label not in asked[0]  # the sibling ended before the publish
-    async with httpx.AsyncClient(base_url=limited_proxy.base_url) as client:
-        rerun = await client.get(f"/sessions/{rollout.run_tag}-p0-a0-t1-s1")
-    assert rerun.status_code == 404  # never started
     await rollout.client.aclose()
 
 

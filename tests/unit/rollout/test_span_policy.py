@@ -10,19 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from dressage.agents.groups import GroupAgent
 from dressage.api.job import AsyncRLJob
 from dressage.api.proxy_settings import proxy_settings
 from dressage.data.groups import Group
 from dressage.data.samples import Sample
-from dressage.orchestrator.collectors import make_collector, mask_keep_versions, retry_refused_of
-from dressage.proxy.client import ProxyRolloutClient
+from dressage.orchestrator.collectors import mask_keep_versions, retry_refused_of
 from dressage.rollout import ledger
 from dressage.rollout.collector import AsyncRolloutCollector
 from dressage.rollout.retry import RetryPolicy
 from dressage.rollout.span_policy import mask_old_tokens, newest_versions
 from dressage.rollout.staleness import StalenessConfig
-from dressage.tasks.base import Scored
 
 VERSIONS = ["v0", "v1", "v2", "v3", "v4"]
 
@@ -114,48 +111,6 @@ def test_each_policy_configures_the_proxy_the_agent_and_the_collector() -> None:
     mask = job({"maxPartialRolloutPreempts": 2, "spanLimitPolicy": "mask_old_tokens"})
     assert proxy_settings(mask)["max_partial_rollout_preempts"] is None  # never refuses
     assert mask_keep_versions(mask.spec) == 3
-
-
-class _NoPrompts:
-    def prompt_ids(self, index: int) -> list[int]:
-        raise AssertionError("not called")
-
-    async def ascored(self, index: int, output_ids: object) -> Scored:
-        raise AssertionError("not called")
-
-
-@pytest.mark.parametrize("mode", [{}, {"mode": "auto", "budget": {"maxLagVersions": 2}}])
-def test_a_retry_trajectory_agent_asks_its_collectors_window_before_a_rerun(
-    mode: dict[str, object],
-) -> None:
-    proxy = ProxyRolloutClient("http://127.0.0.1:9")
-    for policy, asks in (("retry_trajectory", True), ("refuse_group", False)):
-        spec = job({"maxPartialRolloutPreempts": 2, "spanLimitPolicy": policy, **mode}).spec
-        made = make_collector(spec, source=_NoPrompts(), proxy=proxy, run_tag="t")
-        assert isinstance(made, AsyncRolloutCollector)
-        assert isinstance(made.rollout, GroupAgent)
-        assert made.rollout.window == (made.admits_retry if asks else None)
-
-
-def test_the_collector_admits_a_rerun_while_the_window_would_keep_its_finished_siblings() -> None:
-    async def rollout(index: int, attempt: int) -> Group:
-        raise AssertionError("not started")
-
-    c = AsyncRolloutCollector(
-        rollout,
-        batch_size=1,
-        concurrency=1,
-        retry=RetryPolicy(max_retries=0),
-        staleness=StalenessConfig(2),
-        window_on_published=True,
-    )
-    finished = [trajectory([(0, 3)], "t0")]  # a sibling that ended under v0
-    c.on_weights_published("v1")
-    assert c.admits_retry(finished)  # the rerun ends under v1: v0 and v1 fit a window of two
-    c.on_weights_published("v2")
-    assert not c.admits_retry(finished)  # under v2: v0 would be out, the group dropped
-    assert c.admits_retry([trajectory([(1, 2), (2, 1)], "t0")])  # ended under v2
-    assert c.stats.groups_dropped == 0  # asking drops and counts nothing
 
 
 async def test_the_collector_masks_at_the_sink_and_the_ledger_counts_masked_tokens() -> None:
