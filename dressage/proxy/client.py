@@ -126,7 +126,8 @@ def merge_engine_sets(views: Sequence[EngineSet]) -> EngineSet:
     """The engine set of several proxy replicas, which follow one engine list but each judge
     the engines' health and read their versions on their own: every engine any replica lists
     (in first-seen order); healthy or routable where any replica finds it so; its version as
-    the first replica that finds it healthy reads it (else the first that lists it). The set's
+    the first replica that finds it healthy reads it (else the first that lists it), and why
+    it is down, while no replica finds it healthy, as the first that lists it says. The set's
     weight version is the replicas' common one, or None when they disagree: a replica that
     restarted has lost the version, and the publisher's catch-up, seeing None, states it to
     every replica again."""
