@@ -12,18 +12,23 @@ rate, and RL's effect stays visible.
 The result is a Hugging Face checkpoint directory (tokenizer files included), cached under
 `cache_dir/warmstart/<hash>` where the hash covers the base weights, the task spec, the contents
 of the task's local inputs (the dataset file or directory, an environment's module source) and
-the settings: editing the data file or the environment builds a new warm start.
+the settings: editing the data file or the environment builds a new warm start. One process
+builds an entry at a time (`building`, a lock file beside it): a second run asking for the same
+warm start meanwhile waits and reads the first one's result instead of training it again, as
+two runs started together on a machine without the cache (or the test suite's processes) would.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,15 +175,53 @@ def warm_start(
     """The warm-started checkpoint for `base_dir` on `task_spec`, built once and cached.
     `task`: the job's task when the caller built it already (a dataset is then not read
     again), else it is built here."""
-    from transformers import AutoModelForCausalLM
-
     base_dir = Path(base_dir)
     target = Path(cache_dir) / "warmstart" / cache_key(base_dir, task_spec, settings)
-    meta_path = target / "warmstart.json"
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        return WarmStartResult(target, float(meta["expected_reward"]), int(meta["steps"]), True)
+    cached = _cached(target)
+    if cached is not None:
+        return cached
+    with building(target, log):
+        cached = _cached(target)  # built by the process this one waited for
+        if cached is not None:
+            return cached
+        return _train(target, base_dir, task_spec, settings, log, task)
 
+
+def _cached(target: Path) -> WarmStartResult | None:
+    meta_path = target / "warmstart.json"
+    if not meta_path.is_file():
+        return None
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    return WarmStartResult(target, float(meta["expected_reward"]), int(meta["steps"]), True)
+
+
+@contextmanager
+def building(target: Path, log: Callable[[str], None] = print) -> Iterator[None]:
+    """Held while this process builds the cache entry `target`: an exclusive `flock` on
+    `.<name>.lock` beside it, released when the block ends (or the process dies). A process
+    that finds it held says so and waits."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / f".{target.name}.lock").open("a+b") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"warm start: another process is building {target}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _train(
+    target: Path,
+    base_dir: Path,
+    task_spec: TaskSpec,
+    settings: WarmStartSpec,
+    log: Callable[[str], None],
+    task: Task | Environment | None,
+) -> WarmStartResult:
+    """Train the warm start and write it to `target` (whole or not at all)."""
+    from transformers import AutoModelForCausalLM
+
+    meta_path = target / "warmstart.json"
     torch.manual_seed(settings.seed)
     codec = PromptCodec.from_pretrained(base_dir)
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
