@@ -49,6 +49,7 @@ from dressage.metrics import (
 from dressage.proxy.drain import DEFAULT_DRAIN_TIMEOUT_S
 from dressage.runner.churn import ChurnAction, ChurnEvent, due, engine_name
 from dressage.runner.processes import ChildProcess, stop_together
+from dressage.runner.scrape import metrics_texts
 
 ENGINE_READY = "engine ready on "
 JOINING_VERSION = "base"
@@ -385,21 +386,19 @@ async def read_proxy_churn_figures(proxy_urls: Sequence[str]) -> dict[str, Any]:
         PROXY_DRAINED_TOKENS_LOST: "drained_tokens_lost",
     }
     async with httpx.AsyncClient(timeout=10.0) as client:
-        for proxy in proxy_urls:
-            try:
-                answer = await client.get(f"{proxy}/metrics")
-                answer.raise_for_status()
-            except httpx.HTTPError:
-                continue
-            figures["replicas_read"] += 1
-            for family in text_string_to_metric_families(answer.text):
-                for sample in family.samples:
-                    if sample.name in plain:
-                        figures[plain[sample.name]] += sample.value
-                    elif sample.name in by_reason:
-                        counts = figures[by_reason[sample.name]]
-                        reason = sample.labels["reason"]
-                        counts[reason] = counts.get(reason, 0.0) + sample.value
+        texts = await metrics_texts(client, proxy_urls)
+    for text in texts.values():
+        if text is None:
+            continue
+        figures["replicas_read"] += 1
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in plain:
+                    figures[plain[sample.name]] += sample.value
+                elif sample.name in by_reason:
+                    counts = figures[by_reason[sample.name]]
+                    reason = sample.labels["reason"]
+                    counts[reason] = counts.get(reason, 0.0) + sample.value
     return figures
 
 

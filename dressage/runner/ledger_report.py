@@ -33,6 +33,7 @@ from dressage.metrics.sglang import GENERATION_TOKENS
 from dressage.rollout import ledger
 from dressage.rollout.ledger import Account
 from dressage.rollout.proxy_ledger import LostCounts, ProxyLostTokens, add_counts, parse_lost
+from dressage.runner.scrape import metrics_texts
 
 IN_FLIGHT = "in_flight"
 _LEDGER_KEY = figure("ledger_tokens").key
@@ -84,26 +85,19 @@ async def read_run_ledger(
     hold at the end (`counted`), what the steps' records hold of them (`in_steps`) and what the
     end added (`at_end`); with proxies that did not restart, `in_steps + at_end == counted`."""
     reader = ProxyLostTokens() if steps_read is None else steps_read
-    final: dict[str, LostCounts | None] = {}
-    engines = 0.0
-    engines_read = True
     async with httpx.AsyncClient(timeout=10.0) as client:
-        for proxy in proxy_urls:
-            url = proxy.strip().rstrip("/")
-            try:
-                answer = await client.get(f"{url}/metrics")
-                answer.raise_for_status()
-                final[url] = parse_lost(answer.text)
-            except (httpx.HTTPError, ValueError):
-                final[url] = None
-        for engine in engine_urls:
-            try:
-                answer = await client.get(f"{engine}/metrics")
-                answer.raise_for_status()
-            except httpx.HTTPError:
-                engines_read = False
-                break
-            engines += sum(v for _, v in _samples(answer.text, GENERATION_TOKENS))
+        proxies = await metrics_texts(client, proxy_urls)
+        engine_texts = await metrics_texts(client, engine_urls)
+    final: dict[str, LostCounts | None] = {}
+    for url, text in proxies.items():
+        try:
+            final[url] = None if text is None else parse_lost(text)
+        except ValueError:
+            final[url] = None
+    engines_read = all(text is not None for text in engine_texts.values())
+    engines = sum(
+        v for text in engine_texts.values() if text for _, v in _samples(text, GENERATION_TOKENS)
+    )
     lost = reader.remainder(final)
     report = run_ledger(collected, lost, engines if engines_read else None)
     counted: LostCounts = {}
