@@ -18,7 +18,7 @@ from dressage.proxy import errors
 from dressage.proxy.answers import error_response
 from dressage.proxy.background import expiry_loop, health_loop
 from dressage.proxy.config import ProxyConfig, read_engine_urls
-from dressage.proxy.endpoints import control, drain, router, sessions, sglang
+from dressage.proxy.endpoints import control, drain, router, sessions, sglang, weights
 from dressage.proxy.engine_pool import EnginePool
 from dressage.proxy.errors import ProxyError
 from dressage.proxy.generation import Generator, PauseGate
@@ -178,6 +178,11 @@ def _routes(state: ProxyState, tokenizer: ChatTokenizer | None) -> list[Route]:
         Route(
             "/dressage/weight_version",
             on("weight_version", control.set_weight_version, body=Body.JSON),
+            POST,
+        ),
+        Route(
+            "/dressage/weights/update_from_disk",
+            on("update_from_disk", weights.update_from_disk, body=Body.JSON),
             POST,
         ),
     ]

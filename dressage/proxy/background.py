@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import orjson
 
@@ -179,15 +179,20 @@ async def read_weight_version(
     return weight_version_of(data)
 
 
-async def refresh_weight_versions(state: ProxyState, connections: EngineConnections) -> None:
+async def refresh_weight_versions(
+    state: ProxyState, connections: EngineConnections, known: Mapping[str, str] | None = None
+) -> None:
     """Read every engine's weight version now (after a publish, or when the publisher states
-    the current version), so routing follows at once rather than at the next health check."""
-    urls = state.pool.urls
+    the current version), so routing follows at once rather than at the next health check.
+    `known`: engines whose version the caller just saw them take (a publish's successful
+    loads), recorded without a read."""
+    known = known or {}
+    urls = [url for url in state.pool.urls if url not in known]
     versions = await asyncio.gather(
         *(read_weight_version(connections, url, state.pool.get(url)) for url in urls)
     )
     state.pool.version_reads += 1
-    for url, version in zip(urls, versions, strict=True):
+    for url, version in [*zip(urls, versions, strict=True), *known.items()]:
         engine = state.pool.get(url)
         if engine is not None:
             engine.weight_version = version

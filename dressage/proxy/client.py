@@ -269,12 +269,20 @@ class ProxyRolloutClient:
         headers: Mapping[str, str] | None = None,
         control: bool = False,
         base: str | None = None,
+        timeout_s: float | None = None,
     ) -> tuple[int, bytes]:
         """`method path` on the proxy (replica `base`, default the first): the answer's status
-        and body, or a `RolloutError` (its `status` None when no answer came)."""
+        and body, or a `RolloutError` (its `status` None when no answer came). `timeout_s`:
+        this call's bound instead of the client's."""
+        limit = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s, connect=10.0)
         try:
             async with self._session(control).request(
-                method, (base or self.replicas[0]) + path, json=body, params=params, headers=headers
+                method,
+                (base or self.replicas[0]) + path,
+                json=body,
+                params=params,
+                headers=headers,
+                timeout=limit,
             ) as response:
                 return response.status, await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -473,12 +481,17 @@ class ProxyRolloutClient:
             return
         await self._fan_out("POST", "/pause_generation", {"mode": mode})
 
-    async def resume(self, weight_version: str | None = None) -> None:
+    async def resume(
+        self, weight_version: str | None = None, serving: Sequence[str] = ()
+    ) -> None:
         """Continue generation on every replica; with `weight_version`, they route only to
-        engines that serve it from now on. With several, one replica continues the engines
+        engines that serve it from now on (`serving`: engines seen to load it, which the
+        replicas do not read again). With several, one replica continues the engines
         and the others open their gates (`"engines": false`); when that one fails, every
         replica continues the engines."""
         body: dict[str, Any] = {} if weight_version is None else {"weight_version": weight_version}
+        if weight_version is not None and serving:
+            body["serving"] = list(serving)
         await self._refresh()
         if len(self.replicas) < 2:
             await self._fan_out("POST", "/continue_generation", body)
@@ -512,6 +525,61 @@ class ProxyRolloutClient:
                     raise
                 lost = lost or exc
         raise lost or RolloutError("no proxy replica to send " + path)
+
+    async def update_weights_from_disk(
+        self,
+        engine_urls: Sequence[str],
+        model_path: str,
+        weight_version: str,
+        *,
+        held: bool = True,
+        timeout_s: float | None = None,
+    ) -> dict[str, str | None]:
+        """Load the checkpoint `model_path` as `weight_version` on `engine_urls`, from the
+        proxy (`POST /dressage/weights/update_from_disk`): with several replicas each updates
+        an equal share, all at once. Each engine's result by URL: None when it took the
+        version, else why not; the share of a replica that did not answer fails with that.
+        `held`: requests are held by an `in_place` pause. `timeout_s`: one engine's load
+        (the proxy's default when None). A replica refusing the request (a proxy without the
+        route answers 404 `not_found`) raises its `RolloutError`."""
+        if not engine_urls:
+            return {}
+        await self._refresh()
+        replicas = list(self.replicas)
+        if not replicas:
+            raise RolloutError(f"proxy replicas {self.base_url}: none resolved yet")
+        shares = {url: list(engine_urls[i :: len(replicas)]) for i, url in enumerate(replicas)}
+        shares = {url: share for url, share in shares.items() if share}
+        # The engines' load plus the proxy's own work; the proxy bounds each load.
+        limit = (timeout_s if timeout_s is not None else 60.0) + 60.0
+
+        async def one(replica: str, share: list[str]) -> dict[str, str | None]:
+            body: dict[str, Any] = {
+                "model_path": model_path,
+                "weight_version": weight_version,
+                "held": held,
+                "engines": share,
+            }
+            if timeout_s is not None:
+                body["timeout_s"] = timeout_s
+            path = "/dressage/weights/update_from_disk"
+            try:
+                status, data = await self._request(
+                    "POST", path, body=body, control=True, base=replica, timeout_s=limit
+                )
+            except RolloutError as exc:  # no answer: its share did not take the version
+                self.unreachable[replica] += 1
+                log.warning("proxy replica %s did not answer %s: %s", replica, path, exc)
+                return dict.fromkeys(share, f"proxy replica {replica}: {exc}")
+            answer = self._answer(f"POST {path}", status, data)
+            results: dict[str, str | None] = answer["engines"]
+            return results
+
+        answers = await asyncio.gather(*(one(r, share) for r, share in shares.items()))
+        merged: dict[str, str | None] = {}
+        for answer in answers:
+            merged.update(answer)
+        return {url: merged.get(url, "not in the proxy's answer") for url in engine_urls}
 
     async def engines(self) -> EngineSet:
         """The engines behind the proxy replicas and the weight version they route to

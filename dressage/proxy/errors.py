@@ -36,6 +36,7 @@ ENGINE_BUSY = "engine_busy"  # 503 (every engine's queue stayed full)
 PAUSE_TIMEOUT = "pause_timeout"  # 503
 ENGINE_TIMEOUT = "engine_timeout"  # 504
 DRAIN_TIMEOUT = "drain_timeout"  # 504 (generations still in flight on a draining engine)
+NOT_IN_POOL = "not_in_pool"  # one engine's result in a fan-out: the proxy does not hold it
 
 
 class ProxyError(Exception):

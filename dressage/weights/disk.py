@@ -100,7 +100,8 @@ class DiskPublisher(Publisher):
                 # The proxy routes to the new version once an engine serves it (or when there
                 # was none to update: whichever engine comes is caught up to it).
                 took = failures is not None and (not urls or len(failures) < len(urls))
-                await self.source.resume(version if took else None)
+                loaded = [url for url in urls if failures is not None and url not in failures]
+                await self.source.resume(version if took else None, loaded)
             assert failures is not None
             if failures and (not self.source.routed or not took):
                 raise next(iter(failures.values()))
@@ -163,20 +164,12 @@ class DiskPublisher(Publisher):
     async def _update(
         self, urls: Sequence[str], model_path: Path, version: str, *, held: bool = True
     ) -> dict[str, BaseException]:
-        """Load `model_path` as `version` on each of `urls`; the failures by URL. Every engine
-        at once, each through its own client (one connection pool each: a pool shared by a
-        thousand engines costs more CPU per request than it saves). `held=False` (under an
-        `abort` pause): each update flushes the cache itself, one request per engine."""
-        results = await asyncio.gather(
-            *(
-                self.source.client(url).update_weights_from_disk(
-                    str(model_path), version, held=held, timeout_s=self.update_timeout_s
-                )
-                for url in urls
-            ),
-            return_exceptions=True,
+        """Load `model_path` as `version` on each of `urls`; the failures by URL
+        (`EngineSource.update_from_disk`). `held=False` (under an `abort` pause): each
+        update flushes the cache itself, one request per engine."""
+        return await self.source.update_from_disk(
+            urls, str(model_path), version, held=held, timeout_s=self.update_timeout_s
         )
-        return failures_by_url(urls, results)
 
     async def _catch_up_locked(self) -> list[str]:
         if self.current is None:
@@ -218,16 +211,3 @@ class DiskPublisher(Publisher):
             if updated:
                 log.info("engines %s caught up", ", ".join(updated))
 
-
-def failures_by_url(
-    urls: Sequence[str], results: Sequence[object]
-) -> dict[str, BaseException]:
-    """The failures of one `gather(..., return_exceptions=True)` over `urls`, by URL; a
-    cancellation is raised, not counted as an engine's failure."""
-    failures: dict[str, BaseException] = {}
-    for url, result in zip(urls, results, strict=True):
-        if isinstance(result, asyncio.CancelledError):
-            raise result
-        if isinstance(result, BaseException):
-            failures[url] = result
-    return failures

@@ -11,7 +11,12 @@ One `EngineSource` per job, of two kinds:
   an engine that misses a version, so every engine must take every version.
 
 The source also keeps one `EngineClient` per engine URL (`client`) for the publishers' own
-requests to the engines (a weight update, a weight-update group). Torch-free.
+requests to the engines (a weight-update group, an adapter, a checkpoint where no proxy loads
+it). A checkpoint is loaded by `update_from_disk`: with `ProxyEngines` the proxy replicas load
+it on their engines (`POST /dressage/weights/update_from_disk`, each replica a share), so a
+publish costs the trainer a request per replica, not one per engine; an engine a replica does
+not hold, and every engine behind a proxy without the route, is loaded through its own client.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import asyncio
 from collections.abc import Sequence
 
 from dressage.engine.client import EngineClient
-from dressage.proxy.client import ProxyRolloutClient
+from dressage.engine.errors import EngineError
+from dressage.proxy.client import ProxyRolloutClient, RolloutError
+from dressage.proxy.errors import NOT_IN_POOL
 
 
 class EngineSource(abc.ABC):
@@ -46,9 +53,10 @@ class EngineSource(abc.ABC):
         """Pause generation on every engine (`mode`: SGLang's `pause_generation` mode)."""
 
     @abc.abstractmethod
-    async def resume(self, version: str | None) -> None:
+    async def resume(self, version: str | None, serving: Sequence[str] = ()) -> None:
         """Continue generation; `version`: the version the engines now serve, when a publish
-        made one current (None: the engines keep the one they had)."""
+        made one current (None: the engines keep the one they had); `serving`: the engines
+        the publish saw load it."""
 
     @abc.abstractmethod
     async def lagging(self, version: str) -> list[str]:
@@ -61,6 +69,30 @@ class EngineSource(abc.ABC):
     @abc.abstractmethod
     async def versions(self) -> list[str | None]:
         """The weight version each engine reports."""
+
+    async def update_from_disk(
+        self,
+        urls: Sequence[str],
+        model_path: str,
+        version: str,
+        *,
+        held: bool = True,
+        timeout_s: float | None = None,
+    ) -> dict[str, BaseException]:
+        """Load the checkpoint `model_path` as `version` on each of `urls`; the failures by
+        URL. Here each engine through its own client, all at once (one connection pool each:
+        a pool shared by a thousand engines costs more CPU per request than it saves).
+        `held=False` (under an `abort` pause): each update flushes the cache itself."""
+        results = await asyncio.gather(
+            *(
+                self.client(url).update_weights_from_disk(
+                    model_path, version, held=held, timeout_s=timeout_s
+                )
+                for url in urls
+            ),
+            return_exceptions=True,
+        )
+        return failures_by_url(urls, results)
 
     def client(self, url: str) -> EngineClient:
         """The client of the engine at `url` (one per URL, kept until `aclose`)."""
@@ -102,8 +134,8 @@ class FixedEngines(EngineSource):
     async def pause(self, mode: str) -> None:
         await asyncio.gather(*(c.pause_generation(mode) for c in self._all()))
 
-    async def resume(self, version: str | None) -> None:
-        del version  # each engine reports its own; nothing routes by it
+    async def resume(self, version: str | None, serving: Sequence[str] = ()) -> None:
+        del version, serving  # each engine reports its own; nothing routes by it
         await asyncio.gather(*(c.continue_generation() for c in self._all()))
 
     async def lagging(self, version: str) -> list[str]:
@@ -121,6 +153,8 @@ class ProxyEngines(EngineSource):
     def __init__(self, proxy: ProxyRolloutClient) -> None:
         super().__init__()
         self.proxy = proxy
+        self.proxy_loads = True
+        """Whether the proxy loads checkpoints (False once it answered 404: an older proxy)."""
 
     @property
     def routed(self) -> bool:
@@ -135,8 +169,8 @@ class ProxyEngines(EngineSource):
     async def pause(self, mode: str) -> None:
         await self.proxy.pause(mode)
 
-    async def resume(self, version: str | None) -> None:
-        await self.proxy.resume(version)
+    async def resume(self, version: str | None, serving: Sequence[str] = ()) -> None:
+        await self.proxy.resume(version, serving)
 
     async def lagging(self, version: str) -> list[str]:
         """The healthy engines on another version; a proxy that lost the current version (it
@@ -149,6 +183,46 @@ class ProxyEngines(EngineSource):
     async def caught_up(self, version: str) -> None:
         await self.proxy.set_weight_version(version)  # it reads their versions again
 
+    async def update_from_disk(
+        self,
+        urls: Sequence[str],
+        model_path: str,
+        version: str,
+        *,
+        held: bool = True,
+        timeout_s: float | None = None,
+    ) -> dict[str, BaseException]:
+        """The proxy replicas load it on their engines; an engine no replica holds (its
+        listing changed meanwhile) through its own client."""
+        if not self.proxy_loads:
+            return await super().update_from_disk(
+                urls, model_path, version, held=held, timeout_s=timeout_s
+            )
+        try:
+            results = await self.proxy.update_weights_from_disk(
+                urls, model_path, version, held=held, timeout_s=timeout_s
+            )
+        except RolloutError as exc:
+            if exc.status != 404:
+                raise
+            self.proxy_loads = False  # a proxy without the route: each engine directly
+            return await self.update_from_disk(
+                urls, model_path, version, held=held, timeout_s=timeout_s
+            )
+        direct = [
+            url for url, why in results.items() if why is not None and why.startswith(NOT_IN_POOL)
+        ]
+        failures: dict[str, BaseException] = {
+            url: EngineError(why, url=url)
+            for url, why in results.items()
+            if why is not None and url not in direct
+        }
+        if direct:
+            failures |= await super().update_from_disk(
+                direct, model_path, version, held=held, timeout_s=timeout_s
+            )
+        return failures
+
     async def versions(self) -> list[str | None]:
         return [e.weight_version for e in (await self.proxy.engines()).engines]
 
@@ -158,3 +232,15 @@ def engine_source(
 ) -> EngineSource:
     """The proxy's engine set when there is a proxy, else the fixed `engine_urls`."""
     return ProxyEngines(proxy) if proxy is not None else FixedEngines(engine_urls)
+
+
+def failures_by_url(urls: Sequence[str], results: Sequence[object]) -> dict[str, BaseException]:
+    """The failures of one `gather(..., return_exceptions=True)` over `urls`, by URL; a
+    cancellation is raised, not counted as an engine's failure."""
+    failures: dict[str, BaseException] = {}
+    for url, result in zip(urls, results, strict=True):
+        if isinstance(result, asyncio.CancelledError):
+            raise result
+        if isinstance(result, BaseException):
+            failures[url] = result
+    return failures

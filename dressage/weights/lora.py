@@ -32,8 +32,8 @@ from pathlib import Path
 from dressage.api.lora import ADAPTERS_KEPT
 from dressage.engine.errors import EngineRequestError
 from dressage.engine.lora import load_lora_adapter, unload_lora_adapter
-from dressage.weights.disk import CATCH_UP_INTERVAL_S, DiskPublisher, failures_by_url
-from dressage.weights.engines import EngineSource
+from dressage.weights.disk import CATCH_UP_INTERVAL_S, DiskPublisher
+from dressage.weights.engines import EngineSource, failures_by_url
 
 log = logging.getLogger("dressage.publish")
 

@@ -12,7 +12,8 @@ command. Engines whose SGLang release predates the pause modes (before 0.5.6) ge
 they act on, `{}`: every pause aborts there.
 
 The current weight version. The weight publisher states the job's current version, on
-`/continue_generation` `{"weight_version": V}` after a publish and on
+`/continue_generation` `{"weight_version": V, "serving"?: [url, ...]}` after a publish (`serving`:
+the engines it saw load V, whose versions are then not read again) and on
 `POST /dressage/weight_version` `{"weight_version": V}` otherwise (at the trainer's start,
 after bringing a lagging engine up to date). The proxy then reads every engine's weight
 version before answering (and before the gate opens), where its release reports it
@@ -26,6 +27,7 @@ engine set there.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,11 +78,16 @@ async def continue_generation(
     to_engines = body.get("engines", True)
     if not isinstance(to_engines, bool):
         raise invalid("engines must be true or false (false: open the gate only)", "engines")
+    serving = body.get("serving", [])
+    if not isinstance(serving, list) or not all(isinstance(u, str) for u in serving):
+        raise invalid("serving must be a list of engine URLs", "serving")
+    if serving and version is None:
+        raise invalid("serving names engines that serve weight_version: state it", "serving")
     failures = _Results({}, set())
     if to_engines:
         failures = await _broadcast(state, CONTINUE_GENERATION, {})
     if stated:
-        await _apply_weight_version(state, version)
+        await _apply_weight_version(state, version, serving)
     state.gate.resume()
     return _control_answer(failures, state)
 
@@ -111,11 +118,18 @@ def _weight_version(body: dict[str, Any]) -> str | None:
     return version
 
 
-async def _apply_weight_version(state: ProxyState, version: str | None) -> None:
+async def _apply_weight_version(
+    state: ProxyState, version: str | None, serving: Sequence[str] = ()
+) -> None:
     """Route only to engines serving `version` from now on (None: to every healthy one),
-    with every engine's version read first so routing follows at once."""
+    with every engine's version read first so routing follows at once; the engines in
+    `serving` were just seen to load it and are not read (in a LoRA job an engine reports its
+    base version whatever adapter it holds, so every one is read)."""
     assert state.connections is not None, "engines are read only while the app serves"
-    await refresh_weight_versions(state, state.connections)
+    known: dict[str, str] = {}
+    if version is not None and not state.pool.adapters:
+        known = dict.fromkeys((url.rstrip("/") for url in serving), version)
+    await refresh_weight_versions(state, state.connections, known)
     state.pool.target_version = version
 
 
@@ -149,7 +163,7 @@ async def _broadcast(
     connection (`ConnectFailed`: its process is gone, as after an eviction, before a health
     check noticed) is down as well: it is marked down, and its failure is excused the same way.
     A command whose connection the engine closed (`ConnectionLost`: its process ending
-    meanwhile) is sent again (`_send_command`), so an engine that ended is told from one
+    meanwhile) is sent again (`send_command`), so an engine that ended is told from one
     that is up.
 
     `legacy_body` goes to engines whose release predates the pause modes (SGLang before 0.5.6
@@ -168,7 +182,7 @@ async def _broadcast(
             return None  # left the pool meanwhile
         payload = content if legacy is None or engine.supports(sglang.PAUSE_MODES) else legacy
         try:
-            reply = await _send_command(connections, url, path, payload)
+            reply = await send_command(connections, url, path, payload)
         except ConnectFailed as exc:
             reason = f"{path} failed: ConnectFailed: {exc}"
             state.pool.mark_down(url, reason)
@@ -186,8 +200,12 @@ async def _broadcast(
     return _Results(dict(zip(urls, answers, strict=True)), excused)
 
 
-async def _send_command(
-    connections: EngineConnections, url: str, path: str, payload: bytes
+async def send_command(
+    connections: EngineConnections,
+    url: str,
+    path: str,
+    payload: bytes,
+    timeout_s: float = _ENGINE_COMMAND_TIMEOUT_S,
 ) -> Reply:
     """POST one command to one engine, on a new connection (an idle one may have been closed
     by the engine, or by its process ending, unnoticed yet). One the engine closes before its
@@ -196,7 +214,7 @@ async def _send_command(
     for delay in (*_RESEND_DELAYS_S, None):
         try:
             return await connections.request(
-                "POST", url, path, payload, timeout_s=_ENGINE_COMMAND_TIMEOUT_S, fresh=True
+                "POST", url, path, payload, timeout_s=timeout_s, fresh=True
             )
         except ConnectionLost:
             if delay is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -35,7 +35,7 @@ class _Engines(EngineSource):
     async def pause(self, mode: str) -> None:
         self.calls.append("pause")
 
-    async def resume(self, version: str | None) -> None:
+    async def resume(self, version: str | None, serving: Sequence[str] = ()) -> None:
         self.calls.append("continue")
         self.resumed.append(version)
 

@@ -1,0 +1,225 @@
+"""The proxy loads a checkpoint on its engines (`POST /dressage/weights/update_from_disk`), so a
+publish costs the trainer one request per proxy replica; and a continue that names the engines
+seen to load the version (`"serving"`) does not read their versions again.
+
+Real `dressage proxy` processes on loopback in front of scripted engines that record what they
+are sent, for each SGLang release the engines play: before 0.5.6 an update flushes the cache
+itself; from 0.5.6 on, with requests held by a pause, it loads with `flush_cache: false` and
+the cache is flushed by a request of its own (`EngineClient.update_weights_from_disk` sends
+the same).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+from dressage_testkit.proxy import start_proxy
+
+from dressage.api.sglang import UPDATE_FLUSH_CACHE
+from dressage.engine.sglang_support import supports
+from dressage.proxy.client import ProxyRolloutClient
+from dressage.weights.disk import DiskPublisher
+from dressage.weights.engines import ProxyEngines
+from tests.integration.proxy_support import wait_for
+from tests.scripted_http import Status, scripted_server
+
+pytestmark = pytest.mark.integration
+
+HEALTH_INTERVAL = "0.5"
+ROUTE = "/dressage/weights/update_from_disk"
+
+
+class RecordingEngine:
+    """Answers as SGLang `release` does the routes a publish uses, and records each request
+    (path and JSON body) it is sent; refuses updates with `fail`."""
+
+    def __init__(self, release: str) -> None:
+        self.release = release
+        self.version = "v0"
+        self.fail = False
+        self.requests: list[tuple[str, Any]] = []
+
+    async def answer(self, path: str, body: bytes) -> object:
+        self.requests.append((path, json.loads(body) if body else None))
+        old = self.release == "0.5.2"
+        if path in (("/model_info", "/server_info") if old else ("/get_weight_version",)):
+            return Status(404, {"detail": "Not Found"})
+        if path in ("/get_weight_version", "/model_info"):
+            return {"weight_version": self.version, "model_path": "m"}
+        if path in ("/get_server_info", "/server_info"):
+            return {"version": self.release}
+        if path == "/update_weights_from_disk":
+            if self.fail:
+                return {"success": False, "message": "cannot read the checkpoint"}
+            self.version = json.loads(body)["weight_version"]
+            return {"success": True, "message": "updated", "num_paused_requests": 0}
+        return {}
+
+    def sent(self, *paths: str) -> list[tuple[str, Any]]:
+        return [(p, b) for p, b in self.requests if p in paths]
+
+    def version_reads(self) -> int:
+        return len(self.sent("/get_weight_version", "/model_info"))
+
+
+async def _post(url: str, body: dict[str, Any]) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await client.post(url, json=body)
+
+
+async def test_the_proxy_loads_each_engine_as_its_release_takes_it(
+    tmp_path: Path, engine_release: str
+) -> None:
+    a, b = RecordingEngine(engine_release), RecordingEngine(engine_release)
+    async with scripted_server(a.answer) as url_a, scripted_server(b.answer) as url_b:
+        with start_proxy([url_a, url_b], "--health-interval-s", HEALTH_INTERVAL) as proxy:
+            b.fail = True
+            body = {"model_path": str(tmp_path), "weight_version": "v1", "held": True}
+            answer = await _post(proxy.base_url + ROUTE, body)
+            unknown = "http://127.0.0.1:9"
+            other = await _post(proxy.base_url + ROUTE, {**body, "engines": [unknown]})
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "weight_version": "v1",
+        "engines": {url_a: None, url_b: "the engine did not load it: cannot read the checkpoint"},
+    }
+    assert other.json()["engines"][unknown].startswith("not_in_pool: ")
+    assert (a.version, b.version) == ("v1", "v0")
+    updates = a.sent("/update_weights_from_disk", "/flush_cache")
+    if supports(engine_release, UPDATE_FLUSH_CACHE):
+        assert updates == [
+            (
+                "/update_weights_from_disk",
+                {"model_path": str(tmp_path), "weight_version": "v1", "flush_cache": False},
+            ),
+            ("/flush_cache", {}),
+        ]
+    else:
+        assert updates == [
+            ("/update_weights_from_disk", {"model_path": str(tmp_path), "weight_version": "v1"})
+        ]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"weight_version": "v1"}, "model_path"),
+        ({"model_path": "/m"}, "weight_version"),
+        ({"model_path": "/m", "weight_version": "v1", "held": "yes"}, "held"),
+        ({"model_path": "/m", "weight_version": "v1", "timeout_s": 0}, "timeout_s"),
+        ({"model_path": "/m", "weight_version": "v1", "engines": "http://e"}, "engines"),
+    ],
+)
+async def test_a_bad_field_is_refused_by_name_and_nothing_is_loaded(
+    body: dict[str, Any], field: str
+) -> None:
+    engine = RecordingEngine("0.5.23")
+    async with scripted_server(engine.answer) as url:
+        with start_proxy([url], "--health-interval-s", HEALTH_INTERVAL) as proxy:
+            answer = await _post(proxy.base_url + ROUTE, body)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == field
+    assert engine.sent("/update_weights_from_disk") == []
+
+
+async def test_a_publish_through_two_replicas_loads_a_share_on_each_and_reads_no_loaded_engine(
+    tmp_path: Path,
+) -> None:
+    """Every engine is loaded once, by one replica or the other; the continue names the
+    engines that loaded the version, so no replica reads their versions again, and both
+    route to them."""
+    engines = [RecordingEngine("0.5.23") for _ in range(4)]
+    async with (
+        scripted_server(engines[0].answer) as u0,
+        scripted_server(engines[1].answer) as u1,
+        scripted_server(engines[2].answer) as u2,
+        scripted_server(engines[3].answer) as u3,
+    ):
+        urls = [u0, u1, u2, u3]
+        with (
+            start_proxy(urls, "--health-interval-s", "30") as p1,
+            start_proxy(urls, "--health-interval-s", "30") as p2,
+        ):
+            client = ProxyRolloutClient([p1.base_url, p2.base_url])
+            publisher = DiskPublisher(ProxyEngines(client), catch_up_interval_s=None)
+            try:
+
+                async def both_read_every_version() -> bool:
+                    views = [await client_view(p.base_url) for p in (p1, p2)]
+                    return all(e["weight_version"] == "v0" for v in views for e in v.values())
+
+                # each replica's first health check reads every engine's version; the next is
+                # 30 s away
+                await wait_for(both_read_every_version, what="the replicas' first health checks")
+                reads = [e.version_reads() for e in engines]
+                await publisher.publish(tmp_path, "v1")
+                views = [await client_view(p.base_url) for p in (p1, p2)]
+            finally:
+                await publisher.aclose()
+                await client.aclose()
+    assert [len(e.sent("/update_weights_from_disk")) for e in engines] == [1, 1, 1, 1]
+    assert [e.version_reads() for e in engines] == reads
+    for view in views:
+        assert {u: (e["weight_version"], e["routable"]) for u, e in view.items()} == {
+            u: ("v1", True) for u in urls
+        }
+
+
+async def client_view(proxy_url: str) -> dict[str, dict[str, Any]]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        answer = await client.get(proxy_url + "/dressage/engines")
+    return {e["url"]: e for e in answer.json()["engines"]}
+
+
+async def test_a_continue_naming_engines_needs_the_version_they_serve() -> None:
+    engine = RecordingEngine("0.5.23")
+    async with scripted_server(engine.answer) as url:
+        with start_proxy([url], "--health-interval-s", HEALTH_INTERVAL) as proxy:
+            answer = await _post(proxy.base_url + "/continue_generation", {"serving": [url]})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "serving"
+
+
+@asynccontextmanager
+async def _proxy_without_the_route() -> AsyncIterator[str]:
+    """A proxy of a release before the route: 404 `not_found` for it (as the proxy answers
+    a path it does not know)."""
+
+    async def missing(request: web.Request) -> web.Response:
+        error = {"type": "not_found", "code": "not_found", "message": f"no endpoint {ROUTE}"}
+        return web.json_response({"error": error}, status=404)
+
+    app = web.Application()
+    app.router.add_post(ROUTE, missing)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_behind_a_proxy_without_the_route_each_engine_is_loaded_directly(
+    tmp_path: Path,
+) -> None:
+    engine = RecordingEngine("0.5.23")
+    async with scripted_server(engine.answer) as url, _proxy_without_the_route() as proxy:
+        client = ProxyRolloutClient(proxy)
+        source = ProxyEngines(client)
+        try:
+            failures = await source.update_from_disk([url], str(tmp_path), "v1")
+            again = await source.update_from_disk([url], str(tmp_path), "v2")
+        finally:
+            await source.aclose()
+            await client.aclose()
+    assert failures == again == {}
+    assert source.proxy_loads is False
+    assert engine.version == "v2"
