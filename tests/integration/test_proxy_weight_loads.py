@@ -107,6 +107,29 @@ async def test_the_proxy_loads_each_engine_as_its_release_takes_it(
         ]
 
 
+async def test_an_update_whose_connection_the_engine_closes_is_sent_again(tmp_path: Path) -> None:
+    """The update goes out on an idle connection when there is one; one the engine closes
+    before answering (it had closed it while idle, or its process is ending) is sent again
+    on a new connection: the same checkpoint under the same label is the same weights."""
+    engine = RecordingEngine("0.5.23")
+    dropped: list[str] = []
+
+    async def answer(path: str, body: bytes) -> object:
+        if path == "/update_weights_from_disk" and not dropped:
+            dropped.append(path)
+            engine.requests.append((path, json.loads(body)))
+            raise ConnectionResetError  # no reply: the connection is dropped
+        return await engine.answer(path, body)
+
+    async with scripted_server(answer) as url:
+        with start_proxy([url], "--health-interval-s", HEALTH_INTERVAL) as proxy:
+            body = {"model_path": str(tmp_path), "weight_version": "v1"}
+            reply = await _post(proxy.base_url + ROUTE, body)
+    assert reply.json()["engines"] == {url: None}
+    assert len(engine.sent("/update_weights_from_disk")) == 2
+    assert engine.version == "v1"
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

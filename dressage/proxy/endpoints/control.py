@@ -206,19 +206,24 @@ async def send_command(
     path: str,
     payload: bytes,
     timeout_s: float = _ENGINE_COMMAND_TIMEOUT_S,
+    *,
+    fresh: bool = True,
 ) -> Reply:
     """POST one command to one engine, on a new connection (an idle one may have been closed
-    by the engine, or by its process ending, unnoticed yet). One the engine closes before its
-    reply (a process that is ending resets connections for a moment before they are refused)
-    is sent again, a few times over about 2 s: the commands are idempotent."""
+    by the engine, or by its process ending, unnoticed yet); `fresh=False`: on an idle one
+    when there is one (a weight update and its flush, which follow a pause's connection).
+    One the engine closes before its reply (a process that is ending resets connections for a
+    moment before they are refused, an idle connection it had closed) is sent again, on a new
+    connection, a few times over about 2 s: the commands are idempotent."""
     for delay in (*_RESEND_DELAYS_S, None):
         try:
             return await connections.request(
-                "POST", url, path, payload, timeout_s=timeout_s, fresh=True
+                "POST", url, path, payload, timeout_s=timeout_s, fresh=fresh
             )
         except ConnectionLost:
             if delay is None:
                 raise
+            fresh = True
             await asyncio.sleep(delay)
     raise AssertionError("unreachable")
 

@@ -105,7 +105,9 @@ async def _update(
         request = request.model_copy(update={"flush_cache": False})
     content = orjson.dumps(request.model_dump(exclude_unset=True))
     try:
-        reply = await send_command(connections, url, UPDATE_WEIGHTS_FROM_DISK, content, timeout_s)
+        reply = await send_command(
+            connections, url, UPDATE_WEIGHTS_FROM_DISK, content, timeout_s, fresh=False
+        )
     except UpstreamError as exc:
         return f"{type(exc).__name__}: {exc}"
     text = reply.body[:500].decode(errors="replace")
@@ -120,7 +122,9 @@ async def _update(
         return f"the engine did not load it: {message}"
     if flush_after:
         try:
-            flushed = await send_command(connections, url, FLUSH_CACHE, b"{}", _FLUSH_TIMEOUT_S)
+            flushed = await send_command(
+                connections, url, FLUSH_CACHE, b"{}", _FLUSH_TIMEOUT_S, fresh=False
+            )
         except UpstreamError as exc:
             flushed = None
             log.info("engine %s: cache flush after the update not sent: %s", url, exc)
