@@ -26,6 +26,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     (pub, rps, lat), (bal, op, series) = axes
 
     pub.plot(engines, [r["publish_overhead_ms"]["disk"] for r in rows], "o-", label="disk")
+    if all("disk_direct" in r["publish_overhead_ms"] for r in rows):
+        pub.plot(
+            engines,
+            [r["publish_overhead_ms"]["disk_direct"] for r in rows],
+            "^-",
+            label="disk, engine by engine from the publisher",
+        )
     pub.plot(
         engines,
         [r["publish_overhead_ms"]["distributed_control"] for r in rows],

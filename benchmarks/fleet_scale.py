@@ -15,7 +15,10 @@ each engine count N (16, 64, 256, 1,024; `--quick`: 8 and 16):
   proxy's resident memory over many open sessions);
 - publish fan-out: `DiskPublisher` through the proxy (pause, `/update_weights_from_disk` on
   every engine, continue with the new version) from its call until every engine serves the
-  new version, minus the engines' own load time (`--load-ms`); and the distributed path's
+  new version, minus the engines' own load time (`--load-ms`), with each process's CPU per
+  publish: the proxy replicas loading the checkpoint (a share each, the default), then the
+  publisher loading it engine by engine (`disk_direct`: the path behind a proxy without
+  `/dressage/weights/update_from_disk`), side by side; and the distributed path's
   control messages (pause, `begin_weight_update`, `--buckets` x
   `update_weights_from_distributed`, `end_weight_update`, continue) with each bucket's tensor
   transfer simulated by `--transfer-ms`, minus the transfer time;
@@ -234,6 +237,29 @@ async def publish_disk(
     return wall - load_s, missed
 
 
+async def publishes(
+    publisher: DiskPublisher,
+    fleet: Fleet,
+    n: int,
+    tag: str,
+    load_s: float,
+    processes: dict[str, int],
+    args: argparse.Namespace,
+) -> tuple[list[float], dict[str, float], int]:
+    """`args.publishes` disk publishes: each one's overhead (`publish_disk`), each process's
+    CPU per publish (ms), and the most engines one left not serving its version."""
+    cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+    published = [
+        await publish_disk(publisher, fleet, n, f"{tag}{n}-{i}", load_s)
+        for i in range(args.publishes)
+    ]
+    cpu = {
+        name: round(1000 * (cpu_seconds(pid) - cpu_before[name]) / args.publishes, 1)
+        for name, pid in processes.items()
+    }
+    return [seconds for seconds, _ in published], cpu, max(missed for _, missed in published)
+
+
 async def publish_distributed(
     client: ProxyRolloutClient,
     engines: list[EngineClient],
@@ -328,20 +354,21 @@ async def measure_fleet(
         out["session_kib"] = await session_memory(one, pids[0], f"mem{n}", args.sessions)
         processes = {"publisher": os.getpid(), "fleet": fleet.proc.pid}
         processes |= {f"proxy-{i}": pid for i, pid in enumerate(pids[: max(args.replicas)])}
-        cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+        source = publisher.source
+        assert isinstance(source, ProxyEngines)
         try:
-            published = [
-                await publish_disk(publisher, fleet, n, f"d{n}-{i}", load_s)
-                for i in range(args.publishes)
-            ]
-            disk = [seconds for seconds, _ in published]
-            out["publish_engines_held_out"] = max(missed for _, missed in published)
+            # Through the proxies (each replica loads a share), then engine by engine from
+            # the publisher (the path behind a proxy without the route), side by side.
+            disk, cpu, held_out = await publishes(publisher, fleet, n, "d", load_s, processes, args)
+            source.proxy_loads = False
+            direct, cpu_direct, _ = await publishes(
+                publisher, fleet, n, "e", load_s, processes, args
+            )
+            out["publish_engines_held_out"] = held_out
         finally:
             await publisher.aclose()
-        out["publish_cpu_ms"] = {
-            name: round(1000 * (cpu_seconds(pid) - cpu_before[name]) / args.publishes, 1)
-            for name, pid in processes.items()
-        }
+        out["publish_cpu_ms"] = cpu
+        out["publish_cpu_ms_direct"] = cpu_direct
         group = f"fleet-{n}"
         await asyncio.gather(
             *(
@@ -356,6 +383,7 @@ async def measure_fleet(
         out["publish_overhead_ms"] = {
             "disk_first": round(1000 * first, 1),
             "disk": round(1000 * statistics.median(disk), 1),
+            "disk_direct": round(1000 * statistics.median(direct), 1),
             "distributed_control": round(1000 * statistics.median(dist), 1),
         }
         print(f"  {n} engines: publish overhead {out['publish_overhead_ms']}", flush=True)

@@ -33,6 +33,8 @@ def test_the_quick_mode_measures_each_figure_at_two_fleet_sizes(tmp_path: Path) 
         assert figures["proxy"]["1"]["requests_per_s"] > 0
         assert figures["proxy"]["1"]["failed"] == 0
         assert figures["publish_overhead_ms"]["disk"] is not None
+        assert figures["publish_overhead_ms"]["disk_direct"] is not None
+        assert figures["publish_engines_held_out"] == 0
         assert figures["churn"]["lost_silently"] == 0
         assert figures["operator"]["seconds_to_all_children"] > 0
         assert figures["operator"]["status_bytes"] < 64 * 1024

@@ -142,6 +142,20 @@ def test_the_quoted_figures_are_the_results_file_s(quote: Quote) -> None:
     assert problems(quote) == []
 
 
+def test_every_marker_is_read() -> None:
+    """A marker the pattern does not read (a date with its time of day, a missing colon) would
+    leave its figures unchecked: each `<!-- figures from` must be one `MARKER` matches."""
+    unread = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        starts = {m.start() for m in MARKER.finditer(text)}
+        for found in re.finditer(r"<!-- figures from ", text):
+            if found.start() not in starts:
+                line = text.count("\n", 0, found.start()) + 1
+                unread.append(f"{page.relative_to(ROOT)}:{line}")
+    assert unread == []
+
+
 def test_the_readme_quotes_its_figures_from_results_files() -> None:
     """The README's results (the local run, staleness stress, the budget, the long tail) are
     all marked; a marker removed with its figures left in place fails here."""
