@@ -7,7 +7,8 @@ arithmetic is simulated (a per-token latency, a load time), their control plane 
 each engine count N (16, 64, 256, 1,024; `--quick`: 8 and 16):
 
 - proxy, for 1, 2 and 4 replicas (real `dressage proxy` processes, the engines from a file as
-  the operator gives them): closed-loop trajectories through `ProxyRolloutClient` (a
+  the operator gives them): closed-loop trajectories (`--trajectories`, at least
+  `--per-engine` times the engines) through `ProxyRolloutClient` (a
   `/generate` in a new session, its finalize and the group's segment read: three requests),
   giving requests/s, the proxies' CPU per request, and routing balance (the busiest engine's
   generations over the mean); the latency the proxy adds (p50/p99 of a generation through it
@@ -325,9 +326,11 @@ async def measure_fleet(
             await trajectories(client, f"warm{n}r{r}", args.conc, args.conc)
             before_requests = fleet.stats()["requests"][:n]
             cpu0 = sum(cpu_seconds(p) for p in pids[:r])
-            wall, done, failed = await trajectories(
-                client, f"n{n}r{r}", args.trajectories, args.conc
-            )
+            # Enough that every replica's routing goes round the engines several times:
+            # balance is a count per engine, and a replica's 500 over 1,024 engines would
+            # leave half of them without one.
+            count = max(args.trajectories, args.per_engine * n)
+            wall, done, failed = await trajectories(client, f"n{n}r{r}", count, args.conc)
             cpu = sum(cpu_seconds(p) for p in pids[:r]) - cpu0
             after = fleet.stats()["requests"][:n]
             per_engine = [a - b for a, b in zip(after, before_requests, strict=True)]
@@ -485,6 +488,12 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--trajectories", type=int, default=2000)
     parser.add_argument("--conc", type=int, default=256, help="trajectories in flight")
+    parser.add_argument(
+        "--per-engine",
+        type=int,
+        default=8,
+        help="at least this many trajectories per engine in the throughput phase",
+    )
     parser.add_argument("--sessions", type=int, default=4000)
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--publishes", type=int, default=3)
