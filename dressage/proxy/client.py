@@ -40,6 +40,9 @@ from dressage.proxy.span_rule import staleness_error_names
 
 log = logging.getLogger("dressage.proxy.client")
 
+REPLICA_UNREACHABLE = "replica_unreachable"
+"""How an engine's result of a fan-out through the replicas starts when its replica did not
+answer (`update_weights_from_disk`)."""
 REPLICA_REFRESH_S = 5.0
 """Seconds between two resolutions of a `dns+http://` replica source."""
 
@@ -507,9 +510,15 @@ class ProxyRolloutClient:
             raise
         rest = [url for url in replicas if url not in first]
         if rest:
-            await self._fan_out(
-                "POST", "/continue_generation", {**body, "engines": False}, replicas=rest
-            )
+            try:
+                await self._fan_out(
+                    "POST", "/continue_generation", {**body, "engines": False}, replicas=rest
+                )
+            except RolloutError as exc:
+                if exc.status is not None:
+                    raise
+                # None of the others answered (each counted in `unreachable` and logged):
+                # they are down, and the engines were continued through `first`.
 
     async def _through_one(
         self, path: str, body: Mapping[str, Any], replicas: Sequence[str]
@@ -538,7 +547,8 @@ class ProxyRolloutClient:
         """Load the checkpoint `model_path` as `weight_version` on `engine_urls`, from the
         proxy (`POST /dressage/weights/update_from_disk`): with several replicas each updates
         an equal share, all at once. Each engine's result by URL: None when it took the
-        version, else why not; the share of a replica that did not answer fails with that.
+        version, else why not; the share of a replica that did not answer fails with
+        `REPLICA_UNREACHABLE` (the engines may still be reached another way).
         `held`: requests are held by an `in_place` pause. `timeout_s`: one engine's load
         (the proxy's default when None). A replica refusing the request (a proxy without the
         route answers 404 `not_found`) raises its `RolloutError`."""
@@ -570,7 +580,7 @@ class ProxyRolloutClient:
             except RolloutError as exc:  # no answer: its share did not take the version
                 self.unreachable[replica] += 1
                 log.warning("proxy replica %s did not answer %s: %s", replica, path, exc)
-                return dict.fromkeys(share, f"proxy replica {replica}: {exc}")
+                return dict.fromkeys(share, f"{REPLICA_UNREACHABLE}: {replica}: {exc}")
             answer = self._answer(f"POST {path}", status, data)
             results: dict[str, str | None] = answer["engines"]
             return results

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from dressage.engine.client import EngineClient
 from dressage.engine.errors import EngineError
-from dressage.proxy.client import ProxyRolloutClient, RolloutError
+from dressage.proxy.client import REPLICA_UNREACHABLE, ProxyRolloutClient, RolloutError
 from dressage.proxy.errors import NOT_IN_POOL
 
 
@@ -192,8 +192,9 @@ class ProxyEngines(EngineSource):
         held: bool = True,
         timeout_s: float | None = None,
     ) -> dict[str, BaseException]:
-        """The proxy replicas load it on their engines; an engine no replica holds (its
-        listing changed meanwhile) through its own client."""
+        """The proxy replicas load it on their engines; an engine its replica does not hold
+        (its listing changed meanwhile) or whose replica did not answer (a replica down must
+        not keep its share of the engines from every version) through its own client."""
         if not self.proxy_loads:
             return await super().update_from_disk(
                 urls, model_path, version, held=held, timeout_s=timeout_s
@@ -210,7 +211,9 @@ class ProxyEngines(EngineSource):
                 urls, model_path, version, held=held, timeout_s=timeout_s
             )
         direct = [
-            url for url, why in results.items() if why is not None and why.startswith(NOT_IN_POOL)
+            url
+            for url, why in results.items()
+            if why is not None and why.startswith((NOT_IN_POOL, REPLICA_UNREACHABLE))
         ]
         failures: dict[str, BaseException] = {
             url: EngineError(why, url=url)

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from aiohttp import web
+from dressage_testkit.processes import free_port
 from dressage_testkit.proxy import start_proxy
 
 from dressage.api.sglang import UPDATE_FLUSH_CACHE
@@ -193,6 +194,33 @@ async def test_a_publish_through_two_replicas_loads_a_share_on_each_and_reads_no
         assert {u: (e["weight_version"], e["routable"]) for u, e in view.items()} == {
             u: ("v1", True) for u in urls
         }
+
+
+async def test_the_share_of_a_replica_that_is_down_is_loaded_by_the_publisher(
+    tmp_path: Path,
+) -> None:
+    """A replica that takes no connection fails its share of the load, and the publisher
+    loads those engines through their own clients: a replica down holds no engine back."""
+    engines = [RecordingEngine("0.5.23") for _ in range(4)]
+    async with (
+        scripted_server(engines[0].answer) as u0,
+        scripted_server(engines[1].answer) as u1,
+        scripted_server(engines[2].answer) as u2,
+        scripted_server(engines[3].answer) as u3,
+    ):
+        urls = [u0, u1, u2, u3]
+        with start_proxy(urls, "--health-interval-s", HEALTH_INTERVAL) as live:
+            down = f"http://127.0.0.1:{free_port()}"
+            client = ProxyRolloutClient([live.base_url, down])
+            publisher = DiskPublisher(ProxyEngines(client), catch_up_interval_s=None)
+            try:
+                await publisher.publish(tmp_path, "v1")
+            finally:
+                await publisher.aclose()
+                await client.aclose()
+    assert [e.version for e in engines] == ["v1"] * 4
+    assert [len(e.sent("/update_weights_from_disk")) for e in engines] == [1, 1, 1, 1]
+    assert client.unreachable[down] >= 1
 
 
 async def client_view(proxy_url: str) -> dict[str, dict[str, Any]]:
