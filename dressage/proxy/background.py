@@ -130,7 +130,7 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
         return  # left the pool while it was probed
     if ok:
         if engine.release is None:
-            engine.release = await _release(connections, url)
+            engine.release = await read_release(connections, url)
         reads = state.pool.version_reads
         version = await read_weight_version(connections, url, engine)
         if state.pool.get(url) is not engine:
@@ -198,7 +198,7 @@ async def refresh_weight_versions(
             engine.weight_version = version
 
 
-async def _release(connections: EngineConnections, url: str) -> str | None:
+async def read_release(connections: EngineConnections, url: str) -> str | None:
     """The SGLang release an engine reports in its server info (`version`), if it does."""
     try:
         _, reply = await get_moved(connections, url, SERVER_INFO_ROUTES, None, _INFO_TIMEOUT_S)

@@ -1,17 +1,21 @@
-"""Shared pieces of the proxy's integration tests: engine control and polling."""
+"""Shared pieces of the proxy's integration tests: engine control, a scripted engine, polling."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from dressage.api.sglang import SGLANG_NEWEST_TESTED
 from dressage.engine import EngineClient
 from dressage.model.tiny import resolve_model_source
+from tests.scripted_http import Status
 
 
 def tiny_checkpoint(cache_dir: Path) -> Path:
@@ -64,3 +68,42 @@ def metric_value(text: str, name: str) -> float:
             if head == name or head.startswith(name + "{"):
                 total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+class ScriptedEngine:
+    """Reports its weight version and takes (or, with `fail`, refuses) weight updates, where
+    SGLang `release` has them: 0.5.2 `/get_weight_version` and `/get_server_info`, 0.5.23
+    `/model_info` and `/server_info` (the other names answer 404 there). Every request is
+    recorded (path and JSON body) in `requests`. Served by `tests.scripted_http`."""
+
+    def __init__(self, release: str = SGLANG_NEWEST_TESTED) -> None:
+        self.version = "v0"
+        self.fail = False
+        self.refuse_pause = False
+        self.release = release
+        self.requests: list[tuple[str, Any]] = []
+
+    async def answer(self, path: str, body: bytes) -> object:
+        self.requests.append((path, json.loads(body) if body else None))
+        old = self.release == "0.5.2"
+        if path == "/pause_generation" and self.refuse_pause:
+            return Status(500, {"error": "cannot pause"})
+        if path in (("/model_info", "/server_info") if old else ("/get_weight_version",)):
+            return Status(404, {"detail": "Not Found"})
+        if path in ("/get_weight_version", "/model_info"):
+            return {"weight_version": self.version, "model_path": "m"}
+        if path in ("/get_server_info", "/server_info"):
+            return {"version": self.release}
+        if path == "/update_weights_from_disk":
+            if self.fail:
+                return {"success": False, "message": "cannot read the checkpoint"}
+            self.version = json.loads(body)["weight_version"]
+            return {"success": True, "message": "updated", "num_paused_requests": 0}
+        return {}
+
+    def sent(self, *paths: str) -> list[tuple[str, Any]]:
+        """The requests to any of `paths`, in order."""
+        return [(p, b) for p, b in self.requests if p in paths]
+
+    def version_reads(self) -> int:
+        return len(self.sent("/get_weight_version", "/model_info"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from dressage.engine.sglang_support import supports
 from dressage.proxy.client import ProxyRolloutClient
 from dressage.weights.disk import DiskPublisher
 from dressage.weights.engines import ProxyEngines
-from tests.integration.proxy_support import wait_for
-from tests.scripted_http import Status, scripted_server
+from tests.integration.proxy_support import ScriptedEngine, wait_for
+from tests.scripted_http import scripted_server
 
 pytestmark = pytest.mark.integration
 
@@ -37,37 +37,13 @@ HEALTH_INTERVAL = "0.5"
 ROUTE = "/dressage/weights/update_from_disk"
 
 
-class RecordingEngine:
-    """Answers as SGLang `release` does the routes a publish uses, and records each request
-    (path and JSON body) it is sent; refuses updates with `fail`."""
-
-    def __init__(self, release: str) -> None:
-        self.release = release
-        self.version = "v0"
-        self.fail = False
-        self.requests: list[tuple[str, Any]] = []
-
-    async def answer(self, path: str, body: bytes) -> object:
-        self.requests.append((path, json.loads(body) if body else None))
-        old = self.release == "0.5.2"
-        if path in (("/model_info", "/server_info") if old else ("/get_weight_version",)):
-            return Status(404, {"detail": "Not Found"})
-        if path in ("/get_weight_version", "/model_info"):
-            return {"weight_version": self.version, "model_path": "m"}
-        if path in ("/get_server_info", "/server_info"):
-            return {"version": self.release}
-        if path == "/update_weights_from_disk":
-            if self.fail:
-                return {"success": False, "message": "cannot read the checkpoint"}
-            self.version = json.loads(body)["weight_version"]
-            return {"success": True, "message": "updated", "num_paused_requests": 0}
-        return {}
-
-    def sent(self, *paths: str) -> list[tuple[str, Any]]:
-        return [(p, b) for p, b in self.requests if p in paths]
-
-    def version_reads(self) -> int:
-        return len(self.sent("/get_weight_version", "/model_info"))
+@asynccontextmanager
+async def _four_engines() -> AsyncIterator[tuple[list[ScriptedEngine], list[str]]]:
+    """Four scripted engines playing SGLang 0.5.23 on loopback, and their URLs."""
+    engines = [ScriptedEngine("0.5.23") for _ in range(4)]
+    async with AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(scripted_server(e.answer)) for e in engines]
+        yield engines, urls
 
 
 async def _post(url: str, body: dict[str, Any]) -> httpx.Response:
@@ -78,7 +54,7 @@ async def _post(url: str, body: dict[str, Any]) -> httpx.Response:
 async def test_the_proxy_loads_each_engine_as_its_release_takes_it(
     tmp_path: Path, engine_release: str
 ) -> None:
-    a, b = RecordingEngine(engine_release), RecordingEngine(engine_release)
+    a, b = ScriptedEngine(engine_release), ScriptedEngine(engine_release)
     async with scripted_server(a.answer) as url_a, scripted_server(b.answer) as url_b:
         with start_proxy([url_a, url_b], "--health-interval-s", HEALTH_INTERVAL) as proxy:
             b.fail = True
@@ -112,7 +88,7 @@ async def test_an_update_whose_connection_the_engine_closes_is_sent_again(tmp_pa
     """The update goes out on an idle connection when there is one; one the engine closes
     before answering (it had closed it while idle, or its process is ending) is sent again
     on a new connection: the same checkpoint under the same label is the same weights."""
-    engine = RecordingEngine("0.5.23")
+    engine = ScriptedEngine("0.5.23")
     dropped: list[str] = []
 
     async def answer(path: str, body: bytes) -> object:
@@ -144,7 +120,7 @@ async def test_an_update_whose_connection_the_engine_closes_is_sent_again(tmp_pa
 async def test_a_bad_field_is_refused_by_name_and_nothing_is_loaded(
     body: dict[str, Any], field: str
 ) -> None:
-    engine = RecordingEngine("0.5.23")
+    engine = ScriptedEngine("0.5.23")
     async with scripted_server(engine.answer) as url:
         with start_proxy([url], "--health-interval-s", HEALTH_INTERVAL) as proxy:
             answer = await _post(proxy.base_url + ROUTE, body)
@@ -159,14 +135,7 @@ async def test_a_publish_through_two_replicas_loads_a_share_on_each_and_reads_no
     """Every engine is loaded once, by one replica or the other; the continue names the
     engines that loaded the version, so no replica reads their versions again, and both
     route to them."""
-    engines = [RecordingEngine("0.5.23") for _ in range(4)]
-    async with (
-        scripted_server(engines[0].answer) as u0,
-        scripted_server(engines[1].answer) as u1,
-        scripted_server(engines[2].answer) as u2,
-        scripted_server(engines[3].answer) as u3,
-    ):
-        urls = [u0, u1, u2, u3]
+    async with _four_engines() as (engines, urls):
         with (
             start_proxy(urls, "--health-interval-s", "30") as p1,
             start_proxy(urls, "--health-interval-s", "30") as p2,
@@ -201,14 +170,7 @@ async def test_the_share_of_a_replica_that_is_down_is_loaded_by_the_publisher(
 ) -> None:
     """A replica that takes no connection fails its share of the load, and the publisher
     loads those engines through their own clients: a replica down holds no engine back."""
-    engines = [RecordingEngine("0.5.23") for _ in range(4)]
-    async with (
-        scripted_server(engines[0].answer) as u0,
-        scripted_server(engines[1].answer) as u1,
-        scripted_server(engines[2].answer) as u2,
-        scripted_server(engines[3].answer) as u3,
-    ):
-        urls = [u0, u1, u2, u3]
+    async with _four_engines() as (engines, urls):
         with start_proxy(urls, "--health-interval-s", HEALTH_INTERVAL) as live:
             down = f"http://127.0.0.1:{free_port()}"
             client = ProxyRolloutClient([live.base_url, down])
@@ -230,7 +192,7 @@ async def client_view(proxy_url: str) -> dict[str, dict[str, Any]]:
 
 
 async def test_a_continue_naming_engines_needs_the_version_they_serve() -> None:
-    engine = RecordingEngine("0.5.23")
+    engine = ScriptedEngine("0.5.23")
     async with scripted_server(engine.answer) as url:
         with start_proxy([url], "--health-interval-s", HEALTH_INTERVAL) as proxy:
             answer = await _post(proxy.base_url + "/continue_generation", {"serving": [url]})
@@ -261,7 +223,7 @@ async def _proxy_without_the_route() -> AsyncIterator[str]:
 async def test_behind_a_proxy_without_the_route_each_engine_is_loaded_directly(
     tmp_path: Path,
 ) -> None:
-    engine = RecordingEngine("0.5.23")
+    engine = ScriptedEngine("0.5.23")
     async with scripted_server(engine.answer) as url, _proxy_without_the_route() as proxy:
         client = ProxyRolloutClient(proxy)
         source = ProxyEngines(client)

@@ -10,7 +10,6 @@ route).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -23,13 +22,17 @@ from dressage_testkit.engine import EngineProcess, start_engine
 from dressage_testkit.processes import free_port
 from dressage_testkit.proxy import start_proxy
 
-from dressage.api.sglang import SGLANG_NEWEST_TESTED
 from dressage.engine.errors import EngineError
 from dressage.proxy.client import ProxyRolloutClient, RolloutError
 from dressage.weights.disk import DiskPublisher
 from dressage.weights.engines import ProxyEngines
-from tests.integration.proxy_support import engine_version, tiny_checkpoint, wait_for
-from tests.scripted_http import Status, scripted_server
+from tests.integration.proxy_support import (
+    ScriptedEngine,
+    engine_version,
+    tiny_checkpoint,
+    wait_for,
+)
+from tests.scripted_http import scripted_server
 
 HEALTH_INTERVAL = "0.5"
 """The proxy's health interval; its probes time out after twice that, which a loaded test
@@ -107,35 +110,6 @@ async def test_an_added_and_a_restarted_engine_are_caught_up_before_they_serve(
         finally:
             await publisher.aclose()
             await client.aclose()
-
-
-class ScriptedEngine:
-    """Reports its weight version and takes (or, with `fail`, refuses) weight updates, where
-    SGLang `release` has them: 0.5.2 `/get_weight_version` and `/get_server_info`, 0.5.23
-    `/model_info` and `/server_info` (the other names answer 404 there)."""
-
-    def __init__(self, release: str = SGLANG_NEWEST_TESTED) -> None:
-        self.version = "v0"
-        self.fail = False
-        self.refuse_pause = False
-        self.release = release
-
-    async def answer(self, path: str, body: bytes) -> object:
-        old = self.release == "0.5.2"
-        if path == "/pause_generation" and self.refuse_pause:
-            return Status(500, {"error": "cannot pause"})
-        if path in (("/model_info", "/server_info") if old else ("/get_weight_version",)):
-            return Status(404, {"detail": "Not Found"})
-        if path in ("/get_weight_version", "/model_info"):
-            return {"weight_version": self.version, "model_path": "m"}
-        if path in ("/get_server_info", "/server_info"):
-            return {"version": self.release}
-        if path == "/update_weights_from_disk":
-            if self.fail:
-                return {"success": False, "message": "cannot read the checkpoint"}
-            self.version = json.loads(body)["weight_version"]
-            return {"success": True, "message": "updated", "num_paused_requests": 0}
-        return {}
 
 
 async def test_an_engine_that_misses_a_publish_is_held_out_and_caught_up(

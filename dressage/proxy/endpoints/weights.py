@@ -10,7 +10,8 @@ idempotent: the same checkpoint under the same label). `held` (default true) say
 held by an `in_place` pause: on a release where an update's own cache flush is refused while
 they are (0.5.6 and later, `UPDATE_FLUSH_CACHE`) the update loads with `flush_cache: false` and
 the cache is flushed by a request of its own, as `EngineClient.update_weights_from_disk` does
-(its module docstring says why); a refused flush is only logged. `timeout_s` bounds each
+(its module docstring says why), the engine's release read first when the proxy has not yet;
+a refused flush is only logged. `timeout_s` bounds each
 engine's load (default `DEFAULT_UPDATE_TIMEOUT_S`).
 
 The answer is 200 `{"weight_version", "engines": {url: null | failure}}` when the command was
@@ -43,6 +44,7 @@ from dressage.engine.protocol import UpdateWeightsFromDiskRequest
 from dressage.engine.wire import FLUSH_CACHE, UPDATE_WEIGHTS_FROM_DISK
 from dressage.proxy import errors
 from dressage.proxy.answers import json_response
+from dressage.proxy.background import read_release
 from dressage.proxy.endpoints.control import send_command
 from dressage.proxy.errors import invalid
 from dressage.proxy.state import ProxyState
@@ -81,14 +83,14 @@ async def update_from_disk(state: ProxyState, request: HttpRequest, body: dict[s
         raise invalid("engines must be a list of engine URLs", "engines")
     payload = UpdateWeightsFromDiskRequest(model_path=model_path, weight_version=version)
     results = await asyncio.gather(
-        *(_update(state, url.rstrip("/"), payload, held, float(timeout_s)) for url in urls)
+        *(load_checkpoint(state, url.rstrip("/"), payload, held, float(timeout_s)) for url in urls)
     )
     return json_response(
         {"weight_version": version, "engines": dict(zip(urls, results, strict=True))}
     )
 
 
-async def _update(
+async def load_checkpoint(
     state: ProxyState,
     url: str,
     request: UpdateWeightsFromDiskRequest,
@@ -100,6 +102,11 @@ async def _update(
     connections = state.connections
     if engine is None or connections is None:
         return NOT_HELD
+    if held and engine.release is None:
+        # Not read yet (an engine listed at the proxy's start counts as healthy before its
+        # first health check): how its update must flush depends on it, so ask, as the
+        # engine client does.
+        engine.release = await read_release(connections, url)
     flush_after = held and engine.supports(UPDATE_FLUSH_CACHE)
     if flush_after:
         request = request.model_copy(update={"flush_cache": False})
