@@ -36,6 +36,7 @@ from dressage.data.codec import record_to_sample
 from dressage.data.groups import GroupFailed
 from dressage.data.samples import Sample
 from dressage.proxy.affinity import dns_target, parse_replica_urls, replica_for, replica_urls_of
+from dressage.proxy.engine_set import EngineSet, merge_engine_sets
 from dressage.proxy.span_rule import staleness_error_names
 
 log = logging.getLogger("dressage.proxy.client")
@@ -84,80 +85,6 @@ class SamplingSettings:
     ignore_eos: bool = False
     """Generate exactly `max_new_tokens` tokens, past end-of-sequence (SGLang's
     `ignore_eos`): a task that fixes response lengths asks for it."""
-
-
-@dataclass(frozen=True)
-class EngineView:
-    """One engine as the proxy sees it (`GET /dressage/engines`)."""
-
-    url: str
-    healthy: bool
-    routable: bool
-    weight_version: str | None
-    last_error: str | None = None
-    """Why the proxy last found it down (None while it passes, or from a proxy that does not
-    say)."""
-
-
-@dataclass(frozen=True)
-class EngineSet:
-    """The proxy's engines and the weight version it routes to (None: not told one yet)."""
-
-    weight_version: str | None
-    engines: tuple[EngineView, ...]
-
-    @classmethod
-    def from_json(cls, data: Any) -> EngineSet:
-        try:
-            engines = tuple(
-                EngineView(
-                    url=str(e["url"]),
-                    healthy=bool(e["healthy"]),
-                    routable=bool(e["routable"]),
-                    weight_version=_label(e["weight_version"]),
-                    last_error=_label(e.get("last_error")),
-                )
-                for e in data["engines"]
-            )
-            version = data["weight_version"]
-        except (KeyError, TypeError) as exc:
-            raise RolloutError(f"the proxy's engine set is malformed: {exc!r}") from None
-        return cls(_label(version), engines)
-
-
-def merge_engine_sets(views: Sequence[EngineSet]) -> EngineSet:
-    """The engine set of several proxy replicas, which follow one engine list but each judge
-    the engines' health and read their versions on their own: every engine any replica lists
-    (in first-seen order); healthy or routable where any replica finds it so; its version as
-    the first replica that finds it healthy reads it (else the first that lists it), and why
-    it is down, while no replica finds it healthy, as the first that lists it says. The set's
-    weight version is the replicas' common one, or None when they disagree: a replica that
-    restarted has lost the version, and the publisher's catch-up, seeing None, states it to
-    every replica again."""
-    if not views:
-        raise ValueError("no engine set to merge")
-    targets = {view.weight_version for view in views}
-    by_url: dict[str, list[EngineView]] = {}
-    for view in views:
-        for engine in view.engines:
-            by_url.setdefault(engine.url, []).append(engine)
-    merged = []
-    for url, seen in by_url.items():
-        healthy = [e for e in seen if e.healthy]
-        merged.append(
-            EngineView(
-                url=url,
-                healthy=bool(healthy),
-                routable=any(e.routable for e in seen),
-                weight_version=(healthy or seen)[0].weight_version,
-                last_error=None if healthy else seen[0].last_error,
-            )
-        )
-    return EngineSet(targets.pop() if len(targets) == 1 else None, tuple(merged))
-
-
-def _label(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 class ProxyRolloutClient:
@@ -595,7 +522,7 @@ class ProxyRolloutClient:
         """The engines behind the proxy replicas and the weight version they route to
         (`merge_engine_sets`)."""
         answers = await self._fan_out("GET", "/dressage/engines")
-        return merge_engine_sets([EngineSet.from_json(a) for a in answers.values()])
+        return _merged(answers)
 
     async def set_weight_version(self, weight_version: str) -> EngineSet:
         """Tell every replica the job's current weight version (each reads every engine's
@@ -603,7 +530,7 @@ class ProxyRolloutClient:
         answers = await self._fan_out(
             "POST", "/dressage/weight_version", {"weight_version": weight_version}
         )
-        return merge_engine_sets([EngineSet.from_json(a) for a in answers.values()])
+        return _merged(answers)
 
     async def replica_metrics(self, timeout_s: float) -> dict[str, str | None]:
         """Every replica's `/metrics` (Prometheus text) by URL, None for one that did not
@@ -627,6 +554,14 @@ class ProxyRolloutClient:
         urls = list(self.replicas)
         texts = await asyncio.gather(*(read(url) for url in urls))
         return dict(zip(urls, texts, strict=True))
+
+
+def _merged(answers: Mapping[str, Any]) -> EngineSet:
+    """The replicas' engine sets (`GET /dressage/engines` answers by URL) as one."""
+    try:
+        return merge_engine_sets([EngineSet.from_json(a) for a in answers.values()])
+    except ValueError as exc:
+        raise RolloutError(str(exc)) from None
 
 
 def _failure(exc: BaseException) -> str:

@@ -32,7 +32,8 @@ from dressage.api.loader import load_job
 
 if TYPE_CHECKING:
     from dressage.evaluation.figures import Evaluation
-    from dressage.proxy.client import EngineSet, ProxyRolloutClient
+    from dressage.proxy.client import ProxyRolloutClient
+    from dressage.proxy.engine_set import EngineSet
     from dressage.runner.processes import ChildProcess
 
 EXIT_FAILED = 1

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from dressage.proxy.client import EngineSet, EngineView, ProxyRolloutClient
+from dressage.proxy.client import ProxyRolloutClient
+from dressage.proxy.engine_set import EngineSet, EngineView
 from dressage.weights.base import Publisher
 from dressage.weights.collective import CollectiveFollower, CollectivePublisher
 from dressage.weights.disk import DiskPublisher

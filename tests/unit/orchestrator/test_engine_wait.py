@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from dressage.proxy.client import EngineSet, EngineView, ProxyRolloutClient
+from dressage.proxy.client import ProxyRolloutClient
+from dressage.proxy.engine_set import EngineSet, EngineView
 from dressage.weights.collective import CollectivePublisher
 from dressage.weights.engines import engine_source
 

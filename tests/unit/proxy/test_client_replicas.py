@@ -8,14 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from dressage.proxy.affinity import replica_for
-from dressage.proxy.client import (
-    REPLICA_REFRESH_S,
-    EngineSet,
-    EngineView,
-    ProxyRolloutClient,
-    RolloutError,
-    merge_engine_sets,
-)
+from dressage.proxy.client import REPLICA_REFRESH_S, ProxyRolloutClient, RolloutError
+from dressage.proxy.engine_set import EngineSet, EngineView, merge_engine_sets
 
 
 def test_one_proxy_takes_every_group() -> None:
