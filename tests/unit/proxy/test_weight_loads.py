@@ -1,7 +1,7 @@
 """One engine's checkpoint load from the proxy (`dressage.proxy.endpoints.weights`): the
-request each SGLang release takes, the release read first when the proxy has not read it yet,
-and why an engine did not take a version (pure; the engines are scripted answers at the HTTP
-boundary)."""
+request each SGLang release takes, the release read first when the proxy has not read it yet
+(as for a pause, whose body depends on it too), and why an engine did not take a version (pure;
+the engines are scripted answers at the HTTP boundary)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import orjson
 import pytest
 
 from dressage.engine.protocol import UpdateWeightsFromDiskRequest
+from dressage.proxy.endpoints import control
 from dressage.proxy.endpoints.weights import NOT_HELD, load_checkpoint
 from dressage.proxy.engine_pool import EnginePool
+from dressage.proxy.generation import PauseGate
 from dressage.proxy.upstream import Reply
 
 URL = "http://e"
@@ -108,3 +110,17 @@ async def test_an_engine_the_proxy_does_not_hold_is_not_sent_anything() -> None:
     engine = _Engine("0.5.23")
     assert await load_checkpoint(_state(engine), "http://other", REQUEST, True, 60.0) == NOT_HELD
     assert engine.sent == []
+
+
+async def test_a_pause_asks_an_unknown_release_before_choosing_the_body() -> None:
+    """`in_place` goes to a release that has pause modes even before the proxy's first
+    health check read it, not the oldest release's `{}` (an abort)."""
+    engine = _Engine("0.5.23")
+    state = _state(engine)
+    state.gate = PauseGate()
+    answer = await control.pause(state, None, {"mode": "in_place"})
+    assert answer.status == 200
+    assert engine.sent == [
+        ("GET", "/server_info", None),
+        ("POST", "/pause_generation", {"mode": "in_place"}),
+    ]
