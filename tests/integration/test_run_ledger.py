@@ -126,11 +126,13 @@ def test_a_partial_rollout_runs_ledger_adds_up_to_the_engines_count(tmp_path: Pa
 
 
 def test_the_proxys_refused_turns_are_in_the_steps_records(tmp_path: Path) -> None:
-    """Turns long enough on a paced engine that every publish preempts some, refused on resume
-    by a span limit of 0 preempts; the rollout in a process of its own (the trainer's process
-    reads the proxies all the same), over two proxy replicas (each step sums what both counted).
-    The proxies' lost tokens are in the steps' records, the end adding only what each counted
-    after the last step's read: each token once."""
+    """Turns long enough on a paced engine that publishes preempt some, refused on resume by a
+    span limit of 0 preempts; the rollout in a process of its own (the trainer's process reads
+    the proxies all the same), over two proxy replicas (each step sums what both counted). The
+    proxies' lost tokens are in the steps' records, the end adding only what each counted after
+    the last step's read: each token once. Eight steps: whether a publish finds a long turn in
+    flight depends on the machine's pace (on an idle machine the first two find none, and each
+    of the next finds one or two), and a step reads what the publish before it caused."""
     report, _ = _run(
         tmp_path,
         {
@@ -160,7 +162,7 @@ def test_the_proxys_refused_turns_are_in_the_steps_records(tmp_path: Path) -> No
                 "engineMinStepIntervalMs": 5,
             },
         },
-        steps=4,
+        steps=8,
     )
     ledger = report["token_ledger"]
     assert ledger["overcounted"] == 0, ledger
