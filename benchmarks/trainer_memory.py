@@ -8,7 +8,10 @@ resident memory while training, for 1 and 2 ranks (gloo), in two designs:
   all-reduces the gradients, and one forward over the rank's whole shard materialises the
   full-vocabulary float32 log-softmax (the design FSDP2 replaces);
 - `fsdp2`: `dressage.trainer.grpo.GRPOTrainer` (sharded over the ranks when there are two,
-  token-budget micro-batches, chunked logprobs).
+  token-budget micro-batches, chunked logprobs);
+- `fsdp2-lora`: the same trainer on the model wrapped with a rank-16 LoRA adapter on every
+  projection (`dressage.trainer.lora.wrap_lora`, what `spec.model.lora` does): the base frozen,
+  so gradients and AdamW state exist for the adapter only.
 
 Memory is the process's peak RSS (`VmHWM`, reset through `/proc/self/clear_refs` once the
 model is built) minus its RSS before the model existed; glibc is told to return every large
@@ -22,6 +25,7 @@ parameter = that peak / parameters. Prints a table and writes
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
 import os
@@ -36,7 +40,7 @@ if str(ROOT) not in sys.path:  # runnable as `python benchmarks/trainer_memory.p
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _llama import parameter_count, random_llama, synthetic_batch  # noqa: E402
-from _runs import write_result  # noqa: E402
+from _runs import load_average, write_result  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "trainer_memory.json"
 MODEL = {
@@ -51,6 +55,10 @@ MODEL = {
 }
 """~101M parameters: 14 decoder layers of 6.3M (what one FSDP2 unit gathers at a time; a real
 LLM has 28-64 layers) and 12% of the parameters in the embedding and LM head (Qwen3-8B: 15%)."""
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+"""The LoRA design's target modules: every projection (`examples/local-lora.yaml`'s)."""
 
 
 def _status_kb(field: str) -> int:
@@ -97,12 +105,23 @@ def worker(args: argparse.Namespace) -> None:
     device = torch.device("cpu")
     init_distributed(env, device)
     try:
+        # The libraries the measured code uses are imported before the baseline is read: their
+        # code and tables (transformers' alone is about 190 MiB) are not the training's memory.
+        import transformers.models.llama.modeling_llama  # noqa: F401
+
+        if args.mode == "fsdp2-lora":
+            import peft  # noqa: F401
         gc.collect()
         before = _status_kb("VmRSS")
         model = random_llama(MODEL)
         params = parameter_count(model)
         batch = synthetic_batch(max(1, args.samples // 4), 4, args.length, MODEL["vocab_size"])
-        if args.mode == "fsdp2":
+        if args.mode in ("fsdp2", "fsdp2-lora"):
+            if args.mode == "fsdp2-lora":
+                from dressage.api.lora import LoraSpec
+                from dressage.trainer.lora import wrap_lora
+
+                model = wrap_lora(model, LoraSpec(rank=16, alpha=32, target_modules=LORA_TARGETS))
             trainer = GRPOTrainer(model, TrainerConfig(precision=args.precision), env, device)
 
             def step() -> None:
@@ -181,9 +200,10 @@ def main() -> None:
     import tempfile
 
     started = time.monotonic()
+    load_before = load_average()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in ("replicated", "fsdp2"):
+        for mode in ("replicated", "fsdp2", "fsdp2-lora"):
             for world in (1, 2):
                 ranks = run_config(mode, world, args, Path(tmp) / f"{mode}-{world}")
                 peak = max(r["peak_bytes"] for r in ranks)
@@ -209,13 +229,22 @@ def main() -> None:
     sharded = rows[3]["peak_bytes_per_rank"]
     ratio = sharded / single
     print(f"2 FSDP2 ranks hold {ratio:.2f}x the single-rank replicated peak each (target <= 0.6)")
+    by = {(r["design"], r["ranks"]): r["peak_bytes_per_rank"] for r in rows}
+    lora_ratio = {
+        str(world): by[("fsdp2-lora", world)] / by[("fsdp2", world)] for world in (1, 2)
+    }
+    print(f"a LoRA adapter's trainer holds {lora_ratio['1']:.2f}x (1 rank) and "
+          f"{lora_ratio['2']:.2f}x (2 ranks) the full-weight peak per rank")
     result = {
+        "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
+        "load_average": {"before": load_before, "after": load_average()},
         "model": MODEL,
         "batch": {"samples": args.samples, "length": args.length, "steps": args.steps},
         "precision": args.precision,
         "device": "cpu (gloo)",
         "rows": rows,
         "fsdp2_2_ranks_over_single_rank": ratio,
+        "lora_over_full_weights_by_ranks": lora_ratio,
         "target_ratio": 0.6,
         "wall_seconds": time.monotonic() - started,
     }
