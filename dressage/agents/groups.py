@@ -236,8 +236,9 @@ class GroupAgent(abc.ABC, Generic[P]):
         self, group: Group, stale: Mapping[str, int], run: Callable[[str, int], Awaitable[None]]
     ) -> Group:
         """`group` with the trajectories `stale` (session id: member) run again, each in a new
-        session, and their samples in place of the old ones; `group` as it was when a rerun
-        fails (its old samples are still trajectories of the group, the sink judges them)."""
+        session, and their samples in place of the old ones (which go to `Group.replaced`, for
+        the token ledger); `group` as it was when a rerun fails (its old samples are still
+        trajectories of the group, the sink judges them)."""
         fresh = {f"{sid}-r": member for sid, member in stale.items()}
         results = await asyncio.gather(
             *(run(sid, member) for sid, member in fresh.items()), return_exceptions=True
@@ -256,7 +257,8 @@ class GroupAgent(abc.ABC, Generic[P]):
         if {s.parent_traj_id for s in samples} != set(fresh):
             return group
         kept = tuple(s for s in group.samples if s.parent_traj_id not in stale)
-        return replace(group, samples=kept + tuple(samples))
+        replaced = tuple(s for s in group.samples if s.parent_traj_id in stale)
+        return replace(group, samples=kept + tuple(samples), replaced=group.replaced + replaced)
 
 
 def with_reward_metadata(group: Group, rewards: Mapping[str, Scored]) -> Group:

@@ -25,6 +25,11 @@ class Group:
 
     group_id: str
     samples: tuple[Sample, ...]
+    replaced: tuple[Sample, ...] = ()
+    """Samples of trajectories that were run again once the group completed (a short one that
+    ended under an older version, `dressage.agents.groups.stale_short_members`) and are no
+    longer the group's: their tokens were generated and are never trained (the token ledger's
+    `dropped.refreshed`)."""
 
     def rewards(self) -> list[float]:
         """Rewards of the samples (a sample without one counts 0)."""

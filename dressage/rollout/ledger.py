@@ -7,7 +7,9 @@ Each generated token is counted in exactly one account, under one entry (`accoun
 - `masked.<reason>`: in such a sample but left out of the loss (`old_version`: older than the
   span limit allows, `staleness.spanLimitPolicy: mask_old_tokens`), kept as context;
 - `dropped.<reason>`: in a completed group the batch sink dropped (a staleness verdict such
-  as `stale_version` or `window_advanced`);
+  as `stale_version` or `window_advanced`), or `dropped.refreshed`: in a short trajectory of a
+  completed group that was run again under the live version so that the sink keeps the
+  group (`dressage.agents.groups.stale_short_members`; `Group.replaced`);
 - `refused.<reason>`: in an attempt a staleness control refused (the proxy's span limit,
   `partial_rollout_staleness_exceeded`), whose group is then generated again;
 - `aborted.<reason>`: in an attempt that failed otherwise (an engine lost mid-turn, a drain
@@ -55,6 +57,8 @@ ACCOUNTS: tuple[str, ...] = LEDGER_ACCOUNTS
 """Declared with the figure (`dressage.api.figures`), which the job model's layer holds; a
 test keeps them and `Account` in step."""
 SEPARATOR = "."
+REFRESHED = "refreshed"
+"""The `dropped` reason of trajectories a completed group replaced by a rerun."""
 
 
 def entry(account: Account, reason: str | None = None) -> str:

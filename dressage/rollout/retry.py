@@ -34,7 +34,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from dressage.data.groups import Group, GroupFailed, GroupRollout
@@ -153,7 +153,8 @@ class GroupAttempts:
                 self._drops_in_a_row.clear()
                 self._recent.clear()
                 self._recent_faults.clear()
-                return group
+                # Counted: the replaced samples go no further than the ledger.
+                return replace(group, replaced=()) if group.replaced else group
         self._drop(RETRIES_EXHAUSTED)
         return None
 

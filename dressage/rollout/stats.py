@@ -58,8 +58,16 @@ class CollectorStats:
 
     def completed(self, group: Group) -> None:
         """Count a prompt group whose rollout completed, and the tokens its engines generated
-        for it (`generated_tokens`), before anything decides whether it is trained."""
+        for it (`generated_tokens`), before anything decides whether it is trained; the
+        trajectories it ran again once it completed (`Group.replaced`) go to the token
+        ledger's `dropped.refreshed`."""
         self.groups_completed += 1
+        ledger.count(
+            self.totals.ledger_tokens,
+            Account.DROPPED,
+            ledger.sample_tokens(group.replaced),
+            ledger.REFRESHED,
+        )
         self.totals.generated_tokens += sum(sum(s.loss_mask) for s in group.samples)
         self.totals.generated_samples += len(group.samples)
         self.totals.generated_samples_by_length.update(response_length_buckets(group))

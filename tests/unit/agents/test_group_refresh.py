@@ -134,6 +134,10 @@ async def test_the_short_members_run_again_under_the_live_version() -> None:
     by_session = {s.parent_traj_id: s for s in group.samples}
     assert sorted(by_session) == ["run-p3-a0-t0"] + [f"run-p3-a0-t{i}-r" for i in (1, 2, 3)]
     assert {s.dressage_end_token_version for s in group.samples} == {"v1"}
+    # The first runs are no longer the group's, and are kept for the token ledger.
+    assert sorted(s.parent_traj_id or "" for s in group.replaced) == [
+        f"run-p3-a0-t{i}" for i in (1, 2, 3)
+    ]
     # The reruns keep their member (a fixed-length task gives it the same length) and get
     # seeds of their own.
     reruns = [s for s in agent.sessions if s.session_id.endswith("-r")]
@@ -149,6 +153,7 @@ async def test_a_failed_rerun_keeps_the_group_as_it_completed() -> None:
         f"run-p3-a0-t{i}" for i in range(4)
     ]
     assert sorted(proxy.discarded) == [f"run-p3-a0-t{i}-r" for i in (1, 2, 3)]
+    assert group.replaced == ()
 
 
 async def test_refresh_off_hands_the_group_over_as_it_completed() -> None:

@@ -66,9 +66,12 @@ class CountingEngines:
     """A rollout whose groups carry the version of its choice and whose every handed-out token
     is counted: `generated` is the engines' own total, the ledger's reference."""
 
-    def __init__(self, seed: int, fail_rate: float) -> None:
+    def __init__(self, seed: int, fail_rate: float, refresh_rate: float = 0.0) -> None:
         self.rng = random.Random(seed)
         self.fail_rate = fail_rate
+        self.refresh_rate = refresh_rate
+        """How often a completed group ran a member again (the agent's refresh of a short
+        stale member): the first run's samples are the group's `replaced`."""
         self.versions = ["v0"]
         self.generated = 0
 
@@ -100,7 +103,12 @@ class CountingEngines:
             )
             failed.tokens = tokens
             raise failed
-        return Group(group_id=f"p{index}", samples=tuple(samples))
+        replaced: tuple[Sample, ...] = ()
+        if self.rng.random() < self.refresh_rate:
+            replaced = (samples[0],)
+            samples = [self._samples(index, attempt)[0], samples[1]]
+            self.generated += ledger.sample_tokens(samples[:1])
+        return Group(group_id=f"p{index}", samples=tuple(samples), replaced=replaced)
 
 
 async def _train(c: AsyncRolloutCollector | SyncCollector, engines: CountingEngines) -> int:
@@ -125,11 +133,12 @@ async def _train(c: AsyncRolloutCollector | SyncCollector, engines: CountingEngi
     prompts=st.integers(2, 24),
     concurrency=st.integers(1, 4),
     fail_rate=st.sampled_from([0.0, 0.2]),
+    refresh_rate=st.sampled_from([0.0, 0.5]),
 )
 def test_the_async_collectors_ledger_adds_up_to_what_the_engines_generated(
-    seed: int, keep: int, prompts: int, concurrency: int, fail_rate: float
+    seed: int, keep: int, prompts: int, concurrency: int, fail_rate: float, refresh_rate: float
 ) -> None:
-    engines = CountingEngines(seed, fail_rate)
+    engines = CountingEngines(seed, fail_rate, refresh_rate)
     c = AsyncRolloutCollector(
         engines.rollout,
         num_prompts=prompts,
@@ -150,8 +159,10 @@ def test_the_async_collectors_ledger_adds_up_to_what_the_engines_generated(
     assert ledger.total(book) == engines.generated
     assert ledger.unaccounted(book, engines.generated) == 0
     assert per_account["trained"] == trained
+    # The completed groups' tokens, and the members they ran again in `dropped.refreshed`.
+    refreshed = book.get(ledger.entry(Account.DROPPED, ledger.REFRESHED), 0)
     assert per_account["dropped"] + per_account["surplus"] + trained == (
-        c.stats.totals.generated_tokens
+        c.stats.totals.generated_tokens + refreshed
     )
 
 
