@@ -129,8 +129,7 @@ async def check_engine(state: ProxyState, connections: EngineConnections, url: s
     if engine is None:
         return  # left the pool while it was probed
     if ok:
-        if engine.release is None:
-            engine.release = await read_release(connections, url)
+        await ensure_release(connections, url, engine)
         reads = state.pool.version_reads
         version = await read_weight_version(connections, url, engine)
         if state.pool.get(url) is not engine:
@@ -196,6 +195,14 @@ async def refresh_weight_versions(
         engine = state.pool.get(url)
         if engine is not None:
             engine.weight_version = version
+
+
+async def ensure_release(connections: EngineConnections, url: str, engine: EngineState) -> None:
+    """Read the release of `engine` (at `url`) now when no health check has read it yet: an
+    engine listed at the proxy's start counts as healthy before its first check, and the body
+    a pause or a checkpoint load sends depends on the release."""
+    if engine.release is None:
+        engine.release = await read_release(connections, url)
 
 
 async def read_release(connections: EngineConnections, url: str) -> str | None:

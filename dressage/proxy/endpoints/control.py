@@ -39,7 +39,7 @@ from dressage.engine import sglang_support as sglang
 from dressage.engine.wire import CONTINUE_GENERATION, PAUSE_GENERATION
 from dressage.proxy import errors
 from dressage.proxy.answers import error_response, json_response
-from dressage.proxy.background import read_release, refresh_weight_versions
+from dressage.proxy.background import ensure_release, refresh_weight_versions
 from dressage.proxy.errors import ProxyError, invalid
 from dressage.proxy.state import ProxyState
 from dressage.proxy.upstream import (
@@ -181,10 +181,8 @@ async def _broadcast(
         engine = state.pool.get(url)
         if engine is None:
             return None  # left the pool meanwhile
-        if legacy is not None and engine.release is None:
-            # Not read yet (an engine listed at the proxy's start counts as healthy before
-            # its first health check): which body it acts on depends on it.
-            engine.release = await read_release(connections, url)
+        if legacy is not None:
+            await ensure_release(connections, url, engine)
         payload = content if legacy is None or engine.supports(sglang.PAUSE_MODES) else legacy
         try:
             reply = await send_command(connections, url, path, payload)

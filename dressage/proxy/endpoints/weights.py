@@ -4,15 +4,15 @@ engine.
 
 The body: `{"model_path", "weight_version", "held"?, "timeout_s"?, "engines"?}`. Every engine
 listed in `engines` (default: every engine the proxy holds) gets SGLang's
-`POST /update_weights_from_disk {model_path, weight_version}`, all at once, each on a
-connection of its own, sent again if the engine closes it before answering (the update is
-idempotent: the same checkpoint under the same label). `held` (default true) says requests are
-held by an `in_place` pause: on a release where an update's own cache flush is refused while
-they are (0.5.6 and later, `UPDATE_FLUSH_CACHE`) the update loads with `flush_cache: false` and
-the cache is flushed by a request of its own, as `EngineClient.update_weights_from_disk` does
-(its module docstring says why), the engine's release read first when the proxy has not yet;
-a refused flush is only logged. `timeout_s` bounds each
-engine's load (default `DEFAULT_UPDATE_TIMEOUT_S`).
+`POST /update_weights_from_disk {model_path, weight_version}`, all at once, on the engine's
+idle connection when there is one (the pause's), sent again on a new one if the engine closes
+it before answering (the update is idempotent: the same checkpoint under the same label).
+`held` (default true) says requests are held by an `in_place` pause: on a release where an
+update's own cache flush is refused while they are (0.5.6 and later, `UPDATE_FLUSH_CACHE`) the
+update loads with `flush_cache: false` and the cache is flushed by a request of its own, as
+`EngineClient.update_weights_from_disk` does (its module docstring says why), the engine's
+release read first when the proxy has not yet; a refused flush is only logged. `timeout_s`
+bounds each engine's load (default `DEFAULT_UPDATE_TIMEOUT_S`).
 
 The answer is 200 `{"weight_version", "engines": {url: null | failure}}` when the command was
 valid, whatever the engines did: an engine that did not take the version is the publisher's to
@@ -20,8 +20,9 @@ hold out and catch up (`dressage.weights.disk`), not an error of the request. A 
 does not hold fails with `not_in_pool: ...`; a bad field is 400 `invalid_request` naming it.
 
 The proxy's own record of each engine's version is not changed here: the publisher's
-`/continue_generation {"weight_version"}` that follows reads every engine's version before
-routing by it, as after any other update.
+`/continue_generation {"weight_version", "serving"}` that follows records the version of the
+engines that loaded it (on every replica, not only the one that loaded them) and reads the
+others' before routing by it.
 
 Why the proxy: its upstream client costs about a tenth of a millisecond of CPU per request,
 where the trainer's `httpx` client spent about 1.5 ms per engine (`benchmarks/fleet_scale.py`:
@@ -44,7 +45,7 @@ from dressage.engine.protocol import UpdateWeightsFromDiskRequest
 from dressage.engine.wire import FLUSH_CACHE, UPDATE_WEIGHTS_FROM_DISK
 from dressage.proxy import errors
 from dressage.proxy.answers import json_response
-from dressage.proxy.background import read_release
+from dressage.proxy.background import ensure_release
 from dressage.proxy.endpoints.control import send_command
 from dressage.proxy.errors import invalid
 from dressage.proxy.state import ProxyState
@@ -102,11 +103,8 @@ async def load_checkpoint(
     connections = state.connections
     if engine is None or connections is None:
         return NOT_HELD
-    if held and engine.release is None:
-        # Not read yet (an engine listed at the proxy's start counts as healthy before its
-        # first health check): how its update must flush depends on it, so ask, as the
-        # engine client does.
-        engine.release = await read_release(connections, url)
+    if held:  # how a held update flushes depends on the release (the engine client asks too)
+        await ensure_release(connections, url, engine)
     flush_after = held and engine.supports(UPDATE_FLUSH_CACHE)
     if flush_after:
         request = request.model_copy(update={"flush_cache": False})
