@@ -49,7 +49,7 @@ def render_markdown(
         f"{results['repeats']} round(s), {results['seconds_per_run']:.0f} s of steps per run, "
         f"{results['elapsed_s'] / 60:.1f} min in all, load average "
         f"{_f(loads['min'], 1)}-{_f(loads['max'], 1)} on {results['machine']['cpus']} cores "
-        f"(`{_results_path(results)}`); async settings with `keepVersions: "
+        f"(`{Path(plot).with_suffix('.json')}`); async settings with `keepVersions: "
         f"{results['keep_versions']}` and {results['concurrency']} groups in flight. "
         "Best sync placement: "
         f"`{results.get('best_sync_placement')}`"
@@ -309,11 +309,6 @@ def staleness_cost(results: dict[str, Any]) -> str:
         f"{_f(learning['sync']['logprob_abs_diff'], 4)}: the async samples' tokens came from "
         "older weights than the ones they trained, the gap the off-policy correction is for."
     )
-
-
-def _results_path(results: dict[str, Any]) -> str:
-    name = "long_tail_quick.json" if results["quick"] else "long_tail.json"
-    return f"benchmarks/results/{name}"
 
 
 def reward_bins(runs: list[dict[str, Any]]) -> list[tuple[float, float]]:
