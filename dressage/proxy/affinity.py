@@ -16,6 +16,11 @@ one takes only the keys it now scores highest on. On a cluster the replicas are 
 of a headless Service (pod IPs, which change when a pod is replaced), so the client pins each
 group to the replica it started on until its segment read (`dressage.proxy.client`): a
 replaced replica's new address takes only groups started after it appeared.
+
+Which replica commands an engine in a sharded pause or continue: `shard_of`, the same kind of
+hash of the engine's URL alone. The replicas hold one engine set, so a shard `(i, n)` names the
+same engines whichever replica is told it, and a shard whose replica does not answer can be
+sent to another (`ProxyRolloutClient.pause`, `resume`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,15 @@ def replica_for(key: str, replicas: Sequence[str]) -> str:
     if not replicas:
         raise ValueError("no proxy replica to route to")
     return max(sorted(replicas), key=lambda replica: _score(replica, key))
+
+
+def shard_of(engine_url: str, count: int) -> int:
+    """The shard, of `count`, that engine `engine_url` belongs to (a trailing `/` ignored):
+    a hash of the URL, so every replica and every client agrees without talking."""
+    if count < 1:
+        raise ValueError(f"shard count must be >= 1, got {count}")
+    key = engine_url.rstrip("/").encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % count
 
 
 def parse_replica_urls(value: str | Iterable[str]) -> tuple[str, ...]:

@@ -19,7 +19,6 @@ prompt group; an error name that the proxy's staleness refusals answer
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -127,6 +126,9 @@ class ProxyRolloutClient:
         self.timeout_s = timeout_s
         self.unreachable: Counter[str] = Counter()
         """Per replica URL, the control calls it did not answer (left out of a fan-out)."""
+        self._silent: set[str] = set()
+        """The replicas that did not answer their last control call: a continue's shards go
+        to the others first (`resume`)."""
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
         self._pinned: dict[str, str] = {}
@@ -275,6 +277,7 @@ class ProxyRolloutClient:
         for url, result in zip(targets, results, strict=True):
             if isinstance(result, RolloutError) and result.status is None:
                 self.unreachable[url] += 1
+                self._silent.add(url)
                 log.warning("proxy replica %s did not answer %s %s: %s", url, method, path, result)
                 lost.append(result)
             elif isinstance(result, BaseException):
@@ -284,6 +287,7 @@ class ProxyRolloutClient:
                     f"proxy replica {url}: {result}", status=result.status, code=result.code
                 )
             else:
+                self._silent.discard(url)
                 answers[url] = result
         if refused is not None:
             raise refused
@@ -398,27 +402,29 @@ class ProxyRolloutClient:
 
     async def pause(self, mode: str = "in_place") -> None:
         """Pause generation on every replica. With several, every replica's gate is closed
-        first (`"engines": false`) and only then are the engines paused, by one replica (the
-        first that answers): an engine paused by one replica aborts the generations of all,
-        and a replica whose gate were still open would take such an abort for a client's and
-        end the turn short instead of resuming it. One replica commanding the engines, not
-        each, keeps a publish's proxy work at one request per engine whatever the replicas."""
+        first (`"engines": false`) and only then are the engines paused, each replica pausing
+        one shard of them (`_sharded`): an engine paused by one replica aborts the generations
+        of all, and a replica whose gate were still open would take such an abort for a
+        client's and end the turn short instead of resuming it. The shards keep a publish's
+        proxy work at one request per engine whatever the replicas, spread over them."""
         if len(self.replicas) > 1:
             gated = await self._fan_out(
                 "POST", "/pause_generation", {"mode": mode, "engines": False}
             )
-            await self._through_one("/pause_generation", {"mode": mode}, list(gated))
+            await self._sharded("/pause_generation", {"mode": mode}, list(gated))
             return
         await self._fan_out("POST", "/pause_generation", {"mode": mode})
 
-    async def resume(
-        self, weight_version: str | None = None, serving: Sequence[str] = ()
-    ) -> None:
+    async def resume(self, weight_version: str | None = None, serving: Sequence[str] = ()) -> None:
         """Continue generation on every replica; with `weight_version`, they route only to
         engines that serve it from now on (`serving`: engines seen to load it, which the
-        replicas do not read again). With several, one replica continues the engines
-        and the others open their gates (`"engines": false`); when that one fails, every
-        replica continues the engines."""
+        replicas do not read again). With several, each replica continues one shard of the
+        engines with its gate left closed (`"gate": false`), and only then does every replica
+        take the version and open its gate (`"engines": false`): no replica routes a new turn
+        to an engine another replica has not continued yet. The shards go to the replicas that
+        answered their last control call (a replica down would cost each shard step its
+        timeout). Every gate is opened even when a shard failed; that shard's error is raised
+        after."""
         body: dict[str, Any] = {} if weight_version is None else {"weight_version": weight_version}
         if weight_version is not None and serving:
             body["serving"] = list(serving)
@@ -427,25 +433,39 @@ class ProxyRolloutClient:
             await self._fan_out("POST", "/continue_generation", body)
             return
         replicas = list(self.replicas)
+        answering = [url for url in replicas if url not in self._silent] or replicas
+        failed: RolloutError | None = None
         try:
-            first = await self._through_one("/continue_generation", body, replicas)
-        except RolloutError:
-            # An engine did not continue, or no replica answered: every replica continues
-            # every engine then, as each did before; the first error is the one raised.
-            with contextlib.suppress(RolloutError):
-                await self._fan_out("POST", "/continue_generation", body, replicas=replicas)
-            raise
-        rest = [url for url in replicas if url not in first]
-        if rest:
-            try:
-                await self._fan_out(
-                    "POST", "/continue_generation", {**body, "engines": False}, replicas=rest
-                )
-            except RolloutError as exc:
-                if exc.status is not None:
-                    raise
-                # None of the others answered (each counted in `unreachable` and logged):
-                # they are down, and the engines were continued through `first`.
+            await self._sharded("/continue_generation", {"gate": False}, answering)
+        except RolloutError as exc:
+            failed = exc
+        try:
+            await self._fan_out(
+                "POST", "/continue_generation", {**body, "engines": False}, replicas=replicas
+            )
+        except RolloutError as exc:
+            failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    async def _sharded(self, path: str, body: Mapping[str, Any], replicas: Sequence[str]) -> None:
+        """`POST path` with `body` to each of `replicas` for one shard of the engines each
+        (`"shard": [i, n]`, `dressage.proxy.affinity.shard_of`); the shard of a replica that
+        does not answer goes to the others in turn (every replica holds the whole engine set).
+        The first error a replica answered is raised once every shard was sent; RolloutError
+        when no replica answered a shard."""
+        count = len(replicas)
+
+        async def one(index: int) -> None:
+            order = [*replicas[index:], *replicas[:index]]
+            await self._through_one(path, {**body, "shard": [index, count]}, order)
+
+        results = await asyncio.gather(
+            *(one(index) for index in range(count)), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _through_one(
         self, path: str, body: Mapping[str, Any], replicas: Sequence[str]

@@ -28,6 +28,7 @@ import asyncio
 import dataclasses
 import random
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,9 +48,7 @@ FLUSHED_TEXT = (
 )
 """SGLang's `/flush_cache` text (both releases; the embedded engine's `FLUSHED_TEXT`)."""
 
-NAME_TAKEN = (
-    "The specified group name has already been created, please use a different group name"
-)
+NAME_TAKEN = "The specified group name has already been created, please use a different group name"
 """`torch.distributed`'s refusal of a group name the process holds (as the embedded engine)."""
 
 Lengths = Callable[[random.Random], int]
@@ -125,6 +124,8 @@ class SimEngine:
         self.session_open = False
         self.running: dict[str, _Generation] = {}
         self.requests = 0
+        self.calls: Counter[str] = Counter()
+        """Requests per route path, as they arrived (served or not)."""
         self.finished = 0
         self.prompt_tokens = 0
         self.generated_tokens = 0
@@ -166,6 +167,7 @@ class SimEngine:
     async def handle(self, method: str, path: str, body: dict[str, Any]) -> Answer:
         """The answer of `method path` with JSON `body` ({} when none), as the release gives
         it; 404 for a route the release does not serve (its deprecated aliases answer)."""
+        self.calls[path] += 1
         if path == "/metrics" and method == "GET":
             return Answer(200, text=self.metrics())
         if not self.profile.serves(method, path):

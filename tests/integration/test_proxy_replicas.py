@@ -63,8 +63,9 @@ async def test_pause_continue_and_the_version_reach_every_replica_and_a_dead_one
             view = await client.engines()
             assert view.weight_version == "v0"
             assert [(e.url, e.healthy) for e in view.engines] == [(engine.base_url, True)]
-            # Every fan-out left the dead replica out and counted it (the pause once: its second
-            # step goes only to the replicas that closed their gates), and none failed for it.
+            # Every fan-out left the dead replica out and counted it (the pause and the
+            # continue once each: their shards go only to the replicas that answered), and none
+            # failed for it.
             assert client.unreachable[dead] == 3
             assert set(client.unreachable) == {dead}
         finally:
@@ -238,11 +239,12 @@ async def test_the_engines_drain_hook_drains_it_on_every_replica(tmp_path: Path)
             assert by_url[other.base_url]["routable"] is True
 
 
-async def test_every_replicas_gate_closes_before_any_replica_pauses_the_engines() -> None:
+async def test_every_replicas_gate_closes_before_any_replica_pauses_its_shard() -> None:
     """The order the client keeps, seen by two scripted replicas on loopback: the gate-only
-    pause (`"engines": false`) reaches both before the full pause reaches either, and the
+    pause (`"engines": false`) reaches both before any engine pause reaches either, and the
     second replica answers its gate-only pause late, so a client that did not wait would show
-    it here."""
+    it here. Then each replica pauses one shard of the engines: a publish costs one request
+    per engine, spread over the replicas."""
     seen: list[tuple[str, dict[str, object]]] = []
 
     def replica(name: str, delay_s: float) -> Answer:
@@ -266,47 +268,82 @@ async def test_every_replicas_gate_closes_before_any_replica_pauses_the_engines(
             await client.aclose()
     gates = [i for i, (_, r) in enumerate(seen) if r.get("engines") is False]
     pauses = [i for i, (_, r) in enumerate(seen) if "engines" not in r]
-    # One replica pauses the engines: a publish costs one request per engine, not per replica.
-    assert [name for name, r in seen if "engines" not in r] == ["a"]
+    assert sorted((name, r["shard"]) for name, r in seen if "engines" not in r) == [
+        ("a", [0, 2]),
+        ("b", [1, 2]),
+    ]
     assert len(gates) == 2
     assert max(gates) < min(pauses), seen
 
 
 @pytest.mark.parametrize("first_refuses", [False, True], ids=["answers", "refuses"])
-async def test_one_replica_continues_the_engines_and_every_gate_opens(first_refuses: bool) -> None:
-    """Continue through one replica, the others' gates only; when it refuses (an engine did
-    not take the continue) every replica continues the engines, and its error is raised."""
+async def test_each_replica_continues_a_shard_before_any_gate_opens(first_refuses: bool) -> None:
+    """Continue: each replica continues one shard with its gate left closed, and only once
+    every shard is continued does every replica take the version and open its gate. A shard
+    a replica refuses (an engine did not take the continue) still opens every gate, and its
+    error is raised."""
     seen: list[tuple[str, dict[str, object]]] = []
 
-    def replica(name: str, refuse: bool) -> Answer:
+    def replica(name: str, refuse: bool, delay_s: float) -> Answer:
         async def answer(path: str, body: bytes) -> object:
             request = json.loads(body or b"{}")
+            if "shard" in request:
+                await asyncio.sleep(delay_s)
             seen.append((name, request))
-            if refuse and request.get("engines") is not False:
+            if refuse and "shard" in request:
                 return Status(502, {"error": {"message": "an engine did not continue"}})
             return {"paused": False, "epoch": 1, "engines": {}}
 
         return answer
 
     async with (
-        scripted_server(replica("a", first_refuses)) as a,
-        scripted_server(replica("b", False)) as b,
+        scripted_server(replica("a", first_refuses, 0.0)) as a,
+        scripted_server(replica("b", False, 0.3)) as b,
     ):
         client = ProxyRolloutClient([a, b])
         try:
             if first_refuses:
-                with pytest.raises(RolloutError):
+                with pytest.raises(RolloutError, match="did not continue"):
                     await client.resume("v1")
             else:
                 await client.resume("v1")
         finally:
             await client.aclose()
-    full = {"weight_version": "v1"}
-    assert seen[0] == ("a", full)
-    if first_refuses:  # every replica continues the engines, as before
-        assert sorted(seen[1:], key=lambda call: call[0]) == [("a", full), ("b", full)]
-    else:
-        assert seen[1:] == [("b", {"weight_version": "v1", "engines": False})]
+    shards = sorted(call for call in seen[:2])
+    assert shards == [
+        ("a", {"gate": False, "shard": [0, 2]}),
+        ("b", {"gate": False, "shard": [1, 2]}),
+    ]
+    gate = {"weight_version": "v1", "engines": False}
+    assert sorted(seen[2:], key=lambda call: call[0]) == [("a", gate), ("b", gate)]
+
+
+async def test_the_shard_of_a_replica_that_does_not_answer_goes_to_another() -> None:
+    """A replica down: its shard of the pause and of the continue is sent to the one that
+    answers, so no engine stays paused or running through a publish."""
+    seen: list[dict[str, object]] = []
+
+    async def answer(path: str, body: bytes) -> object:
+        seen.append({"path": path, **json.loads(body or b"{}")})
+        return {"paused": False, "epoch": 1, "engines": {}}
+
+    dead = _closed_port_url()
+    async with scripted_server(answer) as live:
+        client = ProxyRolloutClient([dead, live])
+        try:
+            await client.pause("in_place")
+            await client.resume("v2")
+        finally:
+            await client.aclose()
+    pause_shards = [c["shard"] for c in seen if c["path"] == "/pause_generation" and "shard" in c]
+    continue_shards = [
+        c["shard"] for c in seen if c["path"] == "/continue_generation" and "shard" in c
+    ]
+    # The pause shards over the replicas that closed their gates (the live one: [0, 1]); the
+    # continue, over the replicas that answered last (the dead one did not answer the pause).
+    assert pause_shards == [[0, 1]]
+    assert continue_shards == [[0, 1]]
+    assert client.unreachable[dead] == 2  # the pause's gate and the continue's gate
 
 
 async def test_a_restarted_replica_is_told_the_current_version_by_the_catch_up(

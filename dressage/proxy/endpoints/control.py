@@ -7,9 +7,13 @@ and `/continue_generation` `{"engines": false}` opens it only: with several prox
 front of one engine set, the client closes every replica's gate before one replica pauses the
 engines (and one continues them), since an engine's pause aborts the generations of all
 replicas and a replica must know such an abort for a pause's (`dressage.proxy.client`).
-The answer reports each engine's result, 502 `engine_error` when one did not take the
-command. Engines whose SGLang release predates the pause modes (before 0.5.6) get the body
-they act on, `{}`: every pause aborts there.
+`"shard": [i, n]` commands only the engines of shard `i` of `n` (`dressage.proxy.affinity.
+shard_of`, a hash of each engine's URL), so that `n` replicas share a publish's engine
+commands; `/continue_generation` `{"gate": false}` continues engines and leaves the gate
+closed, so that no replica routes a new turn before every shard is continued (the client
+opens every gate after: `{"engines": false}`). The answer reports each engine's result, 502
+`engine_error` when one did not take the command. Engines whose SGLang release predates the
+pause modes (before 0.5.6) get the body they act on, `{}`: every pause aborts there.
 
 The current weight version. The weight publisher states the job's current version, on
 `/continue_generation` `{"weight_version": V, "serving"?: [url, ...]}` after a publish (`serving`:
@@ -38,6 +42,7 @@ from dressage.data.versions import normalize_version
 from dressage.engine import sglang_support as sglang
 from dressage.engine.wire import CONTINUE_GENERATION, PAUSE_GENERATION
 from dressage.proxy import errors
+from dressage.proxy.affinity import shard_of
 from dressage.proxy.answers import error_response, json_response
 from dressage.proxy.background import ensure_release, refresh_weight_versions
 from dressage.proxy.errors import ProxyError, invalid
@@ -63,10 +68,13 @@ async def pause(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -
     to_engines = body.get("engines", True)
     if not isinstance(to_engines, bool):
         raise invalid("engines must be true or false (false: close the gate only)", "engines")
+    shard = _shard(body, to_engines)
     state.gate.pause()
     if not to_engines:
         return _control_answer(_Results({}, set()), state)
-    failures = await _broadcast(state, PAUSE_GENERATION, {"mode": mode}, legacy_body={})
+    failures = await _broadcast(
+        state, PAUSE_GENERATION, {"mode": mode}, legacy_body={}, shard=shard
+    )
     return _control_answer(failures, state)
 
 
@@ -78,6 +86,12 @@ async def continue_generation(
     to_engines = body.get("engines", True)
     if not isinstance(to_engines, bool):
         raise invalid("engines must be true or false (false: open the gate only)", "engines")
+    shard = _shard(body, to_engines)
+    open_gate = body.get("gate", True)
+    if not isinstance(open_gate, bool):
+        raise invalid("gate must be true or false (false: leave the gate closed)", "gate")
+    if not (to_engines or open_gate):
+        raise invalid("engines false and gate false leave nothing to do", "gate")
     serving = body.get("serving", [])
     if not isinstance(serving, list) or not all(isinstance(u, str) for u in serving):
         raise invalid("serving must be a list of engine URLs", "serving")
@@ -85,11 +99,30 @@ async def continue_generation(
         raise invalid("serving names engines that serve weight_version: state it", "serving")
     failures = _Results({}, set())
     if to_engines:
-        failures = await _broadcast(state, CONTINUE_GENERATION, {})
+        failures = await _broadcast(state, CONTINUE_GENERATION, {}, shard=shard)
     if stated:
         await _apply_weight_version(state, version, serving)
-    state.gate.resume()
+    if open_gate:
+        state.gate.resume()
     return _control_answer(failures, state)
+
+
+def _shard(body: dict[str, Any], to_engines: bool) -> tuple[int, int] | None:
+    """The body's `"shard": [index, count]` (None when absent); 400 naming it when it is not
+    two integers `0 <= index < count`, or when no engine is to be commanded."""
+    value = body.get("shard")
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        or not 0 <= value[0] < value[1]
+    ):
+        raise invalid("shard must be [index, count] with 0 <= index < count", "shard")
+    if not to_engines:
+        raise invalid("shard names engines to command: engines must not be false", "shard")
+    return value[0], value[1]
 
 
 async def engines(state: ProxyState, request: HttpRequest, body: dict[str, Any]) -> Answer:
@@ -153,8 +186,10 @@ async def _broadcast(
     body: dict[str, Any],
     *,
     legacy_body: dict[str, Any] | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> _Results:
-    """POST `body` to `path` on every engine of the pool.
+    """POST `body` to `path` on every engine of the pool (of shard `(index, count)` only,
+    `shard_of`, when given).
 
     An engine that is unhealthy when the command is sent (starting, as a newly added one is,
     or down) is commanded too, so none stays paused once it recovers, but its failure is
@@ -199,6 +234,9 @@ async def _broadcast(
         return None
 
     urls = state.pool.urls
+    if shard is not None:
+        index, count = shard
+        urls = [url for url in urls if shard_of(url, count) == index]
     answers = await asyncio.gather(*(send(url) for url in urls))
     return _Results(dict(zip(urls, answers, strict=True)), excused)
 

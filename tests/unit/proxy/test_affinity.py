@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dressage.proxy.affinity import dns_target, parse_replica_urls, replica_for, replica_urls_of
+from dressage.proxy.affinity import (
+    dns_target,
+    parse_replica_urls,
+    replica_for,
+    replica_urls_of,
+    shard_of,
+)
 
 replica_sets = st.lists(
     st.integers(min_value=1, max_value=65535).map(lambda p: f"http://10.0.0.1:{p}"),
@@ -56,6 +62,28 @@ def test_groups_spread_over_the_replicas() -> None:
     for i in range(3000):
         counts[replica_for(f"run-p{i}-a0", replicas)] += 1
     assert all(800 < n < 1200 for n in counts.values()), counts
+
+
+@given(
+    st.lists(st.integers(1, 65535), min_size=1, max_size=40, unique=True),
+    st.integers(min_value=1, max_value=8),
+)
+def test_every_engine_is_in_one_shard_whoever_computes_it(ports: list[int], count: int) -> None:
+    urls = [f"http://10.1.0.1:{p}" for p in ports]
+    shards = [shard_of(url, count) for url in urls]
+    assert all(0 <= shard < count for shard in shards)
+    # The URL alone decides: a trailing slash, another list or another order change nothing.
+    assert [shard_of(url + "/", count) for url in reversed(urls)] == shards[::-1]
+    assert all(shard_of(url, 1) == 0 for url in urls)
+
+
+def test_a_thousand_engines_split_evenly_over_four_shards() -> None:
+    counts = [0] * 4
+    for i in range(1024):
+        counts[shard_of(f"http://10.{i // 250}.{i % 250}.7:30000", 4)] += 1
+    assert all(220 < n < 292 for n in counts), counts  # within 15 % of 256
+    with pytest.raises(ValueError, match="shard count"):
+        shard_of("http://e:1", 0)
 
 
 def test_no_replica_is_an_error() -> None:
