@@ -97,7 +97,7 @@ from dressage.engine.transport import CONNECT_ERRORS, OWN_LIMITS, send, tls_cont
 
 log = logging.getLogger("dressage.engine")
 
-DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+DEFAULT_TIMEOUT = httpx.Timeout(wire.CALL_TIMEOUT_S, connect=5.0)
 DEFAULT_GENERATE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 
 

@@ -41,6 +41,10 @@ from dressage.engine.sglang_support import (
     supports,
 )
 
+CALL_TIMEOUT_S = 60.0
+"""How long one control call to an engine (a weight load, a group call) waits when its caller
+gives no bound: the engine client's default and the proxy's, for each engine it loads."""
+
 # --- routes (the same name in every supported release)
 
 GENERATE = "/generate"

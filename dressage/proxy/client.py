@@ -34,6 +34,7 @@ import aiohttp
 from dressage.data.codec import record_to_sample
 from dressage.data.groups import GroupFailed
 from dressage.data.samples import Sample
+from dressage.engine.wire import CALL_TIMEOUT_S
 from dressage.proxy.affinity import dns_target, parse_replica_urls, replica_for, replica_urls_of
 from dressage.proxy.engine_set import EngineSet, merge_engine_sets
 from dressage.proxy.span_rule import staleness_error_names
@@ -508,7 +509,7 @@ class ProxyRolloutClient:
         shares = {url: list(engine_urls[i :: len(replicas)]) for i, url in enumerate(replicas)}
         shares = {url: share for url, share in shares.items() if share}
         # The engines' load plus the proxy's own work; the proxy bounds each load.
-        limit = (timeout_s if timeout_s is not None else 60.0) + 60.0
+        limit = (timeout_s if timeout_s is not None else CALL_TIMEOUT_S) + 60.0
 
         async def one(replica: str, share: list[str]) -> dict[str, str | None]:
             body: dict[str, Any] = {

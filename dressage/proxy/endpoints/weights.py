@@ -42,7 +42,7 @@ from dressage.api.sglang import UPDATE_FLUSH_CACHE
 from dressage.asgi import Answer, HttpRequest
 from dressage.data.versions import normalize_version
 from dressage.engine.protocol import UpdateWeightsFromDiskRequest
-from dressage.engine.wire import FLUSH_CACHE, UPDATE_WEIGHTS_FROM_DISK
+from dressage.engine.wire import CALL_TIMEOUT_S, FLUSH_CACHE, UPDATE_WEIGHTS_FROM_DISK
 from dressage.proxy import errors
 from dressage.proxy.answers import json_response
 from dressage.proxy.background import ensure_release
@@ -53,7 +53,7 @@ from dressage.proxy.upstream import UpstreamError
 
 log = logging.getLogger("dressage.proxy")
 
-DEFAULT_UPDATE_TIMEOUT_S = 60.0
+DEFAULT_UPDATE_TIMEOUT_S = CALL_TIMEOUT_S
 """One engine's load when the request gives no `timeout_s` (the engine client's default)."""
 NOT_HELD = f"{errors.NOT_IN_POOL}: the proxy holds no engine at this URL"
 _FLUSH_TIMEOUT_S = 30.0
