@@ -45,7 +45,8 @@ def render_markdown(
     search = results.get("sync_search") or {}
     searched = ", ".join(f"{p} {_f(v['samples_per_s'], 1)}" for p, v in search.items())
     lines.append(
-        f"`python benchmarks/long_tail.py{' --quick' if results['quick'] else ''}`: "
+        f"`python benchmarks/long_tail.py{' --quick' if results['quick'] else ''}"
+        f"{' --job ' + results['job'] if results.get('job') in ('balanced',) else ''}`: "
         f"{results['repeats']} round(s), {results['seconds_per_run']:.0f} s of steps per run, "
         f"{results['elapsed_s'] / 60:.1f} min in all, load average "
         f"{_f(loads['min'], 1)}-{_f(loads['max'], 1)} on {results['machine']['cpus']} cores "
@@ -186,7 +187,11 @@ def verdict(results: dict[str, Any]) -> str:
             if waited is not None
             else "."
         )
-        + f" Stated mean response length {results['stated_mean_response_tokens']} tokens."
+        + (
+            f" Stated mean response length {stated} tokens."
+            if (stated := results.get("stated_mean_response_tokens")) is not None
+            else ""
+        )
     )
 
 

@@ -54,8 +54,13 @@ steps and shutdown included) and 21 runs with the defaults, 12.4 minutes on two 
 reward to tell settings apart: `--learning-seconds S` then runs the best sync setup and the
 fastest async setting once more, S seconds each, for reward curves long enough to compare.
 
-    python benchmarks/long_tail.py [--quick] [--repeats 2] [--seconds 10] [--settings ...]
-        [--keep-versions 3] [--compare PATH] [--learning-seconds S] [--out PATH] [--update-readme]
+`--job balanced` runs the same settings on `benchmarks/async_speedup.py`'s balanced job
+(`JOBS`: answers of at most 4 tokens, a step that trains about as long as it rolls out), where
+what the span-limit policies keep must not cost throughput.
+
+    python benchmarks/long_tail.py [--quick] [--job long-tail] [--repeats 2] [--seconds 10]
+        [--settings ...] [--keep-versions 3] [--compare PATH] [--learning-seconds S]
+        [--out PATH] [--update-readme]
     python benchmarks/long_tail.py --render PATH [--compare PATH] [--update-readme]
 
 Writes the results JSON, a plot next to it and a Markdown block; `--update-readme` puts that
@@ -96,6 +101,12 @@ from dressage.api.job import TaskSpec
 from dressage.tasks.long_tail import from_spec as long_tail_task
 
 JOB = ROOT / "examples" / "local-long-tail.yaml"
+TINY = ROOT / "examples" / "local-tiny.yaml"
+JOBS = ("long-tail", "balanced")
+"""`--job`: `long-tail` is `JOB` as it is; `balanced` is `benchmarks/async_speedup.py`'s
+balanced job (`examples/local-tiny.yaml`, answers of at most 4 tokens, the engine paced at 100
+ms a decode step on core 0, the trainer on core 1 with micro-batches of 16 tokens, so that a
+step trains about as long as it rolls out), where the settings must cost nothing."""
 RESULTS = ROOT / "benchmarks" / "results" / "long_tail.json"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "long_tail_quick.json"
 README = ROOT / "docs" / "benchmarks.md"
@@ -172,6 +183,18 @@ SETTINGS = (
 BY_KEY = {s.key: s for s in SETTINGS}
 
 
+def job_base(job: str = "long-tail") -> dict[str, Any]:
+    """The job `job` (one of `JOBS`) before a setting's overrides."""
+    if job == "balanced":
+        spec = {
+            "evaluation": None,  # the example's held-out passes are not part of a step
+            "training": {"maxTokensPerMicroBatch": 16},
+            "local": {"engineMinStepIntervalMs": 100.0, "engineCpus": [0], "trainerCpus": [1]},
+        }
+        return merged(base_job(TINY), {"spec": spec})
+    return base_job(JOB)
+
+
 def job_for(
     setting: Setting,
     placement: str,
@@ -179,8 +202,10 @@ def job_for(
     *,
     max_steps: int,
     keep_versions: int = KEEP_VERSIONS,
+    job: str = "long-tail",
 ) -> dict[str, Any]:
-    """The benchmark job of `setting` in `placement` (one of `PLACEMENTS`)."""
+    """The benchmark job of `setting` in `placement` (one of `PLACEMENTS`) on `job`."""
+    base = job_base(job)
     name = f"lt-{setting.key.replace('+', '-')}-{placement}-{repeat}"
     partial = setting.mode == "partial_async"
     spec: dict[str, Any] = {
@@ -198,17 +223,22 @@ def job_for(
         },
         "training": {"steps": max_steps},
     }
+    if job != "long-tail":  # the window and budget by hand, as on the long-tail job
+        spec["staleness"] |= {"mode": None, "budget": None}
     if placement == "unpinned":
         spec["local"] = {"engineCpus": None, "trainerCpus": None, "rolloutCpus": None}
     elif placement == "inline":
         spec["local"] = {"rolloutCpus": None}
     elif placement == "trainer-core":
-        spec["local"] = {"rolloutCpus": base_job(JOB)["spec"]["local"]["trainerCpus"]}
-    return merged(base_job(JOB), {"metadata": {"name": name}, "spec": spec})
+        spec["local"] = {"rolloutCpus": base["spec"]["local"]["trainerCpus"]}
+    return merged(base, {"metadata": {"name": name}, "spec": spec})
 
 
-def stated_mean_length() -> float:
-    """E[L] of the job's length distribution, from its exact CDF."""
+def stated_mean_length(job: str = "long-tail") -> float | None:
+    """E[L] of the job's length distribution, from its exact CDF (None: the balanced job's
+    lengths are the policy's)."""
+    if job != "long-tail":
+        return None
     task = long_tail_task(TaskSpec.model_validate(base_job(JOB)["spec"]["task"]))
     lengths = task.lengths
     return sum(1.0 - lengths.lengths_cdf(k) for k in range(lengths.max_tokens))
@@ -226,7 +256,12 @@ def run_setting(
     budget = args.seconds if seconds is None else seconds
     max_steps = args.max_steps if seconds is None else 10_000
     spec = job_for(
-        setting, placement, repeat, max_steps=max_steps, keep_versions=args.keep_versions
+        setting,
+        placement,
+        repeat,
+        max_steps=max_steps,
+        keep_versions=args.keep_versions,
+        job=args.job,
     )
     name = spec["metadata"]["name"]
     warmup = setting.warmup_steps
@@ -285,6 +320,9 @@ def main() -> int:
         "--seconds", type=float, default=None, help="step wall time per run (default 10; quick 5)"
     )
     parser.add_argument("--max-steps", type=int, default=200, help="step cap per run")
+    parser.add_argument(
+        "--job", default="long-tail", choices=JOBS, help="the job (default long-tail; JOBS)"
+    )
     parser.add_argument(
         "--keep-versions",
         type=int,
@@ -398,14 +436,14 @@ def main() -> int:
     loads = [r[k] for rs in runs.values() for r in rs for k in ("load_before", "load_after")]
     results = {
         "benchmark": "long_tail",
-        "job": "examples/local-long-tail.yaml",
+        "job": "examples/local-long-tail.yaml" if args.job == "long-tail" else args.job,
         "quick": args.quick,
         "repeats": args.repeats,
         "seconds_per_run": args.seconds,
         "keep_versions": args.keep_versions,
         "concurrency": CONCURRENCY,
         "target_speedup": TARGET_SPEEDUP,
-        "stated_mean_response_tokens": round(stated_mean_length(), 2),
+        "stated_mean_response_tokens": _rounded(stated_mean_length(args.job)),
         "machine": {"cpus": os.cpu_count()},
         "load_average": {"min": min(loads), "median": median(loads), "max": max(loads)},
         "elapsed_s": round(elapsed, 1),
@@ -424,6 +462,10 @@ def main() -> int:
     write_result(out, results, announce=False)
     print(f"wrote {out} ({elapsed / 60:.1f} min)")
     return publish(results, out, update=args.update_readme)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def publish(results: dict[str, Any], path: Path, *, update: bool) -> int:

@@ -178,6 +178,27 @@ def test_each_setting_gets_the_jobs_mode_staleness_and_placement() -> None:
     assert inline["staleness"]["admission"] is False
 
 
+@pytest.mark.parametrize("key", ["sync", "partial2+adm+mask"])
+def test_the_balanced_job_is_the_async_speedup_ones_with_each_settings_staleness(key: str) -> None:
+    from dressage.api.job import AsyncRLJob
+
+    job = long_tail.job_for(long_tail.BY_KEY[key], "trainer-core", 0, max_steps=50, job="balanced")
+    spec = AsyncRLJob.model_validate(job).spec  # a job `dressage run` takes
+    assert spec.task.name == "arithmetic"
+    assert spec.rollout.max_new_tokens == 4
+    assert spec.evaluation is None
+    assert spec.training.max_tokens_per_micro_batch == 16
+    assert spec.local.engine_min_step_interval_ms == 100.0
+    assert (spec.local.engine_cpus, spec.local.trainer_cpus) == ([0], [1])
+    assert not spec.staleness.auto  # the setting's window, not the example's budget
+    assert spec.staleness.keep_versions == 3
+    partial = key != "sync"
+    assert spec.proxy.partial_rollout is partial
+    assert (spec.staleness.span_limit_policy.value == "mask_old_tokens") is partial
+    assert long_tail.stated_mean_length("balanced") is None
+    assert long_tail.stated_mean_length() == pytest.approx(16.24, abs=0.01)
+
+
 def _entry(label: str, rate: float, over: float, span: int, limit: int) -> dict[str, Any]:
     return {
         "label": label,
