@@ -98,9 +98,11 @@ Several replicas of the proxy may serve one engine set (`spec.proxy.replicas`): 
 sends every call of a prompt group to one replica (`dressage.proxy.affinity`) and fans the
 control calls out to all of them (`dressage.proxy.client`); `/pause_generation {"mode",
 "engines": false}` closes a replica's gate without pausing the engines, so that every gate is
-closed before one replica pauses the engines; `/continue_generation {"engines": false}` opens
-it without continuing them (one replica continued them). Each replica follows the same engine
-list; the gateway's `/workers` changes the list of the one replica it reaches.
+closed before any engine is paused; each replica then pauses one shard of the engines
+(`"shard": [i, n]`) and later continues it with its gate left closed (`"gate": false`), and
+`/continue_generation {"engines": false}` opens every gate once every shard is continued.
+Each replica follows the same engine list; the gateway's `/workers` changes the list of the
+one replica it reaches.
 
 `GET /workers`, `POST /workers {"url"}`, `DELETE /workers/{id}` and `POST /abort_request`
 (SGLang Model Gateway's, for slime and miles pointed at the proxy as their router): the

@@ -4,9 +4,9 @@
 Pause closes the proxy's gate (new generations wait) and then pauses every engine; continue
 resumes the engines and then opens the gate. `{"mode", "engines": false}` closes the gate only,
 and `/continue_generation` `{"engines": false}` opens it only: with several proxy replicas in
-front of one engine set, the client closes every replica's gate before one replica pauses the
-engines (and one continues them), since an engine's pause aborts the generations of all
-replicas and a replica must know such an abort for a pause's (`dressage.proxy.client`).
+front of one engine set, the client closes every replica's gate before any engine is paused,
+since an engine's pause aborts the generations of all replicas and a replica must know such an
+abort for a pause's (`dressage.proxy.client`).
 `"shard": [i, n]` commands only the engines of shard `i` of `n` (`dressage.proxy.affinity.
 shard_of`, a hash of each engine's URL), so that `n` replicas share a publish's engine
 commands; `/continue_generation` `{"gate": false}` continues engines and leaves the gate
