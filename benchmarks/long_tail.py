@@ -58,9 +58,12 @@ fastest async setting once more, S seconds each, for reward curves long enough t
 (`JOBS`: answers of at most 4 tokens, a step that trains about as long as it rolls out), where
 what the span-limit policies keep must not cost throughput.
 
+`--concurrency N` puts N groups in flight in the async settings instead of 32 (the proxy's
+`maxConcurrency` raised to hold them): whether more work in flight keeps the engine busier.
+
     python benchmarks/long_tail.py [--quick] [--job long-tail] [--repeats 2] [--seconds 10]
-        [--settings ...] [--keep-versions 3] [--compare PATH] [--learning-seconds S]
-        [--out PATH] [--update-readme]
+        [--settings ...] [--keep-versions 3] [--concurrency 32] [--compare PATH]
+        [--learning-seconds S] [--out PATH] [--update-readme]
     python benchmarks/long_tail.py --render PATH [--compare PATH] [--update-readme]
 
 Writes the results JSON, a plot next to it and a Markdown block; `--update-readme` puts that
@@ -98,6 +101,7 @@ from _runs import (
 )
 
 from dressage.api.job import TaskSpec
+from dressage.api.roles import ProxySpec
 from dressage.tasks.long_tail import from_spec as long_tail_task
 
 JOB = ROOT / "examples" / "local-long-tail.yaml"
@@ -114,6 +118,9 @@ README = ROOT / "docs" / "benchmarks.md"
 TARGET_SPEEDUP = 2.5
 KEEP_VERSIONS = 3
 CONCURRENCY = 32
+"""Groups in flight of the async settings (`--concurrency`)."""
+PROXY_MAX_CONCURRENCY: int = ProxySpec.model_fields["max_concurrency"].default
+"""`spec.proxy.maxConcurrency`'s default: a job with more generations in flight raises it."""
 ASYNC_WARMUP_STEPS = 3
 PLACEMENTS = ("separate", "trainer-core", "inline", "unpinned")
 """Where the rollout runs: `separate`, a process of its own on the engine's core (the job's
@@ -203,15 +210,17 @@ def job_for(
     max_steps: int,
     keep_versions: int = KEEP_VERSIONS,
     job: str = "long-tail",
+    concurrency: int = CONCURRENCY,
 ) -> dict[str, Any]:
-    """The benchmark job of `setting` in `placement` (one of `PLACEMENTS`) on `job`."""
+    """The benchmark job of `setting` in `placement` (one of `PLACEMENTS`) on `job`, with
+    `concurrency` groups in flight (the proxy admitting all of their generations)."""
     base = job_base(job)
     name = f"lt-{setting.key.replace('+', '-')}-{placement}-{repeat}"
     partial = setting.mode == "partial_async"
     spec: dict[str, Any] = {
         "rollout": {
             "mode": setting.mode,
-            "concurrency": CONCURRENCY,
+            "concurrency": concurrency,
             "separateProcess": placement != "inline",
         },
         "proxy": {"partialRollout": partial},
@@ -225,6 +234,9 @@ def job_for(
     }
     if job != "long-tail":  # the window and budget by hand, as on the long-tail job
         spec["staleness"] |= {"mode": None, "budget": None}
+    in_flight = concurrency * int(base["spec"]["rollout"]["groupSize"])
+    if in_flight > PROXY_MAX_CONCURRENCY:
+        spec["proxy"]["maxConcurrency"] = in_flight
     if placement == "unpinned":
         spec["local"] = {"engineCpus": None, "trainerCpus": None, "rolloutCpus": None}
     elif placement == "inline":
@@ -262,6 +274,7 @@ def run_setting(
         max_steps=max_steps,
         keep_versions=args.keep_versions,
         job=args.job,
+        concurrency=args.concurrency,
     )
     name = spec["metadata"]["name"]
     warmup = setting.warmup_steps
@@ -322,6 +335,12 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, default=200, help="step cap per run")
     parser.add_argument(
         "--job", default="long-tail", choices=JOBS, help="the job (default long-tail; JOBS)"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        help=f"groups in flight of the async settings (default {CONCURRENCY})",
     )
     parser.add_argument(
         "--keep-versions",
@@ -441,7 +460,7 @@ def main() -> int:
         "repeats": args.repeats,
         "seconds_per_run": args.seconds,
         "keep_versions": args.keep_versions,
-        "concurrency": CONCURRENCY,
+        "concurrency": args.concurrency,
         "target_speedup": TARGET_SPEEDUP,
         "stated_mean_response_tokens": _rounded(stated_mean_length(args.job)),
         "machine": {"cpus": os.cpu_count()},

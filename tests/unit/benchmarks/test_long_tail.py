@@ -199,6 +199,18 @@ def test_the_balanced_job_is_the_async_speedup_ones_with_each_settings_staleness
     assert long_tail.stated_mean_length() == pytest.approx(16.24, abs=0.01)
 
 
+def test_more_groups_in_flight_raise_the_proxys_admission_to_hold_them() -> None:
+    from dressage.api.job import AsyncRLJob
+
+    setting = long_tail.BY_KEY["partial2+adm+mask"]
+    default = long_tail.job_for(setting, "trainer-core", 0, max_steps=50)["spec"]
+    assert "maxConcurrency" not in default["proxy"]  # 32 groups of 8 fit the default 256
+    job = long_tail.job_for(setting, "trainer-core", 0, max_steps=50, concurrency=64)
+    spec = AsyncRLJob.model_validate(job).spec  # the job's own check admits it
+    assert spec.rollout.concurrency == 64
+    assert spec.proxy.max_concurrency == 64 * 8
+
+
 def _entry(label: str, rate: float, over: float, span: int, limit: int) -> dict[str, Any]:
     return {
         "label": label,
