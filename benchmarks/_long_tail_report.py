@@ -46,7 +46,7 @@ def render_markdown(
     searched = ", ".join(f"{p} {_f(v['samples_per_s'], 1)}" for p, v in search.items())
     lines.append(
         f"`python benchmarks/long_tail.py{' --quick' if results['quick'] else ''}"
-        f"{' --job ' + results['job'] if results.get('job') in ('balanced',) else ''}`: "
+        f"{' --job balanced' if results.get('job') == 'balanced' else ''}`: "
         f"{results['repeats']} round(s), {results['seconds_per_run']:.0f} s of steps per run, "
         f"{results['elapsed_s'] / 60:.1f} min in all, load average "
         f"{_f(loads['min'], 1)}-{_f(loads['max'], 1)} on {results['machine']['cpus']} cores "

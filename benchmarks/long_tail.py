@@ -85,6 +85,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import staleness_budget
 from _long_tail_figures import run_figures, summarize
 from _long_tail_report import plot_results, render_markdown, update_readme
 from _runs import (
@@ -105,7 +106,6 @@ from dressage.api.roles import ProxySpec
 from dressage.tasks.long_tail import from_spec as long_tail_task
 
 JOB = ROOT / "examples" / "local-long-tail.yaml"
-TINY = ROOT / "examples" / "local-tiny.yaml"
 JOBS = ("long-tail", "balanced")
 """`--job`: `long-tail` is `JOB` as it is; `balanced` is `benchmarks/async_speedup.py`'s
 balanced job (`examples/local-tiny.yaml`, answers of at most 4 tokens, the engine paced at 100
@@ -191,14 +191,11 @@ BY_KEY = {s.key: s for s in SETTINGS}
 
 
 def job_base(job: str = "long-tail") -> dict[str, Any]:
-    """The job `job` (one of `JOBS`) before a setting's overrides."""
+    """The job `job` (one of `JOBS`) before a setting's overrides: the balanced one as
+    `benchmarks/staleness_budget.py` builds it, less the example's held-out evaluation (its
+    passes are not part of a step)."""
     if job == "balanced":
-        spec = {
-            "evaluation": None,  # the example's held-out passes are not part of a step
-            "training": {"maxTokensPerMicroBatch": 16},
-            "local": {"engineMinStepIntervalMs": 100.0, "engineCpus": [0], "trainerCpus": [1]},
-        }
-        return merged(base_job(TINY), {"spec": spec})
+        return merged(staleness_budget.job_base("balanced"), {"spec": {"evaluation": None}})
     return base_job(JOB)
 
 

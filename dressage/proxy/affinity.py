@@ -29,9 +29,12 @@ import hashlib
 from collections.abc import Iterable, Sequence
 
 
+def _hash64(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
 def _score(replica: str, key: str) -> int:
-    digest = hashlib.blake2b(f"{replica}\0{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+    return _hash64(f"{replica}\0{key}")
 
 
 def replica_for(key: str, replicas: Sequence[str]) -> str:
@@ -47,8 +50,7 @@ def shard_of(engine_url: str, count: int) -> int:
     a hash of the URL, so every replica and every client agrees without talking."""
     if count < 1:
         raise ValueError(f"shard count must be >= 1, got {count}")
-    key = engine_url.rstrip("/").encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % count
+    return _hash64(engine_url.rstrip("/")) % count
 
 
 def parse_replica_urls(value: str | Iterable[str]) -> tuple[str, ...]:

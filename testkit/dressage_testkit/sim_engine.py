@@ -48,7 +48,9 @@ FLUSHED_TEXT = (
 )
 """SGLang's `/flush_cache` text (both releases; the embedded engine's `FLUSHED_TEXT`)."""
 
-NAME_TAKEN = "The specified group name has already been created, please use a different group name"
+NAME_TAKEN = (
+    "The specified group name has already been created, please use a different group name"
+)
 """`torch.distributed`'s refusal of a group name the process holds (as the embedded engine)."""
 
 Lengths = Callable[[random.Random], int]
